@@ -1,0 +1,153 @@
+// The backend interface: every operation the forward pass needs, written once
+// in engine/ against this class. kernels/cpu is the reference implementation;
+// kernels/cuda implements the same calls on a GPU.
+//
+// Threading: a Backend is used by one thread at a time (the engine thread).
+// Memory: buffers come from alloc() and live where the backend computes
+// (host memory for CPU, device memory for CUDA). Calls may be asynchronous;
+// download() and synchronize() wait for all work issued before them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "kernels/dtype.h"
+
+namespace prefixd {
+
+enum class RopeStyle : uint8_t {
+  kNormal = 0,  // llama: rotates adjacent pairs (x[2i], x[2i+1])
+  kNeox = 1,    // qwen2/NeoX: rotates halves (x[i], x[i + rope_dim/2])
+};
+
+// A weight matrix W of shape (rows = n_out, cols = n_in), stored as the backend
+// prefers (it may repack or convert at upload).
+class Matrix {
+ public:
+  virtual ~Matrix() = default;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  WeightType source_type = WeightType::F32;
+};
+
+// Shape of the paged KV pool. One K and one V allocation per layer, each of
+// shape (n_blocks, block_size, n_kv_heads, head_dim) in `dtype`.
+struct KvGeometry {
+  int32_t n_layers = 0;
+  int32_t n_blocks = 0;
+  int32_t block_size = 16;
+  int32_t n_kv_heads = 0;
+  int32_t head_dim = 0;
+  DType dtype = DType::F16;
+
+  // Bytes of one block's K (or V) in one layer.
+  size_t layer_block_bytes() const {
+    return static_cast<size_t>(block_size) * n_kv_heads * head_dim * dtype_bytes(dtype);
+  }
+  // Bytes of one block's K and V over all layers (a tier transfer payload).
+  size_t block_bytes() const { return 2 * layer_block_bytes() * n_layers; }
+  size_t pool_bytes() const { return block_bytes() * static_cast<size_t>(n_blocks); }
+};
+
+// The pool's buffers; owned by the backend that allocated them.
+struct KvPool {
+  KvGeometry geom;
+  std::vector<void*> k;  // [n_layers] -> (n_blocks, block_size, n_kv_heads, head_dim) dtype
+  std::vector<void*> v;  // [n_layers] -> same shape
+};
+
+// One sequence in a varlen batch.
+struct BatchSeq {
+  int32_t q_start = 0;     // first row of this sequence in the batch
+  int32_t n_q = 0;         // rows (tokens computed this step)
+  int32_t pos0 = 0;        // position of the first row; KV covers [0, pos0 + n_q)
+  int32_t table_start = 0; // offset of its block table in Batch::block_tables
+  int32_t n_table = 0;     // entries = ceil((pos0 + n_q) / block_size)
+};
+
+// Everything about the token layout of one forward pass. Host arrays; the
+// backend copies what it needs in prepare_batch().
+struct Batch {
+  std::vector<int32_t> tokens;        // [n_tokens] token ids
+  std::vector<int32_t> positions;     // [n_tokens] absolute positions
+  std::vector<int32_t> slots;         // [n_tokens] KV slot = block_id * block_size + pos % block_size
+  std::vector<BatchSeq> seqs;         // sequences, rows contiguous and in order
+  std::vector<int32_t> block_tables;  // concatenated per-sequence block tables
+  std::vector<int32_t> output_rows;   // rows whose logits are wanted, ascending
+  int32_t n_tokens() const { return static_cast<int32_t>(tokens.size()); }
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;  // "cpu" or "cuda"
+  virtual int n_threads() const { return 1; }
+
+  // --- memory -------------------------------------------------------------
+  virtual void* alloc(size_t n_bytes) = 0;  // zero-initialised; aborts on OOM
+  virtual void free(void* ptr) = 0;
+  virtual void upload(void* dst, const void* src_host, size_t n_bytes) = 0;
+  virtual void download(void* dst_host, const void* src, size_t n_bytes) = 0;  // waits
+  virtual void synchronize() = 0;
+
+  // Copies a weight matrix (rows, cols) from host memory of type `type` into the
+  // backend's preferred form. `host_data` may be an mmap: the backend must not
+  // keep the pointer unless `host_data_outlives` is true.
+  virtual std::unique_ptr<Matrix> upload_matrix(WeightType type, int64_t rows, int64_t cols,
+                                                const void* host_data,
+                                                bool host_data_outlives) = 0;
+
+  virtual Result<KvPool> allocate_kv_pool(const KvGeometry& geom) = 0;
+  virtual void free_kv_pool(KvPool& pool) = 0;
+
+  // --- one forward pass -----------------------------------------------------
+  // Makes `batch` current for the ops below until the next prepare_batch().
+  virtual void prepare_batch(const Batch& batch, int32_t block_size) = 0;
+
+  // out (n_tokens, table.cols) f32 = rows of `table` picked by the batch's tokens.
+  virtual void embed(const Matrix& table, float* out) = 0;
+  // out (n, dim) = x / rms(x) * weight; weight (dim) f32. out may equal x.
+  virtual void rmsnorm(const float* x, const float* weight, float* out, int64_t n, int64_t dim,
+                       float eps) = 0;
+  // y (n, w.rows) = x (n, w.cols) · Wᵀ.
+  virtual void matmul(const Matrix& w, const float* x, float* y, int64_t n) = 0;
+  // y (n, dim) += bias (dim).
+  virtual void add_bias(float* y, const float* bias, int64_t n, int64_t dim) = 0;
+  // y (n) += x (n).
+  virtual void add(float* y, const float* x, int64_t n) = 0;
+  // out (n) = silu(gate) * up, elementwise.
+  virtual void swiglu(const float* gate, const float* up, float* out, int64_t n) = 0;
+  // In place on x (n_tokens, n_heads, head_dim) at the batch's positions; the
+  // first rope_dim dims of each head rotate with theta_i = pos * base^(-2i/rope_dim).
+  virtual void rope(float* x, int32_t n_heads, int32_t head_dim, int32_t rope_dim, float base,
+                    RopeStyle style) = 0;
+  // Writes k, v (n_tokens, n_kv_heads * head_dim) f32 into the pool at the batch's slots.
+  virtual void kv_store(KvPool& pool, int32_t layer, const float* k, const float* v) = 0;
+  // Causal attention for every sequence of the batch, reading K/V of positions
+  // [0, pos0 + n_q) through its block table. q, out: (n_tokens, n_heads * head_dim).
+  // GQA: query head h reads KV head h / (n_heads / n_kv_heads).
+  virtual void attention(const KvPool& pool, int32_t layer, const float* q, float* out,
+                         int32_t n_heads, float scale) = 0;
+  // out (n_rows, dim) = the batch's output_rows of x (n_tokens, dim).
+  virtual void gather_output_rows(const float* x, float* out, int64_t dim) = 0;
+
+  // --- block transfers (tiers, copy-on-write) --------------------------------
+  // Copies block `src` to block `dst` in every layer.
+  virtual void copy_block(KvPool& pool, int32_t src, int32_t dst) = 0;
+  // Host buffer layout (geom.block_bytes()): for layer 0..n_layers-1: K then V,
+  // each (block_size, n_kv_heads, head_dim) in pool dtype.
+  virtual void read_block(const KvPool& pool, int32_t block_id, void* host_dst) = 0;
+  virtual void write_block(KvPool& pool, int32_t block_id, const void* host_src) = 0;
+};
+
+// Backends available in this build.
+std::unique_ptr<Backend> make_cpu_backend(int n_threads);
+#if defined(PREFIXD_HAVE_CUDA)
+Result<std::unique_ptr<Backend>> make_cuda_backend(int device);
+#endif
+
+}  // namespace prefixd
