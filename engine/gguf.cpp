@@ -1,0 +1,438 @@
+// GGUF parsing: a cursor over untrusted bytes where every read checks bounds
+// and every failure names the field being read and its byte offset.
+#include "engine/gguf.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <algorithm>
+#include <limits>
+
+namespace prefixd {
+namespace {
+
+constexpr uint32_t kMagic = 0x46554747;  // "GGUF" little-endian
+constexpr uint64_t kMaxStringBytes = 1ull << 30;
+constexpr uint64_t kMaxArrayElements = 1ull << 32;
+constexpr uint32_t kMaxDims = 4;
+constexpr int kMaxArrayNesting = 4;
+
+std::string at(const char* field, uint64_t offset) {
+  return std::string(field) + " at byte offset " + std::to_string(offset);
+}
+
+class Cursor {
+ public:
+  Cursor(const uint8_t* data, size_t size) : data_(data), size_(size) {}
+  uint64_t pos() const { return pos_; }
+  size_t size() const { return size_; }
+
+  Status read_bytes(void* out, uint64_t n, const char* field) {
+    if (n > size_ - pos_) {
+      return Status::error("truncated file: " + at(field, pos_) + " needs " + std::to_string(n) +
+                           " bytes, " + std::to_string(size_ - pos_) + " left");
+    }
+    std::memcpy(out, data_ + pos_, n);
+    pos_ += n;
+    return Status();
+  }
+  template <typename T>
+  Status read(T* out, const char* field) {
+    return read_bytes(out, sizeof(T), field);
+  }
+  Status read_string(std::string* out, const char* field) {
+    uint64_t start = pos_;
+    uint64_t n = 0;
+    if (Status s = read(&n, field); !s.ok()) return s;
+    if (n > kMaxStringBytes || n > size_ - pos_) {
+      return Status::error("string length " + std::to_string(n) + " of " + at(field, start) +
+                           " exceeds the " + std::to_string(size_ - pos_) + " bytes left");
+    }
+    out->assign(reinterpret_cast<const char*>(data_ + pos_), n);
+    pos_ += n;
+    return Status();
+  }
+
+ private:
+  const uint8_t* data_;
+  size_t size_;
+  uint64_t pos_ = 0;
+};
+
+const char* type_name(GgufType t) {
+  switch (t) {
+    case GgufType::UINT8: return "uint8";
+    case GgufType::INT8: return "int8";
+    case GgufType::UINT16: return "uint16";
+    case GgufType::INT16: return "int16";
+    case GgufType::UINT32: return "uint32";
+    case GgufType::INT32: return "int32";
+    case GgufType::FLOAT32: return "float32";
+    case GgufType::BOOL: return "bool";
+    case GgufType::STRING: return "string";
+    case GgufType::ARRAY: return "array";
+    case GgufType::UINT64: return "uint64";
+    case GgufType::INT64: return "int64";
+    case GgufType::FLOAT64: return "float64";
+  }
+  return "unknown";
+}
+
+bool valid_value_type(uint32_t t) { return t <= static_cast<uint32_t>(GgufType::FLOAT64); }
+
+Status read_value(Cursor& c, GgufType type, GgufValue* v, const std::string& key, int depth) {
+  v->type = type;
+  std::string field = "value of '" + key + "'";
+  const char* f = field.c_str();
+  switch (type) {
+    case GgufType::UINT8: { uint8_t x; if (Status s = c.read(&x, f); !s.ok()) return s; v->u = x; v->i = x; return Status(); }
+    case GgufType::INT8: { int8_t x; if (Status s = c.read(&x, f); !s.ok()) return s; v->i = x; v->u = static_cast<uint64_t>(x); return Status(); }
+    case GgufType::UINT16: { uint16_t x; if (Status s = c.read(&x, f); !s.ok()) return s; v->u = x; v->i = x; return Status(); }
+    case GgufType::INT16: { int16_t x; if (Status s = c.read(&x, f); !s.ok()) return s; v->i = x; v->u = static_cast<uint64_t>(x); return Status(); }
+    case GgufType::UINT32: { uint32_t x; if (Status s = c.read(&x, f); !s.ok()) return s; v->u = x; v->i = x; return Status(); }
+    case GgufType::INT32: { int32_t x; if (Status s = c.read(&x, f); !s.ok()) return s; v->i = x; v->u = static_cast<uint64_t>(x); return Status(); }
+    case GgufType::UINT64: { uint64_t x; if (Status s = c.read(&x, f); !s.ok()) return s; v->u = x; v->i = static_cast<int64_t>(x); return Status(); }
+    case GgufType::INT64: { int64_t x; if (Status s = c.read(&x, f); !s.ok()) return s; v->i = x; v->u = static_cast<uint64_t>(x); return Status(); }
+    case GgufType::FLOAT32: { float x; if (Status s = c.read(&x, f); !s.ok()) return s; v->f = x; return Status(); }
+    case GgufType::FLOAT64: { double x; if (Status s = c.read(&x, f); !s.ok()) return s; v->f = x; return Status(); }
+    case GgufType::BOOL: {
+      uint64_t off = c.pos();
+      uint8_t x;
+      if (Status s = c.read(&x, f); !s.ok()) return s;
+      if (x > 1) return Status::error("bool " + at(f, off) + " is " + std::to_string(x));
+      v->u = x;
+      return Status();
+    }
+    case GgufType::STRING: return c.read_string(&v->str, f);
+    case GgufType::ARRAY: {
+      if (depth >= kMaxArrayNesting) {
+        return Status::error("arrays nested deeper than " + std::to_string(kMaxArrayNesting) +
+                             " in " + at(f, c.pos()));
+      }
+      uint64_t off = c.pos();
+      uint32_t elem = 0;
+      if (Status s = c.read(&elem, "array element type"); !s.ok()) return s;
+      if (!valid_value_type(elem)) {
+        return Status::error("unknown array element type " + std::to_string(elem) + " in " +
+                             at(f, off));
+      }
+      uint64_t count_off = c.pos();
+      uint64_t n = 0;
+      if (Status s = c.read(&n, "array length"); !s.ok()) return s;
+      // Every element takes at least one byte: a count beyond the bytes left is corrupt.
+      if (n > kMaxArrayElements || n > c.size() - c.pos()) {
+        return Status::error("array length " + std::to_string(n) + " of " +
+                             at(f, count_off) + " exceeds the bytes left in the file");
+      }
+      v->elem_type = static_cast<GgufType>(elem);
+      v->array.resize(n);
+      for (uint64_t k = 0; k < n; ++k) {
+        if (Status s = read_value(c, v->elem_type, &v->array[k], key, depth + 1); !s.ok()) return s;
+      }
+      return Status();
+    }
+  }
+  return Status::error("unknown value type " + std::to_string(static_cast<uint32_t>(type)) +
+                       " for " + f);
+}
+
+bool valid_tensor_type(uint32_t t) {
+  return t == 0 || t == 1 || t == 8 || t == 30;
+}
+
+}  // namespace
+
+int64_t GgufTensorInfo::n_elements() const {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  return n;
+}
+
+uint64_t ggml_type_bytes(GgmlType type, int64_t n) {
+  switch (type) {
+    case GgmlType::F32: return 4ull * n;
+    case GgmlType::F16: return 2ull * n;
+    case GgmlType::BF16: return 2ull * n;
+    case GgmlType::Q8_0: return static_cast<uint64_t>(n / 32) * 34ull;
+  }
+  return 0;
+}
+
+const char* ggml_type_name(GgmlType type) {
+  switch (type) {
+    case GgmlType::F32: return "F32";
+    case GgmlType::F16: return "F16";
+    case GgmlType::BF16: return "BF16";
+    case GgmlType::Q8_0: return "Q8_0";
+  }
+  return "unknown";
+}
+
+Result<std::shared_ptr<GgufFile>> GgufFile::open(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::error("cannot open model file '" + path + "': " + std::strerror(errno));
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return Status::error("model file '" + path + "' is not a regular file");
+  }
+  size_t size = static_cast<size_t>(st.st_size);
+  if (size == 0) {
+    ::close(fd);
+    return Status::error("model file '" + path + "' is empty (truncated file: magic at byte offset 0)");
+  }
+  void* map = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (map == MAP_FAILED) return Status::error("cannot mmap '" + path + "': " + std::strerror(errno));
+  std::shared_ptr<GgufFile> f(new GgufFile());
+  f->path_ = path;
+  f->data_ = static_cast<const uint8_t*>(map);
+  f->size_ = size;
+  f->mapping_ = map;
+  if (Status s = f->parse_all(); !s.ok()) return Status::error("'" + path + "': " + s.message());
+  return f;
+}
+
+Result<std::shared_ptr<GgufFile>> GgufFile::parse(const uint8_t* data, size_t size) {
+  std::shared_ptr<GgufFile> f(new GgufFile());
+  f->data_ = data;
+  f->size_ = size;
+  if (Status s = f->parse_all(); !s.ok()) return s;
+  return f;
+}
+
+GgufFile::~GgufFile() {
+  if (mapping_ != nullptr) munmap(mapping_, size_);
+}
+
+Status GgufFile::parse_all() {
+  Cursor c(data_, size_);
+  uint32_t magic = 0;
+  if (Status s = c.read(&magic, "magic"); !s.ok()) return s;
+  if (magic != kMagic) return Status::error("not a GGUF file: bad magic at byte offset 0");
+  if (Status s = c.read(&version_, "version"); !s.ok()) return s;
+  if (version_ != 2 && version_ != 3) {
+    return Status::error("unsupported GGUF version " + std::to_string(version_) +
+                         " at byte offset 4 (supported: 2, 3)");
+  }
+  uint64_t n_tensors = 0, n_kv = 0;
+  if (Status s = c.read(&n_tensors, "tensor count"); !s.ok()) return s;
+  if (Status s = c.read(&n_kv, "metadata count"); !s.ok()) return s;
+  // Each entry takes at least 8 bytes (a string length): bound the counts by the file size.
+  if (n_tensors > size_ / 8) {
+    return Status::error("tensor count " + std::to_string(n_tensors) + " at byte offset 8 exceeds what a " +
+                         std::to_string(size_) + "-byte file can hold");
+  }
+  if (n_kv > size_ / 8) {
+    return Status::error("metadata count " + std::to_string(n_kv) + " at byte offset 16 exceeds what a " +
+                         std::to_string(size_) + "-byte file can hold");
+  }
+  kv_.reserve(n_kv);
+  for (uint64_t k = 0; k < n_kv; ++k) {
+    uint64_t key_off = c.pos();
+    std::string key;
+    if (Status s = c.read_string(&key, "metadata key"); !s.ok()) return s;
+    if (kv_index_.count(key) != 0) {
+      return Status::error("duplicate metadata key '" + key + "' " + at("metadata key", key_off));
+    }
+    uint64_t type_off = c.pos();
+    uint32_t type = 0;
+    if (Status s = c.read(&type, "metadata value type"); !s.ok()) return s;
+    if (!valid_value_type(type)) {
+      return Status::error("unknown value type " + std::to_string(type) + " for key '" + key +
+                           "' at byte offset " + std::to_string(type_off));
+    }
+    GgufValue v;
+    if (Status s = read_value(c, static_cast<GgufType>(type), &v, key, 0); !s.ok()) return s;
+    kv_index_[key] = kv_.size();
+    kv_.emplace_back(std::move(key), std::move(v));
+  }
+  if (const GgufValue* a = find("general.alignment")) {
+    if (a->type != GgufType::UINT32 || a->u == 0 || (a->u & (a->u - 1)) != 0 || a->u > 65536) {
+      return Status::error("general.alignment must be a power-of-two uint32 <= 65536");
+    }
+    alignment_ = a->u;
+  }
+  tensors_.reserve(n_tensors);
+  for (uint64_t t = 0; t < n_tensors; ++t) {
+    GgufTensorInfo info;
+    uint64_t name_off = c.pos();
+    if (Status s = c.read_string(&info.name, "tensor name"); !s.ok()) return s;
+    if (tensor_index_.count(info.name) != 0) {
+      return Status::error("duplicate tensor '" + info.name + "' " + at("tensor name", name_off));
+    }
+    uint64_t dims_off = c.pos();
+    uint32_t n_dims = 0;
+    if (Status s = c.read(&n_dims, "tensor dimension count"); !s.ok()) return s;
+    if (n_dims == 0 || n_dims > kMaxDims) {
+      return Status::error("tensor '" + info.name + "' has " + std::to_string(n_dims) +
+                           " dimensions " + at("tensor dimension count", dims_off) + " (1..4 allowed)");
+    }
+    uint64_t n_elem = 1;
+    for (uint32_t d = 0; d < n_dims; ++d) {
+      uint64_t off = c.pos();
+      uint64_t ne = 0;
+      if (Status s = c.read(&ne, "tensor dimension"); !s.ok()) return s;
+      if (ne == 0 || ne > (1ull << 40) || n_elem > (1ull << 40) / ne) {
+        return Status::error("tensor '" + info.name + "' dimension " + std::to_string(ne) + " " +
+                             at("tensor dimension", off) + " is out of range");
+      }
+      n_elem *= ne;
+      info.dims.push_back(static_cast<int64_t>(ne));
+    }
+    uint64_t type_off = c.pos();
+    uint32_t type = 0;
+    if (Status s = c.read(&type, "tensor type"); !s.ok()) return s;
+    if (!valid_tensor_type(type)) {
+      return Status::error("tensor '" + info.name + "' has unsupported type " + std::to_string(type) +
+                           " " + at("tensor type", type_off) + " (supported: F32, F16, BF16, Q8_0)");
+    }
+    info.type = static_cast<GgmlType>(type);
+    if (info.type == GgmlType::Q8_0 && info.dims[0] % 32 != 0) {
+      return Status::error("Q8_0 tensor '" + info.name + "' has a row of " +
+                           std::to_string(info.dims[0]) + " elements, not a multiple of 32");
+    }
+    uint64_t offset_off = c.pos();
+    if (Status s = c.read(&info.offset, "tensor data offset"); !s.ok()) return s;
+    if (info.offset % alignment_ != 0) {
+      return Status::error("tensor '" + info.name + "' data offset " + std::to_string(info.offset) + " " +
+                           at("tensor data offset", offset_off) + " is not a multiple of the alignment " +
+                           std::to_string(alignment_));
+    }
+    info.n_bytes = ggml_type_bytes(info.type, static_cast<int64_t>(n_elem));
+    tensor_index_[info.name] = tensors_.size();
+    tensors_.push_back(std::move(info));
+  }
+  uint64_t data_start = (c.pos() + alignment_ - 1) / alignment_ * alignment_;
+  data_offset_ = data_start;
+  if (n_tensors > 0 && data_start > size_) {
+    return Status::error("truncated file: tensor data section starts at byte offset " +
+                         std::to_string(data_start) + " beyond the end of the " + std::to_string(size_) +
+                         "-byte file");
+  }
+  // Every tensor must lie inside the file, and no two may overlap.
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  for (GgufTensorInfo& info : tensors_) {
+    uint64_t avail = size_ - std::min<uint64_t>(data_start, size_);
+    if (info.offset > avail || info.n_bytes > avail - info.offset) {
+      return Status::error("truncated file: tensor '" + info.name + "' data [" +
+                           std::to_string(data_start + info.offset) + ", " +
+                           std::to_string(data_start + info.offset + info.n_bytes) +
+                           ") at byte offset " + std::to_string(data_start + info.offset) +
+                           " extends beyond the end of the " + std::to_string(size_) + "-byte file");
+    }
+    info.data = data_ + data_start + info.offset;
+    ranges.emplace_back(info.offset, info.offset + info.n_bytes);
+  }
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t i = 1; i < ranges.size(); ++i) {
+    if (ranges[i].first < ranges[i - 1].second) {
+      return Status::error("tensor data overlaps at byte offset " +
+                           std::to_string(data_start + ranges[i].first));
+    }
+  }
+  return Status();
+}
+
+const GgufValue* GgufFile::find(std::string_view key) const {
+  auto it = kv_index_.find(key);
+  return it == kv_index_.end() ? nullptr : &kv_[it->second].second;
+}
+
+const GgufTensorInfo* GgufFile::find_tensor(std::string_view name) const {
+  auto it = tensor_index_.find(name);
+  return it == tensor_index_.end() ? nullptr : &tensors_[it->second];
+}
+
+namespace {
+Status missing(std::string_view key) {
+  return Status::error("metadata key '" + std::string(key) + "' is missing");
+}
+Status wrong_type(std::string_view key, GgufType got, const char* want) {
+  return Status::error("metadata key '" + std::string(key) + "' has type " + type_name(got) +
+                       ", expected " + want);
+}
+bool is_int(GgufType t) {
+  return t == GgufType::UINT8 || t == GgufType::INT8 || t == GgufType::UINT16 ||
+         t == GgufType::INT16 || t == GgufType::UINT32 || t == GgufType::INT32 ||
+         t == GgufType::UINT64 || t == GgufType::INT64;
+}
+bool is_signed(GgufType t) {
+  return t == GgufType::INT8 || t == GgufType::INT16 || t == GgufType::INT32 || t == GgufType::INT64;
+}
+}  // namespace
+
+Result<std::string> GgufFile::get_string(std::string_view key) const {
+  const GgufValue* v = find(key);
+  if (!v) return missing(key);
+  if (v->type != GgufType::STRING) return wrong_type(key, v->type, "string");
+  return v->str;
+}
+
+Result<uint64_t> GgufFile::get_uint(std::string_view key) const {
+  const GgufValue* v = find(key);
+  if (!v) return missing(key);
+  if (!is_int(v->type)) return wrong_type(key, v->type, "an integer");
+  if (is_signed(v->type) && v->i < 0) {
+    return Status::error("metadata key '" + std::string(key) + "' is negative (" + std::to_string(v->i) + ")");
+  }
+  return v->u;
+}
+
+Result<double> GgufFile::get_float(std::string_view key) const {
+  const GgufValue* v = find(key);
+  if (!v) return missing(key);
+  if (v->type == GgufType::FLOAT32 || v->type == GgufType::FLOAT64) return v->f;
+  if (is_int(v->type)) return is_signed(v->type) ? static_cast<double>(v->i) : static_cast<double>(v->u);
+  return wrong_type(key, v->type, "a number");
+}
+
+Result<bool> GgufFile::get_bool(std::string_view key) const {
+  const GgufValue* v = find(key);
+  if (!v) return missing(key);
+  if (v->type != GgufType::BOOL) return wrong_type(key, v->type, "bool");
+  return v->u != 0;
+}
+
+Result<std::vector<std::string>> GgufFile::get_string_array(std::string_view key) const {
+  const GgufValue* v = find(key);
+  if (!v) return missing(key);
+  if (v->type != GgufType::ARRAY || v->elem_type != GgufType::STRING) {
+    return wrong_type(key, v->type, "array of strings");
+  }
+  std::vector<std::string> out;
+  out.reserve(v->array.size());
+  for (const GgufValue& e : v->array) out.push_back(e.str);
+  return out;
+}
+
+Result<std::vector<float>> GgufFile::get_float_array(std::string_view key) const {
+  const GgufValue* v = find(key);
+  if (!v) return missing(key);
+  if (v->type != GgufType::ARRAY ||
+      (v->elem_type != GgufType::FLOAT32 && v->elem_type != GgufType::FLOAT64)) {
+    return wrong_type(key, v->type, "array of floats");
+  }
+  std::vector<float> out;
+  out.reserve(v->array.size());
+  for (const GgufValue& e : v->array) out.push_back(static_cast<float>(e.f));
+  return out;
+}
+
+Result<std::vector<int64_t>> GgufFile::get_int_array(std::string_view key) const {
+  const GgufValue* v = find(key);
+  if (!v) return missing(key);
+  if (v->type != GgufType::ARRAY || !is_int(v->elem_type)) {
+    return wrong_type(key, v->type, "array of integers");
+  }
+  std::vector<int64_t> out;
+  out.reserve(v->array.size());
+  for (const GgufValue& e : v->array) out.push_back(is_signed(v->elem_type) ? e.i : static_cast<int64_t>(e.u));
+  return out;
+}
+
+}  // namespace prefixd
