@@ -1,0 +1,83 @@
+// Llama/Qwen2 decoder: pre-norm attention and SwiGLU feed-forward blocks.
+#include "engine/forward.h"
+
+#include <cmath>
+
+namespace prefixd {
+
+ForwardPass::ForwardPass(const Model& model, int32_t max_tokens, int32_t max_outputs)
+    : model_(model), backend_(model.backend()), max_tokens_(max_tokens), max_outputs_(max_outputs) {
+  const ModelConfig& c = model.config();
+  auto buf = [&](int64_t rows, int64_t cols) {
+    return static_cast<float*>(backend_.alloc(static_cast<size_t>(rows) * cols * sizeof(float)));
+  };
+  const int64_t q_dim = static_cast<int64_t>(c.n_heads) * c.head_dim;
+  const int64_t kv_dim = static_cast<int64_t>(c.n_kv_heads) * c.head_dim;
+  x_ = buf(max_tokens, c.n_embd);
+  h_ = buf(max_tokens, c.n_embd);
+  q_ = buf(max_tokens, q_dim);
+  k_ = buf(max_tokens, kv_dim);
+  v_ = buf(max_tokens, kv_dim);
+  attn_ = buf(max_tokens, q_dim);
+  proj_ = buf(max_tokens, c.n_embd);
+  gate_ = buf(max_tokens, c.n_ff);
+  up_ = buf(max_tokens, c.n_ff);
+  out_x_ = buf(max_outputs, c.n_embd);
+  logits_ = buf(max_outputs, c.n_vocab);
+}
+
+ForwardPass::~ForwardPass() {
+  for (float* p : {x_, h_, q_, k_, v_, attn_, proj_, gate_, up_, out_x_, logits_}) backend_.free(p);
+}
+
+void ForwardPass::run(const Batch& batch, KvPool& pool, std::vector<float>* logits_out) {
+  const ModelConfig& c = model_.config();
+  const int64_t n = batch.n_tokens();
+  const int64_t n_out = static_cast<int64_t>(batch.output_rows.size());
+  PREFIXD_CHECK(n > 0 && n <= max_tokens_, "batch size out of range");
+  PREFIXD_CHECK(n_out <= max_outputs_, "too many output rows");
+  const int64_t q_dim = static_cast<int64_t>(c.n_heads) * c.head_dim;
+  const int64_t kv_dim = static_cast<int64_t>(c.n_kv_heads) * c.head_dim;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+
+  backend_.prepare_batch(batch, pool.geom.block_size);
+  backend_.embed(model_.token_embd(), x_);
+  for (int32_t il = 0; il < c.n_layers; ++il) {
+    const LayerWeights& l = model_.layer(il);
+    // Attention sub-layer.
+    backend_.rmsnorm(x_, l.attn_norm, h_, n, c.n_embd, c.rms_eps);
+    backend_.matmul(*l.wq, h_, q_, n);
+    backend_.matmul(*l.wk, h_, k_, n);
+    backend_.matmul(*l.wv, h_, v_, n);
+    if (c.has_qkv_bias) {
+      backend_.add_bias(q_, l.bq, n, q_dim);
+      backend_.add_bias(k_, l.bk, n, kv_dim);
+      backend_.add_bias(v_, l.bv, n, kv_dim);
+    }
+    backend_.rope(q_, c.n_heads, c.head_dim, c.rope_dim, c.rope_base, c.rope_style);
+    backend_.rope(k_, c.n_kv_heads, c.head_dim, c.rope_dim, c.rope_base, c.rope_style);
+    backend_.kv_store(pool, il, k_, v_);
+    backend_.attention(pool, il, q_, attn_, c.n_heads, scale);
+    backend_.matmul(*l.wo, attn_, proj_, n);
+    backend_.add(x_, proj_, n * c.n_embd);
+    // Feed-forward sub-layer.
+    backend_.rmsnorm(x_, l.ffn_norm, h_, n, c.n_embd, c.rms_eps);
+    backend_.matmul(*l.w_gate, h_, gate_, n);
+    backend_.matmul(*l.w_up, h_, up_, n);
+    backend_.swiglu(gate_, up_, gate_, n * c.n_ff);
+    backend_.matmul(*l.w_down, gate_, proj_, n);
+    backend_.add(x_, proj_, n * c.n_embd);
+  }
+  if (n_out == 0) {
+    logits_out->clear();
+    backend_.synchronize();
+    return;
+  }
+  backend_.gather_output_rows(x_, out_x_, c.n_embd);
+  backend_.rmsnorm(out_x_, model_.output_norm(), out_x_, n_out, c.n_embd, c.rms_eps);
+  backend_.matmul(model_.output(), out_x_, logits_, n_out);
+  logits_out->resize(static_cast<size_t>(n_out) * c.n_vocab);
+  backend_.download(logits_out->data(), logits_, logits_out->size() * sizeof(float));
+}
+
+}  // namespace prefixd

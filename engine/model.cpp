@@ -1,0 +1,112 @@
+// Loading weights: shape and type checks per tensor, then upload to the backend.
+#include "engine/model.h"
+
+#include <cstring>
+
+namespace prefixd {
+namespace {
+
+Result<WeightType> weight_type(const GgufTensorInfo& t) {
+  switch (t.type) {
+    case GgmlType::F32: return WeightType::F32;
+    case GgmlType::F16: return WeightType::F16;
+    case GgmlType::BF16: return WeightType::BF16;
+    case GgmlType::Q8_0: return WeightType::Q8_0;
+  }
+  return Status::error("tensor '" + t.name + "' has unsupported type");
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Model>> Model::load(std::shared_ptr<GgufFile> file, Backend& backend) {
+  Result<ModelConfig> config = load_model_config(*file);
+  if (!config.ok()) return config.status();
+  std::unique_ptr<Model> m(new Model());
+  m->config_ = *config;
+  m->file_ = std::move(file);
+  m->backend_ = &backend;
+  if (Status s = m->load_weights(); !s.ok()) return s;
+  return m;
+}
+
+Model::~Model() {
+  layers_.clear();
+  token_embd_.reset();
+  output_.reset();
+  for (void* p : owned_buffers_) backend_->free(p);
+}
+
+Result<std::unique_ptr<Matrix>> Model::matrix(const std::string& name, int64_t rows, int64_t cols) {
+  const GgufTensorInfo* t = file_->find_tensor(name);
+  if (!t) return Status::error("tensor '" + name + "' is missing");
+  if (t->dims.size() != 2 || t->dims[0] != cols || t->dims[1] != rows) {
+    std::string got;
+    for (int64_t d : t->dims) got += (got.empty() ? "" : ", ") + std::to_string(d);
+    return Status::error("tensor '" + name + "' has shape [" + got + "], expected [" +
+                         std::to_string(cols) + ", " + std::to_string(rows) + "]");
+  }
+  Result<WeightType> type = weight_type(*t);
+  if (!type.ok()) return type.status();
+  return backend_->upload_matrix(*type, rows, cols, t->data, /*host_data_outlives=*/true);
+}
+
+Result<float*> Model::vector(const std::string& name, int64_t n) {
+  const GgufTensorInfo* t = file_->find_tensor(name);
+  if (!t) return Status::error("tensor '" + name + "' is missing");
+  if (t->dims.size() != 1 || t->dims[0] != n) {
+    return Status::error("tensor '" + name + "' must have shape [" + std::to_string(n) + "]");
+  }
+  std::vector<float> host(n);  // (n) f32
+  const uint8_t* src = t->data;
+  for (int64_t i = 0; i < n; ++i) {
+    uint16_t h;
+    switch (t->type) {
+      case GgmlType::F32: std::memcpy(&host[i], src + 4 * i, 4); break;
+      case GgmlType::F16: std::memcpy(&h, src + 2 * i, 2); host[i] = f16_to_f32(h); break;
+      case GgmlType::BF16: std::memcpy(&h, src + 2 * i, 2); host[i] = bf16_to_f32(h); break;
+      default: return Status::error("tensor '" + name + "' must be F32, F16 or BF16");
+    }
+  }
+  float* dev = static_cast<float*>(backend_->alloc(n * sizeof(float)));
+  owned_buffers_.push_back(dev);
+  backend_->upload(dev, host.data(), n * sizeof(float));
+  return dev;
+}
+
+Status Model::load_weights() {
+  const ModelConfig& c = config_;
+  const int64_t q_dim = static_cast<int64_t>(c.n_heads) * c.head_dim;
+  const int64_t kv_dim = static_cast<int64_t>(c.n_kv_heads) * c.head_dim;
+#define PREFIXD_TRY_ASSIGN(dst, expr) \
+  do {                                \
+    auto r_ = (expr);                 \
+    if (!r_.ok()) return r_.status(); \
+    dst = std::move(r_.value());      \
+  } while (0)
+  PREFIXD_TRY_ASSIGN(token_embd_, matrix("token_embd.weight", c.n_vocab, c.n_embd));
+  if (!c.tied_output) PREFIXD_TRY_ASSIGN(output_, matrix("output.weight", c.n_vocab, c.n_embd));
+  PREFIXD_TRY_ASSIGN(output_norm_, vector("output_norm.weight", c.n_embd));
+  layers_.resize(c.n_layers);
+  for (int i = 0; i < c.n_layers; ++i) {
+    LayerWeights& l = layers_[i];
+    const std::string b = "blk." + std::to_string(i) + ".";
+    PREFIXD_TRY_ASSIGN(l.attn_norm, vector(b + "attn_norm.weight", c.n_embd));
+    PREFIXD_TRY_ASSIGN(l.wq, matrix(b + "attn_q.weight", q_dim, c.n_embd));
+    PREFIXD_TRY_ASSIGN(l.wk, matrix(b + "attn_k.weight", kv_dim, c.n_embd));
+    PREFIXD_TRY_ASSIGN(l.wv, matrix(b + "attn_v.weight", kv_dim, c.n_embd));
+    PREFIXD_TRY_ASSIGN(l.wo, matrix(b + "attn_output.weight", c.n_embd, q_dim));
+    if (c.has_qkv_bias) {
+      PREFIXD_TRY_ASSIGN(l.bq, vector(b + "attn_q.bias", q_dim));
+      PREFIXD_TRY_ASSIGN(l.bk, vector(b + "attn_k.bias", kv_dim));
+      PREFIXD_TRY_ASSIGN(l.bv, vector(b + "attn_v.bias", kv_dim));
+    }
+    PREFIXD_TRY_ASSIGN(l.ffn_norm, vector(b + "ffn_norm.weight", c.n_embd));
+    PREFIXD_TRY_ASSIGN(l.w_gate, matrix(b + "ffn_gate.weight", c.n_ff, c.n_embd));
+    PREFIXD_TRY_ASSIGN(l.w_up, matrix(b + "ffn_up.weight", c.n_ff, c.n_embd));
+    PREFIXD_TRY_ASSIGN(l.w_down, matrix(b + "ffn_down.weight", c.n_embd, c.n_ff));
+  }
+#undef PREFIXD_TRY_ASSIGN
+  return Status();
+}
+
+}  // namespace prefixd

@@ -1,0 +1,65 @@
+// A loaded model: its configuration and its weights held by a backend.
+// Immutable after load; used by the engine thread only (backends are not
+// thread-safe).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "engine/gguf.h"
+#include "engine/model_config.h"
+#include "kernels/backend.h"
+
+namespace prefixd {
+
+struct LayerWeights {
+  float* attn_norm = nullptr;        // (n_embd) f32, backend memory
+  std::unique_ptr<Matrix> wq;        // (n_heads * head_dim, n_embd)
+  std::unique_ptr<Matrix> wk;        // (n_kv_heads * head_dim, n_embd)
+  std::unique_ptr<Matrix> wv;        // (n_kv_heads * head_dim, n_embd)
+  std::unique_ptr<Matrix> wo;        // (n_embd, n_heads * head_dim)
+  float* bq = nullptr;               // (n_heads * head_dim) f32, qwen2 only
+  float* bk = nullptr;               // (n_kv_heads * head_dim) f32, qwen2 only
+  float* bv = nullptr;               // (n_kv_heads * head_dim) f32, qwen2 only
+  float* ffn_norm = nullptr;         // (n_embd) f32
+  std::unique_ptr<Matrix> w_gate;    // (n_ff, n_embd)
+  std::unique_ptr<Matrix> w_up;      // (n_ff, n_embd)
+  std::unique_ptr<Matrix> w_down;    // (n_embd, n_ff)
+};
+
+class Model {
+ public:
+  // Validates the configuration and every tensor's shape and type, then
+  // uploads the weights. `file` must stay alive while the model lives (CPU
+  // weights may point into its mapping).
+  static Result<std::unique_ptr<Model>> load(std::shared_ptr<GgufFile> file, Backend& backend);
+  ~Model();
+
+  const ModelConfig& config() const { return config_; }
+  const GgufFile& file() const { return *file_; }
+  Backend& backend() const { return *backend_; }
+
+  const Matrix& token_embd() const { return *token_embd_; }  // (n_vocab, n_embd)
+  const Matrix& output() const { return output_ ? *output_ : *token_embd_; }  // (n_vocab, n_embd)
+  const float* output_norm() const { return output_norm_; }  // (n_embd) f32
+  const LayerWeights& layer(int i) const { return layers_[i]; }
+
+ private:
+  Model() = default;
+  Status load_weights();
+  Result<std::unique_ptr<Matrix>> matrix(const std::string& name, int64_t rows, int64_t cols);
+  Result<float*> vector(const std::string& name, int64_t n);
+
+  ModelConfig config_;
+  std::shared_ptr<GgufFile> file_;
+  Backend* backend_ = nullptr;
+  std::vector<void*> owned_buffers_;  // backend allocations freed on destruction
+  std::unique_ptr<Matrix> token_embd_;
+  std::unique_ptr<Matrix> output_;  // null when tied
+  float* output_norm_ = nullptr;
+  std::vector<LayerWeights> layers_;
+};
+
+}  // namespace prefixd
