@@ -1,0 +1,139 @@
+// Test support: llama.cpp reference outputs for the models in ../shared/models
+// (format in ../shared/models/README.md), and a single-sequence runner over the
+// forward pass with a contiguous block table.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/batch_builder.h"
+#include "engine/forward.h"
+#include "engine/gguf.h"
+#include "engine/model.h"
+#include "kernels/backend.h"
+
+namespace prefixd::testing {
+
+inline std::string shared_path(const std::string& rel) { return std::string(PREFIXD_SHARED_DIR) + "/" + rel; }
+
+struct GoldenPosition {
+  int32_t pos = 0;
+  double logsumexp = 0;
+  std::vector<std::pair<int32_t, float>> top;  // (token id, logit), best first
+  std::vector<float> logits;                   // full vector for short cases, else empty
+};
+
+struct GoldenCase {
+  std::string name;
+  std::vector<int32_t> ids;
+  std::vector<GoldenPosition> positions;
+  std::vector<int32_t> greedy_ids;
+  std::vector<float> greedy_top2_gaps;
+};
+
+struct GoldenModel {
+  std::string model_file;  // path of the .gguf
+  float logit_tol = 0;     // tolerance with an F32 KV cache
+  int32_t n_vocab = 0;
+  std::vector<GoldenCase> cases;
+  nlohmann::json raw;
+};
+
+inline GoldenModel load_golden(const std::string& name, float logit_tol) {
+  GoldenModel g;
+  g.model_file = shared_path("models/" + name + ".gguf");
+  g.logit_tol = logit_tol;
+  std::ifstream in(shared_path("models/golden/" + name + ".json"));
+  g.raw = nlohmann::json::parse(in);
+  g.n_vocab = g.raw["n_vocab"].get<int32_t>();
+  for (const auto& c : g.raw["cases"]) {
+    GoldenCase gc;
+    gc.name = c["name"].get<std::string>();
+    gc.ids = c["ids"].get<std::vector<int32_t>>();
+    gc.greedy_ids = c["greedy_ids"].get<std::vector<int32_t>>();
+    gc.greedy_top2_gaps = c["greedy_top2_gaps"].get<std::vector<float>>();
+    for (const auto& p : c["positions"]) {
+      GoldenPosition gp;
+      gp.pos = p["pos"].get<int32_t>();
+      gp.logsumexp = p["logsumexp"].get<double>();
+      for (const auto& t : p["top"]) gp.top.emplace_back(t[0].get<int32_t>(), t[1].get<float>());
+      if (p.contains("logits")) gp.logits = p["logits"].get<std::vector<float>>();
+      gc.positions.push_back(std::move(gp));
+    }
+    g.cases.push_back(std::move(gc));
+  }
+  return g;
+}
+
+// The three shared models with their README tolerances (F32 KV cache).
+inline std::vector<std::pair<std::string, float>> golden_models() {
+  return {{"stories260K", 1e-3f}, {"rand-mqa-f16", 2e-2f}, {"rand-qwen2-bf16", 0.15f}};
+}
+
+// Largest deviation of `logits` (n_vocab) from the reference at one position:
+// the full vector when the reference has it, else the top-10 logits and the
+// logsumexp.
+inline double logit_error(const GoldenPosition& ref, const float* logits, int32_t n_vocab) {
+  double err = 0;
+  if (!ref.logits.empty()) {
+    for (int32_t i = 0; i < n_vocab; ++i) err = std::max(err, std::fabs(double(logits[i]) - ref.logits[i]));
+    return err;
+  }
+  for (const auto& [id, logit] : ref.top) err = std::max(err, std::fabs(double(logits[id]) - logit));
+  double m = *std::max_element(logits, logits + n_vocab);
+  double s = 0;
+  for (int32_t i = 0; i < n_vocab; ++i) s += std::exp(double(logits[i]) - m);
+  return std::max(err, std::fabs(m + std::log(s) - ref.logsumexp));
+}
+
+inline int32_t argmax(const float* logits, int32_t n) {
+  return static_cast<int32_t>(std::max_element(logits, logits + n) - logits);
+}
+
+// Runs one sequence over a contiguous block table; the KV of earlier calls
+// stays in the pool, so a sequence can be computed in pieces.
+class SequenceRunner {
+ public:
+  SequenceRunner(const Model& model, DType kv_dtype, int32_t max_len, int32_t block_size = 16)
+      : model_(model), block_size_(block_size), fwd_(model, std::max(max_len, 1), std::max(max_len, 1)) {
+    const ModelConfig& c = model.config();
+    KvGeometry g;
+    g.n_layers = c.n_layers;
+    g.n_blocks = (max_len + block_size - 1) / block_size + 1;
+    g.block_size = block_size;
+    g.n_kv_heads = c.n_kv_heads;
+    g.head_dim = c.head_dim;
+    g.dtype = kv_dtype;
+    pool_ = model.backend().allocate_kv_pool(g).value();
+    // Reversed block order, so that reading through the table is really exercised.
+    table_.resize(g.n_blocks);
+    for (int32_t i = 0; i < g.n_blocks; ++i) table_[i] = g.n_blocks - 1 - i;
+  }
+  ~SequenceRunner() { model_.backend().free_kv_pool(pool_); }
+
+  // Computes tokens at positions [pos0, pos0 + n); returns the logits of
+  // every row (all = true) or of the last one: (rows, n_vocab).
+  std::vector<float> run(const std::vector<int32_t>& tokens, int32_t pos0, bool all) {
+    BatchBuilder b(block_size_);
+    b.add(tokens, pos0, table_, all ? LogitsWanted::kAll : LogitsWanted::kLast);
+    std::vector<float> logits;
+    fwd_.run(b.batch(), pool_, &logits);
+    return logits;
+  }
+
+ private:
+  const Model& model_;
+  int32_t block_size_;
+  ForwardPass fwd_;
+  KvPool pool_;
+  std::vector<int32_t> table_;
+};
+
+}  // namespace prefixd::testing
