@@ -1,0 +1,24 @@
+// `prefixd generate`: one prompt in, its continuation out, with prefill and
+// decode speed; no server. Useful to try a model and for scripts (--json).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace prefixd {
+
+struct GenerateOptions {
+  std::string model = "demo";
+  std::string cache_dir;
+  std::string prompt;                // text (needs the model's tokenizer)
+  std::vector<int32_t> prompt_ids;   // or token ids
+  int32_t n_predict = 64;
+  int32_t n_threads = 2;
+  std::string kv_dtype = "f32";
+  bool json = false;
+};
+
+// Returns the process exit code.
+int run_generate(const GenerateOptions& opts);
+
+}  // namespace prefixd

@@ -1,0 +1,87 @@
+// prefixd: the command line. `prefixd generate` runs one prompt;
+// `prefixd gen-model` writes a generated test model.
+#include <cstdio>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "daemon/generate_command.h"
+#include "daemon/model_source.h"
+#include "engine/model_presets.h"
+
+namespace {
+
+std::vector<int32_t> parse_ids(const std::string& s, std::string* error) {
+  std::vector<int32_t> ids;
+  size_t i = 0;
+  while (i < s.size()) {
+    size_t j = s.find(',', i);
+    if (j == std::string::npos) j = s.size();
+    std::string part = s.substr(i, j - i);
+    try {
+      size_t used = 0;
+      long v = std::stol(part, &used);
+      if (used != part.size() || v < INT32_MIN || v > INT32_MAX) throw std::invalid_argument(part);
+      ids.push_back(static_cast<int32_t>(v));
+    } catch (...) {
+      *error = "--prompt-ids: '" + part + "' is not a token id";
+      return {};
+    }
+    i = j + 1;
+  }
+  return ids;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"prefixd: LLM inference daemon with a tiered prompt-prefix KV cache"};
+  app.require_subcommand(1);
+
+  prefixd::GenerateOptions gen;
+  gen.cache_dir = prefixd::default_cache_dir();
+  std::string prompt_ids;
+  CLI::App* g = app.add_subcommand("generate", "greedy continuation of one prompt");
+  g->add_option("--model,-m", gen.model, "GGUF file, `demo`, or preset:NAME[:f32|f16|bf16]")
+      ->capture_default_str();
+  g->add_option("--prompt,-p", gen.prompt, "prompt text");
+  g->add_option("--prompt-ids", prompt_ids, "prompt as comma-separated token ids");
+  g->add_option("-n,--n-predict", gen.n_predict, "tokens to generate")->capture_default_str();
+  g->add_option("--threads,-t", gen.n_threads, "compute threads")->check(CLI::Range(1, 256))->capture_default_str();
+  g->add_option("--kv-dtype", gen.kv_dtype, "KV cache type: f32, f16, bf16")
+      ->check(CLI::IsMember({"f32", "f16", "bf16"}))->capture_default_str();
+  g->add_option("--cache-dir", gen.cache_dir, "where generated models are kept")->capture_default_str();
+  g->add_flag("--json", gen.json, "print one JSON object");
+
+  std::string preset, dtype = "bf16", out;
+  CLI::App* gm = app.add_subcommand("gen-model", "write a generated test model (deterministic weights)");
+  gm->add_option("--preset", preset, "tiny, smol-135m, demo")->required();
+  gm->add_option("--dtype", dtype, "f32, f16, bf16")->check(CLI::IsMember({"f32", "f16", "bf16"}))->capture_default_str();
+  gm->add_option("--out,-o", out, "output path")->required();
+
+  CLI11_PARSE(app, argc, argv);
+
+  if (g->parsed()) {
+    if (!prompt_ids.empty()) {
+      std::string err;
+      gen.prompt_ids = parse_ids(prompt_ids, &err);
+      if (!err.empty()) {
+        std::fprintf(stderr, "prefixd generate: %s\n", err.c_str());
+        return 2;
+      }
+    }
+    return prefixd::run_generate(gen);
+  }
+  if (gm->parsed()) {
+    prefixd::WeightType t = dtype == "f32" ? prefixd::WeightType::F32
+                            : dtype == "f16" ? prefixd::WeightType::F16 : prefixd::WeightType::BF16;
+    prefixd::Status s = prefixd::write_preset_model(preset, t, out);
+    if (!s.ok()) {
+      std::fprintf(stderr, "prefixd gen-model: %s\n", s.message().c_str());
+      return 1;
+    }
+    std::printf("wrote %s\n", out.c_str());
+    return 0;
+  }
+  return 0;
+}

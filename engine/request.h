@@ -1,0 +1,94 @@
+// What callers hand to the engine (a Request) and what they get back (a
+// RequestChannel of events). The channel is the only meeting point between
+// an HTTP worker thread and the engine thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/sampler.h"
+
+namespace prefixd {
+
+enum class RequestKind : uint8_t {
+  kGenerate,  // prefill then decode
+  kPrefetch,  // compute (or restore) the prompt's full blocks, generate nothing
+};
+
+struct Request {
+  RequestKind kind = RequestKind::kGenerate;
+  std::vector<int32_t> prompt;          // token ids, already validated against the vocabulary
+  SamplingParams sampling;
+  int32_t max_tokens = 16;              // generated tokens at most
+  std::vector<std::string> stop;        // stop strings (text)
+  bool ignore_eos = false;
+  std::string cache_salt;               // tenant isolation of cached blocks
+};
+
+enum class FinishReason : uint8_t { kNone, kStop, kLength, kCancelled, kError };
+const char* finish_reason_name(FinishReason r);
+
+// Where a request's prompt tokens came from, and how long each phase took.
+struct Usage {
+  int32_t prompt_tokens = 0;
+  int32_t completion_tokens = 0;
+  int32_t cached_tokens = 0;     // device + host + disk
+  int32_t device_tokens = 0;     // matched in the device pool
+  int32_t host_tokens = 0;       // onboarded from host RAM
+  int32_t disk_tokens = 0;       // onboarded from disk
+  int32_t prefill_tokens = 0;    // prompt tokens computed (prompt_tokens - cached_tokens, plus recompute after preemption)
+  std::string restore_path = "none";  // "none", "restore" or "recompute"
+  double queue_ms = 0;           // submit -> admitted
+  double restore_ms = 0;         // waiting for tier onboarding
+  double prefill_ms = 0;         // admitted -> first token sampled (excluding restore)
+  double ttft_ms = 0;            // submit -> first token
+  double decode_ms = 0;          // first token -> finish
+};
+
+struct EngineEvent {
+  enum class Type : uint8_t { kToken, kFinished, kError } type = Type::kToken;
+  int32_t token = -1;      // kToken
+  std::string text;        // kToken: text that became safe to emit (may be empty); kFinished: any held-back text
+  FinishReason finish = FinishReason::kNone;  // kFinished
+  Usage usage;             // kFinished
+  std::string error;       // kError
+};
+
+// A single-producer (engine) / single-consumer (HTTP worker) event queue plus
+// a cancel flag the consumer may set at any time.
+class RequestChannel {
+ public:
+  void push(EngineEvent e) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      events_.push_back(std::move(e));
+    }
+    cv_.notify_one();
+  }
+  // Waits up to `timeout` for at least one event; returns all pending events.
+  std::vector<EngineEvent> wait(std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, timeout, [&] { return !events_.empty(); });
+    std::vector<EngineEvent> out(std::make_move_iterator(events_.begin()),
+                                 std::make_move_iterator(events_.end()));
+    events_.clear();
+    return out;
+  }
+  void cancel() { cancelled_.store(true); }
+  bool cancelled() const { return cancelled_.load(); }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<EngineEvent> events_;
+  std::atomic<bool> cancelled_{false};
+};
+
+}  // namespace prefixd

@@ -1,0 +1,132 @@
+// Forward-pass benchmark (prints numbers; not a test): prefill tokens/s at 512
+// and 2048 prompt tokens (computed in chunks of --chunk tokens, like
+// llama-bench's ubatch) and decode tokens/s over 128 tokens from an empty
+// context, on generated models, like `llama-bench -p 512,2048 -n 128`.
+//
+// Usage: bench_forward [--threads N] [--models smol-135m:f32,smol-135m:bf16,tiny:f32,tiny:bf16]
+//                      [--reps R] [--chunk 512] [--kv f16]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "engine/batch_builder.h"
+#include "engine/forward.h"
+#include "engine/model.h"
+#include "engine/model_presets.h"
+
+using namespace prefixd;
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  size_t i = 0;
+  while (i <= s.size()) {
+    size_t j = s.find(sep, i);
+    if (j == std::string::npos) j = s.size();
+    out.push_back(s.substr(i, j - i));
+    i = j + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int threads = 2, reps = 3, chunk = 512;
+  std::string models = "smol-135m:f32,smol-135m:bf16,tiny:f32,tiny:bf16";
+  std::string kv_name = "f16";
+  std::vector<int> prompt_lens = {512, 2048};
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string a = argv[i];
+    if (a == "--threads") threads = std::atoi(argv[i + 1]);
+    else if (a == "--models") models = argv[i + 1];
+    else if (a == "--reps") reps = std::atoi(argv[i + 1]);
+    else if (a == "--chunk") chunk = std::atoi(argv[i + 1]);
+    else if (a == "--kv") kv_name = argv[i + 1];
+  }
+  DType kv = kv_name == "f32" ? DType::F32 : kv_name == "bf16" ? DType::BF16 : DType::F16;
+  std::string dir = std::filesystem::temp_directory_path() / "prefixd-bench-models";
+  std::filesystem::create_directories(dir);
+  std::unique_ptr<Backend> backend = make_cpu_backend(threads);
+  std::printf("%-16s %-6s %10s %10s %10s   (threads %d, kv %s, chunk %d)\n", "model", "type", "pp512",
+              "pp2048", "tg128", threads, kv_name.c_str(), chunk);
+  for (const std::string& spec : split(models, ',')) {
+    std::vector<std::string> parts = split(spec, ':');
+    std::string preset = parts[0], type = parts.size() > 1 ? parts[1] : "f32";
+    WeightType wt = type == "bf16" ? WeightType::BF16 : type == "f16" ? WeightType::F16 : WeightType::F32;
+    std::string path = dir + "/" + preset + "-" + type + ".gguf";
+    if (!std::filesystem::exists(path)) {
+      if (Status s = write_preset_model(preset, wt, path); !s.ok()) {
+        std::fprintf(stderr, "%s\n", s.message().c_str());
+        return 1;
+      }
+    }
+    auto file = GgufFile::open(path);
+    if (!file.ok()) {
+      std::fprintf(stderr, "%s\n", file.message().c_str());
+      return 1;
+    }
+    auto model = Model::load(file.value(), *backend).value();
+    const ModelConfig& c = model->config();
+    KvGeometry g;
+    g.n_layers = c.n_layers;
+    g.block_size = 16;
+    g.n_blocks = 2048 / 16 + 16;
+    g.n_kv_heads = c.n_kv_heads;
+    g.head_dim = c.head_dim;
+    g.dtype = kv;
+    KvPool pool = backend->allocate_kv_pool(g).value();
+    std::vector<int32_t> table(g.n_blocks);
+    for (int32_t i = 0; i < g.n_blocks; ++i) table[i] = i;
+    ForwardPass fwd(*model, chunk, 1);
+    std::vector<float> logits;
+    BatchBuilder b(16);
+    std::vector<double> results;
+    for (int n_prompt : prompt_lens) {
+      std::vector<int32_t> tokens(n_prompt);
+      for (int i = 0; i < n_prompt; ++i) tokens[i] = 3 + (i * 7919) % (c.n_vocab - 3);
+      double best = 1e30;
+      for (int r = 0; r < reps; ++r) {
+        double t0 = now_s();
+        for (int p = 0; p < n_prompt; p += chunk) {
+          int n = std::min(chunk, n_prompt - p);
+          b.clear();
+          b.add(std::span<const int32_t>(tokens.data() + p, n), p, table,
+                p + n == n_prompt ? LogitsWanted::kLast : LogitsWanted::kNone);
+          fwd.run(b.batch(), pool, &logits);
+        }
+        best = std::min(best, now_s() - t0);
+      }
+      results.push_back(n_prompt / best);
+    }
+    {
+      double best = 1e30;
+      for (int r = 0; r < reps; ++r) {
+        int32_t tok = 1;
+        double t0 = now_s();
+        for (int i = 0; i < 128; ++i) {
+          b.clear();
+          b.add(std::span<const int32_t>(&tok, 1), i, table, LogitsWanted::kLast);
+          fwd.run(b.batch(), pool, &logits);
+          tok = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+        }
+        best = std::min(best, now_s() - t0);
+      }
+      results.push_back(128 / best);
+    }
+    std::printf("%-16s %-6s %10.1f %10.1f %10.1f\n", preset.c_str(), type.c_str(), results[0], results[1],
+                results[2]);
+    std::fflush(stdout);
+    backend->free_kv_pool(pool);
+  }
+  return 0;
+}
