@@ -1,0 +1,404 @@
+// DiskTier on RocksDB. The in-memory index (key -> last access, size) is
+// rebuilt at open from the small "access" column family, so opening never
+// reads the blob values, and contains() answers without I/O.
+#include "storage/disk_tier.h"
+
+#include <rocksdb/db.h>
+#include <rocksdb/options.h>
+#include <rocksdb/slice.h>
+#include <rocksdb/write_batch.h>
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+
+namespace prefixd {
+namespace {
+
+constexpr char kAccessFamily[] = "access";
+constexpr char kMetaFamily[] = "meta";
+constexpr char kSecretKey[] = "deployment_secret";
+constexpr char kLayoutKey[] = "layout_version";
+constexpr char kLayoutVersion[] = "prefixd-disk-tier-1";
+
+void put_be64(uint8_t* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (56 - 8 * i));
+}
+void put_le64(uint8_t* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+uint64_t get_le64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
+rocksdb::Slice key_slice(const DiskTier::Key& k) {
+  return rocksdb::Slice(reinterpret_cast<const char*>(k.data()), k.size());
+}
+
+// Access value: (access_seq u64 LE, record_bytes u64 LE).
+std::array<uint8_t, 16> access_value(uint64_t seq, uint64_t record_bytes) {
+  std::array<uint8_t, 16> v;
+  put_le64(v.data(), seq);
+  put_le64(v.data() + 8, record_bytes);
+  return v;
+}
+
+rocksdb::Slice bytes_slice(const uint8_t* p, size_t n) {
+  return rocksdb::Slice(reinterpret_cast<const char*>(p), n);
+}
+
+rocksdb::WriteOptions no_wal() {
+  rocksdb::WriteOptions wo;
+  wo.disableWAL = true;
+  return wo;
+}
+
+Status rocks_error(const char* what, const rocksdb::Status& s) {
+  return Status::error(std::string("disk tier: ") + what + ": " + s.ToString());
+}
+
+}  // namespace
+
+size_t DiskTier::KeyHasher::operator()(const Key& k) const {
+  uint64_t a, b, c;
+  std::memcpy(&a, k.data(), 8);
+  std::memcpy(&b, k.data() + 8, 8);
+  std::memcpy(&c, k.data() + 16, 8);
+  return static_cast<size_t>(c ^ (b * 0x9E3779B97F4A7C15ull) ^ (a * 0xC2B2AE3D27D4EB4Full));
+}
+
+DiskTier::Key DiskTier::encode_key(const BlockKey& key) {
+  Key k;
+  put_be64(k.data(), key.namespace_id);
+  put_be64(k.data() + 8, key.block_hash.hi);
+  put_be64(k.data() + 16, key.block_hash.lo);
+  return k;
+}
+
+Result<std::unique_ptr<DiskTier>> DiskTier::open(const DiskTierOptions& options) {
+  if (options.path.empty()) return Status::error("disk tier: empty database path");
+  if (options.capacity_bytes == 0) return Status::error("disk tier: capacity_bytes is 0");
+  std::unique_ptr<DiskTier> tier(new DiskTier());
+  tier->options_ = options;
+  tier->stats_.capacity_bytes = options.capacity_bytes;
+
+  rocksdb::DBOptions db_options;
+  db_options.create_if_missing = true;
+  db_options.create_missing_column_families = true;
+  db_options.atomic_flush = true;  // families stay consistent with the WAL off
+  db_options.max_background_jobs = 2;
+  db_options.keep_log_file_num = 4;
+
+  rocksdb::ColumnFamilyOptions records_options;
+  records_options.enable_blob_files = true;
+  records_options.min_blob_size = options.min_blob_size;
+  records_options.blob_compression_type = rocksdb::kNoCompression;  // KV bytes do not compress
+  records_options.enable_blob_garbage_collection = true;  // reclaim space of evicted blobs
+  rocksdb::ColumnFamilyOptions small_options;
+
+  std::vector<rocksdb::ColumnFamilyDescriptor> families = {
+      {rocksdb::kDefaultColumnFamilyName, records_options},
+      {kAccessFamily, small_options},
+      {kMetaFamily, small_options},
+  };
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  rocksdb::Status s = rocksdb::DB::Open(db_options, options.path, families, &handles, &tier->db_);
+  if (!s.ok()) return rocks_error("open", s);
+  tier->records_cf_ = handles[0];
+  tier->access_cf_ = handles[1];
+  tier->meta_cf_ = handles[2];
+
+  Status st = tier->load_or_create_secret();
+  if (!st.ok()) return st;
+  st = tier->load_index();
+  if (!st.ok()) return st;
+  return tier;
+}
+
+DiskTier::~DiskTier() {
+  if (db_ == nullptr) return;
+  (void)flush();
+  for (auto* cf : {records_cf_, access_cf_, meta_cf_}) {
+    if (cf != nullptr) db_->DestroyColumnFamilyHandle(cf);
+  }
+  db_->Close();
+  delete db_;
+}
+
+Status DiskTier::load_or_create_secret() {
+  std::string value;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), meta_cf_, kLayoutKey, &value);
+  if (s.ok() && value != kLayoutVersion) {
+    return Status::error("disk tier: database layout '" + value + "' is not " + kLayoutVersion);
+  }
+  if (!s.ok() && !s.IsNotFound()) return rocks_error("read layout version", s);
+  s = db_->Get(rocksdb::ReadOptions(), meta_cf_, kSecretKey, &value);
+  if (s.ok() && value.size() == secret_.size()) {
+    std::memcpy(secret_.data(), value.data(), secret_.size());
+    return Status::ok_status();
+  }
+  if (!s.ok() && !s.IsNotFound()) return rocks_error("read deployment secret", s);
+  // First open (or a damaged secret: a new one only turns old keys into misses).
+  std::random_device rd;
+  for (size_t i = 0; i < secret_.size(); i += 4) {
+    const uint32_t r = rd();
+    std::memcpy(secret_.data() + i, &r, 4);
+  }
+  rocksdb::WriteBatch batch;
+  batch.Put(meta_cf_, kLayoutKey, kLayoutVersion);
+  batch.Put(meta_cf_, kSecretKey, bytes_slice(secret_.data(), secret_.size()));
+  rocksdb::WriteOptions durable;
+  durable.sync = true;  // the secret must survive a crash right after first start
+  s = db_->Write(durable, &batch);
+  if (!s.ok()) return rocks_error("write deployment secret", s);
+  s = db_->Flush(rocksdb::FlushOptions(), meta_cf_);
+  if (!s.ok()) return rocks_error("flush deployment secret", s);
+  return Status::ok_status();
+}
+
+Status DiskTier::load_index() {
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), access_cf_));
+  std::vector<std::string> bad_keys;
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    const rocksdb::Slice k = it->key();
+    const rocksdb::Slice v = it->value();
+    if (k.size() != sizeof(Key) || v.size() != 16) {
+      bad_keys.push_back(k.ToString());
+      continue;
+    }
+    Key key;
+    std::memcpy(key.data(), k.data(), key.size());
+    IndexEntry e;
+    e.access_seq = get_le64(reinterpret_cast<const uint8_t*>(v.data()));
+    e.record_bytes = get_le64(reinterpret_cast<const uint8_t*>(v.data()) + 8);
+    if (lru_.count(e.access_seq) != 0) {
+      bad_keys.push_back(k.ToString());  // a sequence is never reused; drop the duplicate
+      continue;
+    }
+    index_.emplace(key, e);
+    lru_.emplace(e.access_seq, key);
+    stats_.used_bytes += e.record_bytes;
+    next_seq_ = std::max(next_seq_, e.access_seq + 1);
+  }
+  if (!it->status().ok()) return rocks_error("scan access index", it->status());
+  stats_.blocks = index_.size();
+  for (const std::string& k : bad_keys) {
+    rocksdb::WriteBatch batch;
+    batch.Delete(access_cf_, k);
+    batch.Delete(records_cf_, k);
+    (void)db_->Write(no_wal(), &batch);
+  }
+  // A database written with a larger capacity: evict down to the new bound.
+  if (stats_.used_bytes > options_.capacity_bytes) {
+    rocksdb::WriteBatch batch;
+    while (stats_.used_bytes > options_.capacity_bytes && !lru_.empty()) {
+      const Key victim = lru_.begin()->second;
+      lru_.erase(lru_.begin());
+      stats_.used_bytes -= index_[victim].record_bytes;
+      index_.erase(victim);
+      ++stats_.evictions;
+      batch.Delete(records_cf_, key_slice(victim));
+      batch.Delete(access_cf_, key_slice(victim));
+    }
+    stats_.blocks = index_.size();
+    rocksdb::Status s = db_->Write(no_wal(), &batch);
+    if (!s.ok()) return rocks_error("evict at open", s);
+  }
+  return Status::ok_status();
+}
+
+Status DiskTier::put(const BlockKey& key, std::span<const uint8_t> record) {
+  const Key k = encode_key(key);
+  const uint64_t n_bytes = record.size();
+  std::lock_guard<std::mutex> write_lock(write_mu_);
+  rocksdb::WriteBatch batch;
+  uint64_t seq;
+  {
+    std::lock_guard<std::mutex> lock(index_mu_);
+    if (n_bytes > options_.capacity_bytes) {
+      ++stats_.declined;
+      return Status::ok_status();
+    }
+    // Replacing a key: its old bytes leave first.
+    auto old = index_.find(k);
+    if (old != index_.end()) {
+      stats_.used_bytes -= old->second.record_bytes;
+      lru_.erase(old->second.access_seq);
+      index_.erase(old);
+    }
+    while (stats_.used_bytes + n_bytes > options_.capacity_bytes) {
+      PREFIXD_CHECK(!lru_.empty(), "disk tier accounting: bytes used with no entries");
+      const Key victim = lru_.begin()->second;
+      lru_.erase(lru_.begin());
+      auto v = index_.find(victim);
+      stats_.used_bytes -= v->second.record_bytes;
+      index_.erase(v);
+      ++stats_.evictions;
+      batch.Delete(records_cf_, key_slice(victim));
+      batch.Delete(access_cf_, key_slice(victim));
+    }
+    stats_.blocks = index_.size();
+    seq = next_seq_++;
+  }
+  const auto access = access_value(seq, n_bytes);
+  batch.Put(records_cf_, key_slice(k), bytes_slice(record.data(), record.size()));
+  batch.Put(access_cf_, key_slice(k), bytes_slice(access.data(), access.size()));
+  rocksdb::Status s = db_->Write(no_wal(), &batch);
+  std::lock_guard<std::mutex> lock(index_mu_);
+  if (!s.ok()) {
+    ++stats_.io_errors;
+    return rocks_error("put", s);
+  }
+  index_[k] = IndexEntry{seq, n_bytes};
+  lru_.emplace(seq, k);
+  stats_.used_bytes += n_bytes;
+  stats_.blocks = index_.size();
+  ++stats_.inserts;
+  return Status::ok_status();
+}
+
+void DiskTier::remove_locked_write(const Key& k, bool count_corrupt) {
+  rocksdb::WriteBatch batch;
+  batch.Delete(records_cf_, key_slice(k));
+  batch.Delete(access_cf_, key_slice(k));
+  rocksdb::Status s = db_->Write(no_wal(), &batch);
+  std::lock_guard<std::mutex> lock(index_mu_);
+  if (!s.ok()) ++stats_.io_errors;
+  if (count_corrupt) ++stats_.corrupt_records;
+  auto it = index_.find(k);
+  if (it == index_.end()) return;
+  stats_.used_bytes -= it->second.record_bytes;
+  lru_.erase(it->second.access_seq);
+  index_.erase(it);
+  stats_.blocks = index_.size();
+}
+
+RecordPtr DiskTier::get(const BlockKey& key, const RecordExpectations* expected) {
+  const Key k = encode_key(key);
+  {
+    std::lock_guard<std::mutex> lock(index_mu_);
+    if (index_.count(k) == 0) {
+      ++stats_.misses;
+      return nullptr;
+    }
+  }
+  rocksdb::PinnableSlice value;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), records_cf_, key_slice(k), &value);
+  if (s.IsNotFound()) {  // lost in a crash (WAL off) or removed meanwhile
+    std::lock_guard<std::mutex> write_lock(write_mu_);
+    remove_locked_write(k, /*count_corrupt=*/false);
+    std::lock_guard<std::mutex> lock(index_mu_);
+    ++stats_.misses;
+    return nullptr;
+  }
+  if (!s.ok()) {
+    std::lock_guard<std::mutex> lock(index_mu_);
+    ++stats_.io_errors;
+    ++stats_.misses;
+    return nullptr;
+  }
+  // Copy first, then check the copy (it is hot in cache after the copy).
+  std::shared_ptr<RecordBuffer> record = RecordBuffer::allocate(value.size(), options_.allocator);
+  if (!record) {
+    std::lock_guard<std::mutex> lock(index_mu_);
+    ++stats_.misses;
+    return nullptr;
+  }
+  std::memcpy(record->mutable_data(), value.data(), value.size());
+  value.Reset();
+  BlockRecordView view;
+  RecordCheck check =
+      expected != nullptr
+          ? check_block_record(record->data(), record->size(), *expected, &view)
+          : check_block_record_integrity(record->data(), record->size(), &view);
+  if (check == RecordCheck::kOk &&
+      (view.info.namespace_seed != key.namespace_id || view.info.block_hash != key.block_hash)) {
+    check = RecordCheck::kBlockHash;
+  }
+  std::lock_guard<std::mutex> write_lock(write_mu_);
+  if (check != RecordCheck::kOk) {
+    remove_locked_write(k, /*count_corrupt=*/true);
+    std::lock_guard<std::mutex> lock(index_mu_);
+    ++stats_.misses;
+    return nullptr;
+  }
+  // Refresh the LRU position, in memory and in "access" (so it survives restart).
+  uint64_t seq = 0;
+  uint64_t n_bytes = 0;
+  {
+    std::lock_guard<std::mutex> lock(index_mu_);
+    ++stats_.hits;
+    auto it = index_.find(k);
+    if (it == index_.end()) return record;  // erased meanwhile: still a valid answer
+    lru_.erase(it->second.access_seq);
+    seq = next_seq_++;
+    it->second.access_seq = seq;
+    n_bytes = it->second.record_bytes;
+    lru_.emplace(seq, k);
+  }
+  const auto access = access_value(seq, n_bytes);
+  s = db_->Put(no_wal(), access_cf_, key_slice(k), bytes_slice(access.data(), access.size()));
+  if (!s.ok()) {
+    std::lock_guard<std::mutex> lock(index_mu_);
+    ++stats_.io_errors;
+  }
+  return record;
+}
+
+bool DiskTier::contains(const BlockKey& key) const {
+  const Key k = encode_key(key);
+  std::lock_guard<std::mutex> lock(index_mu_);
+  return index_.count(k) != 0;
+}
+
+bool DiskTier::erase(const BlockKey& key) {
+  const Key k = encode_key(key);
+  std::lock_guard<std::mutex> write_lock(write_mu_);
+  {
+    std::lock_guard<std::mutex> lock(index_mu_);
+    if (index_.count(k) == 0) return false;
+  }
+  remove_locked_write(k, /*count_corrupt=*/false);
+  return true;
+}
+
+Status DiskTier::clear() {
+  std::lock_guard<std::mutex> write_lock(write_mu_);
+  const std::string end(sizeof(Key) + 1, '\xff');  // above every 24-byte key
+  for (auto* cf : {records_cf_, access_cf_}) {
+    rocksdb::Status s = db_->DeleteRange(no_wal(), cf, rocksdb::Slice(), end);
+    if (!s.ok()) return rocks_error("clear", s);
+  }
+  std::lock_guard<std::mutex> lock(index_mu_);
+  index_.clear();
+  lru_.clear();
+  stats_.used_bytes = 0;
+  stats_.blocks = 0;
+  return Status::ok_status();
+}
+
+Status DiskTier::flush() {
+  rocksdb::FlushOptions fo;
+  fo.wait = true;
+  rocksdb::Status s = db_->Flush(fo, {records_cf_, access_cf_, meta_cf_});
+  if (!s.ok()) return rocks_error("flush", s);
+  return Status::ok_status();
+}
+
+DiskTierStats DiskTier::stats() const {
+  std::lock_guard<std::mutex> lock(index_mu_);
+  return stats_;
+}
+
+Status DiskTier::debug_overwrite_value(const BlockKey& key, std::span<const uint8_t> bytes) {
+  const Key k = encode_key(key);
+  std::lock_guard<std::mutex> write_lock(write_mu_);
+  rocksdb::Status s =
+      db_->Put(no_wal(), records_cf_, key_slice(k), bytes_slice(bytes.data(), bytes.size()));
+  if (!s.ok()) return rocks_error("debug overwrite", s);
+  return Status::ok_status();
+}
+
+}  // namespace prefixd

@@ -1,0 +1,130 @@
+// DiskTier: block records in a RocksDB database (BlobDB values, WAL off), with
+// byte-bounded approximate-LRU eviction and a per-deployment secret, both of
+// which survive restarts.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/result.h"
+#include "storage/block_record.h"
+
+namespace rocksdb {
+class DB;
+class ColumnFamilyHandle;
+}  // namespace rocksdb
+
+namespace prefixd {
+
+struct DiskTierOptions {
+  std::string path;                      // database directory (created if missing)
+  uint64_t capacity_bytes = 8ull << 30;  // bound on the sum of stored record sizes
+  uint64_t min_blob_size = 4096;         // values at least this big go to blob files
+  HostAllocator allocator = default_host_allocator();  // buffers returned by get()
+};
+
+struct DiskTierStats {
+  uint64_t capacity_bytes = 0;
+  uint64_t used_bytes = 0;  // sum of stored record sizes (logical; blob files may
+                            // hold garbage until RocksDB collects it)
+  uint64_t blocks = 0;
+  uint64_t hits = 0;             // get() returned a record that passed its checks
+  uint64_t misses = 0;           // get() found nothing, or a record that failed (below)
+  uint64_t evictions = 0;        // records removed by capacity
+  uint64_t corrupt_records = 0;  // records that failed a check: deleted, counted as misses
+  uint64_t io_errors = 0;        // RocksDB errors other than NotFound (treated as misses)
+  uint64_t inserts = 0;          // records written
+  uint64_t declined = 0;         // records larger than the whole capacity
+};
+
+// Thread-safety: every method may be called from any thread. contains(),
+// size queries and stats() only take a short in-memory lock and never wait on
+// RocksDB, so the engine thread may call them. put(), get(), erase() and
+// clear() do I/O and belong on tier I/O threads; mutations are serialized by
+// a write lock, reads of values run in parallel.
+//
+// Layout: column family "default" (blob files) maps key -> record bytes;
+// "access" maps key -> (last-access sequence u64 LE, record bytes u64 LE);
+// "meta" holds the deployment secret and the layout version. Keys are
+// namespace id (8 bytes big-endian) || block hash (hi then lo, 8 bytes
+// big-endian each). atomic_flush keeps the three families consistent with the
+// WAL off: a crash loses recent writes, never half of one.
+class DiskTier {
+ public:
+  using Key = std::array<uint8_t, 24>;
+  static Key encode_key(const BlockKey& key);
+
+  // Opens (or creates) the database and loads the key index from "access".
+  static Result<std::unique_ptr<DiskTier>> open(const DiskTierOptions& options);
+  // Flushes memtables (WAL is off) and closes the database.
+  ~DiskTier();
+  DiskTier(const DiskTier&) = delete;
+  DiskTier& operator=(const DiskTier&) = delete;
+
+  // 16 random bytes made on the first open of this directory, the same after
+  // every reopen. Mixed into namespace seeds so block keys stay valid.
+  const std::array<uint8_t, 16>& deployment_secret() const { return secret_; }
+
+  // Stores a record (overwrites the key), evicting least recently used
+  // records first so that used_bytes stays within capacity. A record larger
+  // than the capacity is declined: returns ok without storing it.
+  Status put(const BlockKey& key, std::span<const uint8_t> record);
+  // Reads a record and checks it: always its integrity and that it belongs to
+  // `key`; also every field of `expected` when not null. A record that fails
+  // is deleted and counted (corrupt_records) and the result is a miss
+  // (nullptr). A hit refreshes the key's LRU position.
+  RecordPtr get(const BlockKey& key, const RecordExpectations* expected);
+  // In-memory index only; never touches RocksDB.
+  bool contains(const BlockKey& key) const;
+  // Removes a record if present. Returns whether it was indexed.
+  bool erase(const BlockKey& key);
+  // Removes every record (keeps the deployment secret).
+  Status clear();
+  // Writes memtables to disk (all column families, atomically).
+  Status flush();
+  DiskTierStats stats() const;
+
+  // Test hook: replaces the stored value of `key` with raw bytes through
+  // RocksDB (bit flips, truncation), leaving the index as it is.
+  Status debug_overwrite_value(const BlockKey& key, std::span<const uint8_t> bytes);
+
+ private:
+  struct IndexEntry {
+    uint64_t access_seq = 0;
+    uint64_t record_bytes = 0;
+  };
+  struct KeyHasher {
+    size_t operator()(const Key& k) const;
+  };
+
+  DiskTier() = default;
+  Status load_index();
+  Status load_or_create_secret();
+  // Deletes a key's record and access entry and drops it from the index.
+  void remove_locked_write(const Key& key, bool count_corrupt);
+
+  DiskTierOptions options_;
+  rocksdb::DB* db_ = nullptr;
+  rocksdb::ColumnFamilyHandle* records_cf_ = nullptr;  // "default"
+  rocksdb::ColumnFamilyHandle* access_cf_ = nullptr;   // "access"
+  rocksdb::ColumnFamilyHandle* meta_cf_ = nullptr;     // "meta"
+  std::array<uint8_t, 16> secret_{};
+
+  std::mutex write_mu_;  // serializes every RocksDB mutation; taken before index_mu_
+
+  mutable std::mutex index_mu_;  // guards the members below
+  std::unordered_map<Key, IndexEntry, KeyHasher> index_;
+  std::map<uint64_t, Key> lru_;  // access_seq -> key, oldest first
+  uint64_t next_seq_ = 1;
+  DiskTierStats stats_;
+};
+
+}  // namespace prefixd

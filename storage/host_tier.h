@@ -1,0 +1,86 @@
+// HostTier: the host-RAM tier. A byte-bounded LRU of block records keyed by
+// (namespace id, block hash); evicted records go to a callback (the tier
+// manager offloads them to disk).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "storage/block_record.h"
+
+namespace prefixd {
+
+struct HostTierOptions {
+  uint64_t capacity_bytes = 1ull << 30;  // bound on the sum of record sizes held
+};
+
+struct HostTierStats {
+  uint64_t capacity_bytes = 0;
+  uint64_t used_bytes = 0;  // sum of RecordBuffer::size() of held records
+  uint64_t blocks = 0;
+  uint64_t hits = 0;       // lookup() found the key
+  uint64_t misses = 0;     // lookup() did not
+  uint64_t evictions = 0;  // records pushed out by capacity (not erase/clear)
+  uint64_t inserts = 0;    // records accepted
+  uint64_t declined = 0;   // records larger than the capacity
+};
+
+enum class HostInsert : uint8_t {
+  kInserted,        // now held, most recently used
+  kAlreadyPresent,  // key was held: kept the old record, marked most recently used
+  kDeclined,        // larger than the whole capacity; not held (not an error)
+};
+
+// Thread-safety: every method may be called from any thread. One mutex guards
+// the map and the LRU list; it is held only for O(1) map/list work (plus the
+// unlinking of evicted entries), never while the eviction callback runs or a
+// record is freed, so a lookup from the engine thread never waits on I/O.
+class HostTier {
+ public:
+  // Receives each record evicted by capacity, after the tier's lock is
+  // released, on the thread whose insert() caused the eviction.
+  using EvictCallback = std::function<void(const BlockKey& key, RecordPtr record)>;
+
+  explicit HostTier(const HostTierOptions& options);
+  HostTier(const HostTier&) = delete;
+  HostTier& operator=(const HostTier&) = delete;
+
+  // Set before concurrent use; may be empty (evicted records are dropped).
+  void set_evict_callback(EvictCallback callback);
+
+  // Inserts a record, evicting least recently used records until it fits.
+  // Declines (and succeeds) when the record is larger than the capacity.
+  HostInsert insert(const BlockKey& key, RecordPtr record);
+  // Returns the record and marks it most recently used; nullptr on a miss.
+  RecordPtr lookup(const BlockKey& key);
+  // Returns the record without touching LRU order or hit/miss counters.
+  RecordPtr peek(const BlockKey& key) const;
+  bool contains(const BlockKey& key) const;
+  // Removes a record (not counted as an eviction). Returns whether it was held.
+  bool erase(const BlockKey& key);
+  // Drops every record (not counted as evictions, no callback).
+  void clear();
+  HostTierStats stats() const;
+  // Keys from least to most recently used (tests and debugging).
+  std::vector<BlockKey> keys_lru_order() const;
+
+ private:
+  struct Entry {
+    BlockKey key;
+    RecordPtr record;
+  };
+  using LruList = std::list<Entry>;  // front = most recently used
+
+  const uint64_t capacity_bytes_;
+  EvictCallback on_evict_;
+  mutable std::mutex mu_;
+  LruList lru_;
+  std::unordered_map<BlockKey, LruList::iterator, BlockKeyHasher> map_;
+  HostTierStats stats_;
+};
+
+}  // namespace prefixd

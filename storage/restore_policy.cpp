@@ -1,0 +1,74 @@
+// RestorePolicy: exponentially averaged rates and a time comparison.
+#include "storage/restore_policy.h"
+
+#include "common/result.h"
+
+namespace prefixd {
+namespace {
+double blend(double old_value, double sample, double weight) {
+  return (1.0 - weight) * old_value + weight * sample;
+}
+}  // namespace
+
+const char* storage_tier_name(StorageTier tier) {
+  return tier == StorageTier::kHost ? "host" : "disk";
+}
+
+RestorePolicy::RestorePolicy(const RestorePolicyOptions& options)
+    : options_(options),
+      host_bytes_per_s_(options.host_bytes_per_s),
+      disk_bytes_per_s_(options.disk_bytes_per_s),
+      prefill_tokens_per_s_(options.prefill_tokens_per_s) {
+  PREFIXD_CHECK(options.block_bytes > 0, "RestorePolicy needs block_bytes");
+  PREFIXD_CHECK(options.host_bytes_per_s > 0 && options.disk_bytes_per_s > 0 &&
+                    options.prefill_tokens_per_s > 0,
+                "RestorePolicy seeds must be positive");
+  PREFIXD_CHECK(options.ema_weight > 0 && options.ema_weight <= 1, "ema_weight in (0, 1]");
+}
+
+void RestorePolicy::observe_restore(StorageTier tier, uint64_t n_bytes, double seconds) {
+  if (n_bytes < options_.min_observed_bytes || !(seconds > 0)) return;
+  const double rate = static_cast<double>(n_bytes) / seconds;
+  double& target = tier == StorageTier::kHost ? host_bytes_per_s_ : disk_bytes_per_s_;
+  target = blend(target, rate, options_.ema_weight);
+}
+
+void RestorePolicy::observe_prefill(int64_t n_tokens, double seconds) {
+  if (n_tokens < options_.min_observed_tokens || !(seconds > 0)) return;
+  prefill_tokens_per_s_ =
+      blend(prefill_tokens_per_s_, static_cast<double>(n_tokens) / seconds, options_.ema_weight);
+}
+
+double RestorePolicy::bytes_per_s(StorageTier tier) const {
+  return tier == StorageTier::kHost ? host_bytes_per_s_ : disk_bytes_per_s_;
+}
+
+RestoreDecision RestorePolicy::choose(int64_t n_blocks, StorageTier tier,
+                                      int64_t n_tokens) const {
+  return tier == StorageTier::kHost ? choose_chain(n_blocks, 0, n_tokens)
+                                    : choose_chain(0, n_blocks, n_tokens);
+}
+
+RestoreDecision RestorePolicy::choose_chain(int64_t n_host_blocks, int64_t n_disk_blocks,
+                                            int64_t n_tokens) const {
+  RestoreDecision d;
+  d.prefill_tokens_per_s = prefill_tokens_per_s_;
+  const double block_bytes = static_cast<double>(options_.block_bytes);
+  const double host_s = static_cast<double>(n_host_blocks) * block_bytes / host_bytes_per_s_;
+  const double disk_s = static_cast<double>(n_disk_blocks) * block_bytes / disk_bytes_per_s_;
+  const int64_t n_blocks = n_host_blocks + n_disk_blocks;
+  if (n_blocks <= 0) {
+    d.choice = RestoreChoice::kRecompute;
+    d.recompute_s = static_cast<double>(n_tokens) / prefill_tokens_per_s_;
+    return d;
+  }
+  d.restore_s = options_.restore_overhead_s + host_s + disk_s;
+  d.bytes_per_s = host_s + disk_s > 0
+                      ? static_cast<double>(n_blocks) * block_bytes / (host_s + disk_s)
+                      : 0;
+  d.recompute_s = static_cast<double>(n_tokens) / prefill_tokens_per_s_;
+  d.choice = d.restore_s <= d.recompute_s ? RestoreChoice::kRestore : RestoreChoice::kRecompute;
+  return d;
+}
+
+}  // namespace prefixd

@@ -1,0 +1,310 @@
+// TierManager: host inserts happen on the caller's thread (memory only); disk
+// writes and onboards are jobs for a small pool of I/O threads, onboards first
+// because a request is waiting on them.
+#include "storage/tier_manager.h"
+
+#include <chrono>
+#include <cstring>
+#include <random>
+
+namespace prefixd {
+namespace {
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+const char* write_policy_name(WritePolicy policy) {
+  return policy == WritePolicy::kWriteThrough ? "write-through" : "evict-only";
+}
+
+Result<WritePolicy> parse_write_policy(const std::string& name) {
+  if (name == "write-through") return WritePolicy::kWriteThrough;
+  if (name == "evict-only") return WritePolicy::kEvictOnly;
+  return Status::error("unknown write policy '" + name + "' (write-through or evict-only)");
+}
+
+TierManager::TierManager(const TierManagerOptions& options) : options_(options) {}
+
+Result<std::unique_ptr<TierManager>> TierManager::create(const TierManagerOptions& options) {
+  if (!options.geometry.valid()) return Status::error("tier manager: invalid block geometry");
+  if (options.n_io_threads < 1) return Status::error("tier manager: n_io_threads must be >= 1");
+  if (options.allocator.alloc == nullptr || options.allocator.free == nullptr) {
+    return Status::error("tier manager: allocator needs alloc and free");
+  }
+  std::unique_ptr<TierManager> tm(new TierManager(options));
+  tm->host_ = std::make_unique<HostTier>(HostTierOptions{options.host_capacity_bytes});
+  if (options.disk) {
+    DiskTierOptions disk_options = *options.disk;
+    disk_options.allocator = options.allocator;
+    auto disk = DiskTier::open(disk_options);
+    if (!disk.ok()) return disk.status();
+    tm->disk_ = std::move(disk).value();
+    tm->secret_ = tm->disk_->deployment_secret();
+  } else {
+    std::random_device rd;
+    for (size_t i = 0; i < tm->secret_.size(); i += 4) {
+      const uint32_t r = rd();
+      std::memcpy(tm->secret_.data() + i, &r, 4);
+    }
+  }
+  TierManager* self = tm.get();
+  // Host evictions go down to disk (under write-through they usually are there already).
+  tm->host_->set_evict_callback(
+      [self](const BlockKey& key, RecordPtr record) { self->queue_disk_write(key, std::move(record)); });
+  for (int32_t i = 0; i < options.n_io_threads; ++i) {
+    tm->io_threads_.emplace_back([self] { self->io_loop(); });
+  }
+  return tm;
+}
+
+TierManager::~TierManager() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  work_cv_.notify_all();
+  for (std::thread& t : io_threads_) t.join();
+  host_->set_evict_callback(nullptr);
+  disk_.reset();  // flushes and closes
+}
+
+std::shared_ptr<RecordBuffer> TierManager::start_record(uint64_t namespace_id,
+                                                        const Hash128& block_hash,
+                                                        const Hash128& parent_hash,
+                                                        std::span<const int32_t> token_ids) const {
+  PREFIXD_CHECK(token_ids.size() == static_cast<size_t>(options_.geometry.block_size),
+                "start_record needs block_size token ids");
+  BlockRecordInfo info;
+  info.model_fingerprint = options_.model_fingerprint;
+  info.namespace_seed = namespace_id;
+  info.geometry = options_.geometry;
+  info.block_hash = block_hash;
+  info.parent_hash = parent_hash;
+  return start_block_record(info, token_ids, options_.allocator);
+}
+
+void TierManager::queue_disk_write(const BlockKey& key, RecordPtr record) {
+  if (!disk_ || disk_->contains(key)) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (queued_disk_keys_.count(key) != 0) return;
+    if (pending_offload_bytes_ + record->size() > options_.max_pending_offload_bytes) {
+      ++counters_.offload_dropped;
+      return;
+    }
+    pending_offload_bytes_ += record->size();
+    queued_disk_keys_.insert(key);
+    offload_queue_.push_back(OffloadJob{key, std::move(record)});
+  }
+  work_cv_.notify_one();
+}
+
+void TierManager::offload(const BlockKey& key, RecordPtr record, OffloadReason reason) {
+  PREFIXD_CHECK(record != nullptr, "offload of a null record");
+  const bool write_through = options_.write_policy == WritePolicy::kWriteThrough;
+  if (reason == OffloadReason::kPublished && !write_through) return;
+  const uint64_t n_bytes = record->size();
+  const HostInsert inserted = host_->insert(key, record);
+  if (inserted == HostInsert::kInserted) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++counters_.offload_host_blocks;
+    counters_.offload_host_bytes += n_bytes;
+  }
+  // Disk: always under write-through; under evict-only only when the host
+  // cannot hold it (host evictions reach disk through the evict callback).
+  if (write_through || inserted == HostInsert::kDeclined) queue_disk_write(key, std::move(record));
+}
+
+RecordExpectations TierManager::expectations(const ChainQuery& query, size_t i) const {
+  const size_t block_size = static_cast<size_t>(options_.geometry.block_size);
+  RecordExpectations e;
+  e.info.model_fingerprint = options_.model_fingerprint;
+  e.info.namespace_seed = query.namespace_id;
+  e.info.geometry = options_.geometry;
+  e.info.block_hash = query.hashes[i];
+  e.info.parent_hash = i == 0 ? query.first_parent : query.hashes[i - 1];
+  e.token_ids = std::span<const int32_t>(query.token_ids).subspan(i * block_size, block_size);
+  return e;
+}
+
+ChainLookup TierManager::lookup_chain(const ChainQuery& query) const {
+  PREFIXD_CHECK(query.token_ids.size() ==
+                    query.hashes.size() * static_cast<size_t>(options_.geometry.block_size),
+                "ChainQuery needs block_size token ids per hash");
+  ChainLookup out;
+  for (size_t i = 0; i < query.hashes.size(); ++i) {
+    const BlockKey key{query.namespace_id, query.hashes[i]};
+    RecordPtr rec = host_->peek(key);
+    if (rec != nullptr) {
+      const RecordExpectations e = expectations(query, i);
+      if (check_block_record(rec->data(), rec->size(), e, nullptr, /*verify_payload=*/false) ==
+          RecordCheck::kOk) {
+        out.tiers.push_back(StorageTier::kHost);
+        ++out.n_host;
+        continue;
+      }
+    }
+    if (disk_ && disk_->contains(key)) {
+      out.tiers.push_back(StorageTier::kDisk);
+      ++out.n_disk;
+      continue;
+    }
+    break;
+  }
+  out.n_blocks = static_cast<int32_t>(out.tiers.size());
+  return out;
+}
+
+void TierManager::request_onboard(uint64_t request_id, ChainQuery query) {
+  PREFIXD_CHECK(query.token_ids.size() ==
+                    query.hashes.size() * static_cast<size_t>(options_.geometry.block_size),
+                "ChainQuery needs block_size token ids per hash");
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++counters_.onboard_requests;
+    onboard_queue_.push_back(OnboardJob{request_id, std::move(query), now_s()});
+  }
+  work_cv_.notify_one();
+}
+
+std::vector<OnboardCompletion> TierManager::poll_completions() {
+  std::vector<OnboardCompletion> out;
+  std::lock_guard<std::mutex> lock(completions_mu_);
+  out.swap(completions_);
+  return out;
+}
+
+void TierManager::set_completion_notifier(std::function<void()> notifier) {
+  std::lock_guard<std::mutex> lock(completions_mu_);
+  notifier_ = std::move(notifier);
+}
+
+void TierManager::io_loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    work_cv_.wait(lock, [this] {
+      return stopping_ || !onboard_queue_.empty() || !offload_queue_.empty();
+    });
+    if (onboard_queue_.empty() && offload_queue_.empty()) {
+      if (stopping_) return;
+      continue;
+    }
+    ++active_jobs_;
+    if (!onboard_queue_.empty()) {
+      OnboardJob job = std::move(onboard_queue_.front());
+      onboard_queue_.pop_front();
+      lock.unlock();
+      run_onboard(job);
+    } else {
+      OffloadJob job = std::move(offload_queue_.front());
+      offload_queue_.pop_front();
+      lock.unlock();
+      run_offload(job);
+      lock.lock();
+      pending_offload_bytes_ -= job.record->size();
+      queued_disk_keys_.erase(job.key);
+      lock.unlock();
+    }
+    lock.lock();
+    --active_jobs_;
+    if (active_jobs_ == 0 && onboard_queue_.empty() && offload_queue_.empty()) {
+      idle_cv_.notify_all();
+    }
+  }
+}
+
+void TierManager::run_offload(OffloadJob& job) {
+  if (disk_->contains(job.key)) return;
+  const Status s = disk_->put(job.key, job.record->bytes());
+  if (!s.ok()) return;  // counted by the disk tier (io_errors); a cache may drop writes
+  if (!disk_->contains(job.key)) return;  // declined (larger than capacity)
+  std::lock_guard<std::mutex> lock(mu_);
+  ++counters_.offload_disk_blocks;
+  counters_.offload_disk_bytes += job.record->size();
+}
+
+void TierManager::run_onboard(OnboardJob& job) {
+  OnboardCompletion c;
+  c.request_id = job.request_id;
+  c.n_requested = static_cast<int32_t>(job.query.hashes.size());
+  c.records.reserve(job.query.hashes.size());
+  for (size_t i = 0; i < job.query.hashes.size(); ++i) {
+    const BlockKey key{job.query.namespace_id, job.query.hashes[i]};
+    const RecordExpectations e = expectations(job.query, i);
+    const double t0 = now_s();
+    RecordPtr rec = host_->lookup(key);
+    if (rec != nullptr) {
+      if (check_block_record(rec->data(), rec->size(), e, nullptr) == RecordCheck::kOk) {
+        c.records.push_back(rec);
+        ++c.n_from_host;
+        c.host_bytes += rec->size();
+        c.host_seconds += now_s() - t0;
+        continue;
+      }
+      // A host record that fails: corrupted in memory or a hash collision. Drop it.
+      host_->erase(key);
+    }
+    if (disk_ == nullptr) break;
+    const double t1 = now_s();
+    rec = disk_->get(key, &e);  // checks everything; deletes and counts failures
+    if (rec == nullptr) break;
+    c.disk_seconds += now_s() - t1;
+    c.records.push_back(rec);
+    ++c.n_from_disk;
+    c.disk_bytes += rec->size();
+    host_->insert(key, rec);  // onboard to host too; may push host records to disk
+  }
+  c.elapsed_s = now_s() - job.enqueue_time_s;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    counters_.onboard_host_blocks += c.n_from_host;
+    counters_.onboard_disk_blocks += c.n_from_disk;
+    counters_.onboard_bytes += c.host_bytes + c.disk_bytes;
+  }
+  std::function<void()> notifier;
+  {
+    std::lock_guard<std::mutex> lock(completions_mu_);
+    completions_.push_back(std::move(c));
+    notifier = notifier_;
+  }
+  if (notifier) notifier();
+}
+
+void TierManager::wait_idle() {
+  std::unique_lock<std::mutex> lock(mu_);
+  idle_cv_.wait(lock, [this] {
+    return active_jobs_ == 0 && onboard_queue_.empty() && offload_queue_.empty();
+  });
+}
+
+Status TierManager::clear() {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (const OffloadJob& job : offload_queue_) pending_offload_bytes_ -= job.record->size();
+    offload_queue_.clear();
+    queued_disk_keys_.clear();
+    idle_cv_.wait(lock, [this] {
+      return active_jobs_ == 0 && onboard_queue_.empty() && offload_queue_.empty();
+    });
+  }
+  host_->clear();
+  if (disk_) return disk_->clear();
+  return Status::ok_status();
+}
+
+TierManagerStats TierManager::stats() const {
+  TierManagerStats s;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    s = counters_;
+    s.pending_offload_bytes = pending_offload_bytes_;
+  }
+  s.host = host_->stats();
+  s.has_disk = disk_ != nullptr;
+  if (disk_) s.disk = disk_->stats();
+  return s;
+}
+
+}  // namespace prefixd

@@ -1,0 +1,100 @@
+// Tests for RestorePolicy: restore when it is faster than recompute, learning
+// tier bandwidth and prefill speed from observations.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "storage/restore_policy.h"
+
+using namespace prefixd;
+
+namespace {
+// Round numbers so the estimates are exact: 1 MB blocks, 1 GB/s host,
+// 100 MB/s disk, 1000 tokens/s prefill, no fixed overhead.
+RestorePolicyOptions round_options() {
+  RestorePolicyOptions o;
+  o.block_bytes = 1000000;
+  o.host_bytes_per_s = 1e9;
+  o.disk_bytes_per_s = 1e8;
+  o.prefill_tokens_per_s = 1000;
+  o.restore_overhead_s = 0;
+  o.ema_weight = 0.5;
+  return o;
+}
+}  // namespace
+
+TEST_CASE("restore_from_host_beats_recompute_for_a_long_prefix") {
+  const RestorePolicy policy(round_options());
+  // 125 blocks of 16 tokens: 0.125 s restore vs 2 s prefill.
+  const RestoreDecision d = policy.choose(125, StorageTier::kHost, 2000);
+  CHECK(d.choice == RestoreChoice::kRestore);
+  CHECK(d.restore_s == doctest::Approx(0.125).epsilon(1e-12));
+  CHECK(d.recompute_s == doctest::Approx(2.0).epsilon(1e-12));
+  CHECK(d.bytes_per_s == doctest::Approx(1e9).epsilon(1e-12));
+  CHECK(d.prefill_tokens_per_s == 1000);
+}
+
+TEST_CASE("recompute_wins_for_a_short_chain_on_a_slow_disk") {
+  const RestorePolicy policy(round_options());
+  // 2 blocks from disk: 0.02 s; 32 tokens: 0.032 s -> restore.
+  CHECK(policy.choose(2, StorageTier::kDisk, 32).choice == RestoreChoice::kRestore);
+  // 2 blocks of 4 tokens: 0.02 s restore vs 0.008 s prefill -> recompute.
+  const RestoreDecision d = policy.choose(2, StorageTier::kDisk, 8);
+  CHECK(d.choice == RestoreChoice::kRecompute);
+  CHECK(d.restore_s == doctest::Approx(0.02).epsilon(1e-12));
+  CHECK(d.recompute_s == doctest::Approx(0.008).epsilon(1e-12));
+}
+
+TEST_CASE("fixed_overhead_counts_against_restoring") {
+  RestorePolicyOptions o = round_options();
+  o.restore_overhead_s = 0.01;
+  const RestorePolicy policy(o);
+  // 1 host block: 0.001 + 0.01 = 0.011 s vs 10 tokens = 0.01 s.
+  CHECK(policy.choose(1, StorageTier::kHost, 10).choice == RestoreChoice::kRecompute);
+  CHECK(policy.choose(1, StorageTier::kHost, 11).choice == RestoreChoice::kRestore);  // tie restores
+}
+
+TEST_CASE("observed_bandwidth_is_exponentially_averaged_per_tier") {
+  RestorePolicy policy(round_options());
+  policy.observe_restore(StorageTier::kDisk, 10000000, 1.0);  // 1e7 B/s sample
+  CHECK(policy.bytes_per_s(StorageTier::kDisk) == doctest::Approx(5.5e7).epsilon(1e-12));
+  CHECK(policy.bytes_per_s(StorageTier::kHost) == 1e9);
+  policy.observe_restore(StorageTier::kDisk, 10000000, 1.0);
+  CHECK(policy.bytes_per_s(StorageTier::kDisk) == doctest::Approx(3.25e7).epsilon(1e-12));
+  // Tiny or instant transfers are ignored.
+  policy.observe_restore(StorageTier::kDisk, 1000, 1e-9);
+  policy.observe_restore(StorageTier::kDisk, 10000000, 0.0);
+  CHECK(policy.bytes_per_s(StorageTier::kDisk) == doctest::Approx(3.25e7).epsilon(1e-12));
+}
+
+TEST_CASE("a_slower_measured_disk_flips_the_decision_to_recompute") {
+  RestorePolicy policy(round_options());
+  // 10 disk blocks: 0.1 s vs 160 tokens: 0.16 s -> restore.
+  CHECK(policy.choose(10, StorageTier::kDisk, 160).choice == RestoreChoice::kRestore);
+  for (int i = 0; i < 10; ++i) policy.observe_restore(StorageTier::kDisk, 1000000, 0.1);  // 1e7 B/s
+  CHECK(policy.bytes_per_s(StorageTier::kDisk) < 1.1e7);
+  CHECK(policy.choose(10, StorageTier::kDisk, 160).choice == RestoreChoice::kRecompute);
+}
+
+TEST_CASE("faster_measured_prefill_makes_recompute_win_sooner") {
+  RestorePolicy policy(round_options());
+  CHECK(policy.choose(10, StorageTier::kDisk, 160).choice == RestoreChoice::kRestore);
+  policy.observe_prefill(3000, 1.0);  // 3000 tok/s sample -> 2000
+  CHECK(policy.prefill_tokens_per_s() == doctest::Approx(2000).epsilon(1e-12));
+  policy.observe_prefill(8, 1.0);  // too few tokens to learn from
+  CHECK(policy.prefill_tokens_per_s() == doctest::Approx(2000).epsilon(1e-12));
+  // 0.1 s restore vs 160 / 2000 = 0.08 s.
+  CHECK(policy.choose(10, StorageTier::kDisk, 160).choice == RestoreChoice::kRecompute);
+}
+
+TEST_CASE("mixed_chain_adds_host_and_disk_times") {
+  const RestorePolicy policy(round_options());
+  const RestoreDecision d = policy.choose_chain(10, 5, 1000);
+  CHECK(d.restore_s == doctest::Approx(0.01 + 0.05).epsilon(1e-12));
+  CHECK(d.bytes_per_s == doctest::Approx(15e6 / 0.06).epsilon(1e-12));
+  CHECK(d.choice == RestoreChoice::kRestore);
+  const RestoreDecision none = policy.choose_chain(0, 0, 1000);
+  CHECK(none.choice == RestoreChoice::kRecompute);
+  CHECK(std::string(storage_tier_name(StorageTier::kDisk)) == "disk");
+}

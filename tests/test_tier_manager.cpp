@@ -1,0 +1,346 @@
+// Tests for TierManager: write policies, chain lookup, asynchronous onboarding
+// with checked records, corruption as a miss, clear, restart.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "storage/tier_manager.h"
+
+using namespace prefixd;
+
+namespace {
+
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char tmpl[] = "/tmp/prefixd_tier_manager_XXXXXX";
+    const char* p = mkdtemp(tmpl);
+    REQUIRE(p != nullptr);
+    path = p;
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+};
+
+const Hash128 kFingerprint{42, 43};
+const BlockGeometry kGeom{4, 2, 2, 8, kKvDtypeF16};  // 640-byte records
+constexpr uint64_t kRecordBytes = 640;
+constexpr uint64_t kNs = 0x5EED;
+
+// A prompt of n_blocks full blocks with a fake (but chained) hash per block.
+struct Chain {
+  ChainQuery query;
+  std::vector<RecordPtr> records;  // [n_blocks]
+};
+
+Chain make_chain(const TierManager& tm, int n_blocks, int32_t first_token = 100) {
+  Chain c;
+  c.query.namespace_id = kNs;
+  Hash128 parent{};
+  for (int i = 0; i < n_blocks; ++i) {
+    const Hash128 h{parent.lo * 31 + 1000 + static_cast<uint64_t>(first_token + i),
+                    static_cast<uint64_t>(i)};
+    std::vector<int32_t> tokens;
+    for (int t = 0; t < kGeom.block_size; ++t) tokens.push_back(first_token + i * 4 + t);
+    auto rec = tm.start_record(kNs, h, parent, tokens);
+    REQUIRE(rec != nullptr);
+    uint8_t* payload = block_record_payload(*rec);  // (2 layers, K/V, 4, 2, 8) f16 bytes
+    for (uint64_t j = 0; j < kGeom.payload_bytes(); ++j) payload[j] = static_cast<uint8_t>(i + j);
+    seal_block_record(*rec);
+    c.query.hashes.push_back(h);
+    c.query.token_ids.insert(c.query.token_ids.end(), tokens.begin(), tokens.end());
+    c.records.push_back(rec);
+    parent = h;
+  }
+  return c;
+}
+
+BlockKey key_of(const Chain& c, int i) { return BlockKey{kNs, c.query.hashes[i]}; }
+
+std::unique_ptr<TierManager> make_tm(const std::string* disk_path, WritePolicy policy,
+                                     uint64_t host_capacity = 1 << 20,
+                                     uint64_t disk_capacity = 1 << 20) {
+  TierManagerOptions o;
+  o.model_fingerprint = kFingerprint;
+  o.geometry = kGeom;
+  o.host_capacity_bytes = host_capacity;
+  o.write_policy = policy;
+  if (disk_path != nullptr) {
+    DiskTierOptions d;
+    d.path = *disk_path;
+    d.capacity_bytes = disk_capacity;
+    o.disk = d;
+  }
+  auto tm = TierManager::create(o);
+  REQUIRE_MESSAGE(tm.ok(), tm.message());
+  return std::move(tm).value();
+}
+
+OnboardCompletion onboard(TierManager& tm, uint64_t request_id, const ChainQuery& q) {
+  tm.request_onboard(request_id, q);
+  tm.wait_idle();
+  auto done = tm.poll_completions();
+  REQUIRE(done.size() == 1);
+  CHECK(done[0].request_id == request_id);
+  return std::move(done[0]);
+}
+
+bool same_bytes(const RecordPtr& a, const RecordPtr& b) {
+  return a && b && a->size() == b->size() && std::memcmp(a->data(), b->data(), a->size()) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("write_through_sends_published_blocks_to_host_and_disk") {
+  TempDir dir;
+  auto tm = make_tm(&dir.path, WritePolicy::kWriteThrough);
+  CHECK(tm->record_bytes() == kRecordBytes);
+  const Chain c = make_chain(*tm, 3);
+  for (int i = 0; i < 3; ++i) tm->offload(key_of(c, i), c.records[i], OffloadReason::kPublished);
+  tm->wait_idle();
+  const TierManagerStats s = tm->stats();
+  CHECK(s.host.blocks == 3);
+  CHECK(s.disk.blocks == 3);
+  CHECK(s.offload_host_blocks == 3);
+  CHECK(s.offload_disk_blocks == 3);
+  CHECK(s.offload_disk_bytes == 3 * kRecordBytes);
+  CHECK(s.pending_offload_bytes == 0);
+  for (int i = 0; i < 3; ++i) CHECK(tm->disk()->contains(key_of(c, i)));
+}
+
+TEST_CASE("evict_only_ignores_published_blocks_and_keeps_evicted_ones_in_host") {
+  TempDir dir;
+  auto tm = make_tm(&dir.path, WritePolicy::kEvictOnly, /*host_capacity=*/2 * kRecordBytes);
+  const Chain c = make_chain(*tm, 3);
+  tm->offload(key_of(c, 0), c.records[0], OffloadReason::kPublished);
+  tm->wait_idle();
+  CHECK(tm->stats().host.blocks == 0);
+  CHECK(tm->stats().disk.blocks == 0);
+  tm->offload(key_of(c, 0), c.records[0], OffloadReason::kEvicted);
+  tm->offload(key_of(c, 1), c.records[1], OffloadReason::kEvicted);
+  tm->wait_idle();
+  CHECK(tm->stats().host.blocks == 2);
+  CHECK(tm->stats().disk.blocks == 0);
+  // A third block pushes the oldest out of host and down to disk.
+  tm->offload(key_of(c, 2), c.records[2], OffloadReason::kEvicted);
+  tm->wait_idle();
+  CHECK(tm->disk()->contains(key_of(c, 0)));
+  CHECK_FALSE(tm->host().contains(key_of(c, 0)));
+  CHECK(tm->stats().disk.blocks == 1);
+  CHECK(tm->stats().offload_disk_blocks == 1);
+}
+
+TEST_CASE("write_through_host_eviction_does_not_write_disk_twice") {
+  TempDir dir;
+  auto tm = make_tm(&dir.path, WritePolicy::kWriteThrough, /*host_capacity=*/kRecordBytes);
+  const Chain c = make_chain(*tm, 3);
+  for (int i = 0; i < 3; ++i) {
+    tm->offload(key_of(c, i), c.records[i], OffloadReason::kPublished);
+    tm->wait_idle();
+  }
+  CHECK(tm->stats().disk.inserts == 3);
+  CHECK(tm->stats().host.blocks == 1);
+}
+
+TEST_CASE("lookup_chain_counts_leading_blocks_by_tier") {
+  TempDir dir;
+  auto tm = make_tm(&dir.path, WritePolicy::kEvictOnly);
+  const Chain c = make_chain(*tm, 4);
+  tm->offload(key_of(c, 0), c.records[0], OffloadReason::kEvicted);
+  tm->offload(key_of(c, 1), c.records[1], OffloadReason::kEvicted);
+  REQUIRE(tm->disk()->put(key_of(c, 2), c.records[2]->bytes()).ok());
+  ChainLookup found = tm->lookup_chain(c.query);
+  CHECK(found.n_blocks == 3);
+  CHECK(found.n_host == 2);
+  CHECK(found.n_disk == 1);
+  CHECK(found.tiers ==
+        std::vector<StorageTier>{StorageTier::kHost, StorageTier::kHost, StorageTier::kDisk});
+  // The walk stops at the first gap even when later blocks are present.
+  tm->offload(key_of(c, 3), c.records[3], OffloadReason::kEvicted);
+  tm->host().erase(key_of(c, 1));
+  found = tm->lookup_chain(c.query);
+  CHECK(found.n_blocks == 1);
+  // Host records are checked against the prompt's tokens (a collision is a miss).
+  ChainQuery wrong = c.query;
+  wrong.token_ids[0] += 1;
+  CHECK(tm->lookup_chain(wrong).n_blocks == 0);
+  // A chain that starts mid-prompt carries its first parent.
+  ChainQuery tail;
+  tail.namespace_id = kNs;
+  tail.first_parent = c.query.hashes[1];
+  tail.hashes = {c.query.hashes[2], c.query.hashes[3]};
+  tail.token_ids.assign(c.query.token_ids.begin() + 8, c.query.token_ids.end());
+  found = tm->lookup_chain(tail);
+  CHECK(found.n_disk == 1);
+  CHECK(found.n_host == 1);
+}
+
+TEST_CASE("onboarding_from_disk_returns_the_exact_records_and_fills_host") {
+  TempDir dir;
+  auto tm = make_tm(&dir.path, WritePolicy::kWriteThrough);
+  std::atomic<int> n_notified{0};
+  tm->set_completion_notifier([&] { ++n_notified; });
+  const Chain c = make_chain(*tm, 4);
+  for (int i = 0; i < 4; ++i) tm->offload(key_of(c, i), c.records[i], OffloadReason::kPublished);
+  tm->wait_idle();
+  tm->host().clear();
+  CHECK(tm->lookup_chain(c.query).n_disk == 4);
+  CHECK(tm->poll_completions().empty());
+  OnboardCompletion done = onboard(*tm, 7, c.query);
+  CHECK(n_notified == 1);
+  CHECK(done.n_requested == 4);
+  REQUIRE(done.records.size() == 4);
+  CHECK(done.n_from_disk == 4);
+  CHECK(done.n_from_host == 0);
+  CHECK(done.disk_bytes == 4 * kRecordBytes);
+  for (int i = 0; i < 4; ++i) CHECK(same_bytes(done.records[i], c.records[i]));
+  // Now in host as well: the next onboard is served from host.
+  CHECK(tm->lookup_chain(c.query).n_host == 4);
+  done = onboard(*tm, 8, c.query);
+  CHECK(done.n_from_host == 4);
+  CHECK(done.host_bytes == 4 * kRecordBytes);
+  for (int i = 0; i < 4; ++i) CHECK(same_bytes(done.records[i], c.records[i]));
+  const TierManagerStats s = tm->stats();
+  CHECK(s.onboard_requests == 2);
+  CHECK(s.onboard_disk_blocks == 4);
+  CHECK(s.onboard_host_blocks == 4);
+  CHECK(s.onboard_bytes == 8 * kRecordBytes);
+}
+
+TEST_CASE("onboarding_stops_at_a_corrupt_disk_record_and_counts_it") {
+  TempDir dir;
+  auto tm = make_tm(&dir.path, WritePolicy::kWriteThrough);
+  const Chain c = make_chain(*tm, 4);
+  for (int i = 0; i < 4; ++i) tm->offload(key_of(c, i), c.records[i], OffloadReason::kPublished);
+  tm->wait_idle();
+  tm->host().clear();
+  std::vector<uint8_t> bytes(c.records[2]->data(), c.records[2]->data() + kRecordBytes);
+  bytes[kRecordBytes - 1] ^= 1;
+  REQUIRE(tm->disk()->debug_overwrite_value(key_of(c, 2), bytes).ok());
+  const OnboardCompletion done = onboard(*tm, 1, c.query);
+  REQUIRE(done.records.size() == 2);
+  CHECK(same_bytes(done.records[1], c.records[1]));
+  CHECK(tm->stats().disk.corrupt_records == 1);
+  CHECK_FALSE(tm->disk()->contains(key_of(c, 2)));
+  CHECK(tm->lookup_chain(c.query).n_blocks == 2);
+}
+
+TEST_CASE("onboarding_with_other_tokens_is_a_miss_never_a_wrong_block") {
+  TempDir dir;
+  auto tm = make_tm(&dir.path, WritePolicy::kWriteThrough);
+  const Chain c = make_chain(*tm, 3);
+  for (int i = 0; i < 3; ++i) tm->offload(key_of(c, i), c.records[i], OffloadReason::kPublished);
+  tm->wait_idle();
+  ChainQuery collided = c.query;
+  collided.token_ids[4 + 2] = -1;  // block 1 has the same hash but other tokens
+  // From host: block 1 is rejected (and dropped from host); disk holds the
+  // same record under the same key, rejected and deleted too.
+  const OnboardCompletion done = onboard(*tm, 2, collided);
+  CHECK(done.records.size() == 1);
+  CHECK(tm->stats().disk.corrupt_records == 1);
+}
+
+TEST_CASE("onboarding_without_disk_serves_host_only") {
+  auto tm = make_tm(nullptr, WritePolicy::kWriteThrough);
+  CHECK_FALSE(tm->has_disk());
+  const Chain c = make_chain(*tm, 3);
+  tm->offload(key_of(c, 0), c.records[0], OffloadReason::kPublished);
+  tm->offload(key_of(c, 1), c.records[1], OffloadReason::kPublished);
+  tm->wait_idle();
+  const OnboardCompletion done = onboard(*tm, 3, c.query);
+  CHECK(done.records.size() == 2);
+  CHECK(done.n_from_host == 2);
+  CHECK(tm->stats().offload_disk_blocks == 0);
+}
+
+TEST_CASE("many_onboards_each_get_exactly_one_completion") {
+  TempDir dir;
+  auto tm = make_tm(&dir.path, WritePolicy::kWriteThrough);
+  const Chain c = make_chain(*tm, 2);
+  for (int i = 0; i < 2; ++i) tm->offload(key_of(c, i), c.records[i], OffloadReason::kPublished);
+  for (uint64_t r = 0; r < 50; ++r) tm->request_onboard(r, c.query);
+  tm->wait_idle();
+  auto done = tm->poll_completions();
+  REQUIRE(done.size() == 50);
+  std::vector<int> seen(50, 0);
+  for (const auto& d : done) {
+    ++seen[d.request_id];
+    CHECK(d.records.size() == 2);
+  }
+  CHECK(seen == std::vector<int>(50, 1));
+  CHECK(tm->poll_completions().empty());
+}
+
+TEST_CASE("clear_empties_host_and_disk") {
+  TempDir dir;
+  auto tm = make_tm(&dir.path, WritePolicy::kWriteThrough);
+  const Chain c = make_chain(*tm, 3);
+  for (int i = 0; i < 3; ++i) tm->offload(key_of(c, i), c.records[i], OffloadReason::kPublished);
+  REQUIRE(tm->clear().ok());
+  tm->wait_idle();
+  CHECK(tm->lookup_chain(c.query).n_blocks == 0);
+  CHECK(tm->stats().host.blocks == 0);
+  CHECK(tm->stats().disk.blocks == 0);
+  CHECK(onboard(*tm, 1, c.query).records.empty());
+}
+
+TEST_CASE("disk_blocks_and_secret_survive_a_tier_manager_restart") {
+  TempDir dir;
+  std::array<uint8_t, 16> secret;
+  ChainQuery query;
+  std::vector<RecordPtr> records;
+  {
+    auto tm = make_tm(&dir.path, WritePolicy::kWriteThrough);
+    secret = tm->deployment_secret();
+    const Chain c = make_chain(*tm, 5);
+    for (int i = 0; i < 5; ++i) tm->offload(key_of(c, i), c.records[i], OffloadReason::kPublished);
+    query = c.query;
+    records = c.records;
+    // No wait_idle: the destructor finishes queued disk writes.
+  }
+  auto tm = make_tm(&dir.path, WritePolicy::kWriteThrough);
+  CHECK(tm->deployment_secret() == secret);
+  const ChainLookup found = tm->lookup_chain(query);
+  CHECK(found.n_disk == 5);
+  CHECK(found.n_host == 0);
+  const OnboardCompletion done = onboard(*tm, 9, query);
+  REQUIRE(done.records.size() == 5);
+  for (int i = 0; i < 5; ++i) CHECK(same_bytes(done.records[i], records[i]));
+}
+
+TEST_CASE("other_model_fingerprint_on_the_same_directory_gets_no_blocks") {
+  TempDir dir;
+  ChainQuery query;
+  {
+    auto tm = make_tm(&dir.path, WritePolicy::kWriteThrough);
+    const Chain c = make_chain(*tm, 2);
+    for (int i = 0; i < 2; ++i) tm->offload(key_of(c, i), c.records[i], OffloadReason::kPublished);
+    query = c.query;
+  }
+  TierManagerOptions o;
+  o.model_fingerprint = Hash128{1, 1};
+  o.geometry = kGeom;
+  DiskTierOptions d;
+  d.path = dir.path;
+  o.disk = d;
+  auto tm = std::move(TierManager::create(o)).value();
+  // Same namespace id on purpose (the engine would derive another one): the
+  // records still fail the fingerprint check.
+  const OnboardCompletion done = onboard(*tm, 1, query);
+  CHECK(done.records.empty());
+  CHECK(tm->stats().disk.corrupt_records == 1);
+}
+
+TEST_CASE("write_policy_names_parse") {
+  CHECK(parse_write_policy("write-through").value() == WritePolicy::kWriteThrough);
+  CHECK(parse_write_policy("evict-only").value() == WritePolicy::kEvictOnly);
+  CHECK_FALSE(parse_write_policy("sometimes").ok());
+  CHECK(std::string(write_policy_name(WritePolicy::kEvictOnly)) == "evict-only");
+}
