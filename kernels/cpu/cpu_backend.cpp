@@ -1,0 +1,235 @@
+// CpuBackend: host memory, weight upload (F16/Q8_0 -> F32, BF16 kept), batch
+// bookkeeping, KV pool allocation and block transfers. Ops live in their own files.
+#include "kernels/cpu/cpu_backend.h"
+
+#include <cblas.h>
+
+#include <cstdlib>
+#include <cstring>
+
+
+namespace prefixd::cpu {
+
+void* alloc_aligned(size_t n_bytes) {
+  size_t rounded = (n_bytes + 63) / 64 * 64;
+  if (rounded == 0) rounded = 64;
+  void* p = std::aligned_alloc(64, rounded);
+  PREFIXD_CHECK(p != nullptr, "host allocation failed");
+  std::memset(p, 0, rounded);
+  return p;
+}
+
+void free_aligned(void* ptr) { std::free(ptr); }
+
+CpuMatrix::~CpuMatrix() { free_aligned(owned); }
+
+CpuBackend::CpuBackend(int n_threads) : pool_(n_threads) {
+  // OpenBLAS runs its own threads while our pool sleeps; never both at once.
+  openblas_set_num_threads(pool_.n_threads());
+}
+
+void CpuBackend::upload(void* dst, const void* src_host, size_t n_bytes) {
+  std::memcpy(dst, src_host, n_bytes);
+}
+
+void CpuBackend::download(void* dst_host, const void* src, size_t n_bytes) {
+  std::memcpy(dst_host, src, n_bytes);
+}
+
+namespace {
+
+// One ggml Q8_0 block: 32 weights = f16 scale d and 32 int8 quants; w = d * q.
+constexpr int kQ8Block = 32;
+constexpr size_t kQ8BlockBytes = 2 + kQ8Block;
+
+void dequantize_q8_0(const uint8_t* src, float* dst, int64_t n) {
+  for (int64_t b = 0; b < n / kQ8Block; ++b) {
+    const uint8_t* blk = src + b * kQ8BlockBytes;
+    uint16_t d_bits;
+    std::memcpy(&d_bits, blk, 2);
+    const float d = f16_to_f32(d_bits);
+    const int8_t* q = reinterpret_cast<const int8_t*>(blk + 2);
+    for (int j = 0; j < kQ8Block; ++j) dst[b * kQ8Block + j] = d * static_cast<float>(q[j]);
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Matrix> CpuBackend::upload_matrix(WeightType type, int64_t rows, int64_t cols,
+                                                  const void* host_data,
+                                                  bool host_data_outlives) {
+  auto m = std::make_unique<CpuMatrix>();
+  m->rows = rows;
+  m->cols = cols;
+  m->source_type = type;
+  const int64_t n = rows * cols;
+  switch (type) {
+    case WeightType::F32:
+      m->dtype = DType::F32;
+      if (host_data_outlives) {
+        m->data = host_data;
+      } else {
+        m->owned = alloc_aligned(n * sizeof(float));
+        std::memcpy(m->owned, host_data, n * sizeof(float));
+        m->data = m->owned;
+      }
+      break;
+    case WeightType::BF16:
+      m->dtype = DType::BF16;
+      m->owned = alloc_aligned(n * sizeof(uint16_t));
+      std::memcpy(m->owned, host_data, n * sizeof(uint16_t));
+      m->data = m->owned;
+      break;
+    case WeightType::F16:
+      m->dtype = DType::F32;
+      m->owned = alloc_aligned(n * sizeof(float));
+      f16_to_f32_n(static_cast<const uint16_t*>(host_data), static_cast<float*>(m->owned), n);
+      m->data = m->owned;
+      break;
+    case WeightType::Q8_0:
+      PREFIXD_CHECK(cols % kQ8Block == 0, "Q8_0 rows must be whole blocks");
+      m->dtype = DType::F32;
+      m->owned = alloc_aligned(n * sizeof(float));
+      dequantize_q8_0(static_cast<const uint8_t*>(host_data), static_cast<float*>(m->owned), n);
+      m->data = m->owned;
+      break;
+  }
+  return m;
+}
+
+Result<KvPool> CpuBackend::allocate_kv_pool(const KvGeometry& geom) {
+  if (geom.n_layers <= 0 || geom.n_blocks <= 0 || geom.block_size <= 0 || geom.n_kv_heads <= 0 ||
+      geom.head_dim <= 0) {
+    return Status::error("invalid KV geometry");
+  }
+  const size_t layer_bytes = geom.layer_block_bytes() * static_cast<size_t>(geom.n_blocks);
+  KvPool pool;
+  pool.geom = geom;
+  for (int32_t l = 0; l < geom.n_layers; ++l) {
+    for (std::vector<void*>* side : {&pool.k, &pool.v}) {
+      void* p = std::aligned_alloc(64, (layer_bytes + 63) / 64 * 64);
+      if (p == nullptr) {
+        free_kv_pool(pool);
+        return Status::error("KV pool allocation of " + std::to_string(geom.pool_bytes()) +
+                             " bytes failed");
+      }
+      std::memset(p, 0, layer_bytes);
+      side->push_back(p);
+    }
+  }
+  return pool;
+}
+
+void CpuBackend::free_kv_pool(KvPool& pool) {
+  for (void* p : pool.k) free_aligned(p);
+  for (void* p : pool.v) free_aligned(p);
+  pool.k.clear();
+  pool.v.clear();
+}
+
+void CpuBackend::prepare_batch(const Batch& batch, int32_t block_size) {
+  PREFIXD_CHECK(block_size > 0, "block size must be positive");
+  PREFIXD_CHECK(batch.positions.size() == batch.tokens.size(), "positions per token");
+  PREFIXD_CHECK(batch.slots.size() == batch.tokens.size(), "slots per token");
+  batch_.tokens = batch.tokens;
+  batch_.positions = batch.positions;
+  batch_.slots = batch.slots;
+  batch_.seqs = batch.seqs;
+  batch_.block_tables = batch.block_tables;
+  batch_.output_rows = batch.output_rows;
+  batch_.block_size = block_size;
+  batch_.rope_dim = -1;  // invalidates the RoPE tables
+}
+
+void CpuBackend::embed(const Matrix& table, float* out) {
+  cpu::embed(pool_, batch_, static_cast<const CpuMatrix&>(table), out);
+}
+
+void CpuBackend::rmsnorm(const float* x, const float* weight, float* out, int64_t n, int64_t dim,
+                         float eps) {
+  cpu::rmsnorm(pool_, x, weight, out, n, dim, eps);
+}
+
+void CpuBackend::matmul(const Matrix& w, const float* x, float* y, int64_t n) {
+  cpu::matmul(pool_, static_cast<const CpuMatrix&>(w), x, y, n);
+}
+
+void CpuBackend::add_bias(float* y, const float* bias, int64_t n, int64_t dim) {
+  cpu::add_bias(pool_, y, bias, n, dim);
+}
+
+void CpuBackend::add(float* y, const float* x, int64_t n) { cpu::add(pool_, y, x, n); }
+
+void CpuBackend::swiglu(const float* gate, const float* up, float* out, int64_t n) {
+  cpu::swiglu(pool_, gate, up, out, n);
+}
+
+void CpuBackend::rope(float* x, int32_t n_heads, int32_t head_dim, int32_t rope_dim, float base,
+                      RopeStyle style) {
+  cpu::rope(pool_, batch_, x, n_heads, head_dim, rope_dim, base, style);
+}
+
+void CpuBackend::kv_store(KvPool& pool, int32_t layer, const float* k, const float* v) {
+  cpu::kv_store(pool_, batch_, pool, layer, k, v);
+}
+
+void CpuBackend::attention(const KvPool& pool, int32_t layer, const float* q, float* out,
+                           int32_t n_heads, float scale) {
+  cpu::attention(pool_, batch_, pool, layer, q, out, n_heads, scale);
+}
+
+void CpuBackend::gather_output_rows(const float* x, float* out, int64_t dim) {
+  for (size_t i = 0; i < batch_.output_rows.size(); ++i) {
+    const int32_t row = batch_.output_rows[i];
+    PREFIXD_CHECK(row >= 0 && row < batch_.n_tokens(), "output row out of range");
+    std::memcpy(out + static_cast<int64_t>(i) * dim, x + static_cast<int64_t>(row) * dim,
+                dim * sizeof(float));
+  }
+}
+
+void CpuBackend::copy_block(KvPool& pool, int32_t src, int32_t dst) {
+  PREFIXD_CHECK(src >= 0 && src < pool.geom.n_blocks && dst >= 0 && dst < pool.geom.n_blocks,
+                "block id out of range");
+  if (src == dst) return;
+  const size_t bytes = pool.geom.layer_block_bytes();
+  for (int32_t l = 0; l < pool.geom.n_layers; ++l) {
+    for (void* base : {pool.k[l], pool.v[l]}) {
+      auto* b = static_cast<uint8_t*>(base);
+      std::memcpy(b + dst * bytes, b + src * bytes, bytes);
+    }
+  }
+}
+
+void CpuBackend::read_block(const KvPool& pool, int32_t block_id, void* host_dst) {
+  PREFIXD_CHECK(block_id >= 0 && block_id < pool.geom.n_blocks, "block id out of range");
+  const size_t bytes = pool.geom.layer_block_bytes();
+  auto* dst = static_cast<uint8_t*>(host_dst);
+  for (int32_t l = 0; l < pool.geom.n_layers; ++l) {
+    std::memcpy(dst, static_cast<const uint8_t*>(pool.k[l]) + block_id * bytes, bytes);
+    dst += bytes;
+    std::memcpy(dst, static_cast<const uint8_t*>(pool.v[l]) + block_id * bytes, bytes);
+    dst += bytes;
+  }
+}
+
+void CpuBackend::write_block(KvPool& pool, int32_t block_id, const void* host_src) {
+  PREFIXD_CHECK(block_id >= 0 && block_id < pool.geom.n_blocks, "block id out of range");
+  const size_t bytes = pool.geom.layer_block_bytes();
+  const auto* src = static_cast<const uint8_t*>(host_src);
+  for (int32_t l = 0; l < pool.geom.n_layers; ++l) {
+    std::memcpy(static_cast<uint8_t*>(pool.k[l]) + block_id * bytes, src, bytes);
+    src += bytes;
+    std::memcpy(static_cast<uint8_t*>(pool.v[l]) + block_id * bytes, src, bytes);
+    src += bytes;
+  }
+}
+
+}  // namespace prefixd::cpu
+
+namespace prefixd {
+
+std::unique_ptr<Backend> make_cpu_backend(int n_threads) {
+  return std::make_unique<cpu::CpuBackend>(n_threads <= 0 ? 2 : n_threads);
+}
+
+}  // namespace prefixd

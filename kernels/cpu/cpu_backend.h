@@ -1,0 +1,115 @@
+// The CPU backend: host memory, OpenBLAS / AVX-512 matrix products, paged
+// attention and elementwise ops, parallelised on a small persistent pool.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace prefixd::cpu {
+
+// A weight matrix as the CPU backend holds it: F32 (for F32/F16/Q8_0 sources)
+// or BF16 (for BF16 sources), row-major (rows, cols).
+class CpuMatrix : public Matrix {
+ public:
+  ~CpuMatrix() override;
+  DType dtype = DType::F32;       // F32 or BF16
+  const void* data = nullptr;     // (rows, cols) row-major in dtype
+  void* owned = nullptr;          // our allocation (nullptr when `data` is the caller's mmap)
+};
+
+// Per-batch state copied in prepare_batch().
+struct CpuBatch {
+  std::vector<int32_t> tokens;        // [n_tokens]
+  std::vector<int32_t> positions;     // [n_tokens]
+  std::vector<int32_t> slots;         // [n_tokens]
+  std::vector<BatchSeq> seqs;         // sequences
+  std::vector<int32_t> block_tables;  // concatenated tables
+  std::vector<int32_t> output_rows;   // [n_out]
+  int32_t block_size = 0;
+  // RoPE cos/sin per token, computed by the first rope() of a batch and reused
+  // by later calls with the same (rope_dim, base): [n_tokens][rope_dim/2] each.
+  std::vector<float> rope_cos, rope_sin;
+  int32_t rope_dim = -1;
+  float rope_base = 0.0f;
+  int32_t n_tokens() const { return static_cast<int32_t>(tokens.size()); }
+};
+
+// 64-byte aligned, zeroed host allocation; aborts on OOM. Free with free_aligned.
+void* alloc_aligned(size_t n_bytes);
+void free_aligned(void* ptr);
+
+// convert.cpp: bulk conversions, bit-identical to the scalar ones in dtype.h
+// (f32 -> f16 NaNs become the canonical sign|0x7e00, as in f32_to_f16).
+void f16_to_f32_n(const uint16_t* src, float* dst, int64_t n);
+void f32_to_f16_n(const float* src, uint16_t* dst, int64_t n);
+void bf16_to_f32_n(const uint16_t* src, float* dst, int64_t n);
+void f32_to_bf16_n(const float* src, uint16_t* dst, int64_t n);
+
+// --- op families (one file each) -------------------------------------------
+// gemm.cpp: y (n, w.rows) f32 = x (n, w.cols) f32 · Wᵀ.
+void matmul(ThreadPool& pool, const CpuMatrix& w, const float* x, float* y, int64_t n);
+// attention_cpu.cpp: paged causal attention over the batch (see Backend::attention).
+void attention(ThreadPool& pool, const CpuBatch& batch, const KvPool& kv, int32_t layer,
+               const float* q, float* out, int32_t n_heads, float scale);
+// elementwise.cpp
+void rmsnorm(ThreadPool& pool, const float* x, const float* weight, float* out, int64_t n,
+             int64_t dim, float eps);
+void add(ThreadPool& pool, float* y, const float* x, int64_t n);
+void add_bias(ThreadPool& pool, float* y, const float* bias, int64_t n, int64_t dim);
+void swiglu(ThreadPool& pool, const float* gate, const float* up, float* out, int64_t n);
+void rope(ThreadPool& pool, CpuBatch& batch, float* x, int32_t n_heads, int32_t head_dim,
+          int32_t rope_dim, float base, RopeStyle style);
+void embed(ThreadPool& pool, const CpuBatch& batch, const CpuMatrix& table, float* out);
+// kv_cache.cpp: f32 rows -> pool dtype at the batch's slots.
+void kv_store(ThreadPool& pool, const CpuBatch& batch, KvPool& kv, int32_t layer, const float* k,
+              const float* v);
+
+class CpuBackend : public Backend {
+ public:
+  explicit CpuBackend(int n_threads);
+  ~CpuBackend() override = default;
+
+  std::string name() const override { return "cpu"; }
+  int n_threads() const override { return pool_.n_threads(); }
+
+  void* alloc(size_t n_bytes) override { return alloc_aligned(n_bytes); }
+  void free(void* ptr) override { free_aligned(ptr); }
+  void upload(void* dst, const void* src_host, size_t n_bytes) override;
+  void download(void* dst_host, const void* src, size_t n_bytes) override;
+  void synchronize() override {}
+
+  std::unique_ptr<Matrix> upload_matrix(WeightType type, int64_t rows, int64_t cols,
+                                        const void* host_data, bool host_data_outlives) override;
+  Result<KvPool> allocate_kv_pool(const KvGeometry& geom) override;
+  void free_kv_pool(KvPool& pool) override;
+
+  void prepare_batch(const Batch& batch, int32_t block_size) override;
+  void embed(const Matrix& table, float* out) override;
+  void rmsnorm(const float* x, const float* weight, float* out, int64_t n, int64_t dim,
+               float eps) override;
+  void matmul(const Matrix& w, const float* x, float* y, int64_t n) override;
+  void add_bias(float* y, const float* bias, int64_t n, int64_t dim) override;
+  void add(float* y, const float* x, int64_t n) override;
+  void swiglu(const float* gate, const float* up, float* out, int64_t n) override;
+  void rope(float* x, int32_t n_heads, int32_t head_dim, int32_t rope_dim, float base,
+            RopeStyle style) override;
+  void kv_store(KvPool& pool, int32_t layer, const float* k, const float* v) override;
+  void attention(const KvPool& pool, int32_t layer, const float* q, float* out, int32_t n_heads,
+                 float scale) override;
+  void gather_output_rows(const float* x, float* out, int64_t dim) override;
+
+  void copy_block(KvPool& pool, int32_t src, int32_t dst) override;
+  void read_block(const KvPool& pool, int32_t block_id, void* host_dst) override;
+  void write_block(KvPool& pool, int32_t block_id, const void* host_src) override;
+
+ private:
+  ThreadPool pool_;
+  CpuBatch batch_;
+};
+
+}  // namespace prefixd::cpu

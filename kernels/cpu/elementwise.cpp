@@ -1,0 +1,187 @@
+// Row-wise and elementwise ops: embedding lookup, RMSNorm, residual add, bias,
+// SwiGLU and RoPE, vectorised with AVX-512 around the scalar math of op_math.h.
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/simd.h"
+#include "kernels/op_math.h"
+
+namespace prefixd::cpu {
+
+namespace {
+
+// Elementwise work below this many floats runs on the calling thread.
+constexpr int64_t kParallelMinElems = 1 << 15;
+
+// Splits [0, n) into chunks of whole multiples of 16 and runs fn(begin, end).
+template <typename Fn>
+void parallel_range(ThreadPool& pool, int64_t n, Fn fn) {
+  if (n < kParallelMinElems || pool.n_threads() == 1) {
+    fn(0, n);
+    return;
+  }
+  const int64_t n_chunks = 4 * pool.n_threads();
+  const int64_t chunk = ((n + n_chunks - 1) / n_chunks + 15) / 16 * 16;
+  pool.parallel_for((n + chunk - 1) / chunk, [&](int64_t c, int) {
+    const int64_t b = c * chunk;
+    fn(b, b + chunk < n ? b + chunk : n);
+  });
+}
+
+// Splits rows [0, n_rows) of `row_elems` floats each into tasks.
+template <typename Fn>
+void parallel_rows(ThreadPool& pool, int64_t n_rows, int64_t row_elems, Fn fn) {
+  if (n_rows * row_elems < kParallelMinElems || pool.n_threads() == 1 || n_rows == 1) {
+    fn(0, n_rows);
+    return;
+  }
+  int64_t n_tasks = 4 * pool.n_threads();
+  if (n_tasks > n_rows) n_tasks = n_rows;
+  const int64_t per = (n_rows + n_tasks - 1) / n_tasks;
+  pool.parallel_for((n_rows + per - 1) / per, [&](int64_t t, int) {
+    const int64_t b = t * per;
+    fn(b, b + per < n_rows ? b + per : n_rows);
+  });
+}
+
+}  // namespace
+
+void embed(ThreadPool& pool, const CpuBatch& batch, const CpuMatrix& table, float* out) {
+  const int64_t dim = table.cols;
+  for (int32_t t : batch.tokens) PREFIXD_CHECK(t >= 0 && t < table.rows, "token id out of range");
+  parallel_rows(pool, batch.n_tokens(), dim, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t tok = batch.tokens[r];
+      float* dst = out + r * dim;
+      if (table.dtype == DType::F32) {
+        std::memcpy(dst, static_cast<const float*>(table.data) + tok * dim, dim * sizeof(float));
+      } else {
+        const uint16_t* src = static_cast<const uint16_t*>(table.data) + tok * dim;
+        for (int64_t i = 0; i < dim; i += 16) {
+          const __mmask16 m = simd::tail_mask(dim - i);
+          _mm512_mask_storeu_ps(dst + i, m, simd::maskz_load_bf16(m, src + i));
+        }
+      }
+    }
+  });
+}
+
+void rmsnorm(ThreadPool& pool, const float* x, const float* weight, float* out, int64_t n,
+             int64_t dim, float eps) {
+  parallel_rows(pool, n, dim, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* xr = x + r * dim;
+      float* yr = out + r * dim;
+      __m512 acc = _mm512_setzero_ps();
+      for (int64_t i = 0; i < dim; i += 16) {
+        const __m512 v = _mm512_maskz_loadu_ps(simd::tail_mask(dim - i), xr + i);
+        acc = _mm512_fmadd_ps(v, v, acc);
+      }
+      const __m512 inv = _mm512_set1_ps(op::rms_inv(_mm512_reduce_add_ps(acc), dim, eps));
+      for (int64_t i = 0; i < dim; i += 16) {
+        const __mmask16 m = simd::tail_mask(dim - i);
+        const __m512 v = _mm512_maskz_loadu_ps(m, xr + i);
+        const __m512 w = _mm512_maskz_loadu_ps(m, weight + i);
+        _mm512_mask_storeu_ps(yr + i, m, _mm512_mul_ps(_mm512_mul_ps(v, inv), w));
+      }
+    }
+  });
+}
+
+void add(ThreadPool& pool, float* y, const float* x, int64_t n) {
+  parallel_range(pool, n, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; i += 16) {
+      const __mmask16 m = simd::tail_mask(e - i);
+      _mm512_mask_storeu_ps(y + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, y + i),
+                                                    _mm512_maskz_loadu_ps(m, x + i)));
+    }
+  });
+}
+
+void add_bias(ThreadPool& pool, float* y, const float* bias, int64_t n, int64_t dim) {
+  parallel_rows(pool, n, dim, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      float* yr = y + r * dim;
+      for (int64_t i = 0; i < dim; i += 16) {
+        const __mmask16 m = simd::tail_mask(dim - i);
+        _mm512_mask_storeu_ps(yr + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, yr + i),
+                                                       _mm512_maskz_loadu_ps(m, bias + i)));
+      }
+    }
+  });
+}
+
+void swiglu(ThreadPool& pool, const float* gate, const float* up, float* out, int64_t n) {
+  parallel_range(pool, n, [&](int64_t b, int64_t e) {
+    const __m512 one = _mm512_set1_ps(1.0f);
+    for (int64_t i = b; i < e; i += 16) {
+      const __mmask16 m = simd::tail_mask(e - i);
+      const __m512 g = _mm512_maskz_loadu_ps(m, gate + i);
+      const __m512 u = _mm512_maskz_loadu_ps(m, up + i);
+      // op::swiglu: g / (1 + exp(-g)) * u
+      const __m512 e_neg = simd::exp(_mm512_sub_ps(_mm512_setzero_ps(), g));
+      const __m512 s = _mm512_div_ps(g, _mm512_add_ps(one, e_neg));
+      _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(s, u));
+    }
+  });
+}
+
+void rope(ThreadPool& pool, CpuBatch& batch, float* x, int32_t n_heads, int32_t head_dim,
+          int32_t rope_dim, float base, RopeStyle style) {
+  PREFIXD_CHECK(rope_dim > 0 && rope_dim % 2 == 0 && rope_dim <= head_dim, "bad rope_dim");
+  const int32_t n_tok = batch.n_tokens();
+  const int32_t half = rope_dim / 2;
+  if (batch.rope_dim != rope_dim || batch.rope_base != base) {
+    // Angles as llama.cpp computes them: theta_i = pos * scale^i, the power
+    // taken by repeated float multiplication with scale = base^(-2/rope_dim).
+    batch.rope_cos.resize(static_cast<size_t>(n_tok) * half);
+    batch.rope_sin.resize(static_cast<size_t>(n_tok) * half);
+    const float theta_scale = powf(base, -2.0f / static_cast<float>(rope_dim));
+    parallel_rows(pool, n_tok, 64 * half, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        float theta = static_cast<float>(batch.positions[t]);
+        for (int32_t i = 0; i < half; ++i) {
+          batch.rope_cos[t * half + i] = cosf(theta);
+          batch.rope_sin[t * half + i] = sinf(theta);
+          theta *= theta_scale;
+        }
+      }
+    });
+    batch.rope_dim = rope_dim;
+    batch.rope_base = base;
+  }
+  const bool neox = style == RopeStyle::kNeox;
+  const int64_t row = static_cast<int64_t>(n_heads) * head_dim;
+  parallel_rows(pool, n_tok, row, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const float* cs = batch.rope_cos.data() + t * half;
+      const float* sn = batch.rope_sin.data() + t * half;
+      for (int32_t h = 0; h < n_heads; ++h) {
+        float* xh = x + t * row + static_cast<int64_t>(h) * head_dim;
+        if (neox) {
+          // Pairs (i, i + half): contiguous halves, 16 pairs per vector.
+          for (int32_t i = 0; i < half; i += 16) {
+            const __mmask16 m = simd::tail_mask(half - i);
+            const __m512 x0 = _mm512_maskz_loadu_ps(m, xh + i);
+            const __m512 x1 = _mm512_maskz_loadu_ps(m, xh + half + i);
+            const __m512 c = _mm512_maskz_loadu_ps(m, cs + i);
+            const __m512 s = _mm512_maskz_loadu_ps(m, sn + i);
+            _mm512_mask_storeu_ps(xh + i, m, _mm512_fmsub_ps(x0, c, _mm512_mul_ps(x1, s)));
+            _mm512_mask_storeu_ps(xh + half + i, m, _mm512_fmadd_ps(x0, s, _mm512_mul_ps(x1, c)));
+          }
+        } else {
+          for (int32_t i = 0; i < half; ++i) {
+            int32_t a, b;
+            op::rope_pair(false, i, rope_dim, &a, &b);
+            op::rope_rotate(xh[a], xh[b], cs[i], sn[i], &xh[a], &xh[b]);
+          }
+        }
+      }
+    }
+  });
+}
+
+}  // namespace prefixd::cpu

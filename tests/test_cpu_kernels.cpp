@@ -1,0 +1,553 @@
+// CPU backend ops against naive double-precision references on random data,
+// and the AVX-512 dtype conversions against the scalar ones in kernels/dtype.h.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/dtype.h"
+
+namespace prefixd {
+namespace {
+
+std::vector<float> random_floats(std::mt19937& rng, size_t n, float lo = -1.0f, float hi = 1.0f) {
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+// Random weights of `type` for a (rows, cols) matrix: the raw bytes and the
+// exact f32 values they encode.
+struct HostWeights {
+  std::vector<uint8_t> bytes;
+  std::vector<float> values;  // (rows, cols)
+};
+
+HostWeights make_weights(std::mt19937& rng, WeightType type, int64_t rows, int64_t cols) {
+  HostWeights w;
+  const int64_t n = rows * cols;
+  std::vector<float> f = random_floats(rng, n);
+  w.values.resize(n);
+  switch (type) {
+    case WeightType::F32:
+      w.bytes.resize(n * 4);
+      std::memcpy(w.bytes.data(), f.data(), n * 4);
+      w.values = f;
+      break;
+    case WeightType::F16:
+    case WeightType::BF16: {
+      w.bytes.resize(n * 2);
+      auto* h = reinterpret_cast<uint16_t*>(w.bytes.data());
+      for (int64_t i = 0; i < n; ++i) {
+        h[i] = type == WeightType::F16 ? f32_to_f16(f[i]) : f32_to_bf16(f[i]);
+        w.values[i] = type == WeightType::F16 ? f16_to_f32(h[i]) : bf16_to_f32(h[i]);
+      }
+      break;
+    }
+    case WeightType::Q8_0: {
+      REQUIRE(cols % 32 == 0);
+      w.bytes.resize(n / 32 * 34);
+      std::uniform_int_distribution<int> qd(-127, 127);
+      for (int64_t b = 0; b < n / 32; ++b) {
+        const uint16_t d = f32_to_f16(0.001f + 0.01f * static_cast<float>(b % 7));
+        std::memcpy(w.bytes.data() + b * 34, &d, 2);
+        for (int j = 0; j < 32; ++j) {
+          const int8_t q = static_cast<int8_t>(qd(rng));
+          w.bytes[b * 34 + 2 + j] = static_cast<uint8_t>(q);
+          w.values[b * 32 + j] = f16_to_f32(d) * static_cast<float>(q);
+        }
+      }
+      break;
+    }
+  }
+  return w;
+}
+
+const char* type_name(WeightType t) {
+  switch (t) {
+    case WeightType::F32: return "F32";
+    case WeightType::F16: return "F16";
+    case WeightType::BF16: return "BF16";
+    case WeightType::Q8_0: return "Q8_0";
+  }
+  return "?";
+}
+
+float* alloc_floats(Backend& be, const std::vector<float>& v) {
+  auto* p = static_cast<float*>(be.alloc(v.size() * sizeof(float)));
+  be.upload(p, v.data(), v.size() * sizeof(float));
+  return p;
+}
+
+TEST_CASE("f16 to f32 vector conversion matches dtype.h for all 65536 halves") {
+  std::vector<uint16_t> h(65536 + 5);  // odd length exercises the masked tail
+  for (size_t i = 0; i < h.size(); ++i) h[i] = static_cast<uint16_t>(i);
+  std::vector<float> f(h.size());
+  cpu::f16_to_f32_n(h.data(), f.data(), static_cast<int64_t>(h.size()));
+  int64_t mismatches = 0;
+  for (size_t i = 0; i < h.size(); ++i) mismatches += f32_bits(f[i]) != f32_bits(f16_to_f32(h[i]));
+  CHECK(mismatches == 0);
+}
+
+TEST_CASE("bf16 to f32 vector conversion matches dtype.h for all 65536 values") {
+  std::vector<uint16_t> h(65536);
+  for (size_t i = 0; i < h.size(); ++i) h[i] = static_cast<uint16_t>(i);
+  std::vector<float> f(h.size());
+  cpu::bf16_to_f32_n(h.data(), f.data(), static_cast<int64_t>(h.size()));
+  int64_t mismatches = 0;
+  for (size_t i = 0; i < h.size(); ++i) mismatches += f32_bits(f[i]) != f32_bits(bf16_to_f32(h[i]));
+  CHECK(mismatches == 0);
+}
+
+TEST_CASE("f32 to f16 and bf16 vector conversions match dtype.h on random and edge floats") {
+  std::mt19937 rng(1);
+  std::vector<float> f;
+  // Random bit patterns cover every exponent, subnormals, inf and NaN.
+  for (int i = 0; i < 2000000; ++i) f.push_back(f32_from_bits(static_cast<uint32_t>(rng())));
+  // Values in the half range, including its rounding boundaries.
+  std::uniform_real_distribution<float> d(-70000.0f, 70000.0f);
+  for (int i = 0; i < 1000000; ++i) f.push_back(d(rng));
+  for (float e : {0.0f, -0.0f, 65504.0f, 65519.99f, 65520.0f, 6.1035156e-05f, 5.9604645e-08f,
+                  2.9802322e-08f, 2.9802326e-08f, 1e-45f, -1e-40f, INFINITY, -INFINITY, NAN})
+    f.push_back(e);
+  for (uint32_t u = 0x38800000u - 4096; u < 0x38800000u + 4096; ++u) f.push_back(f32_from_bits(u));
+  const int64_t n = static_cast<int64_t>(f.size());
+  std::vector<uint16_t> h16(n), hb(n);
+  cpu::f32_to_f16_n(f.data(), h16.data(), n);
+  cpu::f32_to_bf16_n(f.data(), hb.data(), n);
+  int64_t bad16 = 0, badb = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    bad16 += h16[i] != f32_to_f16(f[i]);
+    badb += hb[i] != f32_to_bf16(f[i]);
+  }
+  CHECK(bad16 == 0);
+  CHECK(badb == 0);
+}
+
+// Dot-product tolerance for an f32 accumulation of `cols` terms.
+double dot_tol(const float* a, const float* b, int64_t cols) {
+  double mag = 0;
+  for (int64_t c = 0; c < cols; ++c) mag += std::fabs(static_cast<double>(a[c]) * b[c]);
+  return 2e-6 * mag + 1e-6 + mag * 1.2e-7 * std::sqrt(static_cast<double>(cols));
+}
+
+TEST_CASE("matmul matches a double reference for every weight type and batch size") {
+  auto be = make_cpu_backend(2);
+  std::mt19937 rng(2);
+  struct Shape {
+    int64_t rows, cols;
+  };
+  for (WeightType type : {WeightType::F32, WeightType::F16, WeightType::BF16, WeightType::Q8_0}) {
+    for (Shape s : {Shape{37, 96}, Shape{130, 200}, Shape{5, 33}, Shape{64, 576}}) {
+      if (type == WeightType::Q8_0 && s.cols % 32 != 0) continue;
+      HostWeights hw = make_weights(rng, type, s.rows, s.cols);
+      for (bool outlives : {false, true}) {
+        auto w = be->upload_matrix(type, s.rows, s.cols, hw.bytes.data(), outlives);
+        CHECK(w->rows == s.rows);
+        CHECK(w->cols == s.cols);
+        CHECK(w->source_type == type);
+        for (int64_t n : {1, 2, 7, 64, 300}) {
+          CAPTURE(type_name(type));
+          CAPTURE(s.rows);
+          CAPTURE(s.cols);
+          CAPTURE(n);
+          std::vector<float> x = random_floats(rng, n * s.cols);
+          float* dx = alloc_floats(*be, x);
+          auto* dy = static_cast<float*>(be->alloc(n * s.rows * sizeof(float)));
+          be->matmul(*w, dx, dy, n);
+          std::vector<float> y(n * s.rows);
+          be->download(y.data(), dy, y.size() * sizeof(float));
+          // BF16 weights multiply BF16-rounded activations (llama.cpp's rule).
+          std::vector<float> xr = x;
+          if (type == WeightType::BF16)
+            for (auto& v : xr) v = bf16_to_f32(f32_to_bf16(v));
+          int64_t bad = 0;
+          for (int64_t i = 0; i < n; ++i)
+            for (int64_t r = 0; r < s.rows; ++r) {
+              const float* xi = xr.data() + i * s.cols;
+              const float* wr = hw.values.data() + r * s.cols;
+              double ref = 0;
+              for (int64_t c = 0; c < s.cols; ++c) ref += static_cast<double>(xi[c]) * wr[c];
+              if (std::fabs(ref - y[i * s.rows + r]) > dot_tol(xi, wr, s.cols)) ++bad;
+            }
+          CHECK(bad == 0);
+          be->free(dx);
+          be->free(dy);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("embed returns the exact rows of the table for every weight type") {
+  auto be = make_cpu_backend(2);
+  std::mt19937 rng(3);
+  const int64_t vocab = 50, dim = 64 + 7 * 0 + 32;
+  for (WeightType type : {WeightType::F32, WeightType::F16, WeightType::BF16, WeightType::Q8_0}) {
+    CAPTURE(type_name(type));
+    HostWeights hw = make_weights(rng, type, vocab, dim);
+    auto table = be->upload_matrix(type, vocab, dim, hw.bytes.data(), false);
+    Batch b;
+    b.tokens = {3, 0, 49, 3, 17};
+    b.positions = {0, 1, 2, 3, 4};
+    b.slots = {0, 1, 2, 3, 4};
+    be->prepare_batch(b, 16);
+    auto* out = static_cast<float*>(be->alloc(b.tokens.size() * dim * sizeof(float)));
+    be->embed(*table, out);
+    for (size_t t = 0; t < b.tokens.size(); ++t)
+      for (int64_t c = 0; c < dim; ++c)
+        REQUIRE(f32_bits(out[t * dim + c]) == f32_bits(hw.values[b.tokens[t] * dim + c]));
+    be->free(out);
+  }
+}
+
+TEST_CASE("rmsnorm matches a double reference, also in place") {
+  auto be = make_cpu_backend(2);
+  std::mt19937 rng(4);
+  for (int64_t dim : {8, 64, 77, 576}) {
+    for (int64_t n : {1, 3, 300}) {
+      std::vector<float> x = random_floats(rng, n * dim, -3, 3), w = random_floats(rng, dim);
+      float* dx = alloc_floats(*be, x);
+      float* dw = alloc_floats(*be, w);
+      auto* dy = static_cast<float*>(be->alloc(n * dim * 4));
+      const float eps = 1e-5f;
+      be->rmsnorm(dx, dw, dy, n, dim, eps);
+      be->rmsnorm(dx, dw, dx, n, dim, eps);  // in place
+      for (int64_t i = 0; i < n; ++i) {
+        double ss = 0;
+        for (int64_t c = 0; c < dim; ++c) ss += static_cast<double>(x[i * dim + c]) * x[i * dim + c];
+        const double inv = 1.0 / std::sqrt(ss / dim + eps);
+        for (int64_t c = 0; c < dim; ++c) {
+          const double ref = x[i * dim + c] * inv * w[c];
+          REQUIRE(std::fabs(dy[i * dim + c] - ref) <= 2e-6 * std::fabs(ref) + 1e-7);
+          REQUIRE(f32_bits(dx[i * dim + c]) == f32_bits(dy[i * dim + c]));
+        }
+      }
+      be->free(dx);
+      be->free(dw);
+      be->free(dy);
+    }
+  }
+}
+
+TEST_CASE("add, add_bias and swiglu match double references") {
+  auto be = make_cpu_backend(2);
+  std::mt19937 rng(5);
+  for (int64_t n : {1, 17, 100003}) {
+    std::vector<float> a = random_floats(rng, n, -8, 8), b = random_floats(rng, n, -8, 8);
+    float* da = alloc_floats(*be, a);
+    float* db = alloc_floats(*be, b);
+    auto* dout = static_cast<float*>(be->alloc(n * 4));
+    be->swiglu(da, db, dout, n);
+    be->add(da, db, n);
+    for (int64_t i = 0; i < n; ++i) {
+      const double g = a[i], u = b[i];
+      const double ref = g / (1.0 + std::exp(-g)) * u;
+      REQUIRE(std::fabs(dout[i] - ref) <= 1e-6 * std::fabs(ref) + 1e-7);
+      REQUIRE(da[i] == a[i] + b[i]);
+    }
+    be->free(da);
+    be->free(db);
+    be->free(dout);
+  }
+  const int64_t rows = 300, dim = 37;
+  std::vector<float> y = random_floats(rng, rows * dim), bias = random_floats(rng, dim);
+  float* dy = alloc_floats(*be, y);
+  float* dbias = alloc_floats(*be, bias);
+  be->add_bias(dy, dbias, rows, dim);
+  for (int64_t i = 0; i < rows * dim; ++i) REQUIRE(dy[i] == y[i] + bias[i % dim]);
+  be->free(dy);
+  be->free(dbias);
+}
+
+TEST_CASE("rope rotates the first rope_dim dims of every head in both styles") {
+  auto be = make_cpu_backend(2);
+  std::mt19937 rng(6);
+  struct Case {
+    int32_t n_heads, head_dim, rope_dim;
+    float base;
+    RopeStyle style;
+  };
+  for (Case c : {Case{3, 64, 64, 10000.0f, RopeStyle::kNormal}, Case{2, 64, 32, 500000.0f, RopeStyle::kNormal},
+                 Case{4, 128, 128, 1e6f, RopeStyle::kNeox}, Case{2, 80, 48, 10000.0f, RopeStyle::kNeox},
+                 Case{1, 8, 8, 10000.0f, RopeStyle::kNormal}}) {
+    Batch b;
+    b.positions = {0, 1, 5, 77, 200, 511, 3};
+    const int32_t n = static_cast<int32_t>(b.positions.size());
+    b.tokens.assign(n, 0);
+    b.slots.assign(n, 0);
+    be->prepare_batch(b, 16);
+    const int64_t row = static_cast<int64_t>(c.n_heads) * c.head_dim;
+    std::vector<float> x = random_floats(rng, n * row);
+    float* dx = alloc_floats(*be, x);
+    be->rope(dx, c.n_heads, c.head_dim, c.rope_dim, c.base, c.style);
+    for (int32_t t = 0; t < n; ++t)
+      for (int32_t h = 0; h < c.n_heads; ++h) {
+        const float* xi = x.data() + t * row + h * c.head_dim;
+        const float* yo = dx + t * row + h * c.head_dim;
+        for (int32_t i = 0; i < c.rope_dim / 2; ++i) {
+          const int32_t a = c.style == RopeStyle::kNeox ? i : 2 * i;
+          const int32_t bb = c.style == RopeStyle::kNeox ? i + c.rope_dim / 2 : 2 * i + 1;
+          const double theta = b.positions[t] * std::pow(static_cast<double>(c.base), -2.0 * i / c.rope_dim);
+          const double r0 = xi[a] * std::cos(theta) - xi[bb] * std::sin(theta);
+          const double r1 = xi[a] * std::sin(theta) + xi[bb] * std::cos(theta);
+          // The angle is a float product of i+1 roundings (llama.cpp's rule).
+          const double tol = (std::fabs(xi[a]) + std::fabs(xi[bb])) * (theta * (i + 2) * 6e-8 + 1e-6);
+          REQUIRE(std::fabs(yo[a] - r0) <= tol);
+          REQUIRE(std::fabs(yo[bb] - r1) <= tol);
+        }
+        for (int32_t d = c.rope_dim; d < c.head_dim; ++d) REQUIRE(f32_bits(yo[d]) == f32_bits(xi[d]));
+      }
+    be->free(dx);
+  }
+}
+
+float round_to(DType t, float v) {
+  switch (t) {
+    case DType::F32: return v;
+    case DType::F16: return f16_to_f32(f32_to_f16(v));
+    case DType::BF16: return bf16_to_f32(f32_to_bf16(v));
+  }
+  return v;
+}
+
+float read_pool(const KvPool& pool, const void* base, int64_t index) {
+  switch (pool.geom.dtype) {
+    case DType::F32: return static_cast<const float*>(base)[index];
+    case DType::F16: return f16_to_f32(static_cast<const uint16_t*>(base)[index]);
+    case DType::BF16: return bf16_to_f32(static_cast<const uint16_t*>(base)[index]);
+  }
+  return 0;
+}
+
+// Builds a varlen batch: sequence s has `pos0[s]` cached positions and `n_q[s]`
+// new rows, with a random (non-contiguous) block table drawn from `free_blocks`.
+struct SeqSpec {
+  int32_t pos0, n_q;
+};
+
+Batch make_batch(const std::vector<SeqSpec>& specs, int32_t block_size, std::vector<int32_t>& free_blocks,
+                 std::vector<std::vector<int32_t>>* tables, bool only_cached) {
+  Batch b;
+  for (size_t s = 0; s < specs.size(); ++s) {
+    const int32_t total = specs[s].pos0 + specs[s].n_q;
+    std::vector<int32_t>& table = (*tables)[s];
+    while (static_cast<int32_t>(table.size()) * block_size < total) {
+      table.push_back(free_blocks.back());
+      free_blocks.pop_back();
+    }
+    const int32_t p_begin = only_cached ? 0 : specs[s].pos0;
+    const int32_t p_end = only_cached ? specs[s].pos0 : total;
+    BatchSeq bs;
+    bs.q_start = b.n_tokens();
+    bs.n_q = p_end - p_begin;
+    bs.pos0 = p_begin;
+    bs.table_start = static_cast<int32_t>(b.block_tables.size());
+    bs.n_table = static_cast<int32_t>(table.size());
+    b.block_tables.insert(b.block_tables.end(), table.begin(), table.end());
+    for (int32_t p = p_begin; p < p_end; ++p) {
+      b.tokens.push_back(0);
+      b.positions.push_back(p);
+      b.slots.push_back(table[p / block_size] * block_size + p % block_size);
+    }
+    if (bs.n_q > 0) b.seqs.push_back(bs);
+  }
+  return b;
+}
+
+TEST_CASE("kv_store and paged attention match a double reference (varlen, GQA, every KV dtype)") {
+  auto be = make_cpu_backend(2);
+  std::mt19937 rng(7);
+  struct Case {
+    int32_t n_heads, n_kv_heads, head_dim, block_size;
+    std::vector<SeqSpec> seqs;
+  };
+  const std::vector<Case> cases = {
+      {9, 3, 64, 16, {{0, 40}, {37, 5}, {100, 1}, {16, 16}}},  // GQA, prefill + decode + chunked
+      {4, 1, 64, 16, {{0, 1}, {300, 1}}},                     // MQA decode
+      {2, 2, 128, 16, {{5, 70}}},                             // no GQA, head_dim 128
+      {8, 4, 8, 8, {{0, 33}, {9, 20}}},                       // tiny head_dim, block size 8
+      {10, 2, 64, 32, {{3, 50}, {0, 2}}},                     // 5 heads per group
+      {20, 1, 16, 16, {{0, 9}, {40, 3}}},                     // 20 heads on one KV head (> 16 lanes)
+  };
+  for (const Case& c : cases) {
+    for (DType dt : {DType::F32, DType::F16, DType::BF16}) {
+      CAPTURE(c.n_heads);
+      CAPTURE(c.n_kv_heads);
+      CAPTURE(c.head_dim);
+      CAPTURE(dtype_name(dt));
+      KvGeometry geom;
+      geom.n_layers = 2;
+      geom.n_blocks = 64;
+      geom.block_size = c.block_size;
+      geom.n_kv_heads = c.n_kv_heads;
+      geom.head_dim = c.head_dim;
+      geom.dtype = dt;
+      auto pool_r = be->allocate_kv_pool(geom);
+      REQUIRE(pool_r.ok());
+      KvPool& pool = *pool_r;
+      std::vector<int32_t> free_blocks(geom.n_blocks);
+      std::iota(free_blocks.begin(), free_blocks.end(), 0);
+      std::shuffle(free_blocks.begin(), free_blocks.end(), rng);
+      std::vector<std::vector<int32_t>> tables(c.seqs.size());
+      const int32_t layer = 1;
+      const int64_t kv_row = static_cast<int64_t>(c.n_kv_heads) * c.head_dim;
+      const int64_t q_row = static_cast<int64_t>(c.n_heads) * c.head_dim;
+      // Every value stored per (seq, position): k, v rounded to the pool dtype.
+      std::vector<std::vector<float>> k_all(c.seqs.size()), v_all(c.seqs.size());
+      for (size_t s = 0; s < c.seqs.size(); ++s) {
+        k_all[s].resize((c.seqs[s].pos0 + c.seqs[s].n_q) * kv_row);
+        v_all[s].resize(k_all[s].size());
+      }
+      std::vector<float> q;
+      Batch step;
+      for (bool cached : {true, false}) {
+        Batch b = make_batch(c.seqs, c.block_size, free_blocks, &tables, cached);
+        if (b.n_tokens() == 0) continue;
+        std::vector<float> k = random_floats(rng, b.n_tokens() * kv_row, -2, 2);
+        std::vector<float> v = random_floats(rng, b.n_tokens() * kv_row, -2, 2);
+        be->prepare_batch(b, c.block_size);
+        float* dk = alloc_floats(*be, k);
+        float* dv = alloc_floats(*be, v);
+        be->kv_store(pool, layer, dk, dv);
+        be->free(dk);
+        be->free(dv);
+        int32_t row = 0;
+        for (size_t s = 0; s < c.seqs.size(); ++s) {
+          const int32_t p0 = cached ? 0 : c.seqs[s].pos0;
+          const int32_t p1 = cached ? c.seqs[s].pos0 : c.seqs[s].pos0 + c.seqs[s].n_q;
+          for (int32_t p = p0; p < p1; ++p, ++row)
+            for (int64_t e = 0; e < kv_row; ++e) {
+              k_all[s][p * kv_row + e] = round_to(dt, k[row * kv_row + e]);
+              v_all[s][p * kv_row + e] = round_to(dt, v[row * kv_row + e]);
+              // The pool holds exactly the rounded value at the slot.
+              const int64_t idx = static_cast<int64_t>(b.slots[row]) * kv_row + e;
+              REQUIRE(f32_bits(read_pool(pool, pool.k[layer], idx)) == f32_bits(k_all[s][p * kv_row + e]));
+              REQUIRE(f32_bits(read_pool(pool, pool.v[layer], idx)) == f32_bits(v_all[s][p * kv_row + e]));
+            }
+        }
+        if (!cached) step = b;
+      }
+      q = random_floats(rng, step.n_tokens() * q_row, -2, 2);
+      float* dq = alloc_floats(*be, q);
+      auto* dout = static_cast<float*>(be->alloc(q.size() * sizeof(float)));
+      const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+      be->attention(pool, layer, dq, dout, c.n_heads, scale);
+      const int32_t group = c.n_heads / c.n_kv_heads;
+      int64_t bad = 0;
+      int32_t row = 0;
+      for (size_t s = 0; s < c.seqs.size(); ++s) {
+        for (int32_t i = 0; i < c.seqs[s].n_q; ++i, ++row) {
+          const int32_t qpos = c.seqs[s].pos0 + i;
+          for (int32_t h = 0; h < c.n_heads; ++h) {
+            const int32_t kvh = h / group;
+            const float* qv = q.data() + row * q_row + h * c.head_dim;
+            std::vector<double> score(qpos + 1);
+            double mx = -1e300;
+            for (int32_t p = 0; p <= qpos; ++p) {
+              double dot = 0;
+              for (int32_t d = 0; d < c.head_dim; ++d)
+                dot += static_cast<double>(qv[d]) * k_all[s][p * kv_row + kvh * c.head_dim + d];
+              score[p] = dot * scale;
+              mx = std::max(mx, score[p]);
+            }
+            double sum = 0;
+            for (auto& sc : score) sum += (sc = std::exp(sc - mx));
+            for (int32_t d = 0; d < c.head_dim; ++d) {
+              double ref = 0;
+              for (int32_t p = 0; p <= qpos; ++p) ref += score[p] * v_all[s][p * kv_row + kvh * c.head_dim + d];
+              ref /= sum;
+              if (std::fabs(ref - dout[row * q_row + h * c.head_dim + d]) > 2e-5) ++bad;
+            }
+          }
+        }
+      }
+      CHECK(bad == 0);
+      be->free(dq);
+      be->free(dout);
+      be->free_kv_pool(pool);
+    }
+  }
+}
+
+TEST_CASE("read_block, write_block and copy_block round trip every layer's K and V") {
+  auto be = make_cpu_backend(2);
+  std::mt19937 rng(8);
+  for (DType dt : {DType::F32, DType::F16, DType::BF16}) {
+    KvGeometry geom;
+    geom.n_layers = 3;
+    geom.n_blocks = 5;
+    geom.block_size = 4;
+    geom.n_kv_heads = 2;
+    geom.head_dim = 8;
+    geom.dtype = dt;
+    auto pool_r = be->allocate_kv_pool(geom);
+    REQUIRE(pool_r.ok());
+    KvPool& pool = *pool_r;
+    // Freshly allocated pools are zeroed.
+    std::vector<uint8_t> zero(geom.block_bytes(), 0), got(geom.block_bytes());
+    be->read_block(pool, 4, got.data());
+    CHECK(got == zero);
+    std::vector<uint8_t> payload(geom.block_bytes());
+    for (auto& b : payload) b = static_cast<uint8_t>(rng());
+    be->write_block(pool, 2, payload.data());
+    // Layout: per layer K then V, each one block of the layer's pool.
+    const size_t lb = geom.layer_block_bytes();
+    for (int32_t l = 0; l < geom.n_layers; ++l) {
+      CHECK(std::memcmp(static_cast<uint8_t*>(pool.k[l]) + 2 * lb, payload.data() + 2 * l * lb, lb) == 0);
+      CHECK(std::memcmp(static_cast<uint8_t*>(pool.v[l]) + 2 * lb, payload.data() + (2 * l + 1) * lb, lb) == 0);
+    }
+    be->read_block(pool, 2, got.data());
+    CHECK(got == payload);
+    be->copy_block(pool, 2, 0);
+    be->read_block(pool, 0, got.data());
+    CHECK(got == payload);
+    be->read_block(pool, 1, got.data());
+    CHECK(got == zero);
+    be->free_kv_pool(pool);
+    CHECK(pool.k.empty());
+  }
+}
+
+TEST_CASE("gather_output_rows copies the batch's output rows in order") {
+  auto be = make_cpu_backend(2);
+  std::mt19937 rng(9);
+  Batch b;
+  b.tokens.assign(6, 0);
+  b.positions = {0, 1, 2, 3, 4, 5};
+  b.slots = {0, 1, 2, 3, 4, 5};
+  b.output_rows = {1, 4, 5};
+  be->prepare_batch(b, 16);
+  const int64_t dim = 37;
+  std::vector<float> x = random_floats(rng, 6 * dim);
+  float* dx = alloc_floats(*be, x);
+  auto* dout = static_cast<float*>(be->alloc(3 * dim * 4));
+  be->gather_output_rows(dx, dout, dim);
+  for (int i = 0; i < 3; ++i)
+    for (int64_t c = 0; c < dim; ++c) REQUIRE(dout[i * dim + c] == x[b.output_rows[i] * dim + c]);
+  be->free(dx);
+  be->free(dout);
+}
+
+TEST_CASE("invalid KV geometry is refused") {
+  auto be = make_cpu_backend(1);
+  KvGeometry geom;
+  geom.n_layers = 1;
+  geom.n_blocks = 0;
+  geom.n_kv_heads = 1;
+  geom.head_dim = 8;
+  CHECK_FALSE(be->allocate_kv_pool(geom).ok());
+  CHECK(be->name() == "cpu");
+  CHECK(be->n_threads() == 1);
+}
+
+}  // namespace
+}  // namespace prefixd
