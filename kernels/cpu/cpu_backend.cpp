@@ -2,8 +2,6 @@
 // bookkeeping, KV pool allocation and block transfers. Ops live in their own files.
 #include "kernels/cpu/cpu_backend.h"
 
-#include <cblas.h>
-
 #include <cstdlib>
 #include <cstring>
 
@@ -21,12 +19,9 @@ void* alloc_aligned(size_t n_bytes) {
 
 void free_aligned(void* ptr) { std::free(ptr); }
 
-CpuMatrix::~CpuMatrix() { free_aligned(owned); }
+CpuMatrix::~CpuMatrix() { free_aligned(packed); }
 
-CpuBackend::CpuBackend(int n_threads) : pool_(n_threads) {
-  // OpenBLAS runs its own threads while our pool sleeps; never both at once.
-  openblas_set_num_threads(pool_.n_threads());
-}
+CpuBackend::CpuBackend(int n_threads) : pool_(n_threads) {}
 
 void CpuBackend::upload(void* dst, const void* src_host, size_t n_bytes) {
   std::memcpy(dst, src_host, n_bytes);
@@ -57,7 +52,7 @@ void dequantize_q8_0(const uint8_t* src, float* dst, int64_t n) {
 
 std::unique_ptr<Matrix> CpuBackend::upload_matrix(WeightType type, int64_t rows, int64_t cols,
                                                   const void* host_data,
-                                                  bool host_data_outlives) {
+                                                  bool /*host_data_outlives: always copied, packed*/) {
   auto m = std::make_unique<CpuMatrix>();
   m->rows = rows;
   m->cols = cols;
@@ -65,34 +60,24 @@ std::unique_ptr<Matrix> CpuBackend::upload_matrix(WeightType type, int64_t rows,
   const int64_t n = rows * cols;
   switch (type) {
     case WeightType::F32:
-      m->dtype = DType::F32;
-      if (host_data_outlives) {
-        m->data = host_data;
-      } else {
-        m->owned = alloc_aligned(n * sizeof(float));
-        std::memcpy(m->owned, host_data, n * sizeof(float));
-        m->data = m->owned;
-      }
+      pack_matrix(*m, DType::F32, host_data);
       break;
     case WeightType::BF16:
-      m->dtype = DType::BF16;
-      m->owned = alloc_aligned(n * sizeof(uint16_t));
-      std::memcpy(m->owned, host_data, n * sizeof(uint16_t));
-      m->data = m->owned;
+      pack_matrix(*m, DType::BF16, host_data);
       break;
     case WeightType::F16:
-      m->dtype = DType::F32;
-      m->owned = alloc_aligned(n * sizeof(float));
-      f16_to_f32_n(static_cast<const uint16_t*>(host_data), static_cast<float*>(m->owned), n);
-      m->data = m->owned;
+    case WeightType::Q8_0: {
+      float* tmp = static_cast<float*>(alloc_aligned(n * sizeof(float)));  // (rows, cols) f32
+      if (type == WeightType::F16) {
+        f16_to_f32_n(static_cast<const uint16_t*>(host_data), tmp, n);
+      } else {
+        PREFIXD_CHECK(cols % kQ8Block == 0, "Q8_0 rows must be whole blocks");
+        dequantize_q8_0(static_cast<const uint8_t*>(host_data), tmp, n);
+      }
+      pack_matrix(*m, DType::F32, tmp);
+      free_aligned(tmp);
       break;
-    case WeightType::Q8_0:
-      PREFIXD_CHECK(cols % kQ8Block == 0, "Q8_0 rows must be whole blocks");
-      m->dtype = DType::F32;
-      m->owned = alloc_aligned(n * sizeof(float));
-      dequantize_q8_0(static_cast<const uint8_t*>(host_data), static_cast<float*>(m->owned), n);
-      m->data = m->owned;
-      break;
+    }
   }
   return m;
 }

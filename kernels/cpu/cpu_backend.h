@@ -13,14 +13,22 @@
 namespace prefixd::cpu {
 
 // A weight matrix as the CPU backend holds it: F32 (for F32/F16/Q8_0 sources)
-// or BF16 (for BF16 sources), row-major (rows, cols).
+// or BF16 (for BF16 sources), packed into panels of 32 rows for the matmul
+// kernel (see gemm.cpp): F32 panel p = (cols, 32) holding rows [32p, 32p+32);
+// BF16 panel p = (ceil(cols/2), 32, 2), column pairs interleaved. Rows past
+// `rows` and the odd column pad are zero. Owns `packed`.
 class CpuMatrix : public Matrix {
  public:
   ~CpuMatrix() override;
-  DType dtype = DType::F32;       // F32 or BF16
-  const void* data = nullptr;     // (rows, cols) row-major in dtype
-  void* owned = nullptr;          // our allocation (nullptr when `data` is the caller's mmap)
+  DType dtype = DType::F32;  // F32 or BF16
+  void* packed = nullptr;    // ceil(rows/32) panels in dtype, 64-byte aligned
 };
+
+// gemm.cpp: fills m.packed (m.rows, m.cols must be set) from a row-major
+// (rows, cols) matrix in dtype (F32 or BF16).
+void pack_matrix(CpuMatrix& m, DType dtype, const void* row_major);
+// out (cols) f32 = row r of m, exactly.
+void matrix_row(const CpuMatrix& m, int64_t r, float* out);
 
 // Per-batch state copied in prepare_batch().
 struct CpuBatch {

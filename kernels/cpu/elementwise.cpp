@@ -55,16 +55,7 @@ void embed(ThreadPool& pool, const CpuBatch& batch, const CpuMatrix& table, floa
   parallel_rows(pool, batch.n_tokens(), dim, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t tok = batch.tokens[r];
-      float* dst = out + r * dim;
-      if (table.dtype == DType::F32) {
-        std::memcpy(dst, static_cast<const float*>(table.data) + tok * dim, dim * sizeof(float));
-      } else {
-        const uint16_t* src = static_cast<const uint16_t*>(table.data) + tok * dim;
-        for (int64_t i = 0; i < dim; i += 16) {
-          const __mmask16 m = simd::tail_mask(dim - i);
-          _mm512_mask_storeu_ps(dst + i, m, simd::maskz_load_bf16(m, src + i));
-        }
-      }
+      matrix_row(table, tok, out + r * dim);
     }
   });
 }

@@ -62,7 +62,15 @@ void ThreadPool::parallel_for(int64_t n_tasks, const std::function<void(int64_t,
   generation_.fetch_add(1, std::memory_order_release);
   generation_.notify_all();
   run_tasks(0);
-  while (n_active_.load(std::memory_order_acquire) != 0) _mm_pause();
+  // Workers still running their last task: spin, then yield the core (on an
+  // oversubscribed machine a descheduled worker needs it).
+  for (int spin = 0; n_active_.load(std::memory_order_acquire) != 0; ++spin) {
+    if (spin < kSpinIterations) {
+      _mm_pause();
+    } else {
+      std::this_thread::yield();
+    }
+  }
   job_ = nullptr;
 }
 

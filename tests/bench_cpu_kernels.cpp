@@ -1,0 +1,191 @@
+// Benchmark of the CPU backend's hot kernels on smol-135m shapes: matmul
+// GFLOP/s (and weight GB/s for n=1) in F32 and BF16, and paged attention time
+// for causal prefill and decode with an F16 KV cache.
+// Usage: bench_cpu_kernels [n_threads]   (default 2)
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <random>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/dtype.h"
+
+namespace prefixd {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// With one thread the time is the thread's CPU time, which stays meaningful
+// when other processes share the cores; otherwise wall-clock time.
+bool g_cpu_time = false;
+double now_s() {
+  if (g_cpu_time) {
+    timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+  }
+  return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+}
+
+// Runs fn repeatedly for at least min_s seconds; returns the best time per run in seconds.
+template <typename Fn>
+double best_time(Fn fn, double min_s = 0.3) {
+  fn();  // warm up
+  double best = 1e30, total = 0;
+  int runs = 0;
+  while (total < min_s || runs < 3) {
+    const double t0 = now_s();
+    fn();
+    const double dt = now_s() - t0;
+    best = std::min(best, dt);
+    total += dt;
+    ++runs;
+  }
+  return best;
+}
+
+void bench_matmul(Backend& be) {
+  struct Shape {
+    int64_t rows, cols;
+    const char* what;
+  };
+  const Shape shapes[] = {{576, 576, "q/o proj"}, {192, 576, "k/v proj"}, {1536, 576, "gate/up"},
+                          {576, 1536, "down"},    {49152, 576, "lm head"}};
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> d(-1, 1);
+  std::printf("matmul y(n, rows) = x(n, cols) W^T, %d threads\n", be.n_threads());
+  std::printf("%-6s %-9s %6s %6s %5s %10s %10s %9s\n", "type", "what", "rows", "cols", "n", "time_us",
+              "GFLOP/s", "W GB/s");
+  for (WeightType type : {WeightType::F32, WeightType::BF16}) {  // NOLINT
+    for (const Shape& s : shapes) {
+      const int64_t nw = s.rows * s.cols;
+      std::vector<uint8_t> bytes(nw * (type == WeightType::F32 ? 4 : 2));
+      for (int64_t i = 0; i < nw; ++i) {
+        const float v = d(rng) * 0.05f;
+        if (type == WeightType::F32) std::memcpy(bytes.data() + 4 * i, &v, 4);
+        else {
+          const uint16_t h = f32_to_bf16(v);
+          std::memcpy(bytes.data() + 2 * i, &h, 2);
+        }
+      }
+      auto w = be.upload_matrix(type, s.rows, s.cols, bytes.data(), false);
+      for (int64_t n : {512, 1}) {
+        std::vector<float> x(n * s.cols);
+        for (auto& v : x) v = d(rng);
+        auto* dx = static_cast<float*>(be.alloc(x.size() * 4));
+        be.upload(dx, x.data(), x.size() * 4);
+        auto* dy = static_cast<float*>(be.alloc(n * s.rows * 4));
+        const double t = best_time([&] {
+          be.matmul(*w, dx, dy, n);
+          be.synchronize();
+        });
+        const double gflops = 2.0 * n * s.rows * s.cols / t * 1e-9;
+        const double gbs = static_cast<double>(bytes.size()) / t * 1e-9;
+        std::printf("%-6s %-9s %6lld %6lld %5lld %10.1f %10.1f %9.1f\n",
+                    type == WeightType::F32 ? "f32" : "bf16", s.what, static_cast<long long>(s.rows),
+                    static_cast<long long>(s.cols), static_cast<long long>(n), t * 1e6, gflops, gbs);
+        be.free(dx);
+        be.free(dy);
+      }
+    }
+  }
+}
+
+// One sequence: n_q new tokens at positions [pos0, pos0 + n_q), blocks in a
+// shuffled order. Returns the best attention time in seconds.
+double bench_attention(Backend& be, int32_t pos0, int32_t n_q, DType dtype, double* gflops) {
+  const int32_t n_heads = 9, n_kv = 3, hd = 64, bs = 16;
+  const int32_t total = pos0 + n_q;
+  const int32_t n_blocks = (total + bs - 1) / bs;
+  KvGeometry geom;
+  geom.n_layers = 1;
+  geom.n_blocks = n_blocks + 8;
+  geom.block_size = bs;
+  geom.n_kv_heads = n_kv;
+  geom.head_dim = hd;
+  geom.dtype = dtype;
+  auto pool_r = be.allocate_kv_pool(geom);
+  if (!pool_r.ok()) std::abort();
+  KvPool pool = std::move(*pool_r);
+  std::vector<int32_t> table(n_blocks);
+  std::mt19937 rng(2);
+  for (int32_t i = 0; i < n_blocks; ++i) table[i] = i + 8;
+  std::shuffle(table.begin(), table.end(), rng);
+  // Fill all positions' K/V with one batch covering [0, total).
+  std::uniform_real_distribution<float> d(-1, 1);
+  Batch fill;
+  for (int32_t p = 0; p < total; ++p) {
+    fill.tokens.push_back(0);
+    fill.positions.push_back(p);
+    fill.slots.push_back(table[p / bs] * bs + p % bs);
+  }
+  fill.seqs.push_back(BatchSeq{0, total, 0, 0, n_blocks});
+  fill.block_tables = table;
+  be.prepare_batch(fill, bs);
+  std::vector<float> kv(static_cast<size_t>(total) * n_kv * hd);
+  for (auto& v : kv) v = d(rng);
+  auto* dk = static_cast<float*>(be.alloc(kv.size() * 4));
+  be.upload(dk, kv.data(), kv.size() * 4);
+  be.kv_store(pool, 0, dk, dk);
+  // The measured step.
+  Batch step;
+  for (int32_t p = pos0; p < total; ++p) {
+    step.tokens.push_back(0);
+    step.positions.push_back(p);
+    step.slots.push_back(table[p / bs] * bs + p % bs);
+  }
+  step.seqs.push_back(BatchSeq{0, n_q, pos0, 0, n_blocks});
+  step.block_tables = table;
+  be.prepare_batch(step, bs);
+  std::vector<float> q(static_cast<size_t>(n_q) * n_heads * hd);
+  for (auto& v : q) v = d(rng);
+  auto* dq = static_cast<float*>(be.alloc(q.size() * 4));
+  be.upload(dq, q.data(), q.size() * 4);
+  auto* dout = static_cast<float*>(be.alloc(q.size() * 4));
+  const double t = best_time([&] {
+    be.attention(pool, 0, dq, dout, n_heads, 0.125f);
+    be.synchronize();
+  });
+  // Score and P·V flops over the causal triangle.
+  double pairs = 0;
+  for (int32_t i = 0; i < n_q; ++i) pairs += pos0 + i + 1;
+  *gflops = 4.0 * pairs * n_heads * hd / t * 1e-9;
+  be.free(dk);
+  be.free(dq);
+  be.free(dout);
+  be.free_kv_pool(pool);
+  return t;
+}
+
+}  // namespace
+}  // namespace prefixd
+
+int main(int argc, char** argv) {
+  using namespace prefixd;
+  const int n_threads = argc > 1 ? std::atoi(argv[1]) : 2;
+  auto be = make_cpu_backend(n_threads);
+  g_cpu_time = n_threads == 1;
+  std::printf("timing: best of repeated runs, %s\n\n",
+              g_cpu_time ? "thread CPU time (1 thread)" : "wall clock");
+  bench_matmul(*be);
+  std::printf("\nattention, 9 heads / 3 KV heads, head_dim 64, block 16, %d threads\n", n_threads);
+  std::printf("%-8s %-5s %6s %6s %10s %9s\n", "case", "kv", "pos0", "n_q", "time_ms", "GFLOP/s");
+  struct Case {
+    const char* name;
+    int32_t pos0, n_q;
+  };
+  for (Case c : {Case{"prefill", 0, 512}, Case{"prefill", 0, 2048}, Case{"decode", 512, 1},
+                 Case{"decode", 2047, 1}}) {
+    for (DType dt : {DType::F16, DType::F32}) {
+      double gf = 0;
+      const double t = bench_attention(*be, c.pos0, c.n_q, dt, &gf);
+      std::printf("%-8s %-5s %6d %6d %10.3f %9.1f\n", c.name, dtype_name(dt), c.pos0, c.n_q, t * 1e3, gf);
+    }
+  }
+  return 0;
+}
