@@ -285,7 +285,11 @@ RecordPtr DiskTier::get(const BlockKey& key, const RecordExpectations* expected)
     }
   }
   rocksdb::PinnableSlice value;
-  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), records_cf_, key_slice(k), &value);
+  rocksdb::ReadOptions read_options;
+  // The record carries its own XXH3 checksums and key, all checked below;
+  // RocksDB's CRC pass over the same bytes would only repeat that work.
+  read_options.verify_checksums = false;
+  rocksdb::Status s = db_->Get(read_options, records_cf_, key_slice(k), &value);
   if (s.IsNotFound()) {  // lost in a crash (WAL off) or removed meanwhile
     std::lock_guard<std::mutex> write_lock(write_mu_);
     remove_locked_write(k, /*count_corrupt=*/false);
