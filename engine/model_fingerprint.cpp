@@ -1,0 +1,205 @@
+// Model fingerprint: canonical re-encoding of the shaping metadata and tensor
+// infos, streamed with the tensor data through one XXH3-128 state; results are
+// cached per (path, size, mtime, inode) in small text files.
+#include "engine/model_fingerprint.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <atomic>
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <vector>
+
+namespace prefixd {
+namespace {
+
+constexpr char kDomain[] = "prefixd-model-fingerprint-v1";
+constexpr char kCacheHeader[] = "prefixd model fingerprint cache v1";
+
+template <typename T>
+void put(std::vector<uint8_t>& out, T v) {
+  uint8_t b[sizeof(T)];
+  std::memcpy(b, &v, sizeof(T));
+  out.insert(out.end(), b, b + sizeof(T));
+}
+
+void put_string(std::vector<uint8_t>& out, const std::string& s) {
+  put<uint64_t>(out, s.size());
+  out.insert(out.end(), s.begin(), s.end());
+}
+
+// The GGUF encoding of a value (no type tag), as the writer produces it.
+void put_value(std::vector<uint8_t>& out, const GgufValue& v) {
+  switch (v.type) {
+    case GgufType::UINT8: put<uint8_t>(out, static_cast<uint8_t>(v.u)); return;
+    case GgufType::INT8: put<int8_t>(out, static_cast<int8_t>(v.i)); return;
+    case GgufType::UINT16: put<uint16_t>(out, static_cast<uint16_t>(v.u)); return;
+    case GgufType::INT16: put<int16_t>(out, static_cast<int16_t>(v.i)); return;
+    case GgufType::UINT32: put<uint32_t>(out, static_cast<uint32_t>(v.u)); return;
+    case GgufType::INT32: put<int32_t>(out, static_cast<int32_t>(v.i)); return;
+    case GgufType::UINT64: put<uint64_t>(out, v.u); return;
+    case GgufType::INT64: put<int64_t>(out, v.i); return;
+    case GgufType::FLOAT32: put<float>(out, static_cast<float>(v.f)); return;
+    case GgufType::FLOAT64: put<double>(out, v.f); return;
+    case GgufType::BOOL: put<uint8_t>(out, v.u != 0 ? 1 : 0); return;
+    case GgufType::STRING: put_string(out, v.str); return;
+    case GgufType::ARRAY:
+      put<uint32_t>(out, static_cast<uint32_t>(v.elem_type));
+      put<uint64_t>(out, v.array.size());
+      for (const GgufValue& e : v.array) put_value(out, e);
+      return;
+  }
+}
+
+struct FileIdentity {
+  std::string abs_path;
+  uint64_t size_bytes = 0;
+  int64_t mtime_ns = 0;
+  uint64_t inode = 0;
+  uint64_t device = 0;
+};
+
+bool identify(const std::string& path, FileIdentity* id) {
+  if (path.empty()) return false;
+  std::error_code ec;
+  std::filesystem::path abs = std::filesystem::absolute(path, ec);
+  if (ec) return false;
+  struct stat st {};
+  if (::stat(abs.c_str(), &st) != 0) return false;
+  id->abs_path = abs.lexically_normal().string();
+  id->size_bytes = static_cast<uint64_t>(st.st_size);
+  id->mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  id->inode = static_cast<uint64_t>(st.st_ino);
+  id->device = static_cast<uint64_t>(st.st_dev);
+  return true;
+}
+
+// The cache file's full text for `id` and `fp`; the lookup compares all of it
+// except the last line, so a key-hash collision can never return a wrong value.
+std::string cache_text_prefix(const FileIdentity& id) {
+  return std::string(kCacheHeader) + "\npath " + id.abs_path + "\nsize " +
+         std::to_string(id.size_bytes) + "\nmtime_ns " + std::to_string(id.mtime_ns) +
+         "\ninode " + std::to_string(id.inode) + "\ndevice " + std::to_string(id.device) +
+         "\nfingerprint ";
+}
+
+std::string cache_file_path(const std::string& cache_dir, const FileIdentity& id) {
+  std::string key = cache_text_prefix(id);
+  char name[32];
+  std::snprintf(name, sizeof(name), "%016llx",
+                static_cast<unsigned long long>(XXH3_64bits(key.data(), key.size())));
+  return cache_dir + "/fingerprints/" + name;
+}
+
+bool parse_hex64(const std::string& s, uint64_t* out) {
+  if (s.size() != 16) return false;
+  uint64_t v = 0;
+  for (char c : s) {
+    int d = (c >= '0' && c <= '9') ? c - '0' : (c >= 'a' && c <= 'f') ? c - 'a' + 10 : -1;
+    if (d < 0) return false;
+    v = (v << 4) | static_cast<uint64_t>(d);
+  }
+  *out = v;
+  return true;
+}
+
+bool read_cache(const std::string& file, const FileIdentity& id, Fingerprint128* fp) {
+  FILE* f = std::fopen(file.c_str(), "rb");
+  if (f == nullptr) return false;
+  std::string text;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0 && text.size() < 65536) text.append(buf, n);
+  std::fclose(f);
+  const std::string prefix = cache_text_prefix(id);
+  if (text.size() != prefix.size() + 33 || text.compare(0, prefix.size(), prefix) != 0 ||
+      text.back() != '\n') {
+    return false;
+  }
+  std::string hex = text.substr(prefix.size(), 32);
+  return parse_hex64(hex.substr(0, 16), &fp->hi) && parse_hex64(hex.substr(16), &fp->lo);
+}
+
+void write_cache(const std::string& cache_dir, const std::string& file, const FileIdentity& id,
+                 const Fingerprint128& fp) {
+  std::error_code ec;
+  std::filesystem::create_directories(cache_dir + "/fingerprints", ec);
+  if (ec) return;
+  static std::atomic<uint64_t> counter{0};
+  std::string tmp = file + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
+  std::string text = cache_text_prefix(id) + fp.hex() + "\n";
+  FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (f == nullptr) return;
+  bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  ok = (std::fclose(f) == 0) && ok;
+  if (!ok || std::rename(tmp.c_str(), file.c_str()) != 0) std::remove(tmp.c_str());
+}
+
+}  // namespace
+
+std::string Fingerprint128::hex() const {
+  char buf[40];
+  std::snprintf(buf, sizeof(buf), "%016llx%016llx", static_cast<unsigned long long>(hi),
+                static_cast<unsigned long long>(lo));
+  return buf;
+}
+
+bool fingerprint_hashes_key(const std::string& key) {
+  if (key.rfind("general.", 0) != 0) return true;
+  return key == "general.architecture" || key == "general.alignment";
+}
+
+Fingerprint128 compute_model_fingerprint(const GgufFile& file) {
+  XXH3_state_t* state = XXH3_createState();
+  PREFIXD_CHECK(state != nullptr, "XXH3_createState failed");
+  XXH3_128bits_reset(state);
+  std::vector<uint8_t> buf(sizeof(kDomain) - 1);
+  std::memcpy(buf.data(), kDomain, buf.size());
+  put<uint32_t>(buf, file.version());
+  put<uint64_t>(buf, file.alignment());
+  for (const auto& [key, value] : file.metadata()) {
+    if (!fingerprint_hashes_key(key)) continue;
+    put_string(buf, key);
+    put<uint32_t>(buf, static_cast<uint32_t>(value.type));
+    put_value(buf, value);
+  }
+  put<uint64_t>(buf, file.tensors().size());
+  XXH3_128bits_update(state, buf.data(), buf.size());
+  for (const GgufTensorInfo& t : file.tensors()) {
+    buf.clear();
+    put_string(buf, t.name);
+    put<uint32_t>(buf, static_cast<uint32_t>(t.dims.size()));
+    for (int64_t d : t.dims) put<uint64_t>(buf, static_cast<uint64_t>(d));
+    put<uint32_t>(buf, static_cast<uint32_t>(t.type));
+    put<uint64_t>(buf, t.n_bytes);
+    XXH3_128bits_update(state, buf.data(), buf.size());
+    XXH3_128bits_update(state, t.data, t.n_bytes);
+  }
+  XXH128_hash_t h = XXH3_128bits_digest(state);
+  XXH3_freeState(state);
+  return Fingerprint128{h.low64, h.high64};
+}
+
+Result<Fingerprint128> model_fingerprint(const GgufFile& file, const std::string& cache_dir) {
+  FileIdentity id;
+  const bool cacheable = !cache_dir.empty() && identify(file.path(), &id) &&
+                         id.size_bytes == file.size_bytes();
+  std::string cache_file;
+  if (cacheable) {
+    cache_file = cache_file_path(cache_dir, id);
+    Fingerprint128 fp;
+    if (read_cache(cache_file, id, &fp)) return fp;
+  }
+  Fingerprint128 fp = compute_model_fingerprint(file);
+  if (cacheable) write_cache(cache_dir, cache_file, id, fp);
+  return fp;
+}
+
+}  // namespace prefixd

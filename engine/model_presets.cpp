@@ -1,0 +1,373 @@
+// Generated test models: preset table, synthetic SPM vocabulary and a
+// counter-based weight generator (value i of a tensor depends only on the
+// preset, the tensor name and i, so any thread split gives the same bytes).
+#include "engine/model_presets.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+#include <unordered_set>
+
+#include "engine/gguf.h"
+#include "engine/gguf_writer.h"
+
+namespace prefixd {
+namespace {
+
+const char* const kSpace = "\xE2\x96\x81";  // U+2581, SPM's space
+
+// Common English words, most frequent first (a mix of general text and simple
+// stories). Each gets "▁word" plus every "▁prefix", and the bare word.
+const char* const kWords =
+    "the of and to a in is it you that he was for on are with as i his they be at one have this "
+    "from or had by not word but what some we can out other were all there when up use your how "
+    "said an each she which do their time if will way about many then them write would like so "
+    "these her long make thing see him two has look more day could go come did number sound no "
+    "most people my over know water than call first who may down side been now find any new work "
+    "part take get place made live where after back little only round man year came show every "
+    "good me give our under name very through just form sentence great think say help low line "
+    "differ turn cause much mean before move right boy old too same tell does set three want air "
+    "well also play small end put home read hand port large spell add even land here must big high "
+    "such follow act why ask men change went light kind off need house picture try us again animal "
+    "point mother world near build self earth father head stand own page should country found "
+    "answer school grow study still learn plant cover food sun four between state keep eye never "
+    "last let thought city tree cross farm hard start might story saw far sea draw left late run "
+    "while press close night real life few north open seem together next white children begin got "
+    "walk example ease paper group always music those both mark often letter until mile river car "
+    "feet care second book carry took science eat room friend began idea fish mountain stop once "
+    "base hear horse cut sure watch color face wood main enough plain girl usual young ready above "
+    "ever red list though feel talk bird soon body dog family direct pose leave song measure door "
+    "product black short numeral class wind question happen complete ship area half rock order "
+    "fire south problem piece told knew pass since top whole king space heard best hour better "
+    "true during hundred five remember step early hold west ground interest reach fast verb sing "
+    "listen six table travel less morning ten simple several vowel toward war lay against pattern "
+    "slow center love person money serve appear road map rain rule govern pull cold notice voice "
+    "unit power town fine certain fly fall lead cry dark machine note wait plan figure star box "
+    "noun field rest correct able pound done beauty drive stood contain front teach week final gave "
+    "green oh quick develop ocean warm free minute strong special mind behind clear tail produce "
+    "fact street inch multiply nothing course stay wheel full force blue object decide surface deep "
+    "moon island foot system busy test record boat common gold possible plane stead dry wonder "
+    "laugh thousand ago ran check game shape equate hot miss brought heat snow tire bring yes "
+    "distant fill east paint language among happy sad named lily ball toy park mom dad sky tiny "
+    "upon saw loved wanted played jumped smiled friends cat dog bear bunny garden flower tree "
+    "hello hi thanks please sorry today tomorrow yesterday computer data model cache token prefix "
+    "server request response memory system file network code program function value return "
+    "question answer help assistant user message chat explain example because really";
+
+// Frequent suffixes and word pieces (bare, used inside words).
+const char* const kSubwords =
+    "s es ed ing er ers est ly tion tions sion ment ments ness able ible al ial ful less ous ive "
+    "ize ise ity ty ance ence ant ent ist ism ure age ery ory ic ical en an ian y ie ies ied "
+    "re un in im dis pre pro con com ex de sub inter over out up th ch sh wh qu ck ng nt st "
+    "ll ss tt pp ff ee oo ea ai ou ow ay ey oy ar or ir ur";
+
+// The chatml template (Jinja) written for presets with chat_template = true.
+const char* const kChatmlTemplate =
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] "
+    "+ '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' "
+    "}}{% endif %}";
+
+std::vector<std::string> split_words(const char* s) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (const char* p = s;; ++p) {
+    if (*p == ' ' || *p == '\0') {
+      if (!cur.empty()) out.push_back(cur);
+      cur.clear();
+      if (*p == '\0') break;
+    } else {
+      cur.push_back(*p);
+    }
+  }
+  return out;
+}
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+uint64_t fnv1a64(const std::string& s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+// Element i of a tensor: Irwin-Hall sum of four 16-bit uniforms (approximately
+// normal, unit variance after scaling) times `stddev`. Integer arithmetic and a
+// single float multiply, so every compiler and FMA setting gives the same bits.
+struct WeightGen {
+  uint64_t seed;
+  float scale;  // stddev * sqrt(3) / 65536
+  float operator()(uint64_t i) const {
+    uint64_t r = splitmix64(seed + i * 0xD1B54A32D192ED03ull);
+    int32_t s = static_cast<int32_t>(r & 0xffff) + static_cast<int32_t>((r >> 16) & 0xffff) +
+                static_cast<int32_t>((r >> 32) & 0xffff) + static_cast<int32_t>(r >> 48) -
+                2 * 65536 + 2;  // centred: range [-131070, 131068]
+    return static_cast<float>(s) * scale;
+  }
+};
+
+// Fills `out` (n elements of `type`) from `gen`, split over threads.
+void fill_tensor(const WeightGen& gen, GgmlType type, uint64_t n, uint8_t* out) {
+  auto work = [&](uint64_t begin, uint64_t end) {
+    switch (type) {
+      case GgmlType::F32: {
+        float* p = reinterpret_cast<float*>(out);
+        for (uint64_t i = begin; i < end; ++i) p[i] = gen(i);
+        break;
+      }
+      case GgmlType::F16: {
+        uint16_t* p = reinterpret_cast<uint16_t*>(out);
+        for (uint64_t i = begin; i < end; ++i) p[i] = f32_to_f16(gen(i));
+        break;
+      }
+      case GgmlType::BF16: {
+        uint16_t* p = reinterpret_cast<uint16_t*>(out);
+        for (uint64_t i = begin; i < end; ++i) p[i] = f32_to_bf16(gen(i));
+        break;
+      }
+      case GgmlType::Q8_0:
+        PREFIXD_CHECK(false, "the generator does not write Q8_0");
+    }
+  };
+  unsigned n_threads = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
+  if (n < (1u << 16) || n_threads == 1) {
+    work(0, n);
+    return;
+  }
+  std::vector<std::thread> threads;
+  uint64_t chunk = (n + n_threads - 1) / n_threads;
+  for (unsigned t = 0; t < n_threads; ++t) {
+    uint64_t b = std::min<uint64_t>(n, t * chunk), e = std::min<uint64_t>(n, b + chunk);
+    if (b < e) threads.emplace_back(work, b, e);
+  }
+  for (std::thread& th : threads) th.join();
+}
+
+class VocabBuilder {
+ public:
+  explicit VocabBuilder(size_t capacity) : capacity_(capacity) {}
+  bool full() const { return pieces_.size() >= capacity_; }
+  // Adds a piece unless present or full. Normal pieces get score -rank.
+  void add(const std::string& text, int32_t type) {
+    if (full() || !seen_.insert(text).second) return;
+    float score = 0;
+    if (type == 1) {
+      if (n_normal_ > 0) score = -static_cast<float>(n_normal_);  // the first keeps +0
+      ++n_normal_;
+    }
+    pieces_.push_back(VocabPiece{text, score, type});
+  }
+  // Adds every prefix of `word` (at least one character past `head`), then the word.
+  void add_with_prefixes(const std::string& head, const std::string& word) {
+    for (size_t len = 1; len <= word.size(); ++len) add(head + word.substr(0, len), 1);
+  }
+  std::vector<VocabPiece> take() { return std::move(pieces_); }
+
+ private:
+  size_t capacity_;
+  std::vector<VocabPiece> pieces_;
+  std::unordered_set<std::string> seen_;
+  int64_t n_normal_ = 0;
+};
+
+GgmlType ggml_type_for(WeightType t) {
+  switch (t) {
+    case WeightType::F32: return GgmlType::F32;
+    case WeightType::F16: return GgmlType::F16;
+    case WeightType::BF16: return GgmlType::BF16;
+    case WeightType::Q8_0: return GgmlType::Q8_0;
+  }
+  return GgmlType::F32;
+}
+
+}  // namespace
+
+std::vector<std::string> preset_names() { return {"tiny", "smol-135m", "demo"}; }
+
+Result<PresetSpec> preset_spec(const std::string& preset) {
+  PresetSpec s;
+  s.name = preset;
+  if (preset == "tiny") {
+    s.n_embd = 256, s.n_layers = 4, s.n_heads = 8, s.n_kv_heads = 4, s.n_ff = 768;
+    s.n_vocab = 32000, s.n_ctx = 4096, s.rope_base = 10000, s.tied_output = false;
+  } else if (preset == "smol-135m") {
+    s.n_embd = 576, s.n_layers = 30, s.n_heads = 9, s.n_kv_heads = 3, s.n_ff = 1536;
+    s.n_vocab = 49152, s.n_ctx = 8192, s.rope_base = 100000, s.tied_output = true;
+  } else if (preset == "demo") {
+    s.n_embd = 256, s.n_layers = 4, s.n_heads = 8, s.n_kv_heads = 4, s.n_ff = 768;
+    s.n_vocab = 4096, s.n_ctx = 4096, s.rope_base = 10000, s.tied_output = true;
+    s.chat_template = true;
+  } else {
+    std::string known;
+    for (const std::string& n : preset_names()) known += (known.empty() ? "" : ", ") + n;
+    return Status::error("unknown model preset '" + preset + "' (known: " + known + ")");
+  }
+  s.rms_eps = 1e-5f;
+  return s;
+}
+
+std::vector<VocabPiece> synthetic_vocab(int32_t n_vocab, bool chatml) {
+  PREFIXD_CHECK(n_vocab >= 1024, "the synthetic vocabulary needs at least 1024 ids");
+  const size_t n_body = static_cast<size_t>(n_vocab) - (chatml ? 2 : 0);
+  VocabBuilder b(n_body);
+  b.add("<unk>", 2);
+  b.add("<s>", 3);
+  b.add("</s>", 3);
+  for (int byte = 0; byte < 256; ++byte) {
+    char buf[8];
+    std::snprintf(buf, sizeof(buf), "<0x%02X>", byte);
+    b.add(buf, 6);
+  }
+  const std::string sp = kSpace;
+  b.add(sp, 1);
+  for (char c = 'a'; c <= 'z'; ++c) b.add(std::string(1, c), 1);
+  for (char c = 'a'; c <= 'z'; ++c) b.add(sp + c, 1);
+  for (char c = '!'; c <= '~'; ++c) b.add(std::string(1, c), 1);
+  for (char c = '!'; c <= '~'; ++c) b.add(sp + c, 1);
+  b.add("\n", 1);
+  b.add("\n\n", 1);
+  b.add(sp + sp, 1);
+  std::vector<std::string> words = split_words(kWords);
+  std::vector<std::string> subwords = split_words(kSubwords);
+  // Interleave so a small vocabulary still gets the most frequent words and suffixes.
+  size_t n_sub = 0;
+  for (size_t w = 0; w < words.size(); ++w) {
+    b.add_with_prefixes(sp, words[w]);
+    if (w % 4 == 3 && n_sub < subwords.size()) b.add_with_prefixes("", subwords[n_sub++]);
+  }
+  for (; n_sub < subwords.size(); ++n_sub) b.add_with_prefixes("", subwords[n_sub]);
+  for (size_t w = 0; w < words.size(); ++w) {
+    std::string cap = words[w];
+    cap[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(cap[0])));
+    b.add_with_prefixes(sp, cap);
+  }
+  for (const std::string& w : words) b.add_with_prefixes("", w);
+  for (const std::string& w : words) {  // the bare word followed by common suffixes
+    for (const char* suf : {"s", "ed", "ing"}) b.add(sp + w + suf, 1);
+  }
+  for (int d = 0; d < 100; ++d) b.add(std::to_string(d), 1);
+  // Filler: letter combinations of growing length, bare then with a space.
+  std::string combo;
+  for (int len = 2; len <= 4 && !b.full(); ++len) {
+    uint64_t count = 1;
+    for (int k = 0; k < len; ++k) count *= 26;
+    for (int with_space = 0; with_space < 2 && !b.full(); ++with_space) {
+      for (uint64_t idx = 0; idx < count && !b.full(); ++idx) {
+        combo.assign(len, 'a');
+        uint64_t x = idx;
+        for (int k = len - 1; k >= 0; --k, x /= 26) combo[k] = static_cast<char>('a' + x % 26);
+        b.add(with_space ? sp + combo : combo, 1);
+      }
+    }
+  }
+  PREFIXD_CHECK(b.full(), "synthetic vocabulary filler ran out");
+  std::vector<VocabPiece> pieces = b.take();
+  if (chatml) {
+    pieces.push_back(VocabPiece{"<|im_start|>", 0, 3});
+    pieces.push_back(VocabPiece{"<|im_end|>", 0, 3});
+  }
+  return pieces;
+}
+
+Status write_preset_model(const std::string& preset, WeightType weight_type,
+                          const std::string& path) {
+  Result<PresetSpec> spec_r = preset_spec(preset);
+  if (!spec_r.ok()) return spec_r.status();
+  const PresetSpec& s = *spec_r;
+  if (weight_type == WeightType::Q8_0) {
+    return Status::error("generated models are F32, F16 or BF16; Q8_0 is not generated");
+  }
+  const GgmlType wtype = ggml_type_for(weight_type);
+  const int32_t head_dim = s.head_dim();
+
+  GgufWriter w(3, 32);
+  w.set_string("general.architecture", "llama");
+  w.set_string("general.name", "prefixd-" + s.name);
+  w.set_u32("llama.context_length", static_cast<uint32_t>(s.n_ctx));
+  w.set_u32("llama.embedding_length", static_cast<uint32_t>(s.n_embd));
+  w.set_u32("llama.block_count", static_cast<uint32_t>(s.n_layers));
+  w.set_u32("llama.feed_forward_length", static_cast<uint32_t>(s.n_ff));
+  w.set_u32("llama.attention.head_count", static_cast<uint32_t>(s.n_heads));
+  w.set_u32("llama.attention.head_count_kv", static_cast<uint32_t>(s.n_kv_heads));
+  w.set_f32("llama.attention.layer_norm_rms_epsilon", s.rms_eps);
+  w.set_f32("llama.rope.freq_base", s.rope_base);
+  w.set_u32("llama.rope.dimension_count", static_cast<uint32_t>(head_dim));
+  w.set_u32("llama.vocab_size", static_cast<uint32_t>(s.n_vocab));
+  w.set_u32("general.file_type", static_cast<uint32_t>(weight_type == WeightType::F32 ? 0
+                                                       : weight_type == WeightType::F16 ? 1
+                                                                                        : 32));
+
+  std::vector<VocabPiece> vocab = synthetic_vocab(s.n_vocab, s.chat_template);
+  std::vector<std::string> texts;
+  std::vector<float> scores;
+  std::vector<int32_t> types;
+  for (const VocabPiece& p : vocab) {
+    texts.push_back(p.text);
+    scores.push_back(p.score);
+    types.push_back(p.type);
+  }
+  w.set_string("tokenizer.ggml.model", "llama");
+  w.set_string_array("tokenizer.ggml.tokens", texts);
+  w.set_f32_array("tokenizer.ggml.scores", scores);
+  w.set_i32_array("tokenizer.ggml.token_type", types);
+  w.set_u32("tokenizer.ggml.unknown_token_id", 0);
+  w.set_u32("tokenizer.ggml.bos_token_id", 1);
+  w.set_u32("tokenizer.ggml.eos_token_id", 2);
+  w.set_bool("tokenizer.ggml.add_bos_token", true);
+  w.set_bool("tokenizer.ggml.add_eos_token", false);
+  if (s.chat_template) {
+    w.set_u32("tokenizer.ggml.eot_token_id", static_cast<uint32_t>(s.n_vocab - 1));  // <|im_end|>
+    w.set_string("tokenizer.chat_template", kChatmlTemplate);
+  }
+
+  const uint64_t preset_seed = fnv1a64("prefixd-preset:" + s.name);
+  // A matrix [fan_in, fan_out] (ne[0] = fan_in) with stddev 1/sqrt(fan_in).
+  auto matrix = [&](const std::string& name, int64_t fan_in, int64_t fan_out) {
+    uint64_t n = static_cast<uint64_t>(fan_in * fan_out);
+    std::vector<uint8_t> data(ggml_type_bytes(wtype, static_cast<int64_t>(n)));
+    float stddev = 1.0f / std::sqrt(static_cast<float>(fan_in));
+    WeightGen gen{splitmix64(preset_seed ^ fnv1a64(name)), stddev * 1.7320508f / 65536.0f};
+    fill_tensor(gen, wtype, n, data.data());
+    w.add_tensor(name, wtype, {fan_in, fan_out}, std::move(data));
+  };
+  // A norm weight [n_embd], F32, near 1.
+  auto norm = [&](const std::string& name) {
+    std::vector<uint8_t> data(ggml_type_bytes(GgmlType::F32, s.n_embd));
+    WeightGen gen{splitmix64(preset_seed ^ fnv1a64(name)), 0.05f * 1.7320508f / 65536.0f};
+    for (int32_t i = 0; i < s.n_embd; ++i) {
+      volatile float x = gen(static_cast<uint64_t>(i));  // volatile: no fused multiply-add
+      float v = 1.0f + x;
+      std::memcpy(data.data() + 4 * i, &v, 4);
+    }
+    w.add_tensor(name, GgmlType::F32, {s.n_embd}, std::move(data));
+  };
+
+  matrix("token_embd.weight", s.n_embd, s.n_vocab);
+  for (int32_t l = 0; l < s.n_layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    norm(p + "attn_norm.weight");
+    matrix(p + "attn_q.weight", s.n_embd, static_cast<int64_t>(s.n_heads) * head_dim);
+    matrix(p + "attn_k.weight", s.n_embd, static_cast<int64_t>(s.n_kv_heads) * head_dim);
+    matrix(p + "attn_v.weight", s.n_embd, static_cast<int64_t>(s.n_kv_heads) * head_dim);
+    matrix(p + "attn_output.weight", static_cast<int64_t>(s.n_heads) * head_dim, s.n_embd);
+    norm(p + "ffn_norm.weight");
+    matrix(p + "ffn_gate.weight", s.n_embd, s.n_ff);
+    matrix(p + "ffn_up.weight", s.n_embd, s.n_ff);
+    matrix(p + "ffn_down.weight", s.n_ff, s.n_embd);
+  }
+  norm("output_norm.weight");
+  if (!s.tied_output) matrix("output.weight", s.n_embd, s.n_vocab);
+  return w.write_file(path);
+}
+
+}  // namespace prefixd

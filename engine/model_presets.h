@@ -1,0 +1,60 @@
+// Deterministic generated test models: llama-architecture GGUF files with
+// pseudo-random weights and a synthetic SPM vocabulary, byte-identical on
+// every machine. Used by the demo daemon, benchmarks and tests.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "kernels/dtype.h"
+
+namespace prefixd {
+
+// Hyper-parameters of one preset (llama.cpp `llama` metadata names in comments).
+struct PresetSpec {
+  std::string name;         // general.name
+  int32_t n_embd = 0;       // llama.embedding_length
+  int32_t n_layers = 0;     // llama.block_count
+  int32_t n_heads = 0;      // llama.attention.head_count
+  int32_t n_kv_heads = 0;   // llama.attention.head_count_kv
+  int32_t n_ff = 0;         // llama.feed_forward_length
+  int32_t n_vocab = 0;      // llama.vocab_size
+  int32_t n_ctx = 0;        // llama.context_length
+  float rope_base = 10000;  // llama.rope.freq_base
+  float rms_eps = 1e-5f;    // llama.attention.layer_norm_rms_epsilon
+  bool tied_output = true;  // no output.weight: the output head reuses token_embd.weight
+  bool chat_template = false;  // writes a chatml tokenizer.chat_template and its control tokens
+  int32_t head_dim() const { return n_embd / n_heads; }
+};
+
+// The presets: "tiny", "smol-135m", "demo".
+std::vector<std::string> preset_names();
+// Fails for an unknown name (the message lists the known ones).
+Result<PresetSpec> preset_spec(const std::string& preset);
+
+// One piece of the synthetic SPM vocabulary.
+struct VocabPiece {
+  std::string text;  // UTF-8; U+2581 stands for a space
+  float score = 0;   // higher = merged first (0 for special and byte tokens)
+  int32_t type = 1;  // llama.cpp token types: 1 normal, 2 unknown, 3 control, 6 byte
+};
+
+// The synthetic vocabulary with exactly n_vocab pieces (n_vocab >= 1024):
+// <unk>, <s>, </s>, <0x00>..<0xFF> (ids 3..258), "▁", single characters,
+// English words and subwords with every prefix of each word present (so SPM
+// merges reach whole words), then letter combinations as filler. With
+// `chatml`, the last two ids are the control tokens <|im_start|>, <|im_end|>.
+// No text appears twice.
+std::vector<VocabPiece> synthetic_vocab(int32_t n_vocab, bool chatml);
+
+// Writes the preset as a GGUF v3 file at `path` (atomically). Matrices are
+// stored as `weight_type` (F32, F16 or BF16; Q8_0 is refused); norm weights
+// are always F32. Weights: ~N(0, 1/fan_in) from a counter-based splitmix64
+// generator, so the bytes do not depend on the thread count. Fills with all
+// hardware threads; safe to call from several threads at once.
+Status write_preset_model(const std::string& preset, WeightType weight_type,
+                          const std::string& path);
+
+}  // namespace prefixd
