@@ -1,0 +1,505 @@
+// CudaBackend: the Backend interface over cuBLAS and the kernels in
+// kernels/cuda/*.cu. Host-side arithmetic (launch shapes, batch packing,
+// dispatch) lives in launch_config.h where CPU tests check it.
+#include "kernels/cuda/cuda_backend.h"
+
+#include <cuda_runtime.h>
+#include <cublas_v2.h>
+
+#include <climits>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/kernels.h"
+#include "kernels/cuda/launch_config.h"
+#include "kernels/op_math_ext.h"
+
+namespace prefixd {
+namespace {
+
+using cuda::DeviceBatch;
+using cuda::PackedBatch;
+
+// A weight matrix in device memory, (rows, cols) row-major in `stored`.
+class CudaMatrix : public Matrix {
+ public:
+  ~CudaMatrix() override {
+    if (data) PREFIXD_CUDA_CHECK(cudaFree(data));
+  }
+  void* data = nullptr;  // device, (rows, cols) stored
+  DType stored = DType::F32;
+};
+
+cudaDataType_t cuda_type(DType t) {
+  switch (t) {
+    case DType::F32: return CUDA_R_32F;
+    case DType::F16: return CUDA_R_16F;
+    case DType::BF16: return CUDA_R_16BF;
+  }
+  return CUDA_R_32F;
+}
+
+Status cuda_status(cudaError_t err, const std::string& what) {
+  return Status::error(what + ": " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")");
+}
+
+// A device buffer that grows on demand. Growing waits for the stream, since
+// work issued earlier may still read the old buffer.
+struct DeviceScratch {
+  void* ptr = nullptr;
+  size_t capacity_bytes = 0;
+  void* ensure(size_t n_bytes, cudaStream_t stream) {
+    if (n_bytes <= capacity_bytes) return ptr;
+    PREFIXD_CUDA_CHECK(cudaStreamSynchronize(stream));
+    if (ptr) PREFIXD_CUDA_CHECK(cudaFree(ptr));
+    capacity_bytes = n_bytes + n_bytes / 2;
+    PREFIXD_CUDA_CHECK(cudaMalloc(&ptr, capacity_bytes));
+    return ptr;
+  }
+  void release() {
+    if (ptr) PREFIXD_CUDA_CHECK(cudaFree(ptr));
+    ptr = nullptr;
+    capacity_bytes = 0;
+  }
+};
+
+// Pinned host staging that grows on demand; `in_use` is recorded after the
+// last asynchronous copy that reads or writes it.
+struct PinnedScratch {
+  void* ptr = nullptr;
+  size_t capacity_bytes = 0;
+  void* ensure(size_t n_bytes) {
+    if (n_bytes <= capacity_bytes) return ptr;
+    if (ptr) PREFIXD_CUDA_CHECK(cudaFreeHost(ptr));
+    capacity_bytes = n_bytes + n_bytes / 2;
+    PREFIXD_CUDA_CHECK(cudaHostAlloc(&ptr, capacity_bytes, cudaHostAllocDefault));
+    return ptr;
+  }
+  void release() {
+    if (ptr) PREFIXD_CUDA_CHECK(cudaFreeHost(ptr));
+    ptr = nullptr;
+    capacity_bytes = 0;
+  }
+};
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(int device, int n_sms) : device_(device), n_sms_(n_sms) {}
+
+  // Creates streams, events and the cuBLAS handle; a failure is a Status.
+  Status init() {
+    cudaError_t e;
+    if ((e = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)) != cudaSuccess)
+      return cuda_status(e, "cudaStreamCreate");
+    if ((e = cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking)) != cudaSuccess)
+      return cuda_status(e, "cudaStreamCreate (copy)");
+    for (cudaEvent_t* ev : {&batch_uploaded_, &compute_done_, &copy_done_}) {
+      if ((e = cudaEventCreateWithFlags(ev, cudaEventDisableTiming)) != cudaSuccess)
+        return cuda_status(e, "cudaEventCreate");
+    }
+    cublasStatus_t st = cublasCreate(&cublas_);
+    if (st != CUBLAS_STATUS_SUCCESS)
+      return Status::error(std::string("cublasCreate: ") + cublasGetStatusString(st));
+    st = cublasSetStream(cublas_, stream_);
+    if (st != CUBLAS_STATUS_SUCCESS)
+      return Status::error(std::string("cublasSetStream: ") + cublasGetStatusString(st));
+    return Status::ok_status();
+  }
+
+  ~CudaBackend() override {
+    cudaSetDevice(device_);
+    if (stream_) cudaStreamSynchronize(stream_);
+    if (copy_stream_) cudaStreamSynchronize(copy_stream_);
+    for (RopeTable& t : rope_tables_) cudaFree(t.inv_freq);
+    act_scratch_.release();
+    decode_ws_.release();
+    batch_dev_.release();
+    batch_host_.release();
+    block_staging_.release();
+    if (cublas_) cublasDestroy(cublas_);
+    for (cudaEvent_t ev : {batch_uploaded_, compute_done_, copy_done_})
+      if (ev) cudaEventDestroy(ev);
+    if (copy_stream_) cudaStreamDestroy(copy_stream_);
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+
+  std::string name() const override { return "cuda"; }
+
+  // --- memory -------------------------------------------------------------
+  void* alloc(size_t n_bytes) override {
+    activate();
+    void* p = nullptr;
+    cudaError_t e = cudaMalloc(&p, n_bytes);
+    if (e != cudaSuccess) {
+      std::fprintf(stderr, "cuda backend: out of device memory allocating %zu bytes: %s\n", n_bytes,
+                   cudaGetErrorString(e));
+      std::abort();
+    }
+    if (n_bytes) PREFIXD_CUDA_CHECK(cudaMemsetAsync(p, 0, n_bytes, stream_));
+    return p;
+  }
+  void free(void* ptr) override {
+    activate();
+    if (ptr) PREFIXD_CUDA_CHECK(cudaFree(ptr));  // cudaFree waits for work using it
+  }
+  void upload(void* dst, const void* src_host, size_t n_bytes) override {
+    activate();
+    // From pageable memory the call returns once `src_host` has been staged,
+    // so the caller may reuse it at once.
+    if (n_bytes)
+      PREFIXD_CUDA_CHECK(cudaMemcpyAsync(dst, src_host, n_bytes, cudaMemcpyHostToDevice, stream_));
+  }
+  void download(void* dst_host, const void* src, size_t n_bytes) override {
+    activate();
+    if (n_bytes)
+      PREFIXD_CUDA_CHECK(cudaMemcpyAsync(dst_host, src, n_bytes, cudaMemcpyDeviceToHost, stream_));
+    PREFIXD_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  void synchronize() override {
+    activate();
+    PREFIXD_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    PREFIXD_CUDA_CHECK(cudaStreamSynchronize(copy_stream_));
+  }
+
+  std::unique_ptr<Matrix> upload_matrix(WeightType type, int64_t rows, int64_t cols,
+                                        const void* host_data, bool host_data_outlives) override {
+    activate();
+    PREFIXD_CHECK(rows > 0 && cols > 0 && rows <= INT_MAX && cols <= INT_MAX, "matrix shape");
+    auto m = std::make_unique<CudaMatrix>();
+    m->rows = rows;
+    m->cols = cols;
+    m->source_type = type;
+    m->stored = cuda::gemm_dispatch(type).stored;
+    const size_t n_bytes = static_cast<size_t>(rows * cols) * dtype_bytes(m->stored);
+    std::vector<uint16_t> dequant;  // (rows * cols) f16, Q8_0 only
+    const void* src = host_data;
+    if (type == WeightType::Q8_0) {
+      dequant = cuda::dequantize_q8_0_to_f16(static_cast<const uint8_t*>(host_data), rows, cols);
+      src = dequant.data();
+    }
+    PREFIXD_CUDA_CHECK(cudaMalloc(&m->data, n_bytes));
+    PREFIXD_CUDA_CHECK(cudaMemcpyAsync(m->data, src, n_bytes, cudaMemcpyHostToDevice, stream_));
+    PREFIXD_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return m;
+  }
+
+  Result<KvPool> allocate_kv_pool(const KvGeometry& geom) override {
+    activate();
+    if (geom.n_layers <= 0 || geom.n_blocks <= 0 || geom.block_size <= 0 || geom.n_kv_heads <= 0 ||
+        geom.head_dim <= 0)
+      return Status::error("KV geometry has a non-positive dimension");
+    if (int64_t(geom.n_blocks) * geom.block_size > INT_MAX)
+      return Status::error("KV pool has more than 2^31 slots");  // kernels index slots in int32
+    if (cuda::attention_dims_per_lane(geom.head_dim) == 0)
+      return Status::error("head_dim " + std::to_string(geom.head_dim) +
+                           " exceeds the CUDA attention kernels' limit of 256");
+    KvPool pool;
+    pool.geom = geom;
+    const size_t layer_bytes = cuda::kv_layer_bytes(geom);
+    for (int32_t l = 0; l < geom.n_layers; ++l) {
+      for (std::vector<void*>* side : {&pool.k, &pool.v}) {
+        void* p = nullptr;
+        cudaError_t e = cudaMalloc(&p, layer_bytes);
+        if (e != cudaSuccess) {
+          cudaGetLastError();  // clear the sticky-free allocation error
+          free_kv_pool(pool);
+          return cuda_status(e, "KV pool: allocating " + std::to_string(layer_bytes) +
+                                    " bytes for layer " + std::to_string(l) + " (pool " +
+                                    std::to_string(geom.pool_bytes()) + " bytes)");
+        }
+        PREFIXD_CUDA_CHECK(cudaMemsetAsync(p, 0, layer_bytes, stream_));
+        side->push_back(p);
+      }
+    }
+    return pool;
+  }
+  void free_kv_pool(KvPool& pool) override {
+    activate();
+    for (void* p : pool.k) PREFIXD_CUDA_CHECK(cudaFree(p));
+    for (void* p : pool.v) PREFIXD_CUDA_CHECK(cudaFree(p));
+    pool.k.clear();
+    pool.v.clear();
+  }
+
+  // --- one forward pass -----------------------------------------------------
+  void prepare_batch(const Batch& batch, int32_t block_size) override {
+    activate();
+    Status valid = cuda::validate_batch(batch, block_size);
+    PREFIXD_CHECK(valid.ok(), valid.message().c_str());
+    PackedBatch packed = cuda::pack_batch(batch, block_size);
+    const size_t n_bytes = packed.words.size() * sizeof(int32_t);
+    // The previous batch's upload must have read the pinned buffer before it is reused.
+    PREFIXD_CUDA_CHECK(cudaEventSynchronize(batch_uploaded_));
+    void* host = batch_host_.ensure(n_bytes);
+    void* dev = batch_dev_.ensure(n_bytes, stream_);
+    if (n_bytes) {
+      std::memcpy(host, packed.words.data(), n_bytes);
+      PREFIXD_CUDA_CHECK(cudaMemcpyAsync(dev, host, n_bytes, cudaMemcpyHostToDevice, stream_));
+    }
+    PREFIXD_CUDA_CHECK(cudaEventRecord(batch_uploaded_, stream_));
+    packed.words.clear();
+    batch_.words = static_cast<const int32_t*>(dev);
+    batch_.layout = std::move(packed);
+    block_size_ = block_size;
+  }
+
+  void embed(const Matrix& table, float* out) override {
+    activate();
+    const auto& t = static_cast<const CudaMatrix&>(table);
+    PREFIXD_CHECK(batch_.layout.max_token < t.rows, "token id beyond the embedding table");
+    cuda::launch_embed(t.data, t.stored, t.cols, batch_, out, stream_);
+  }
+
+  void rmsnorm(const float* x, const float* weight, float* out, int64_t n, int64_t dim,
+               float eps) override {
+    activate();
+    cuda::launch_rmsnorm(x, weight, out, n, dim, eps, stream_);
+  }
+
+  void matmul(const Matrix& w, const float* x, float* y, int64_t n) override {
+    activate();
+    if (n == 0) return;
+    PREFIXD_CHECK(n <= INT_MAX, "GEMM batch too large");
+    const auto& m = static_cast<const CudaMatrix&>(w);
+    const DType act_type = cuda::gemm_dispatch(m.source_type).activation;
+    const void* act = x;  // (n, cols) in act_type
+    if (act_type != DType::F32) {
+      void* scratch = act_scratch_.ensure(cuda::gemm_activation_bytes(n, m.cols, act_type), stream_);
+      cuda::launch_convert_f32(x, scratch, act_type, n * m.cols, stream_);
+      act = scratch;
+    }
+    // Row-major y (n, rows) = x (n, cols) · Wᵀ is, column-major,
+    // yᵀ (rows, n) = op_T(W as (cols, rows)) · xᵀ (cols, n).
+    const float alpha = 1.0f, beta = 0.0f;
+    PREFIXD_CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(m.rows),
+                                      static_cast<int>(n), static_cast<int>(m.cols), &alpha, m.data,
+                                      cuda_type(m.stored), static_cast<int>(m.cols), act,
+                                      cuda_type(act_type), static_cast<int>(m.cols), &beta, y,
+                                      CUDA_R_32F, static_cast<int>(m.rows), CUBLAS_COMPUTE_32F,
+                                      CUBLAS_GEMM_DEFAULT));
+  }
+
+  void add_bias(float* y, const float* bias, int64_t n, int64_t dim) override {
+    activate();
+    cuda::launch_add_bias(y, bias, n, dim, stream_);
+  }
+  void add(float* y, const float* x, int64_t n) override {
+    activate();
+    cuda::launch_add(y, x, n, stream_);
+  }
+  void swiglu(const float* gate, const float* up, float* out, int64_t n) override {
+    activate();
+    cuda::launch_swiglu(gate, up, out, n, stream_);
+  }
+
+  void rope(float* x, int32_t n_heads, int32_t head_dim, int32_t rope_dim, float base,
+            RopeStyle style) override {
+    activate();
+    PREFIXD_CHECK(rope_dim > 0 && rope_dim % 2 == 0 && rope_dim <= head_dim, "rope_dim");
+    cuda::launch_rope(x, batch_, n_heads, head_dim, rope_dim, inv_freq_table(rope_dim, base), style,
+                      stream_);
+  }
+
+  void kv_store(KvPool& pool, int32_t layer, const float* k, const float* v) override {
+    activate();
+    check_pool_access(pool, layer);
+    cuda::launch_kv_store(k, v, pool.k[layer], pool.v[layer], pool.geom.dtype,
+                          pool.geom.n_kv_heads * pool.geom.head_dim, batch_, stream_);
+  }
+
+  void attention(const KvPool& pool, int32_t layer, const float* q, float* out, int32_t n_heads,
+                 float scale) override {
+    activate();
+    check_pool_access(pool, layer);
+    cuda::AttentionArgs a;
+    a.k_pool = pool.k[layer];
+    a.v_pool = pool.v[layer];
+    a.kv_dtype = pool.geom.dtype;
+    a.block_size = pool.geom.block_size;
+    a.n_heads = n_heads;
+    a.n_kv_heads = pool.geom.n_kv_heads;
+    a.head_dim = pool.geom.head_dim;
+    a.scale = scale;
+    a.q = q;
+    a.out = out;
+    cuda::launch_attention_prefill(a, batch_, stream_);
+    if (batch_.layout.n_decode_seqs > 0) {
+      const cuda::DecodeSplit split = cuda::decode_split(
+          batch_.layout.n_decode_seqs, n_heads, batch_.layout.max_decode_kv_len, n_sms_);
+      const size_t ws_bytes =
+          cuda::decode_workspace_bytes(batch_.layout.n_decode_seqs, n_heads, a.head_dim, split);
+      float* ws = ws_bytes ? static_cast<float*>(decode_ws_.ensure(ws_bytes, stream_)) : nullptr;
+      cuda::launch_attention_decode(a, batch_, split, ws, stream_);
+    }
+  }
+
+  void gather_output_rows(const float* x, float* out, int64_t dim) override {
+    activate();
+    cuda::launch_gather_rows(x, out, dim, batch_, stream_);
+  }
+
+  // --- block transfers ------------------------------------------------------
+  void copy_block(KvPool& pool, int32_t src, int32_t dst) override {
+    activate();
+    check_block(pool, src);
+    check_block(pool, dst);
+    if (src == dst) return;
+    const size_t lbb = pool.geom.layer_block_bytes();
+    for (int32_t l = 0; l < pool.geom.n_layers; ++l) {
+      for (const std::vector<void*>* side : {&pool.k, &pool.v}) {
+        char* base = static_cast<char*>((*side)[l]);
+        PREFIXD_CUDA_CHECK(cudaMemcpyAsync(base + dst * lbb, base + src * lbb, lbb,
+                                           cudaMemcpyDeviceToDevice, stream_));
+      }
+    }
+  }
+
+  void read_block(const KvPool& pool, int32_t block_id, void* host_dst) override {
+    activate();
+    check_block(pool, block_id);
+    const size_t lbb = pool.geom.layer_block_bytes();
+    char* staging = static_cast<char*>(block_staging_.ensure(pool.geom.block_bytes()));
+    // Offload: the copy stream starts after the compute issued so far (which
+    // may still be writing this block), gathers every layer's K and V of the
+    // block into pinned staging, and the compute stream keeps running meanwhile.
+    PREFIXD_CUDA_CHECK(cudaEventRecord(compute_done_, stream_));
+    PREFIXD_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, compute_done_, 0));
+    for (int32_t l = 0; l < pool.geom.n_layers; ++l) {
+      const char* k = static_cast<const char*>(pool.k[l]) + block_id * lbb;
+      const char* v = static_cast<const char*>(pool.v[l]) + block_id * lbb;
+      PREFIXD_CUDA_CHECK(cudaMemcpyAsync(staging + (2 * l) * lbb, k, lbb, cudaMemcpyDeviceToHost,
+                                         copy_stream_));
+      PREFIXD_CUDA_CHECK(cudaMemcpyAsync(staging + (2 * l + 1) * lbb, v, lbb,
+                                         cudaMemcpyDeviceToHost, copy_stream_));
+    }
+    PREFIXD_CUDA_CHECK(cudaStreamSynchronize(copy_stream_));
+    std::memcpy(host_dst, staging, pool.geom.block_bytes());
+  }
+
+  void write_block(KvPool& pool, int32_t block_id, const void* host_src) override {
+    activate();
+    check_block(pool, block_id);
+    const size_t lbb = pool.geom.layer_block_bytes();
+    char* staging = static_cast<char*>(block_staging_.ensure(pool.geom.block_bytes()));
+    std::memcpy(staging, host_src, pool.geom.block_bytes());
+    // Onboard: wait for compute issued so far (it may still read the block's
+    // previous content), scatter on the copy stream, and make later compute
+    // wait for the copy through copy_done_.
+    PREFIXD_CUDA_CHECK(cudaEventRecord(compute_done_, stream_));
+    PREFIXD_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, compute_done_, 0));
+    for (int32_t l = 0; l < pool.geom.n_layers; ++l) {
+      char* k = static_cast<char*>(pool.k[l]) + block_id * lbb;
+      char* v = static_cast<char*>(pool.v[l]) + block_id * lbb;
+      PREFIXD_CUDA_CHECK(cudaMemcpyAsync(k, staging + (2 * l) * lbb, lbb, cudaMemcpyHostToDevice,
+                                         copy_stream_));
+      PREFIXD_CUDA_CHECK(cudaMemcpyAsync(v, staging + (2 * l + 1) * lbb, lbb,
+                                         cudaMemcpyHostToDevice, copy_stream_));
+    }
+    PREFIXD_CUDA_CHECK(cudaEventRecord(copy_done_, copy_stream_));
+    PREFIXD_CUDA_CHECK(cudaStreamWaitEvent(stream_, copy_done_, 0));
+    // The staging buffer is reused by the next transfer: wait until it is read.
+    PREFIXD_CUDA_CHECK(cudaEventSynchronize(copy_done_));
+  }
+
+ private:
+  struct RopeTable {
+    int32_t rope_dim;
+    float base;
+    double* inv_freq;  // device, (rope_dim / 2) f64
+  };
+
+  void activate() const { PREFIXD_CUDA_CHECK(cudaSetDevice(device_)); }
+
+  // Inverse frequencies for (rope_dim, base), computed in double on the host
+  // once and kept on the device.
+  const double* inv_freq_table(int32_t rope_dim, float base) {
+    for (const RopeTable& t : rope_tables_)
+      if (t.rope_dim == rope_dim && t.base == base) return t.inv_freq;
+    std::vector<double> host(rope_dim / 2);  // (rope_dim / 2) f64
+    for (int32_t i = 0; i < rope_dim / 2; ++i) host[i] = op::rope_inv_freq(i, rope_dim, base);
+    RopeTable t{rope_dim, base, nullptr};
+    PREFIXD_CUDA_CHECK(cudaMalloc(&t.inv_freq, host.size() * sizeof(double)));
+    PREFIXD_CUDA_CHECK(cudaMemcpyAsync(t.inv_freq, host.data(), host.size() * sizeof(double),
+                                       cudaMemcpyHostToDevice, stream_));
+    PREFIXD_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    rope_tables_.push_back(t);
+    return t.inv_freq;
+  }
+
+  void check_pool_access(const KvPool& pool, int32_t layer) const {
+    PREFIXD_CHECK(layer >= 0 && layer < pool.geom.n_layers, "layer out of range");
+    PREFIXD_CHECK(pool.geom.block_size == block_size_, "pool block size differs from the batch's");
+    PREFIXD_CHECK(batch_.layout.max_block_id < pool.geom.n_blocks, "block id beyond the pool");
+  }
+  static void check_block(const KvPool& pool, int32_t block_id) {
+    PREFIXD_CHECK(block_id >= 0 && block_id < pool.geom.n_blocks, "block id out of range");
+  }
+
+  int device_;
+  int n_sms_;
+  cudaStream_t stream_ = nullptr;       // all compute, uploads and downloads
+  cudaStream_t copy_stream_ = nullptr;  // tier block transfers
+  cudaEvent_t batch_uploaded_ = nullptr;
+  cudaEvent_t compute_done_ = nullptr;
+  cudaEvent_t copy_done_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+
+  DeviceBatch batch_;             // current batch (device words + host layout)
+  int32_t block_size_ = 0;        // of the current batch
+  PinnedScratch batch_host_;      // PackedBatch::words, pinned, int32
+  DeviceScratch batch_dev_;       // PackedBatch::words, device, int32
+  DeviceScratch act_scratch_;     // (n, cols) F16/BF16 GEMM input
+  DeviceScratch decode_ws_;       // (n_decode_seqs, n_heads, n_splits, head_dim + 2) f32
+  PinnedScratch block_staging_;   // (geom.block_bytes()) one block, all layers, K then V
+  std::vector<RopeTable> rope_tables_;
+};
+
+}  // namespace
+
+bool cuda_device_available() {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return n > 0;
+}
+
+Result<CudaMemoryInfo> cuda_memory_info(int device) {
+  cudaError_t e = cudaSetDevice(device);
+  if (e != cudaSuccess) return cuda_status(e, "cudaSetDevice(" + std::to_string(device) + ")");
+  CudaMemoryInfo info;
+  e = cudaMemGetInfo(&info.free_bytes, &info.total_bytes);
+  if (e != cudaSuccess) return cuda_status(e, "cudaMemGetInfo");
+  return info;
+}
+
+Result<std::unique_ptr<Backend>> make_cuda_backend(int device) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return cuda_status(e, "CUDA backend unavailable: cudaGetDeviceCount");
+  }
+  if (device < 0 || device >= n)
+    return Status::error("CUDA device " + std::to_string(device) + " does not exist (" +
+                         std::to_string(n) + " present)");
+  if ((e = cudaSetDevice(device)) != cudaSuccess) return cuda_status(e, "cudaSetDevice");
+  cudaDeviceProp prop;
+  if ((e = cudaGetDeviceProperties(&prop, device)) != cudaSuccess)
+    return cuda_status(e, "cudaGetDeviceProperties");
+  if ((e = cuda::probe_kernel_image()) != cudaSuccess) {
+    cudaGetLastError();
+    return cuda_status(e, std::string("no kernels for ") + prop.name + " (sm_" +
+                              std::to_string(prop.major) + std::to_string(prop.minor) +
+                              "); rebuild with CMAKE_CUDA_ARCHITECTURES including it");
+  }
+  auto backend = std::make_unique<CudaBackend>(device, prop.multiProcessorCount);
+  if (Status s = backend->init(); !s.ok()) return s;
+  return std::unique_ptr<Backend>(std::move(backend));
+}
+
+}  // namespace prefixd

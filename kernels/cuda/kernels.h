@@ -1,0 +1,83 @@
+// Host launchers of the CUDA kernels (one .cu file per op family). Every
+// launcher takes an explicit stream, computes its configuration with
+// launch_config.h, skips empty launches and checks the launch.
+// Pointers are device pointers; shapes and dtypes as stated per function.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "kernels/backend.h"
+#include "kernels/cuda/launch_config.h"
+
+namespace prefixd::cuda {
+
+// Device view of a PackedBatch: `words` is the uploaded PackedBatch::words,
+// the offsets and counts are copied from it.
+struct DeviceBatch {
+  const int32_t* words = nullptr;  // device, PackedBatch layout
+  PackedBatch layout;              // host copy (words left empty)
+  const int32_t* tokens() const { return words + layout.tokens_off; }
+  const int32_t* positions() const { return words + layout.positions_off; }
+  const int32_t* slots() const { return words + layout.slots_off; }
+  const int32_t* seqs() const { return words + layout.seqs_off; }
+  const int32_t* tables() const { return words + layout.tables_off; }
+  const int32_t* output_rows() const { return words + layout.output_rows_off; }
+  const int32_t* prefill_tiles() const { return words + layout.prefill_tiles_off; }
+  const int32_t* decode_seqs() const { return words + layout.decode_seqs_off; }
+};
+
+// embed.cu: out (n_tokens, dim) f32 = table rows (n_vocab, dim) in `type` picked by tokens.
+void launch_embed(const void* table, DType type, int64_t dim, const DeviceBatch& b, float* out,
+                  cudaStream_t stream);
+
+// rmsnorm.cu: whether this binary holds kernel code for the current device
+// (cudaErrorNoKernelImageForDevice otherwise); never aborts.
+cudaError_t probe_kernel_image();
+
+// rmsnorm.cu: out (n, dim) = x * rms_inv * weight (dim); out may equal x.
+void launch_rmsnorm(const float* x, const float* weight, float* out, int64_t n, int64_t dim,
+                    float eps, cudaStream_t stream);
+
+// rope.cu: in place on x (n_tokens, n_heads, head_dim); inv_freq (rope_dim / 2) f64.
+void launch_rope(float* x, const DeviceBatch& b, int32_t n_heads, int32_t head_dim,
+                 int32_t rope_dim, const double* inv_freq, RopeStyle style, cudaStream_t stream);
+
+// elementwise.cu
+void launch_swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream);
+void launch_add(float* y, const float* x, int64_t n, cudaStream_t stream);
+void launch_add_bias(float* y, const float* bias, int64_t n, int64_t dim, cudaStream_t stream);
+// dst (n) in `type` (F16 or BF16) = round-to-nearest-even of src (n) f32.
+void launch_convert_f32(const float* src, void* dst, DType type, int64_t n, cudaStream_t stream);
+// out (n_output_rows, dim) = rows b.output_rows of x (n_tokens, dim).
+void launch_gather_rows(const float* x, float* out, int64_t dim, const DeviceBatch& b,
+                        cudaStream_t stream);
+
+// kv_cache.cu: k, v (n_tokens, kv_dim) f32 -> pool layer (n_blocks * block_size, kv_dim) at slots.
+void launch_kv_store(const float* k, const float* v, void* k_pool, void* v_pool, DType type,
+                     int32_t kv_dim, const DeviceBatch& b, cudaStream_t stream);
+
+// Shape of one attention call.
+struct AttentionArgs {
+  const void* k_pool = nullptr;  // (n_blocks, block_size, n_kv_heads, head_dim) kv_dtype
+  const void* v_pool = nullptr;  // same
+  DType kv_dtype = DType::F32;
+  int32_t block_size = 0;
+  int32_t n_heads = 0;
+  int32_t n_kv_heads = 0;
+  int32_t head_dim = 0;
+  float scale = 1.0f;
+  const float* q = nullptr;  // (n_tokens, n_heads * head_dim) f32
+  float* out = nullptr;      // (n_tokens, n_heads * head_dim) f32
+};
+
+// attention_prefill.cu: sequences with n_q > 1 (the batch's prefill tiles).
+void launch_attention_prefill(const AttentionArgs& a, const DeviceBatch& b, cudaStream_t stream);
+
+// attention_decode.cu: sequences with n_q == 1. `partials` holds
+// decode_workspace_bytes(...) bytes (may be null when that is 0).
+void launch_attention_decode(const AttentionArgs& a, const DeviceBatch& b, const DecodeSplit& split,
+                             float* partials, cudaStream_t stream);
+
+}  // namespace prefixd::cuda

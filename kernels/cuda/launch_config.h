@@ -1,0 +1,395 @@
+// Host-side arithmetic of the CUDA backend: grid/block/shared-memory of every
+// kernel from shapes, the packed device layout of a Batch, workspace and KV pool
+// sizes, and the dtype dispatch table. Pure C++ (no CUDA headers), header-only,
+// so tests/test_cuda_launch.cpp checks it on machines without nvcc or a GPU.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "kernels/backend.h"
+#include "kernels/dtype.h"
+#include "kernels/op_math_ext.h"
+
+namespace prefixd::cuda {
+
+// Device limits the configurations below must respect (sm_80 and sm_90).
+inline constexpr size_t kSmemDefaultLimitBytes = 48 * 1024;      // without opt-in
+inline constexpr size_t kSmemOptInLimitSm80Bytes = 163 * 1024;   // A100 per-block opt-in
+inline constexpr size_t kSmemOptInLimitSm90Bytes = 227 * 1024;   // H100 per-block opt-in
+inline constexpr uint32_t kMaxGridX = 0x7fffffffu;
+inline constexpr uint32_t kMaxGridYZ = 65535u;
+inline constexpr uint32_t kMaxBlockThreads = 1024u;
+inline constexpr uint32_t kWarpSize = 32u;
+
+struct Dim3 {
+  uint32_t x = 1, y = 1, z = 1;
+  uint64_t volume() const { return uint64_t(x) * y * z; }
+};
+
+// One kernel launch. `smem_bytes` is the dynamic shared memory; a launcher
+// skips the launch when empty() (zero work), it never launches a zero grid.
+struct LaunchConfig {
+  Dim3 grid;
+  Dim3 block;
+  size_t smem_bytes = 0;
+  bool empty() const { return grid.volume() == 0; }
+};
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+inline uint32_t round_up_warp(int64_t n) {
+  return static_cast<uint32_t>(ceil_div(std::max<int64_t>(n, 1), kWarpSize) * kWarpSize);
+}
+
+// --- elementwise and row kernels ---------------------------------------------
+
+inline constexpr uint32_t kElementwiseThreads = 256;
+inline constexpr uint32_t kElementwiseMaxBlocks = 65536;  // grid-stride beyond this
+
+// Grid-stride loop over n elements (swiglu, add, add_bias, rope pairs, converts).
+inline LaunchConfig elementwise_launch(int64_t n) {
+  LaunchConfig c;
+  c.block.x = kElementwiseThreads;
+  c.grid.x = static_cast<uint32_t>(
+      std::min<int64_t>(ceil_div(std::max<int64_t>(n, 0), kElementwiseThreads), kElementwiseMaxBlocks));
+  return c;
+}
+
+// One block per row of `dim` elements (embed, rmsnorm, kv_store, gather rows);
+// the block strides over the row. Threads: a warp multiple, at most 256.
+inline constexpr uint32_t kRowMaxThreads = 256;
+inline LaunchConfig row_launch(int64_t n_rows, int64_t dim) {
+  LaunchConfig c;
+  c.block.x = std::min(kRowMaxThreads, round_up_warp(dim));
+  c.grid.x = static_cast<uint32_t>(std::max<int64_t>(n_rows, 0));
+  if (dim <= 0) c.grid.x = 0;
+  return c;
+}
+
+// RoPE: one thread per rotated pair, (n_tokens * n_heads * rope_dim / 2) pairs.
+inline LaunchConfig rope_launch(int64_t n_tokens, int32_t n_heads, int32_t rope_dim) {
+  return elementwise_launch(n_tokens * n_heads * (rope_dim / 2));
+}
+
+// --- attention -------------------------------------------------------------
+
+// Lanes of a warp own head dims lane + 32 r, r < dims_per_lane; kernels are
+// instantiated for dims_per_lane in {1, 2, 4, 8}, so head_dim <= 256.
+inline constexpr int32_t kMaxHeadDim = 256;
+inline int32_t attention_dims_per_lane(int32_t head_dim) {
+  if (head_dim <= 0 || head_dim > kMaxHeadDim) return 0;
+  const int32_t d = static_cast<int32_t>(ceil_div(head_dim, kWarpSize));
+  return d <= 1 ? 1 : d <= 2 ? 2 : d <= 4 ? 4 : 8;
+}
+
+// Prefill: a block of kPrefillWarps warps owns kPrefillTileQ query rows of one
+// sequence and one query head (kPrefillRowsPerWarp rows per warp). It walks the
+// sequence's K/V in tiles of kTileKeys positions staged in shared memory:
+//   Q tile  (kPrefillTileQ, head_dim) f32
+//   K tile  (kTileKeys, head_dim + 1) f32   (+1 pad: lane j reads row j without bank conflicts)
+//   V tile  (kTileKeys, head_dim) f32
+inline constexpr int32_t kPrefillWarps = 4;
+inline constexpr int32_t kPrefillRowsPerWarp = 4;
+inline constexpr int32_t kPrefillTileQ = kPrefillWarps * kPrefillRowsPerWarp;
+inline constexpr int32_t kTileKeys = 32;  // one key per lane when scoring
+
+inline size_t prefill_smem_bytes(int32_t head_dim) {
+  return sizeof(float) * (static_cast<size_t>(kPrefillTileQ) * head_dim +
+                          static_cast<size_t>(kTileKeys) * (head_dim + 1) +
+                          static_cast<size_t>(kTileKeys) * head_dim);
+}
+
+// grid (n_tiles, n_heads); n_tiles = query tiles of all prefill sequences.
+inline LaunchConfig attention_prefill_launch(int32_t n_tiles, int32_t n_heads, int32_t head_dim) {
+  LaunchConfig c;
+  c.block.x = kPrefillWarps * kWarpSize;
+  c.grid.x = static_cast<uint32_t>(std::max(n_tiles, 0));
+  c.grid.y = static_cast<uint32_t>(std::max(n_heads, 0));
+  c.smem_bytes = prefill_smem_bytes(head_dim);
+  return c;
+}
+
+// Decode: one query row per sequence. A block of kDecodeWarps warps owns one
+// (sequence, head, split); warps take 32-key chunks of the split in turn, each
+// keeping its own online-softmax state, merged through shared memory:
+//   q      (head_dim) f32
+//   merge  (kDecodeWarps, head_dim + 2) f32: acc, m, l per warp
+// With more than one split, each block writes a partial (m, l, acc[head_dim])
+// to the workspace and attention_decode_reduce combines them.
+inline constexpr int32_t kDecodeWarps = 4;
+inline constexpr int32_t kDecodeMinKeysPerSplit = 128;
+inline constexpr int32_t kDecodeMaxSplits = 64;
+
+struct DecodeSplit {
+  int32_t n_splits = 1;        // >= 1
+  int32_t keys_per_split = 0;  // multiple of 32, n_splits * keys_per_split >= max_kv_len
+};
+
+// Splits the longest KV length so that the grid has about two blocks per SM,
+// never with fewer than kDecodeMinKeysPerSplit keys per split.
+inline DecodeSplit decode_split(int32_t n_seqs, int32_t n_heads, int32_t max_kv_len, int32_t n_sms) {
+  DecodeSplit s;
+  const int64_t kv = std::max(max_kv_len, 1);
+  const int64_t blocks = std::max<int64_t>(int64_t(n_seqs) * n_heads, 1);
+  const int64_t want = ceil_div(2 * std::max(n_sms, 1), blocks);
+  const int64_t most = std::max<int64_t>(kv / kDecodeMinKeysPerSplit, 1);
+  int64_t n = std::clamp<int64_t>(want, 1, std::min<int64_t>(most, kDecodeMaxSplits));
+  int64_t keys = ceil_div(ceil_div(kv, n), kWarpSize) * kWarpSize;
+  s.keys_per_split = static_cast<int32_t>(keys);
+  s.n_splits = static_cast<int32_t>(ceil_div(kv, keys));
+  return s;
+}
+
+inline size_t decode_smem_bytes(int32_t head_dim) {
+  return sizeof(float) * (static_cast<size_t>(head_dim) +
+                          static_cast<size_t>(kDecodeWarps) * (head_dim + 2));
+}
+
+// grid (n_seqs, n_heads, n_splits).
+inline LaunchConfig attention_decode_launch(int32_t n_seqs, int32_t n_heads, int32_t head_dim,
+                                            const DecodeSplit& split) {
+  LaunchConfig c;
+  c.block.x = kDecodeWarps * kWarpSize;
+  c.grid.x = static_cast<uint32_t>(std::max(n_seqs, 0));
+  c.grid.y = static_cast<uint32_t>(std::max(n_heads, 0));
+  c.grid.z = static_cast<uint32_t>(std::max(split.n_splits, 0));
+  c.smem_bytes = decode_smem_bytes(head_dim);
+  return c;
+}
+
+// Reduction of the splits: grid (n_seqs, n_heads), one thread per head dim.
+inline LaunchConfig attention_decode_reduce_launch(int32_t n_seqs, int32_t n_heads, int32_t head_dim) {
+  LaunchConfig c;
+  c.block.x = round_up_warp(head_dim);
+  c.grid.x = static_cast<uint32_t>(std::max(n_seqs, 0));
+  c.grid.y = static_cast<uint32_t>(std::max(n_heads, 0));
+  return c;
+}
+
+// Floats of one split partial: m, l, acc[head_dim].
+inline size_t decode_partial_floats(int32_t head_dim) { return static_cast<size_t>(head_dim) + 2; }
+inline size_t decode_workspace_bytes(int32_t n_seqs, int32_t n_heads, int32_t head_dim,
+                                     const DecodeSplit& split) {
+  if (split.n_splits <= 1) return 0;
+  return sizeof(float) * static_cast<size_t>(n_seqs) * n_heads * split.n_splits *
+         decode_partial_floats(head_dim);
+}
+
+// Whether a configuration fits: grid and block limits, dynamic shared memory
+// within `smem_limit_bytes` (kSmemDefaultLimitBytes, or an opt-in limit when
+// the launcher raises cudaFuncAttributeMaxDynamicSharedMemorySize).
+inline bool launch_fits(const LaunchConfig& c, size_t smem_limit_bytes) {
+  return c.grid.x >= 1 && c.grid.x <= kMaxGridX && c.grid.y >= 1 && c.grid.y <= kMaxGridYZ &&
+         c.grid.z >= 1 && c.grid.z <= kMaxGridYZ && c.block.volume() >= 1 &&
+         c.block.volume() <= kMaxBlockThreads && c.block.x % kWarpSize == 0 &&
+         c.smem_bytes <= smem_limit_bytes;
+}
+
+// --- the packed batch ----------------------------------------------------------
+
+// Fields of one sequence in the packed layout.
+inline constexpr int32_t kSeqWords = 5;  // q_start, n_q, pos0, table_start, n_table
+inline constexpr int32_t kSectionAlignWords = 4;  // 16-byte aligned sections
+
+// A Batch flattened into one int32 array, uploaded with one copy. Offsets are
+// in int32 words from the start of `words`.
+struct PackedBatch {
+  std::vector<int32_t> words;
+  int32_t tokens_off = 0;         // [n_tokens]
+  int32_t positions_off = 0;      // [n_tokens]
+  int32_t slots_off = 0;          // [n_tokens]
+  int32_t seqs_off = 0;           // [n_seqs][kSeqWords]
+  int32_t tables_off = 0;         // [block_tables.size()]
+  int32_t output_rows_off = 0;    // [n_output_rows]
+  int32_t prefill_tiles_off = 0;  // [n_prefill_tiles][2]: seq index, first row within the seq
+  int32_t decode_seqs_off = 0;    // [n_decode_seqs]: seq index of each one-row sequence
+  int32_t n_tokens = 0;
+  int32_t n_seqs = 0;
+  int32_t n_output_rows = 0;
+  int32_t n_prefill_tiles = 0;
+  int32_t n_decode_seqs = 0;
+  int32_t max_decode_kv_len = 0;  // longest pos0 + 1 over decode sequences
+  int32_t max_block_id = -1;      // largest block id referenced (tables and slots)
+  int32_t max_token = -1;         // largest token id
+};
+
+// Checks the invariants the kernels rely on: rows of sequences contiguous and
+// in order, positions = pos0 + row, slots through the table, tables long enough.
+inline Status validate_batch(const Batch& b, int32_t block_size) {
+  if (block_size <= 0) return Status::error("block_size must be positive");
+  const size_t n = b.tokens.size();
+  if (b.positions.size() != n || b.slots.size() != n)
+    return Status::error("tokens, positions and slots differ in length");
+  int32_t row = 0;
+  for (size_t i = 0; i < b.seqs.size(); ++i) {
+    const BatchSeq& s = b.seqs[i];
+    const std::string at = "seq " + std::to_string(i) + ": ";
+    if (s.q_start != row) return Status::error(at + "rows not contiguous");
+    if (s.n_q <= 0 || s.pos0 < 0) return Status::error(at + "empty or negative position");
+    const int64_t kv_len = int64_t(s.pos0) + s.n_q;
+    if (s.n_table < ceil_div(kv_len, block_size)) return Status::error(at + "block table too short");
+    if (s.table_start < 0 || int64_t(s.table_start) + s.n_table > int64_t(b.block_tables.size()))
+      return Status::error(at + "block table out of range");
+    for (int32_t r = 0; r < s.n_q; ++r) {
+      const int32_t pos = s.pos0 + r;
+      if (b.positions[s.q_start + r] != pos) return Status::error(at + "position mismatch");
+      const int32_t block = b.block_tables[s.table_start + pos / block_size];
+      if (b.slots[s.q_start + r] != block * block_size + pos % block_size)
+        return Status::error(at + "slot does not follow the block table");
+    }
+    row += s.n_q;
+  }
+  if (static_cast<size_t>(row) != n) return Status::error("sequences do not cover the batch");
+  for (int32_t id : b.block_tables)
+    if (id < 0) return Status::error("negative block id");
+  int32_t prev = -1;
+  for (int32_t r : b.output_rows) {
+    if (r <= prev || r >= row) return Status::error("output rows not ascending or out of range");
+    prev = r;
+  }
+  for (int32_t t : b.tokens)
+    if (t < 0) return Status::error("negative token id");
+  return Status::ok_status();
+}
+
+// Flattens a validated batch. Sequences with n_q == 1 go to the decode kernel;
+// longer ones are cut into kPrefillTileQ-row tiles for the prefill kernel.
+inline PackedBatch pack_batch(const Batch& b, int32_t block_size) {
+  PackedBatch p;
+  auto section = [&](size_t n_words) {
+    const size_t off = ceil_div(static_cast<int64_t>(p.words.size()), kSectionAlignWords) * kSectionAlignWords;
+    p.words.resize(off + n_words, 0);
+    return static_cast<int32_t>(off);
+  };
+  const size_t n = b.tokens.size();
+  p.n_tokens = static_cast<int32_t>(n);
+  p.n_seqs = static_cast<int32_t>(b.seqs.size());
+  p.n_output_rows = static_cast<int32_t>(b.output_rows.size());
+  p.tokens_off = section(n);
+  std::copy(b.tokens.begin(), b.tokens.end(), p.words.begin() + p.tokens_off);
+  p.positions_off = section(n);
+  std::copy(b.positions.begin(), b.positions.end(), p.words.begin() + p.positions_off);
+  p.slots_off = section(n);
+  std::copy(b.slots.begin(), b.slots.end(), p.words.begin() + p.slots_off);
+  p.seqs_off = section(b.seqs.size() * kSeqWords);
+  for (size_t i = 0; i < b.seqs.size(); ++i) {
+    const BatchSeq& s = b.seqs[i];
+    int32_t* w = p.words.data() + p.seqs_off + i * kSeqWords;
+    w[0] = s.q_start;
+    w[1] = s.n_q;
+    w[2] = s.pos0;
+    w[3] = s.table_start;
+    w[4] = s.n_table;
+  }
+  p.tables_off = section(b.block_tables.size());
+  std::copy(b.block_tables.begin(), b.block_tables.end(), p.words.begin() + p.tables_off);
+  p.output_rows_off = section(b.output_rows.size());
+  std::copy(b.output_rows.begin(), b.output_rows.end(), p.words.begin() + p.output_rows_off);
+
+  std::vector<int32_t> tiles;  // pairs (seq, row0)
+  std::vector<int32_t> decode;
+  for (size_t i = 0; i < b.seqs.size(); ++i) {
+    const BatchSeq& s = b.seqs[i];
+    if (s.n_q == 1) {
+      decode.push_back(static_cast<int32_t>(i));
+      p.max_decode_kv_len = std::max(p.max_decode_kv_len, s.pos0 + 1);
+    } else {
+      for (int32_t r = 0; r < s.n_q; r += kPrefillTileQ) {
+        tiles.push_back(static_cast<int32_t>(i));
+        tiles.push_back(r);
+      }
+    }
+    for (int32_t t = 0; t < s.n_table; ++t)
+      p.max_block_id = std::max(p.max_block_id, b.block_tables[s.table_start + t]);
+  }
+  for (int32_t slot : b.slots) p.max_block_id = std::max(p.max_block_id, slot / block_size);
+  for (int32_t t : b.tokens) p.max_token = std::max(p.max_token, t);
+  p.n_prefill_tiles = static_cast<int32_t>(tiles.size() / 2);
+  p.n_decode_seqs = static_cast<int32_t>(decode.size());
+  p.prefill_tiles_off = section(tiles.size());
+  std::copy(tiles.begin(), tiles.end(), p.words.begin() + p.prefill_tiles_off);
+  p.decode_seqs_off = section(decode.size());
+  std::copy(decode.begin(), decode.end(), p.words.begin() + p.decode_seqs_off);
+  section(0);  // total length a multiple of the alignment
+  return p;
+}
+
+// --- dtype dispatch --------------------------------------------------------------
+
+// How a weight type is held on the device and multiplied: the stored matrix
+// type, the type activations are converted to for cublasGemmEx (same as the
+// stored type), always F32 output and CUBLAS_COMPUTE_32F accumulation.
+struct GemmDispatch {
+  DType stored = DType::F32;      // device matrix element type
+  DType activation = DType::F32;  // x converted to this before the GEMM
+};
+inline GemmDispatch gemm_dispatch(WeightType w) {
+  switch (w) {
+    case WeightType::F32: return {DType::F32, DType::F32};
+    case WeightType::F16: return {DType::F16, DType::F16};
+    case WeightType::BF16: return {DType::BF16, DType::BF16};
+    case WeightType::Q8_0: return {DType::F16, DType::F16};  // dequantized at upload
+  }
+  return {};
+}
+
+// Index of the attention kernel instantiation for (KV dtype, dims per lane):
+// 3 dtypes x 4 lane widths = 12 entries; -1 when the head dim is unsupported.
+inline int32_t attention_variant(DType kv, int32_t head_dim) {
+  const int32_t dpl = attention_dims_per_lane(head_dim);
+  if (dpl == 0) return -1;
+  const int32_t lane_idx = dpl == 1 ? 0 : dpl == 2 ? 1 : dpl == 4 ? 2 : 3;
+  return static_cast<int32_t>(kv) * 4 + lane_idx;
+}
+
+// Bytes of the activation copy converted for a GEMM over (n, cols) inputs.
+inline size_t gemm_activation_bytes(int64_t n, int64_t cols, DType activation) {
+  return activation == DType::F32 ? 0 : static_cast<size_t>(n) * cols * dtype_bytes(activation);
+}
+
+// Q8_0 weights are dequantized at upload to F16 (what the GEMM takes):
+// src (rows * cols / 32) blocks of 34 bytes -> (rows * cols) f16 bits.
+inline std::vector<uint16_t> dequantize_q8_0_to_f16(const uint8_t* src, int64_t rows, int64_t cols) {
+  PREFIXD_CHECK(cols % op::kQ8_0BlockValues == 0, "Q8_0 row length not a multiple of 32");
+  std::vector<uint16_t> out(static_cast<size_t>(rows * cols));
+  const int64_t n_blocks = rows * cols / op::kQ8_0BlockValues;
+  for (int64_t bi = 0; bi < n_blocks; ++bi) {
+    const uint8_t* blk = src + bi * op::kQ8_0BlockBytes;
+    const uint16_t d = static_cast<uint16_t>(blk[0] | (blk[1] << 8));  // little-endian f16
+    for (int32_t j = 0; j < op::kQ8_0BlockValues; ++j) {
+      const int8_t q = static_cast<int8_t>(blk[2 + j]);
+      out[bi * op::kQ8_0BlockValues + j] = f32_to_f16(op::q8_0_value(d, q));
+    }
+  }
+  return out;
+}
+
+// --- pool sizing ---------------------------------------------------------------
+
+// Blocks that fit in `budget_bytes` (one K and one V allocation per layer).
+inline int32_t kv_pool_blocks_for_bytes(const KvGeometry& g, size_t budget_bytes) {
+  const size_t per = g.block_bytes();
+  if (per == 0) return 0;
+  return static_cast<int32_t>(std::min<size_t>(budget_bytes / per, 0x7fffffff));
+}
+
+// Blocks for a fraction of the device's free memory after `reserve_bytes`
+// (weights, scratch and cuBLAS workspace kept out of the pool).
+inline int32_t kv_pool_blocks_for_free_fraction(const KvGeometry& g, size_t free_bytes,
+                                                double fraction, size_t reserve_bytes) {
+  const double usable = static_cast<double>(free_bytes) * std::clamp(fraction, 0.0, 1.0) -
+                        static_cast<double>(reserve_bytes);
+  if (usable <= 0) return 0;
+  return kv_pool_blocks_for_bytes(g, static_cast<size_t>(usable));
+}
+
+// Bytes of one layer's K (or V) allocation.
+inline size_t kv_layer_bytes(const KvGeometry& g) {
+  return g.layer_block_bytes() * static_cast<size_t>(g.n_blocks);
+}
+
+}  // namespace prefixd::cuda

@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Static checks of the CUDA backend that need nvcc but no GPU:
+#  1. the attention kernels (prefill, decode, decode reduce), compiled for sm_80
+#     and sm_90 with -Xptxas -v, use no local memory: 0 bytes stack frame and
+#     0 bytes of spill stores/loads (the documented allowance is zero);
+#  2. the built library holds sm_80 and sm_90 cubins for every kernel file
+#     (cuobjdump --list-elf when installed, else the .nv_fatbin entries are read
+#     directly with objcopy + od).
+# Usage: bash tests/scripts/test_cuda_ptxas.sh BUILD_DIR  (from the repo root).
+# Exit 77 (skipped): no nvcc; or the ptxas check passed but BUILD_DIR was not
+# configured with CUDA, so there is no library to inspect.
+set -euo pipefail
+build="${1:-build}"
+
+nvcc="$(command -v nvcc || true)"
+if [[ -z "$nvcc" && -x /usr/local/cuda/bin/nvcc ]]; then nvcc=/usr/local/cuda/bin/nvcc; fi
+if [[ -z "$nvcc" && -f "$build/CMakeCache.txt" ]]; then
+  nvcc="$(sed -n 's/^CMAKE_CUDA_COMPILER:[A-Z]*=//p' "$build/CMakeCache.txt")"
+fi
+if [[ -z "$nvcc" || ! -x "$nvcc" ]]; then
+  echo "skipped: nvcc not found"
+  exit 77
+fi
+cuda_bin="$(dirname "$nvcc")"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+
+# --- 1. register and local-memory use of the attention kernels ----------------
+fail=0
+printf '%-6s %5s %6s %8s %8s  %s\n' arch regs stack spill_st spill_ld kernel
+for src in kernels/cuda/attention_prefill.cu kernels/cuda/attention_decode.cu; do
+  if ! "$nvcc" -std=c++17 -O3 -I. -gencode arch=compute_80,code=sm_80 \
+       -gencode arch=compute_90,code=sm_90 -Xptxas -v -c "$src" -o "$tmp/k.o" 2> "$tmp/ptxas.log"; then
+    cat "$tmp/ptxas.log"
+    echo "FAIL: $src does not compile"
+    exit 1
+  fi
+  awk -v q="'" '
+    /Compiling entry function/ { n = split($0, parts, q); name = parts[2]; arch = parts[4]; next }
+    /bytes stack frame/ { stack = $1; st = $5; ld = $9; next }
+    /Used [0-9]+ registers/ && name != "" {
+      for (i = 1; i <= NF; ++i) if ($i == "Used") regs = $(i + 1);
+      print arch, regs, stack, st, ld, name; name = "" }
+  ' "$tmp/ptxas.log" > "$tmp/table"
+  if [[ ! -s "$tmp/table" ]]; then
+    cat "$tmp/ptxas.log"
+    echo "FAIL: no ptxas resource lines for $src"
+    exit 1
+  fi
+  while read -r arch regs stack st ld name; do
+    pretty="$(echo "$name" | c++filt 2>/dev/null || echo "$name")"
+    pretty="$(echo "$pretty" | sed -e 's/prefixd::cuda::(anonymous namespace):://' \
+      -e 's/(prefixd::DType)0/F32/; s/(prefixd::DType)1/F16/; s/(prefixd::DType)2/BF16/' \
+      -e 's/^void //; s/(.*//')"
+    printf '%-6s %5s %6s %8s %8s  %s\n' "$arch" "$regs" "$stack" "$st" "$ld" "$pretty"
+    if [[ "$stack" != 0 || "$st" != 0 || "$ld" != 0 ]]; then
+      echo "FAIL: local memory (stack/spills) in $pretty for $arch"
+      fail=1
+    fi
+  done < "$tmp/table"
+done
+if [[ $fail != 0 ]]; then exit 1; fi
+echo "ptxas: no spills or stack in the attention kernels (sm_80, sm_90)"
+
+# --- 2. cubins for each architecture in the library ------------------------------
+lib="$build/kernels/cuda/libprefixd_kernels_cuda.a"
+if [[ ! -f "$lib" ]]; then
+  echo "skipped: $lib not built (configure $build with nvcc found and PREFIXD_CUDA=ON)"
+  exit 77
+fi
+
+# Prints the SM numbers of the cubins (ELF entries) in one object's .nv_fatbin.
+fatbin_archs() {
+  local obj="$1" fb="$tmp/fb.bin"
+  objcopy -O binary --only-section=.nv_fatbin "$obj" "$fb" 2>/dev/null || return 0
+  local size off hs fs end kind ehs psize arch
+  size=$(stat -c %s "$fb")
+  u() { od -An -t "u$1" -j "$2" -N "$1" "$fb" | tr -d ' '; }
+  off=0
+  while (( off + 16 <= size )); do
+    [[ "$(u 4 "$off")" == 3126193488 ]] || break  # 0xBA55ED50
+    hs=$(u 2 $((off + 6)))
+    fs=$(u 8 $((off + 8)))
+    end=$((off + hs + fs))
+    off=$((off + hs))
+    while (( off < end )); do
+      kind=$(u 2 "$off")
+      ehs=$(u 4 $((off + 4)))
+      psize=$(u 8 $((off + 8)))
+      arch=$(u 4 $((off + 28)))
+      if [[ "$kind" == 2 ]]; then echo "$arch"; fi
+      off=$((off + ehs + psize))
+    done
+    off=$(( (off + 7) / 8 * 8 ))
+  done
+}
+
+(cd "$tmp" && ar x "$(realpath -m "$OLDPWD/$lib")")
+missing=0
+for obj in "$tmp"/*.cu.o; do
+  base="$(basename "$obj")"
+  if [[ -x "$cuda_bin/cuobjdump" ]] || command -v cuobjdump > /dev/null; then
+    tool="$(command -v cuobjdump || echo "$cuda_bin/cuobjdump")"
+    archs="$("$tool" --list-elf "$obj" | sed -n 's/.*\.sm_\([0-9]*\)\..*/\1/p' | sort -u | tr '\n' ' ')"
+  else
+    archs="$(fatbin_archs "$obj" | sort -u | tr '\n' ' ')"
+  fi
+  echo "$base: cubins for sm_ $archs"
+  for want in 80 90; do
+    if [[ " $archs " != *" $want "* ]]; then
+      echo "FAIL: $base has no sm_$want cubin"
+      missing=1
+    fi
+  done
+done
+if [[ $missing != 0 ]]; then exit 1; fi
+echo "library: every kernel object has sm_80 and sm_90 cubins"

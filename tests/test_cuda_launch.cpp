@@ -1,0 +1,386 @@
+// CPU-only checks of the CUDA backend's host-side arithmetic (kernels/cuda/
+// launch_config.h, kernels/op_math_ext.h): launch shapes for every test model
+// and preset, shared-memory limits, batch packing, workspace and pool sizes,
+// the dtype dispatch table, and the shared softmax/RoPE math. Runs everywhere.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "engine/batch_builder.h"
+#include "kernels/cuda/launch_config.h"
+#include "kernels/op_math_ext.h"
+
+using namespace prefixd;
+using namespace prefixd::cuda;
+
+namespace {
+
+struct Shape {
+  std::string name;
+  int32_t hidden, n_heads, n_kv_heads, head_dim, n_ff, n_vocab, n_layers;
+};
+
+// ../shared/models and the generated presets.
+std::vector<Shape> shapes() {
+  return {{"stories260K", 64, 8, 4, 8, 172, 512, 5},
+          {"rand-mqa-f16", 256, 4, 1, 64, 704, 1024, 2},
+          {"rand-qwen2-bf16", 256, 2, 2, 128, 512, 1024, 2},
+          {"tiny", 256, 8, 4, 32, 768, 32000, 4},
+          {"smol-135m", 576, 9, 3, 64, 1536, 49152, 30}};
+}
+
+void check_fits(const LaunchConfig& c, const char* what) {
+  CAPTURE(what);
+  CHECK_FALSE(c.empty());
+  CHECK(launch_fits(c, kSmemDefaultLimitBytes));
+}
+
+}  // namespace
+
+TEST_CASE("every kernel of every model shape has a non-empty launch within device limits") {
+  for (const Shape& s : shapes()) {
+    CAPTURE(s.name);
+    const int32_t q_dim = s.n_heads * s.head_dim, kv_dim = s.n_kv_heads * s.head_dim;
+    for (int32_t n : {1, 7, 16, 17, 512, 2048}) {
+      CAPTURE(n);
+      check_fits(row_launch(n, s.hidden), "embed/rmsnorm");
+      check_fits(row_launch(n, kv_dim), "kv_store");
+      check_fits(elementwise_launch(int64_t(n) * s.n_ff), "swiglu");
+      check_fits(elementwise_launch(int64_t(n) * s.hidden), "add");
+      check_fits(elementwise_launch(int64_t(n) * q_dim), "add_bias");
+      check_fits(elementwise_launch(int64_t(n) * s.n_vocab), "convert");
+      check_fits(rope_launch(n, s.n_heads, s.head_dim), "rope q");
+      check_fits(rope_launch(n, s.n_kv_heads, s.head_dim), "rope k");
+      const int32_t tiles = static_cast<int32_t>(ceil_div(n, kPrefillTileQ));
+      check_fits(attention_prefill_launch(tiles, s.n_heads, s.head_dim), "prefill");
+      for (int32_t kv_len : {1, 100, 4096, 32768}) {
+        const DecodeSplit split = decode_split(n, s.n_heads, kv_len, 132);
+        check_fits(attention_decode_launch(n, s.n_heads, s.head_dim, split), "decode");
+        check_fits(attention_decode_reduce_launch(n, s.n_heads, s.head_dim), "decode reduce");
+      }
+    }
+    // Row kernels use a warp multiple of threads, never more than the row needs
+    // rounded up to a warp, and at most 256.
+    CHECK(row_launch(3, s.hidden).block.x == std::min<uint32_t>(256, round_up_warp(s.hidden)));
+    CHECK(attention_dims_per_lane(s.head_dim) * 32 >= s.head_dim);
+  }
+}
+
+TEST_CASE("launch shapes are exact for known inputs") {
+  LaunchConfig e = elementwise_launch(1000);
+  CHECK(e.grid.x == 4);
+  CHECK(e.block.x == 256);
+  CHECK(elementwise_launch(int64_t(1) << 40).grid.x == kElementwiseMaxBlocks);  // grid-stride
+  CHECK(elementwise_launch(0).empty());
+  CHECK(row_launch(0, 64).empty());
+  CHECK(row_launch(5, 0).empty());
+  LaunchConfig r = row_launch(5, 8);  // stories260K kv_store row: one warp
+  CHECK(r.grid.x == 5);
+  CHECK(r.block.x == 32);
+  CHECK(row_launch(5, 576).block.x == 256);
+  CHECK(rope_launch(3, 9, 64).grid.x == 4);  // 3 * 9 * 32 = 864 pairs
+  LaunchConfig p = attention_prefill_launch(6, 9, 64);
+  CHECK(p.grid.x == 6);
+  CHECK(p.grid.y == 9);
+  CHECK(p.block.x == 128);
+  CHECK(attention_prefill_launch(0, 9, 64).empty());
+  LaunchConfig d = attention_decode_reduce_launch(3, 4, 8);
+  CHECK(d.block.x == 32);
+  CHECK(attention_decode_reduce_launch(3, 2, 128).block.x == 128);
+}
+
+TEST_CASE("attention shared memory: exact bytes, default limit up to head_dim 128, opt-in for 256") {
+  // (16 q rows * hd + 32 * (hd + 1) + 32 * hd) floats.
+  CHECK(prefill_smem_bytes(8) == 4 * (128 + 288 + 256));
+  CHECK(prefill_smem_bytes(32) == 4 * (512 + 1056 + 1024));
+  CHECK(prefill_smem_bytes(64) == 4 * (1024 + 2080 + 2048));
+  CHECK(prefill_smem_bytes(128) == 41088);
+  CHECK(prefill_smem_bytes(128) <= kSmemDefaultLimitBytes);
+  CHECK(prefill_smem_bytes(256) > kSmemDefaultLimitBytes);
+  CHECK(prefill_smem_bytes(256) <= kSmemOptInLimitSm80Bytes);
+  // q (hd) + 4 warps * (hd + 2) floats.
+  CHECK(decode_smem_bytes(64) == 4 * (64 + 4 * 66));
+  CHECK(decode_smem_bytes(256) <= kSmemDefaultLimitBytes);
+  LaunchConfig big = attention_prefill_launch(1, 1, 256);
+  CHECK_FALSE(launch_fits(big, kSmemDefaultLimitBytes));
+  CHECK(launch_fits(big, kSmemOptInLimitSm80Bytes));
+  CHECK(launch_fits(big, kSmemOptInLimitSm90Bytes));
+}
+
+TEST_CASE("decode split covers the longest KV length with no empty split") {
+  for (int32_t n_seqs : {1, 3, 8, 64, 256}) {
+    for (int32_t n_heads : {2, 4, 8, 9}) {
+      for (int32_t kv : {1, 31, 32, 33, 127, 128, 129, 1000, 4096, 32768, 1 << 20}) {
+        for (int32_t sms : {1, 108, 132}) {
+          CAPTURE(n_seqs);
+          CAPTURE(n_heads);
+          CAPTURE(kv);
+          const DecodeSplit s = decode_split(n_seqs, n_heads, kv, sms);
+          CHECK(s.n_splits >= 1);
+          CHECK(s.n_splits <= kDecodeMaxSplits);
+          CHECK(s.keys_per_split % 32 == 0);
+          CHECK(int64_t(s.n_splits) * s.keys_per_split >= kv);
+          CHECK(int64_t(s.n_splits - 1) * s.keys_per_split < kv);
+          if (s.n_splits > 1) CHECK(s.keys_per_split >= kDecodeMinKeysPerSplit);
+        }
+      }
+    }
+  }
+  // One sequence, 4 heads, 4096 keys on 132 SMs: 32 splits of 128 keys.
+  DecodeSplit a = decode_split(1, 4, 4096, 132);
+  CHECK(a.n_splits == 32);
+  CHECK(a.keys_per_split == 128);
+  // Enough blocks already: no split.
+  DecodeSplit b = decode_split(64, 9, 4096, 132);
+  CHECK(b.n_splits == 1);
+  CHECK(b.keys_per_split == 4096);
+  // Very long context: capped at 64 splits.
+  DecodeSplit c = decode_split(1, 1, 1 << 20, 132);
+  CHECK(c.n_splits == 64);
+  CHECK(c.keys_per_split == (1 << 20) / 64);
+}
+
+TEST_CASE("decode workspace bytes") {
+  DecodeSplit one{1, 4096};
+  CHECK(decode_workspace_bytes(8, 4, 64, one) == 0);
+  DecodeSplit many{32, 128};
+  CHECK(decode_workspace_bytes(2, 4, 64, many) == size_t(4) * 2 * 4 * 32 * 66);
+  CHECK(decode_partial_floats(128) == 130);
+}
+
+TEST_CASE("batch packing: sections, prefill tiles and decode sequences") {
+  BatchBuilder bb(16);
+  std::vector<int32_t> a_tokens(20);
+  for (int i = 0; i < 20; ++i) a_tokens[i] = 100 + i;
+  std::vector<int32_t> a_table = {5, 3};
+  std::vector<int32_t> b_table = {7, 1, 2};
+  bb.add(a_tokens, 0, a_table, LogitsWanted::kLast);
+  bb.add(std::vector<int32_t>{42}, 37, b_table, LogitsWanted::kLast);
+  const Batch& batch = bb.batch();
+  REQUIRE(validate_batch(batch, 16).ok());
+  PackedBatch p = pack_batch(batch, 16);
+  CHECK(p.n_tokens == 21);
+  CHECK(p.n_seqs == 2);
+  CHECK(p.n_output_rows == 2);
+  for (int32_t off : {p.tokens_off, p.positions_off, p.slots_off, p.seqs_off, p.tables_off,
+                      p.output_rows_off, p.prefill_tiles_off, p.decode_seqs_off}) {
+    CHECK(off % kSectionAlignWords == 0);
+  }
+  CHECK(p.words.size() % kSectionAlignWords == 0);
+  CHECK(p.tokens_off == 0);
+  CHECK(p.positions_off == 24);  // 21 tokens padded to 24
+  CHECK(p.words[p.tokens_off + 20] == 42);
+  CHECK(p.words[p.positions_off + 20] == 37);
+  CHECK(p.words[p.slots_off + 0] == 5 * 16);
+  CHECK(p.words[p.slots_off + 17] == 3 * 16 + 1);
+  CHECK(p.words[p.slots_off + 20] == 2 * 16 + 5);  // pos 37: block 2 of the table -> 2
+  const int32_t* s1 = &p.words[p.seqs_off + kSeqWords];
+  CHECK(s1[0] == 20);  // q_start
+  CHECK(s1[1] == 1);   // n_q
+  CHECK(s1[2] == 37);  // pos0
+  CHECK(s1[3] == 2);   // table_start
+  CHECK(s1[4] == 3);   // n_table
+  CHECK(std::vector<int32_t>(p.words.begin() + p.tables_off, p.words.begin() + p.tables_off + 5) ==
+        std::vector<int32_t>{5, 3, 7, 1, 2});
+  CHECK(p.words[p.output_rows_off] == 19);
+  CHECK(p.words[p.output_rows_off + 1] == 20);
+  // 20 prefill rows -> tiles at rows 0 and 16 of sequence 0; sequence 1 decodes.
+  REQUIRE(p.n_prefill_tiles == 2);
+  CHECK(p.words[p.prefill_tiles_off + 0] == 0);
+  CHECK(p.words[p.prefill_tiles_off + 1] == 0);
+  CHECK(p.words[p.prefill_tiles_off + 2] == 0);
+  CHECK(p.words[p.prefill_tiles_off + 3] == 16);
+  REQUIRE(p.n_decode_seqs == 1);
+  CHECK(p.words[p.decode_seqs_off] == 1);
+  CHECK(p.max_decode_kv_len == 38);
+  CHECK(p.max_block_id == 7);
+  CHECK(p.max_token == 119);
+}
+
+TEST_CASE("batch validation refuses what the kernels cannot read safely") {
+  BatchBuilder bb(16);
+  std::vector<int32_t> table = {0, 1};
+  bb.add(std::vector<int32_t>{1, 2, 3}, 14, table, LogitsWanted::kAll);
+  const Batch good = bb.batch();
+  REQUIRE(validate_batch(good, 16).ok());
+  Batch b = good;
+  b.slots[2] = 99;
+  CHECK(validate_batch(b, 16).message().find("slot") != std::string::npos);
+  b = good;
+  b.seqs[0].n_table = 1;  // positions 14..16 need two blocks
+  CHECK(validate_batch(b, 16).message().find("too short") != std::string::npos);
+  b = good;
+  b.output_rows = {1, 0};
+  CHECK_FALSE(validate_batch(b, 16).ok());
+  b = good;
+  b.positions[1] = 3;
+  CHECK(validate_batch(b, 16).message().find("position") != std::string::npos);
+  b = good;
+  b.seqs[0].q_start = 1;
+  CHECK(validate_batch(b, 16).message().find("contiguous") != std::string::npos);
+  b = good;
+  b.tokens[0] = -1;
+  CHECK_FALSE(validate_batch(b, 16).ok());
+  CHECK_FALSE(validate_batch(good, 0).ok());
+}
+
+TEST_CASE("dtype dispatch table") {
+  CHECK(gemm_dispatch(WeightType::F32).stored == DType::F32);
+  CHECK(gemm_dispatch(WeightType::F32).activation == DType::F32);
+  CHECK(gemm_dispatch(WeightType::F16).stored == DType::F16);
+  CHECK(gemm_dispatch(WeightType::F16).activation == DType::F16);
+  CHECK(gemm_dispatch(WeightType::BF16).stored == DType::BF16);
+  CHECK(gemm_dispatch(WeightType::BF16).activation == DType::BF16);
+  CHECK(gemm_dispatch(WeightType::Q8_0).stored == DType::F16);
+  CHECK(gemm_dispatch(WeightType::Q8_0).activation == DType::F16);
+  CHECK(gemm_activation_bytes(7, 576, DType::F32) == 0);
+  CHECK(gemm_activation_bytes(7, 576, DType::BF16) == 7 * 576 * 2);
+
+  CHECK(attention_dims_per_lane(8) == 1);
+  CHECK(attention_dims_per_lane(32) == 1);
+  CHECK(attention_dims_per_lane(33) == 2);
+  CHECK(attention_dims_per_lane(64) == 2);
+  CHECK(attention_dims_per_lane(96) == 4);
+  CHECK(attention_dims_per_lane(128) == 4);
+  CHECK(attention_dims_per_lane(256) == 8);
+  CHECK(attention_dims_per_lane(257) == 0);
+  CHECK(attention_dims_per_lane(0) == 0);
+  CHECK(attention_variant(DType::F32, 8) == 0);
+  CHECK(attention_variant(DType::F16, 64) == 5);
+  CHECK(attention_variant(DType::BF16, 128) == 10);
+  CHECK(attention_variant(DType::BF16, 256) == 11);
+  CHECK(attention_variant(DType::F16, 300) == -1);
+  std::set<int32_t> seen;
+  for (DType t : {DType::F32, DType::F16, DType::BF16})
+    for (int32_t hd : {32, 64, 128, 256}) seen.insert(attention_variant(t, hd));
+  CHECK(seen.size() == 12);
+  CHECK(*seen.begin() == 0);
+  CHECK(*seen.rbegin() == 11);
+}
+
+TEST_CASE("Q8_0 is dequantized to F16 as d * q rounded to nearest") {
+  std::vector<uint8_t> blocks(2 * op::kQ8_0BlockBytes);
+  const uint16_t d0 = f32_to_f16(0.5f), d1 = f32_to_f16(-0.013f);
+  blocks[0] = d0 & 0xff;
+  blocks[1] = d0 >> 8;
+  blocks[34] = d1 & 0xff;
+  blocks[35] = d1 >> 8;
+  for (int j = 0; j < 32; ++j) {
+    blocks[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(j * 8 - 128));
+    blocks[36 + j] = static_cast<uint8_t>(static_cast<int8_t>(127 - j));
+  }
+  std::vector<uint16_t> out = dequantize_q8_0_to_f16(blocks.data(), 1, 64);
+  REQUIRE(out.size() == 64);
+  CHECK(f16_to_f32(out[0]) == -64.0f);
+  CHECK(f16_to_f32(out[31]) == 0.5f * (31 * 8 - 128));
+  for (int j = 0; j < 32; ++j) {
+    CHECK(out[32 + j] == f32_to_f16(f16_to_f32(d1) * static_cast<float>(127 - j)));
+  }
+}
+
+TEST_CASE("KV pool and block size arithmetic") {
+  KvGeometry g;  // smol-135m, F16 KV, 16-token blocks
+  g.n_layers = 30;
+  g.block_size = 16;
+  g.n_kv_heads = 3;
+  g.head_dim = 64;
+  g.dtype = DType::F16;
+  CHECK(g.layer_block_bytes() == 6144);
+  CHECK(g.block_bytes() == 368640);
+  CHECK(kv_pool_blocks_for_bytes(g, size_t(1) << 30) == 2912);
+  CHECK(kv_pool_blocks_for_free_fraction(g, size_t(10) << 30, 0.9, size_t(1) << 30) == 23301);
+  CHECK(kv_pool_blocks_for_free_fraction(g, size_t(1) << 30, 0.5, size_t(1) << 30) == 0);
+  CHECK(kv_pool_blocks_for_free_fraction(g, size_t(1) << 30, 2.0, 0) == 2912);  // fraction clamped
+  g.n_blocks = 100;
+  CHECK(kv_layer_bytes(g) == 614400);
+  CHECK(kv_layer_bytes(g) * 2 * g.n_layers == g.pool_bytes());
+  KvGeometry empty;
+  CHECK(kv_pool_blocks_for_bytes(empty, 1 << 20) == 0);
+}
+
+TEST_CASE("RoPE angles reduced in double keep float accuracy at large positions") {
+  for (double base : {10000.0, 500000.0, 1e6}) {
+    for (int32_t pos : {0, 1, 17, 511, 4095, 32767}) {
+      for (int32_t i : {0, 1, 15, 31}) {
+        const double inv = op::rope_inv_freq(i, 64, base);
+        CHECK(inv == doctest::Approx(std::pow(base, -2.0 * i / 64)).epsilon(1e-15));
+        float c, s;
+        op::rope_cos_sin(pos, inv, &c, &s);
+        const double theta = pos * inv;
+        CHECK(std::fabs(c - std::cos(theta)) < 1e-6);
+        CHECK(std::fabs(s - std::sin(theta)) < 1e-6);
+      }
+    }
+  }
+}
+
+TEST_CASE("tile-wise online softmax equals per-score pushes and split merging") {
+  std::vector<float> scores;
+  for (int i = 0; i < 200; ++i) scores.push_back(std::sin(0.37f * i) * 7.0f + (i % 13 == 0 ? 9.0f : 0.0f));
+  std::vector<float> values;
+  for (int i = 0; i < 200; ++i) values.push_back(std::cos(0.11f * i));
+  // Reference: exact softmax-weighted sum in double.
+  double m = -1e30, l = 0, acc = 0;
+  for (float s : scores) m = std::max(m, double(s));
+  for (size_t i = 0; i < scores.size(); ++i) {
+    l += std::exp(scores[i] - m);
+    acc += std::exp(scores[i] - m) * values[i];
+  }
+  const double want = acc / l;
+
+  // Per-score pushes (what a CPU loop does).
+  op::SoftmaxState st = op::softmax_init();
+  float a = 0;
+  for (size_t i = 0; i < scores.size(); ++i) {
+    float p;
+    const float f = op::softmax_push(&st, scores[i], &p);
+    a = a * f + p * values[i];
+  }
+  CHECK(a / st.l == doctest::Approx(want).epsilon(1e-5));
+
+  // 32-score tiles with a masked tail (what a warp does), split in two ranges
+  // [0, 96) and [96, 200) merged at the end (what split decode does).
+  auto run_range = [&](int32_t begin, int32_t end, float* acc_out) {
+    op::SoftmaxState t = op::softmax_init();
+    float ac = 0;
+    for (int32_t k0 = begin; k0 < end; k0 += 32) {
+      float tmax = -INFINITY;
+      for (int32_t j = k0; j < std::min(end, k0 + 32); ++j) tmax = std::max(tmax, scores[j]);
+      const float f = op::softmax_fold_max(&t, tmax);
+      ac *= f;
+      for (int32_t j = k0; j < std::min(end, k0 + 32); ++j) {
+        const float p = std::exp(scores[j] - t.m);
+        t.l += p;
+        ac += p * values[j];
+      }
+    }
+    *acc_out = ac;
+    return t;
+  };
+  float a1, a2, a3;
+  op::SoftmaxState s1 = run_range(0, 96, &a1);
+  op::SoftmaxState s2 = run_range(96, 200, &a2);
+  op::SoftmaxState s3 = run_range(200, 200, &a3);  // an empty split
+  CHECK(s3.m == -INFINITY);
+  CHECK(s3.l == 0.0f);
+  float sa, sb;
+  op::SoftmaxState merged = op::softmax_merge(s1, s2, &sa, &sb);
+  float am = a1 * sa + a2 * sb;
+  merged = op::softmax_merge(merged, s3, &sa, &sb);
+  am = am * sa + a3 * sb;
+  CHECK(std::isfinite(am));
+  CHECK(am / merged.l == doctest::Approx(want).epsilon(1e-5));
+  // An all-masked tile before anything was seen leaves the state untouched.
+  op::SoftmaxState e = op::softmax_init();
+  CHECK(op::softmax_fold_max(&e, -INFINITY) == 1.0f);
+  CHECK(e.m == -INFINITY);
+  float z1, z2;
+  op::SoftmaxState both_empty = op::softmax_merge(op::softmax_init(), op::softmax_init(), &z1, &z2);
+  CHECK(both_empty.l == 0.0f);
+  CHECK(z1 == 0.0f);
+  CHECK(z2 == 0.0f);
+}

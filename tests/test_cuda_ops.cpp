@@ -1,0 +1,371 @@
+// GPU tests (ctest label gpu): every CUDA backend op against the CPU backend
+// (the reference), block transfers byte for byte, and the whole forward pass on
+// the golden models (against llama.cpp, against the CPU backend, and cached
+// prefix + suffix equal to the uncached pass). Exits 77 (skipped) when the
+// build has no CUDA backend or make_cuda_backend fails (no driver or device).
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <cstring>
+#include <random>
+
+#include "tests/golden.h"
+
+#if defined(PREFIXD_HAVE_CUDA)
+#include "kernels/cuda/cuda_backend.h"
+#endif
+
+using namespace prefixd;
+using namespace prefixd::testing;
+
+#if defined(PREFIXD_HAVE_CUDA)
+namespace {
+
+std::unique_ptr<Backend> cuda_backend() {
+  auto r = make_cuda_backend(0);
+  REQUIRE_MESSAGE(r.ok(), r.message());
+  return std::move(r.value());
+}
+
+std::vector<float> random_vec(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(lo, hi);
+  std::vector<float> v(n);  // (n) f32
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+// A device (or host) copy of a host f32 array on one backend.
+float* put(Backend& b, const std::vector<float>& host) {
+  auto* p = static_cast<float*>(b.alloc(host.size() * sizeof(float)));
+  b.upload(p, host.data(), host.size() * sizeof(float));
+  return p;
+}
+std::vector<float> get(Backend& b, const float* p, size_t n) {
+  std::vector<float> out(n);  // (n) f32
+  b.download(out.data(), p, n * sizeof(float));
+  return out;
+}
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(double(a[i]) - b[i]));
+  return m;
+}
+
+// Both backends side by side.
+struct Pair {
+  std::unique_ptr<Backend> cpu = make_cpu_backend(2);
+  std::unique_ptr<Backend> gpu = cuda_backend();
+};
+
+// Weight bytes of a (rows, cols) matrix in `type` made from f32 values.
+std::vector<uint8_t> weight_bytes(WeightType type, const std::vector<float>& w) {
+  std::vector<uint8_t> out;
+  switch (type) {
+    case WeightType::F32:
+      out.resize(w.size() * 4);
+      std::memcpy(out.data(), w.data(), out.size());
+      break;
+    case WeightType::F16:
+    case WeightType::BF16:
+      out.resize(w.size() * 2);
+      for (size_t i = 0; i < w.size(); ++i) {
+        const uint16_t h = type == WeightType::F16 ? f32_to_f16(w[i]) : f32_to_bf16(w[i]);
+        std::memcpy(out.data() + 2 * i, &h, 2);
+      }
+      break;
+    case WeightType::Q8_0:
+      for (size_t b0 = 0; b0 < w.size(); b0 += 32) {
+        float amax = 0;
+        for (size_t j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(w[b0 + j]));
+        const float d = amax / 127.0f;
+        const uint16_t dh = f32_to_f16(d);
+        out.push_back(dh & 0xff);
+        out.push_back(dh >> 8);
+        for (size_t j = 0; j < 32; ++j) {
+          const int q = d == 0 ? 0 : static_cast<int>(std::lround(w[b0 + j] / d));
+          out.push_back(static_cast<uint8_t>(static_cast<int8_t>(std::clamp(q, -127, 127))));
+        }
+      }
+      break;
+  }
+  return out;
+}
+
+Batch one_seq_batch(int32_t n, int32_t pos0, const std::vector<int32_t>& table, int32_t block_size,
+                    uint32_t seed, int32_t n_vocab) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> tokens(n);
+  for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % n_vocab);
+  BatchBuilder bb(block_size);
+  bb.add(tokens, pos0, table, LogitsWanted::kAll);
+  return bb.batch();
+}
+
+}  // namespace
+
+TEST_CASE("rmsnorm, add, add_bias and swiglu match the CPU backend") {
+  Pair p;
+  const int64_t n = 5, dim = 576;
+  std::vector<float> x = random_vec(n * dim, 1, -3, 3), w = random_vec(dim, 2), y = random_vec(n * dim, 3);
+  for (Backend* b : {p.cpu.get(), p.gpu.get()}) b->prepare_batch(one_seq_batch(1, 0, {0}, 16, 1, 10), 16);
+  std::vector<float> out[2];
+  int i = 0;
+  for (Backend* b : {p.cpu.get(), p.gpu.get()}) {
+    float* dx = put(*b, x);
+    float* dw = put(*b, w);
+    float* dy = put(*b, y);
+    float* dout = put(*b, std::vector<float>(n * dim));
+    b->rmsnorm(dx, dw, dout, n, dim, 1e-5f);
+    b->add(dout, dy, n * dim);
+    b->add_bias(dout, dw, n, dim);
+    b->swiglu(dout, dy, dout, n * dim);
+    b->rmsnorm(dout, dw, dout, n, dim, 1e-6f);  // in place
+    out[i++] = get(*b, dout, n * dim);
+    for (float* q : {dx, dw, dy, dout}) b->free(q);
+  }
+  CHECK(max_abs_diff(out[0], out[1]) < 1e-4);
+}
+
+TEST_CASE("matmul matches the CPU backend for every weight type") {
+  Pair p;
+  for (WeightType type : {WeightType::F32, WeightType::F16, WeightType::BF16, WeightType::Q8_0}) {
+    for (int64_t n : {1, 7, 33}) {
+      CAPTURE(static_cast<int>(type));
+      CAPTURE(n);
+      const int64_t rows = 96, cols = 576;
+      std::vector<float> w = random_vec(rows * cols, 10), x = random_vec(n * cols, 11);
+      std::vector<uint8_t> bytes = weight_bytes(type, w);
+      std::vector<float> out[2];
+      int i = 0;
+      for (Backend* b : {p.cpu.get(), p.gpu.get()}) {
+        auto m = b->upload_matrix(type, rows, cols, bytes.data(), false);
+        float* dx = put(*b, x);
+        float* dy = put(*b, std::vector<float>(n * rows));
+        b->matmul(*m, dx, dy, n);
+        out[i++] = get(*b, dy, n * rows);
+        b->free(dx);
+        b->free(dy);
+      }
+      // Activations are rounded to the weight type on the GPU (2^-11 for F16,
+      // 2^-8 for BF16, relative); the bound scales with sum |w||x| <= cols.
+      const double tol = type == WeightType::F32 ? 1e-3 : type == WeightType::BF16 ? 0.5 : 0.1;
+      CHECK(max_abs_diff(out[0], out[1]) < tol);
+    }
+  }
+}
+
+TEST_CASE("embedding lookup and output-row gather match the CPU backend") {
+  Pair p;
+  for (WeightType type : {WeightType::F32, WeightType::F16, WeightType::BF16, WeightType::Q8_0}) {
+    const int64_t vocab = 50, dim = 64;
+    std::vector<float> w = random_vec(vocab * dim, 20);
+    std::vector<uint8_t> bytes = weight_bytes(type, w);
+    Batch batch = one_seq_batch(9, 3, {4}, 16, 21, static_cast<int32_t>(vocab));
+    batch.output_rows = {2, 5, 8};
+    std::vector<float> out[2];
+    int i = 0;
+    for (Backend* b : {p.cpu.get(), p.gpu.get()}) {
+      auto m = b->upload_matrix(type, vocab, dim, bytes.data(), false);
+      b->prepare_batch(batch, 16);
+      float* e = put(*b, std::vector<float>(9 * dim));
+      float* g = put(*b, std::vector<float>(3 * dim));
+      b->embed(*m, e);
+      b->gather_output_rows(e, g, dim);
+      out[i++] = get(*b, g, 3 * dim);
+      b->free(e);
+      b->free(g);
+    }
+    CHECK(max_abs_diff(out[0], out[1]) == 0.0);  // exact: same conversions
+  }
+}
+
+TEST_CASE("rope (both styles, partial rotation, large positions) matches the CPU backend") {
+  Pair p;
+  for (RopeStyle style : {RopeStyle::kNormal, RopeStyle::kNeox}) {
+    for (int32_t rope_dim : {64, 32}) {
+      const int32_t n_heads = 3, hd = 64, n = 20;
+      std::vector<int32_t> table(300);
+      for (int32_t t = 0; t < 300; ++t) table[t] = t;
+      Batch batch = one_seq_batch(n, 4000, table, 16, 30, 100);
+      std::vector<float> x = random_vec(size_t(n) * n_heads * hd, 31);
+      std::vector<float> out[2];
+      int i = 0;
+      for (Backend* b : {p.cpu.get(), p.gpu.get()}) {
+        b->prepare_batch(batch, 16);
+        float* dx = put(*b, x);
+        b->rope(dx, n_heads, hd, rope_dim, 500000.0f, style);
+        out[i++] = get(*b, dx, x.size());
+        b->free(dx);
+      }
+      CHECK(max_abs_diff(out[0], out[1]) < 1e-5);
+    }
+  }
+}
+
+TEST_CASE("kv_store and paged attention (prefill, cached prefix, split decode) match the CPU backend") {
+  Pair p;
+  struct Heads {
+    int32_t n_heads, n_kv_heads, head_dim;
+  };
+  for (Heads h : {Heads{8, 4, 8}, Heads{4, 1, 64}, Heads{2, 2, 128}, Heads{9, 3, 64}, Heads{4, 2, 256}}) {
+    for (DType kv : {DType::F32, DType::F16, DType::BF16}) {
+      CAPTURE(h.head_dim);
+      CAPTURE(h.n_heads);
+      CAPTURE(dtype_name(kv));
+      const int32_t bs = 16, kv_dim = h.n_kv_heads * h.head_dim, q_dim = h.n_heads * h.head_dim;
+      KvGeometry g;
+      g.n_layers = 2;
+      g.n_blocks = 64;
+      g.block_size = bs;
+      g.n_kv_heads = h.n_kv_heads;
+      g.head_dim = h.head_dim;
+      g.dtype = kv;
+      // Tables in scattered block order: A (prefix of 20 cached + 37 new),
+      // B (decode at position 700, long enough for several splits), C (5 new).
+      std::vector<int32_t> ta = {12, 3, 17, 9}, tb, tc = {63};  // disjoint from tb
+      for (int32_t i = 0; i < 44; ++i) tb.push_back(18 + i);
+      auto batch_of = [&](bool fill) {
+        BatchBuilder bb(bs);
+        std::mt19937 rng(7);
+        auto toks = [&](int32_t n) {
+          std::vector<int32_t> t(n);
+          for (int32_t& v : t) v = static_cast<int32_t>(rng() % 100);
+          return t;
+        };
+        if (fill) {  // the cached prefixes: positions [0, 20) of A and [0, 700) of B
+          bb.add(toks(20), 0, ta, LogitsWanted::kNone);
+          bb.add(toks(700), 0, tb, LogitsWanted::kNone);
+        } else {
+          bb.add(toks(37), 20, ta, LogitsWanted::kAll);
+          bb.add(toks(1), 700, tb, LogitsWanted::kAll);
+          bb.add(toks(5), 0, tc, LogitsWanted::kAll);
+        }
+        return bb.batch();
+      };
+      const Batch fill = batch_of(true), step = batch_of(false);
+      std::vector<float> k0 = random_vec(size_t(fill.n_tokens()) * kv_dim, 40);
+      std::vector<float> v0 = random_vec(size_t(fill.n_tokens()) * kv_dim, 41);
+      std::vector<float> k1 = random_vec(size_t(step.n_tokens()) * kv_dim, 42);
+      std::vector<float> v1 = random_vec(size_t(step.n_tokens()) * kv_dim, 43);
+      std::vector<float> q = random_vec(size_t(step.n_tokens()) * q_dim, 44, -2, 2);
+      std::vector<float> out[2];
+      std::vector<uint8_t> block[2];
+      int i = 0;
+      for (Backend* b : {p.cpu.get(), p.gpu.get()}) {
+        KvPool pool = b->allocate_kv_pool(g).value();
+        float* dk0 = put(*b, k0);
+        float* dv0 = put(*b, v0);
+        float* dk1 = put(*b, k1);
+        float* dv1 = put(*b, v1);
+        float* dq = put(*b, q);
+        float* dout = put(*b, std::vector<float>(q.size()));
+        b->prepare_batch(fill, bs);
+        b->kv_store(pool, 1, dk0, dv0);
+        b->prepare_batch(step, bs);
+        b->kv_store(pool, 1, dk1, dv1);
+        b->attention(pool, 1, dq, dout, h.n_heads, 1.0f / std::sqrt(float(h.head_dim)));
+        out[i] = get(*b, dout, q.size());
+        block[i].resize(g.block_bytes());
+        b->read_block(pool, 17, block[i].data());
+        ++i;
+        for (float* x : {dk0, dv0, dk1, dv1, dq, dout}) b->free(x);
+        b->free_kv_pool(pool);
+      }
+      CHECK(max_abs_diff(out[0], out[1]) < 2e-5);
+      CHECK(block[0] == block[1]);  // kv_store conversions are bit-identical
+    }
+  }
+}
+
+TEST_CASE("block copy, read and write round-trip byte for byte") {
+  Pair p;
+  KvGeometry g;
+  g.n_layers = 3;
+  g.n_blocks = 8;
+  g.block_size = 16;
+  g.n_kv_heads = 2;
+  g.head_dim = 32;
+  g.dtype = DType::BF16;
+  std::vector<uint8_t> payload(g.block_bytes());
+  std::mt19937 rng(5);
+  for (uint8_t& x : payload) x = static_cast<uint8_t>(rng());
+  for (Backend* b : {p.cpu.get(), p.gpu.get()}) {
+    KvPool pool = b->allocate_kv_pool(g).value();
+    b->write_block(pool, 2, payload.data());
+    b->copy_block(pool, 2, 6);
+    std::vector<uint8_t> back(g.block_bytes()), copied(g.block_bytes()), zero(g.block_bytes());
+    b->read_block(pool, 2, back.data());
+    b->read_block(pool, 6, copied.data());
+    b->read_block(pool, 5, zero.data());
+    CHECK(back == payload);
+    CHECK(copied == payload);
+    CHECK(std::all_of(zero.begin(), zero.end(), [](uint8_t v) { return v == 0; }));
+    b->free_kv_pool(pool);
+  }
+}
+
+TEST_CASE("whole forward pass on the golden models: llama.cpp, CPU backend, cached == uncached") {
+  std::unique_ptr<Backend> gpu = cuda_backend();
+  std::unique_ptr<Backend> cpu = make_cpu_backend(2);
+  for (const auto& [name, tol] : golden_models()) {
+    GoldenModel g = load_golden(name, tol);
+    auto file = GgufFile::open(g.model_file);
+    REQUIRE(file.ok());
+    auto gm = Model::load(file.value(), *gpu);
+    REQUIRE_MESSAGE(gm.ok(), gm.message());
+    auto cm = Model::load(file.value(), *cpu);
+    REQUIRE(cm.ok());
+    for (DType kv : {DType::F32, DType::F16}) {
+      const float kv_tol = kv == DType::F32 ? tol : tol + 5e-2f;
+      for (const GoldenCase& c : g.cases) {
+        CAPTURE(name);
+        CAPTURE(c.name);
+        CAPTURE(dtype_name(kv));
+        const int32_t n = static_cast<int32_t>(c.ids.size());
+        SequenceRunner rg(*gm.value(), kv, n + 1);
+        SequenceRunner rc(*cm.value(), kv, n + 1);
+        std::vector<float> lg = rg.run(c.ids, 0, true);
+        std::vector<float> lc = rc.run(c.ids, 0, true);
+        double worst = 0;
+        for (int32_t p = 0; p < n; ++p)
+          worst = std::max(worst, logit_error(c.positions[p], &lg[size_t(p) * g.n_vocab], g.n_vocab));
+        MESSAGE(name << "/" << c.name << " " << dtype_name(kv) << ": GPU max logit error " << worst);
+        CHECK(worst <= kv_tol);
+        CHECK(max_abs_diff(lg, lc) <= 2 * kv_tol);
+        // Cached prefix: a fresh sequence computes [0, s) then [s, n) against the stored KV.
+        for (int32_t s : {1, 16, 17, n - 1}) {
+          if (s <= 0 || s >= n) continue;
+          SequenceRunner r2(*gm.value(), kv, n + 1);
+          std::vector<float> head = r2.run(std::vector<int32_t>(c.ids.begin(), c.ids.begin() + s), 0, true);
+          std::vector<float> tail = r2.run(std::vector<int32_t>(c.ids.begin() + s, c.ids.end()), s, true);
+          head.insert(head.end(), tail.begin(), tail.end());
+          CHECK(max_abs_diff(head, lg) <= kv_tol);
+        }
+      }
+    }
+  }
+}
+
+#endif  // PREFIXD_HAVE_CUDA
+
+int main(int argc, char** argv) {
+#if defined(PREFIXD_HAVE_CUDA)
+  auto probe = make_cuda_backend(0);
+  if (!probe.ok()) {
+    std::printf("skipped: no usable CUDA device: %s\n", probe.message().c_str());
+    return 77;
+  }
+  probe.value().reset();
+  doctest::Context ctx(argc, argv);
+  return ctx.run();
+#else
+  (void)argc;
+  (void)argv;
+  std::printf("skipped: built without the CUDA backend (nvcc not found or PREFIXD_CUDA=OFF)\n");
+  return 77;
+#endif
+}
