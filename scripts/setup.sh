@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config git ca-certificates
   clang                    # libFuzzer target for the GGUF parser
+  libclang-rt-14-dev       # libFuzzer/ASan runtimes (only a Recommends of clang-14)
   libxxhash-dev            # block hashes (XXH3-128)
   librocksdb-dev           # disk tier
   libcpp-httplib-dev       # HTTP server and client
