@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <queue>
+#include <unordered_map>
 
 #include "engine/stream_decoder.h"
 
@@ -33,6 +34,15 @@ struct BigramOrder {
   }
 };
 
+// A character's UTF-8 bytes packed into an integer (its identity for pairs).
+uint32_t pack_char(std::string_view text, size_t pos, size_t len) {
+  uint32_t v = 0;
+  for (size_t k = 0; k < len; ++k) v = (v << 8) | static_cast<uint8_t>(text[pos + k]);
+  return v;
+}
+
+uint64_t pair_key(uint32_t a, uint32_t b) { return (static_cast<uint64_t>(a) << 32) | b; }
+
 int hex_value(char c) {
   if (c >= '0' && c <= '9') return c - '0';
   if (c >= 'A' && c <= 'F') return c - 'A' + 10;
@@ -59,6 +69,21 @@ Result<std::unique_ptr<Tokenizer>> SpmTokenizer::create(TokenizerVocab vocab) {
                            name + " nor an unknown token");
     }
     tok->byte_token_[b] = id;
+  }
+  for (int32_t id = 0; id < tok->n_vocab(); ++id) {
+    const std::string& t = tok->vocab_.tokens[id];
+    if (tok->mergeable_token(t) != id) continue;
+    uint32_t prev = 0;
+    bool have_prev = false;
+    for (size_t pos = 0; pos < t.size();) {
+      const size_t len =
+          std::min(t.size() - pos, utf8::sequence_length(static_cast<uint8_t>(t[pos])));
+      const uint32_t c = pack_char(t, pos, len);
+      if (have_prev) tok->inner_pairs_.insert(pair_key(prev, c));
+      prev = c;
+      have_prev = true;
+      pos += len;
+    }
   }
   return std::unique_ptr<Tokenizer>(std::move(tok));
 }
@@ -109,6 +134,39 @@ void SpmTokenizer::tokenize_text(std::string_view raw, bool after_special,
   }
   if (text.empty()) return;
 
+  // Cut at character boundaries no merge can cross; repeated chunks (words)
+  // reuse their first result.
+  std::unordered_map<std::string_view, std::pair<size_t, size_t>> cache;  // chunk -> range in *out
+  auto emit = [&](std::string_view chunk) {
+    auto it = cache.find(chunk);
+    if (it != cache.end()) {
+      for (size_t k = 0; k < it->second.second; ++k) {
+        const int32_t id = (*out)[it->second.first + k];
+        out->push_back(id);
+      }
+      return;
+    }
+    const size_t from = out->size();
+    tokenize_chunk(chunk, out);
+    cache.emplace(chunk, std::make_pair(from, out->size() - from));
+  };
+  size_t chunk_begin = 0;
+  uint32_t prev = 0;
+  for (size_t pos = 0; pos < text.size();) {
+    const size_t len =
+        std::min(text.size() - pos, utf8::sequence_length(static_cast<uint8_t>(text[pos])));
+    const uint32_t c = pack_char(text, pos, len);
+    if (pos > 0 && inner_pairs_.count(pair_key(prev, c)) == 0) {
+      emit(std::string_view(text).substr(chunk_begin, pos - chunk_begin));
+      chunk_begin = pos;
+    }
+    prev = c;
+    pos += len;
+  }
+  emit(std::string_view(text).substr(chunk_begin));
+}
+
+void SpmTokenizer::tokenize_chunk(std::string_view text, std::vector<int32_t>* out) const {
   std::vector<Symbol> symbols;
   symbols.reserve(text.size());
   for (size_t off = 0; off < text.size();) {

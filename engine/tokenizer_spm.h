@@ -5,6 +5,7 @@
 
 #include <array>
 #include <memory>
+#include <unordered_set>
 
 #include "engine/tokenizer.h"
 
@@ -33,6 +34,14 @@ class SpmTokenizer final : public Tokenizer {
 
   // Id of a token that may result from a merge, or -1.
   int32_t mergeable_token(std::string_view text) const;
+  // The merge algorithm on one chunk of escaped text.
+  void tokenize_chunk(std::string_view text, std::vector<int32_t>* out) const;
+
+  // Pairs of adjacent characters (each packed as its UTF-8 bytes) that occur
+  // inside some mergeable token. Between two characters that form no such
+  // pair no merge can ever happen, so the text is cut there into chunks that
+  // are tokenized independently (same result, much less work on long text).
+  std::unordered_set<uint64_t> inner_pairs_;
 
   std::array<int32_t, 256> byte_token_{};  // byte -> <0xNN> token (or its fallback), -1 if none
 };
