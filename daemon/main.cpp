@@ -1,4 +1,5 @@
-// prefixd: the command line. `prefixd generate` runs one prompt;
+// prefixd: the command line. With no subcommand it serves HTTP (flags in
+// daemon/server_options.cpp); `prefixd generate` runs one prompt;
 // `prefixd gen-model` writes a generated test model.
 #include <cstdio>
 #include <string>
@@ -7,6 +8,8 @@
 
 #include "daemon/generate_command.h"
 #include "daemon/model_source.h"
+#include "daemon/server.h"
+#include "daemon/server_options.h"
 #include "engine/model_presets.h"
 
 namespace {
@@ -36,7 +39,12 @@ std::vector<int32_t> parse_ids(const std::string& s, std::string* error) {
 
 int main(int argc, char** argv) {
   CLI::App app{"prefixd: LLM inference daemon with a tiered prompt-prefix KV cache"};
-  app.require_subcommand(1);
+  app.require_subcommand(0, 1);
+
+  // Serve mode (no subcommand).
+  prefixd::ServerOptions serve;
+  serve.cache_dir = prefixd::default_cache_dir();
+  prefixd::register_server_flags(app, serve);
 
   prefixd::GenerateOptions gen;
   gen.cache_dir = prefixd::default_cache_dir();
@@ -83,5 +91,5 @@ int main(int argc, char** argv) {
     std::printf("wrote %s\n", out.c_str());
     return 0;
   }
-  return 0;
+  return prefixd::run_serve(serve);
 }

@@ -1,0 +1,156 @@
+// Prometheus text exposition of the daemon's and the engine's figures.
+#include "daemon/metrics.h"
+
+#include <charconv>
+
+namespace prefixd {
+namespace {
+
+// Prometheus float formatting: the shortest form that round-trips.
+std::string fmt(double v) {
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof(buf), v);
+  return std::string(buf, r.ptr);
+}
+
+void header(std::string* out, const char* name, const char* type, const char* help) {
+  *out += "# HELP ";
+  *out += name;
+  *out += ' ';
+  *out += help;
+  *out += "\n# TYPE ";
+  *out += name;
+  *out += ' ';
+  *out += type;
+  *out += '\n';
+}
+
+void sample(std::string* out, const std::string& name, const std::string& labels, int64_t v) {
+  *out += name;
+  if (!labels.empty()) *out += "{" + labels + "}";
+  *out += ' ';
+  *out += std::to_string(v);
+  *out += '\n';
+}
+
+std::vector<double> latency_buckets_s() {
+  return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+}
+
+}  // namespace
+
+const char* request_outcome_name(RequestOutcome o) {
+  switch (o) {
+    case RequestOutcome::kCompleted:
+      return "completed";
+    case RequestOutcome::kCancelled:
+      return "cancelled";
+    case RequestOutcome::kError:
+      return "error";
+    case RequestOutcome::kRejected:
+      return "rejected";
+    case RequestOutcome::kInvalid:
+      return "invalid";
+  }
+  return "error";
+}
+
+Histogram::Histogram(std::vector<double> upper_bounds_s)
+    : bounds_s_(std::move(upper_bounds_s)), counts_(bounds_s_.size() + 1, 0) {}
+
+void Histogram::observe(double value_s) {
+  size_t i = 0;
+  while (i < bounds_s_.size() && value_s > bounds_s_[i]) ++i;
+  ++counts_[i];
+  sum_s_ += value_s;
+  ++count_;
+}
+
+void Histogram::render(const std::string& name, std::string* out) const {
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < bounds_s_.size(); ++i) {
+    cumulative += counts_[i];
+    *out += name + "_bucket{le=\"" + fmt(bounds_s_[i]) + "\"} " + std::to_string(cumulative) + "\n";
+  }
+  cumulative += counts_.back();
+  *out += name + "_bucket{le=\"+Inf\"} " + std::to_string(cumulative) + "\n";
+  *out += name + "_sum " + fmt(sum_s_) + "\n";
+  *out += name + "_count " + std::to_string(count_) + "\n";
+}
+
+Metrics::Metrics()
+    : ttft_(latency_buckets_s()), inter_token_(latency_buckets_s()), queue_(latency_buckets_s()) {}
+
+void Metrics::count_request(RequestOutcome outcome) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++requests_[static_cast<size_t>(outcome)];
+}
+
+void Metrics::observe_ttft(double seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ttft_.observe(seconds);
+}
+
+void Metrics::observe_inter_token(double seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  inter_token_.observe(seconds);
+}
+
+void Metrics::observe_queue(double seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  queue_.observe(seconds);
+}
+
+uint64_t Metrics::requests(RequestOutcome outcome) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return requests_[static_cast<size_t>(outcome)];
+}
+
+std::string Metrics::render(const MetricsSnapshot& s) const {
+  std::string out;
+  out.reserve(8192);
+  header(&out, "prefixd_prompt_tokens_total", "counter", "Prompt tokens of admitted requests.");
+  sample(&out, "prefixd_prompt_tokens_total", "", s.prompt_tokens);
+  header(&out, "prefixd_cached_tokens_total", "counter",
+         "Prompt tokens reused from the cache, by tier.");
+  sample(&out, "prefixd_cached_tokens_total", "tier=\"device\"", s.cached_tokens_device);
+  sample(&out, "prefixd_cached_tokens_total", "tier=\"host\"", s.cached_tokens_host);
+  sample(&out, "prefixd_cached_tokens_total", "tier=\"disk\"", s.cached_tokens_disk);
+  header(&out, "prefixd_prefill_tokens_total", "counter", "Prompt tokens computed by prefill.");
+  sample(&out, "prefixd_prefill_tokens_total", "", s.prefill_tokens);
+  header(&out, "prefixd_generated_tokens_total", "counter", "Tokens generated.");
+  sample(&out, "prefixd_generated_tokens_total", "", s.generated_tokens);
+  header(&out, "prefixd_evictions_total", "counter", "Blocks evicted, by tier.");
+  sample(&out, "prefixd_evictions_total", "tier=\"device\"", s.device_evictions);
+  if (s.has_host_tier) sample(&out, "prefixd_evictions_total", "tier=\"host\"", s.host_evictions);
+  if (s.has_disk_tier) sample(&out, "prefixd_evictions_total", "tier=\"disk\"", s.disk_evictions);
+
+  std::lock_guard<std::mutex> lock(mu_);
+  header(&out, "prefixd_requests_total", "counter", "Generation requests by how they ended.");
+  for (size_t i = 0; i < requests_.size(); ++i) {
+    sample(&out, "prefixd_requests_total",
+           std::string("status=\"") + request_outcome_name(static_cast<RequestOutcome>(i)) + "\"",
+           static_cast<int64_t>(requests_[i]));
+  }
+  header(&out, "prefixd_pool_used_bytes", "gauge", "Device KV pool bytes referenced or cached.");
+  sample(&out, "prefixd_pool_used_bytes", "", s.pool_used_bytes);
+  header(&out, "prefixd_pool_capacity_bytes", "gauge", "Device KV pool capacity in bytes.");
+  sample(&out, "prefixd_pool_capacity_bytes", "", s.pool_capacity_bytes);
+  header(&out, "prefixd_requests_running", "gauge", "Requests running in the engine.");
+  sample(&out, "prefixd_requests_running", "", s.running);
+  header(&out, "prefixd_requests_waiting", "gauge",
+         "Requests waiting for admission or for tier onboarding.");
+  sample(&out, "prefixd_requests_waiting", "", s.waiting);
+  header(&out, "prefixd_ttft_seconds", "histogram",
+         "Time from request arrival to the first token.");
+  ttft_.render("prefixd_ttft_seconds", &out);
+  header(&out, "prefixd_inter_token_latency_seconds", "histogram",
+         "Time between consecutive tokens of a request, as seen by its HTTP worker.");
+  inter_token_.render("prefixd_inter_token_latency_seconds", &out);
+  header(&out, "prefixd_queue_time_seconds", "histogram",
+         "Time from submission to admission by the engine.");
+  queue_.render("prefixd_queue_time_seconds", &out);
+  return out;
+}
+
+}  // namespace prefixd

@@ -1,0 +1,85 @@
+// Metrics: the daemon's own counters and latency histograms, and the
+// Prometheus text exposition (format 0.0.4) of them together with the
+// engine's counters for GET /metrics.
+//
+// Thread-safety: every method may be called from any thread.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace prefixd {
+
+// How an HTTP generation request ended (the `status` label of
+// prefixd_requests_total).
+enum class RequestOutcome : uint8_t {
+  kCompleted,  // finished with stop or length
+  kCancelled,  // the client went away, or shutdown cancelled it
+  kError,      // the engine reported an error
+  kRejected,   // 429: queue full, or 503 while shutting down
+  kInvalid,    // 4xx: the request failed validation or auth
+};
+const char* request_outcome_name(RequestOutcome o);
+
+// A cumulative histogram with fixed upper bounds (seconds).
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> upper_bounds_s);
+  void observe(double value_s);
+  // Appends `name`_bucket/_sum/_count lines (HELP/TYPE are written by the caller).
+  void render(const std::string& name, std::string* out) const;
+
+ private:
+  std::vector<double> bounds_s_;  // (n_buckets) ascending upper bounds, +Inf implicit
+  std::vector<uint64_t> counts_;  // (n_buckets + 1) per-bucket (non-cumulative) counts
+  double sum_s_ = 0;
+  uint64_t count_ = 0;
+};
+
+// Engine and tier figures copied in at scrape time. Counters are monotonic in
+// the engine; the daemon only reports them.
+struct MetricsSnapshot {
+  int64_t prompt_tokens = 0;
+  int64_t cached_tokens_device = 0;
+  int64_t cached_tokens_host = 0;
+  int64_t cached_tokens_disk = 0;
+  int64_t prefill_tokens = 0;
+  int64_t generated_tokens = 0;
+  int64_t device_evictions = 0;
+  bool has_host_tier = false;  // host/disk evictions are written only for tiers present
+  int64_t host_evictions = 0;
+  bool has_disk_tier = false;
+  int64_t disk_evictions = 0;
+  int64_t pool_used_bytes = 0;
+  int64_t pool_capacity_bytes = 0;
+  int32_t running = 0;
+  int32_t waiting = 0;
+};
+
+class Metrics {
+ public:
+  Metrics();
+
+  void count_request(RequestOutcome outcome);
+  void observe_ttft(double seconds);
+  void observe_inter_token(double seconds);
+  void observe_queue(double seconds);
+
+  uint64_t requests(RequestOutcome outcome) const;
+
+  // The whole exposition: HELP and TYPE lines, then samples, per metric.
+  std::string render(const MetricsSnapshot& snapshot) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::array<uint64_t, 5> requests_{};  // by RequestOutcome
+  Histogram ttft_;
+  Histogram inter_token_;
+  Histogram queue_;
+};
+
+}  // namespace prefixd

@@ -1,0 +1,70 @@
+// Parsing and validation of HTTP JSON bodies into engine Requests. Anything
+// that fails here is answered with a 4xx ApiError and never reaches the
+// engine. Pure functions over the body and the served model's facts; safe to
+// call from any thread (the tokenizer and chat template are immutable).
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "daemon/api_error.h"
+#include "engine/request.h"
+
+namespace prefixd {
+
+class Tokenizer;
+class ChatTemplate;
+
+// Facts about the served model that validation needs. Pointers are not
+// owned and must outlive every call; `tokenizer` / `chat_template` may be
+// null (then text prompts / messages are refused).
+struct ModelInfo {
+  std::string id;     // the served model id (`model` must equal it when given)
+  int32_t n_ctx = 0;  // context length in tokens
+  int32_t n_vocab = 0;
+  const Tokenizer* tokenizer = nullptr;
+  const ChatTemplate* chat_template = nullptr;
+};
+
+template <typename T>
+using ApiResult = std::variant<T, ApiError>;
+
+// A validated /v1/completions or /v1/chat/completions request.
+struct GenerationRequest {
+  Request request;  // kind kGenerate; prompt ids in vocabulary, fits the context
+  bool chat = false;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  std::string model;           // echoed in the response (the served id)
+};
+
+// Body -> JSON object; malformed JSON or a non-object gives 400.
+ApiResult<nlohmann::json> parse_json_body(const std::string& body);
+
+// /v1/completions (chat = false) or /v1/chat/completions (chat = true).
+ApiResult<GenerationRequest> validate_generation(const nlohmann::json& body, const ModelInfo& model,
+                                                 bool chat);
+
+// The prompt of a cache endpoint body: `prompt` (text or ids) or `messages`
+// (rendered with the chat template and the generation prompt, exactly as a
+// chat completion would tokenize it), plus `cache_salt`.
+struct PromptRequest {
+  std::vector<int32_t> prompt;  // token ids in vocabulary, within the context
+  std::string cache_salt;
+};
+ApiResult<PromptRequest> validate_prompt_body(const nlohmann::json& body, const ModelInfo& model);
+
+// POST /tokenize {"content": str, "add_special": bool (default false),
+// "parse_special": bool (default true)} -> token ids.
+ApiResult<std::vector<int32_t>> validate_tokenize(const nlohmann::json& body,
+                                                  const ModelInfo& model);
+
+// POST /detokenize {"tokens": [ids]} -> the ids (checked against the vocabulary).
+ApiResult<std::vector<int32_t>> validate_detokenize(const nlohmann::json& body,
+                                                    const ModelInfo& model);
+
+}  // namespace prefixd

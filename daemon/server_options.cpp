@@ -1,0 +1,124 @@
+// Serve-mode flags and their validation.
+#include "daemon/server_options.h"
+
+#include <CLI/CLI.hpp>
+#include <cmath>
+
+namespace prefixd {
+namespace {
+
+Status range_error(const std::string& flag, const std::string& value, const std::string& range) {
+  return Status::error("--" + flag + " " + value + " is out of range (" + range + ")");
+}
+
+}  // namespace
+
+Status ServerOptions::validate() {
+  if (host.empty()) return Status::error("--host must not be empty");
+  if (port < 0 || port > 65535) return range_error("port", std::to_string(port), "0..65535");
+  if (max_body_bytes < 1024 || max_body_bytes > (1ll << 32)) {
+    return range_error("max-body-bytes", std::to_string(max_body_bytes), "1024..4294967296");
+  }
+  if (model.empty()) return Status::error("--model must not be empty");
+  if (backend != "cpu" && backend != "cuda" && backend != "auto") {
+    return Status::error("--backend '" + backend + "' is not one of cpu, cuda, auto");
+  }
+  if (n_threads < 1 || n_threads > 256)
+    return range_error("threads", std::to_string(n_threads), "1..256");
+  if (kv_pool_mib < 1 || kv_pool_mib > (1ll << 22)) {
+    return range_error("kv-pool-mib", std::to_string(kv_pool_mib), "1..4194304");
+  }
+  if (block_size < 1 || block_size > 1024)
+    return range_error("block-size", std::to_string(block_size), "1..1024");
+  if (kv_dtype != "f32" && kv_dtype != "f16" && kv_dtype != "bf16") {
+    return Status::error("--kv-dtype '" + kv_dtype + "' is not one of f32, f16, bf16");
+  }
+  if (max_batch_tokens < 1 || max_batch_tokens > (1 << 20)) {
+    return range_error("max-batch-tokens", std::to_string(max_batch_tokens), "1..1048576");
+  }
+  if (max_concurrent_requests < 1 || max_concurrent_requests > 4096) {
+    return range_error("max-concurrent", std::to_string(max_concurrent_requests), "1..4096");
+  }
+  if (max_queued_requests < 0 || max_queued_requests > 65536) {
+    return range_error("max-queued", std::to_string(max_queued_requests), "0..65536");
+  }
+  if (max_pinned_blocks < 0)
+    return range_error("max-pinned-blocks", std::to_string(max_pinned_blocks), ">= 0");
+  if (http_threads < 0 || http_threads > 16384) {
+    return range_error("http-threads", std::to_string(http_threads), "0..16384");
+  }
+  if (!std::isfinite(shutdown_grace_s) || shutdown_grace_s < 0 || shutdown_grace_s > 3600) {
+    return range_error("shutdown-grace-s", std::to_string(shutdown_grace_s), "0..3600");
+  }
+  if (!std::isfinite(host_cache_gb) || host_cache_gb < 0 || host_cache_gb > 1e5) {
+    return range_error("host-cache-gb", std::to_string(host_cache_gb), "0..100000");
+  }
+  if (!std::isfinite(disk_cache_gb) || disk_cache_gb < 0 || disk_cache_gb > 1e6) {
+    return range_error("disk-cache-gb", std::to_string(disk_cache_gb), "0..1000000");
+  }
+  if (write_policy != "write-through" && write_policy != "evict-only") {
+    return Status::error("--write-policy '" + write_policy +
+                         "' is not one of write-through, evict-only");
+  }
+  if (log_level_name == "error")
+    log_level = LogLevel::kError;
+  else if (log_level_name == "warn")
+    log_level = LogLevel::kWarn;
+  else if (log_level_name == "info")
+    log_level = LogLevel::kInfo;
+  else if (log_level_name == "debug")
+    log_level = LogLevel::kDebug;
+  else
+    return Status::error("--log-level '" + log_level_name +
+                         "' is not one of error, warn, info, debug");
+  if (http_threads == 0) http_threads = max_concurrent_requests + max_queued_requests + 8;
+  return Status();
+}
+
+void register_server_flags(CLI::App& app, ServerOptions& o) {
+  app.add_option("--host", o.host, "address to listen on")->capture_default_str();
+  app.add_option("--port", o.port, "TCP port (0 = any free port)")->capture_default_str();
+  app.add_option("--model,-m", o.model, "GGUF file, `demo`, or preset:NAME[:f32|f16|bf16]")
+      ->capture_default_str();
+  app.add_option("--cache-dir", o.cache_dir, "where generated models are kept")
+      ->capture_default_str();
+  app.add_option("--backend", o.backend, "cpu, cuda or auto")->capture_default_str();
+  app.add_option("--threads,-t", o.n_threads, "compute threads")->capture_default_str();
+  app.add_option("--kv-pool-mib", o.kv_pool_mib, "device KV pool size in MiB")
+      ->capture_default_str();
+  app.add_option("--block-size", o.block_size, "tokens per KV block")->capture_default_str();
+  app.add_option("--kv-dtype", o.kv_dtype, "KV cache type: f32, f16, bf16")->capture_default_str();
+  app.add_option("--max-batch-tokens", o.max_batch_tokens,
+                 "tokens per forward pass (chunked prefill budget)")
+      ->capture_default_str();
+  app.add_option("--max-concurrent", o.max_concurrent_requests, "requests running at once")
+      ->capture_default_str();
+  app.add_option("--max-queued", o.max_queued_requests,
+                 "requests waiting beyond those; more get 429")
+      ->capture_default_str();
+  app.add_option("--max-pinned-blocks", o.max_pinned_blocks,
+                 "cap on pinned blocks (0 = a quarter of the pool)")
+      ->capture_default_str();
+  app.add_option("--http-threads", o.http_threads,
+                 "HTTP worker threads (0 = concurrent + queued + 8)")
+      ->capture_default_str();
+  app.add_option("--shutdown-grace-s", o.shutdown_grace_s,
+                 "on SIGINT/SIGTERM, seconds in-flight requests get to finish")
+      ->capture_default_str();
+  app.add_option("--api-key", o.api_key, "require `Authorization: Bearer KEY` (all but /health)");
+  app.add_option("--max-body-bytes", o.max_body_bytes, "largest accepted request body")
+      ->capture_default_str();
+  app.add_option("--chat-template", o.chat_template, "chat template name, overriding the model's");
+  app.add_option("--host-cache-gb", o.host_cache_gb, "host-RAM tier capacity in GB (0 disables)")
+      ->capture_default_str();
+  app.add_option("--disk-cache-dir", o.disk_cache_dir,
+                 "RocksDB directory of the disk tier (empty disables)");
+  app.add_option("--disk-cache-gb", o.disk_cache_gb, "disk tier capacity in GB")
+      ->capture_default_str();
+  app.add_option("--write-policy", o.write_policy, "write-through or evict-only")
+      ->capture_default_str();
+  app.add_option("--log-level", o.log_level_name, "error, warn, info, debug")
+      ->capture_default_str();
+}
+
+}  // namespace prefixd

@@ -1,0 +1,63 @@
+// ServerOptions: every setting of `prefixd` in serve mode, one struct, filled
+// from command-line flags (register_server_flags) and validated once
+// (validate) before anything is loaded.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/result.h"
+
+namespace CLI {
+class App;
+}
+
+namespace prefixd {
+
+enum class LogLevel : uint8_t { kError, kWarn, kInfo, kDebug };
+
+struct ServerOptions {
+  // Network.
+  std::string host = "127.0.0.1";
+  int32_t port = 8080;                 // 0 = any free port (printed at start)
+  std::string api_key;                 // empty = no auth; else `Authorization: Bearer KEY`
+  int64_t max_body_bytes = 8ll << 20;  // request bodies above this get 413
+  int32_t http_threads = 0;            // 0 = max_concurrent + max_queued + 8
+  double shutdown_grace_s = 10;        // on SIGINT/SIGTERM: time in-flight requests get to finish
+
+  // Model and engine.
+  std::string model = "demo";            // GGUF path, `demo`, or preset:NAME[:dtype]
+  std::string cache_dir;                 // where generated models live (default_cache_dir())
+  std::string backend = "auto";          // cpu | cuda | auto
+  int32_t n_threads = 2;                 // compute threads of the CPU backend
+  int64_t kv_pool_mib = 256;             // device KV pool budget, MiB
+  int32_t block_size = 16;               // tokens per KV block
+  std::string kv_dtype = "f16";          // f32 | f16 | bf16
+  int32_t max_batch_tokens = 512;        // tokens per forward pass (chunked prefill budget)
+  int32_t max_concurrent_requests = 64;  // sequences running in the engine at once
+  int32_t max_queued_requests = 256;     // requests admitted beyond those; more get 429
+  int32_t max_pinned_blocks = 0;         // 0 = a quarter of the pool
+  std::string chat_template;             // override of the GGUF's template name; empty = detect
+
+  // Storage tiers below the device pool.
+  double host_cache_gb = 1.0;                  // host-RAM tier capacity, GB (0 disables)
+  std::string disk_cache_dir;                  // RocksDB directory; empty disables the disk tier
+  double disk_cache_gb = 10.0;                 // disk tier capacity, GB
+  std::string write_policy = "write-through";  // write-through | evict-only
+
+  LogLevel log_level = LogLevel::kInfo;
+  std::string log_level_name = "info";  // error | warn | info | debug
+
+  // Checks ranges and names, fills derived fields (log_level, http_threads).
+  Status validate();
+
+  size_t kv_pool_bytes() const { return static_cast<size_t>(kv_pool_mib) << 20; }
+  uint64_t host_cache_bytes() const { return static_cast<uint64_t>(host_cache_gb * 1e9); }
+  uint64_t disk_cache_bytes() const { return static_cast<uint64_t>(disk_cache_gb * 1e9); }
+};
+
+// Adds the serve-mode flags to `app` (the root command of prefixd), writing
+// into `opts`, which must outlive parsing.
+void register_server_flags(CLI::App& app, ServerOptions& opts);
+
+}  // namespace prefixd
