@@ -90,6 +90,36 @@ size_t Sampler::top_p_head(size_t lo, size_t hi, double target) {
   return std::max<size_t>(hi, 1);  // rounding: keep everything up to hi
 }
 
+// Top-p within the near candidates cand_[0, n_near): a histogram of their
+// mass over logit buckets finds the bucket where the cumulative mass reaches
+// `target` in O(n); only that bucket's candidates are then selected exactly.
+size_t Sampler::top_p_near(size_t n_near, float max_logit, double target) {
+  constexpr int kBuckets = 1024;
+  // Near logits lie within -ln(kNearWeight) ~ 16.12 of the maximum.
+  const float scale = static_cast<float>(kBuckets) / 16.5f;
+  auto bucket = [&](float logit) {  // 0 = the highest logits; monotone in logit
+    return std::min(kBuckets - 1, static_cast<int>((max_logit - logit) * scale));
+  };
+  double mass[kBuckets] = {};
+  for (size_t i = 0; i < n_near; ++i) mass[bucket(cand_[i].logit)] += cand_[i].weight;
+  int cut = kBuckets - 1;
+  double need = target;
+  for (int b = 0; b < kBuckets; ++b) {
+    if (mass[b] >= need) {
+      cut = b;
+      break;
+    }
+    need -= mass[b];
+  }
+  auto first = cand_.begin();
+  auto above_end = std::partition(first, first + static_cast<std::ptrdiff_t>(n_near),
+                                  [&](const Candidate& c) { return bucket(c.logit) < cut; });
+  auto cut_end = std::partition(above_end, first + static_cast<std::ptrdiff_t>(n_near),
+                                [&](const Candidate& c) { return bucket(c.logit) == cut; });
+  return top_p_head(static_cast<size_t>(above_end - first), static_cast<size_t>(cut_end - first),
+                    need);
+}
+
 int32_t Sampler::sample(const float* logits, int32_t n_vocab,
                         const std::vector<int32_t>& recent_tokens) {
   PREFIXD_CHECK(n_vocab > 0, "sample: empty vocabulary");
@@ -185,7 +215,7 @@ int32_t Sampler::sample(const float* logits, int32_t n_vocab,
       for (size_t i = 0; i < n_near; ++i) near_mass += cand_[i].weight;
       size_t keep;
       if (near_mass >= target) {
-        keep = top_p_head(0, n_near, target);
+        keep = top_p_near(n_near, max_logit, target);
       } else {
         keep = top_p_head(n_near, cand_.size(), target - near_mass);
       }

@@ -49,6 +49,7 @@ class Sampler {
 
  private:
   size_t top_p_head(size_t lo, size_t hi, double target);
+  size_t top_p_near(size_t n_near, float max_logit, double target);
 
   SamplingParams params_;
   uint64_t seed_ = 0;

@@ -261,3 +261,15 @@ TEST_CASE("on a 150k vocabulary every draw is in the reference kept set") {
     CHECK(drawn.size() > 1);
   }
 }
+
+TEST_CASE("top_p over equal logits keeps the lowest ids") {
+  const std::vector<float> flat(1000, 0.25f);
+  SamplingParams p = seeded(12);
+  p.top_p = 0.1005f;  // 101 tokens of 0.001 each reach the mass
+  Sampler s(p);
+  std::set<int32_t> drawn;
+  for (int i = 0; i < 3000; ++i) drawn.insert(s.sample(flat.data(), 1000, {}));
+  CHECK(*drawn.begin() == 0);
+  CHECK(*drawn.rbegin() == 100);
+  CHECK(drawn.size() == 101);
+}
