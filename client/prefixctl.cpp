@@ -1,0 +1,382 @@
+// prefixctl: command-line client of the prefixd daemon (completions, chat, cache endpoints) and
+// the RAG load generator `prefixctl bench`. Exit status: 0 ok, 1 request failed, 2 bad usage.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "client/bench.h"
+#include "client/client.h"
+
+namespace prefixd {
+namespace {
+
+int fail(const std::string& message) {
+  std::fprintf(stderr, "prefixctl: error: %s\n", message.c_str());
+  return 1;
+}
+
+// Parses token ids written as "1,2,3", "1 2 3" or "[1, 2, 3]".
+Result<std::vector<int32_t>> parse_ids(const std::string& text) {
+  std::vector<int32_t> ids;
+  size_t i = 0;
+  auto is_sep = [](char c) {
+    return c == ',' || c == ' ' || c == '\t' || c == '\n' || c == '[' || c == ']';
+  };
+  while (i < text.size()) {
+    while (i < text.size() && is_sep(text[i])) ++i;
+    if (i == text.size()) break;
+    size_t j = i;
+    while (j < text.size() && !is_sep(text[j])) ++j;
+    std::string word = text.substr(i, j - i);
+    char* end = nullptr;
+    long long v = std::strtoll(word.c_str(), &end, 10);
+    if (end != word.c_str() + word.size() || v < 0 || v > INT32_MAX) {
+      return Status::error("--ids: '" + word + "' is not a token id");
+    }
+    ids.push_back(static_cast<int32_t>(v));
+    i = j;
+  }
+  if (ids.empty()) return Status::error("--ids: no token ids given");
+  return ids;
+}
+
+// Prompt options shared by complete, lookup, prefetch, pin, unpin.
+struct PromptArgs {
+  std::string text;
+  std::string ids;
+  std::string cache_salt;
+  void add_to(CLI::App* cmd) {
+    cmd->add_option("prompt", text, "prompt text");
+    cmd->add_option("--ids", ids, "prompt as token ids: \"1,2,3\"");
+    cmd->add_option("--cache-salt", cache_salt, "cache_salt sent with the request");
+  }
+  Result<Prompt> prompt() const {
+    if (!ids.empty()) {
+      if (!text.empty()) return Status::error("give either prompt text or --ids, not both");
+      Result<std::vector<int32_t>> parsed = parse_ids(ids);
+      if (!parsed.ok()) return parsed.status();
+      return Prompt(std::move(parsed.value()));
+    }
+    if (text.empty()) return Status::error("no prompt: give prompt text or --ids");
+    return Prompt(text);
+  }
+};
+
+// Sampling options shared by complete and chat.
+struct SamplingArgs {
+  int32_t max_tokens = 16;
+  double temperature = -1;
+  double top_p = -1;
+  int32_t top_k = -1;
+  double min_p = -1;
+  int64_t seed = -1;
+  std::vector<std::string> stop;
+  bool stream = false;
+  bool json = false;
+  void add_to(CLI::App* cmd) {
+    cmd->add_option("-n,--max-tokens", max_tokens, "tokens to generate")
+        ->check(CLI::PositiveNumber);
+    cmd->add_option("--temperature", temperature, "0 = greedy (server default 1.0)");
+    cmd->add_option("--top-p", top_p, "nucleus sampling");
+    cmd->add_option("--top-k", top_k, "top-k sampling");
+    cmd->add_option("--min-p", min_p, "min-p sampling");
+    cmd->add_option("--seed", seed, "sampling seed");
+    cmd->add_option("--stop", stop, "stop string (repeatable)");
+    cmd->add_flag("--stream", stream, "stream the answer as it is generated");
+    cmd->add_flag("--json", json, "print the raw JSON answer (not with --stream)");
+  }
+  SamplingParams params(const std::string& cache_salt) const {
+    SamplingParams p;
+    p.max_tokens = max_tokens;
+    if (temperature >= 0) p.temperature = temperature;
+    if (top_p >= 0) p.top_p = top_p;
+    if (top_k >= 0) p.top_k = top_k;
+    if (min_p >= 0) p.min_p = min_p;
+    if (seed >= 0) p.seed = static_cast<uint64_t>(seed);
+    p.stop = stop;
+    p.cache_salt = cache_salt;
+    return p;
+  }
+};
+
+void print_completion_footer(const Completion& c) {
+  std::fprintf(stderr, "[finish_reason=%s",
+               c.finish_reason.empty() ? "-" : c.finish_reason.c_str());
+  if (c.usage) {
+    std::fprintf(stderr, " prompt_tokens=%lld completion_tokens=%lld cached_tokens=%lld",
+                 static_cast<long long>(c.usage->prompt_tokens),
+                 static_cast<long long>(c.usage->completion_tokens),
+                 static_cast<long long>(c.usage->cached_tokens));
+  }
+  if (c.prefix_cache) {
+    const PrefixCacheInfo& p = *c.prefix_cache;
+    std::fprintf(stderr, " device=%lld host=%lld disk=%lld prefill=%lld restore=%s ttft_ms=%.2f",
+                 static_cast<long long>(p.device_tokens), static_cast<long long>(p.host_tokens),
+                 static_cast<long long>(p.disk_tokens), static_cast<long long>(p.prefill_tokens),
+                 p.restore_path.c_str(), p.ttft_ms);
+  }
+  std::fprintf(stderr, " total_ms=%.2f]\n", c.total_ms);
+}
+
+// Runs a completion (request) or a chat (chat), streamed or not, and prints it.
+int print_generation(Client& client, const CompletionRequest* request, const ChatRequest* chat,
+                     const SamplingArgs& s) {
+  Result<Completion> r = Status::error("unset");
+  if (s.stream) {
+    auto on_delta = [](const StreamDelta& d) {
+      std::fwrite(d.text.data(), 1, d.text.size(), stdout);
+      std::fflush(stdout);
+      return true;
+    };
+    r = request ? client.complete_stream(*request, on_delta) : client.chat_stream(*chat, on_delta);
+    if (!r.ok()) return fail(r.message());
+    std::fputc('\n', stdout);
+  } else {
+    r = request ? client.complete(*request) : client.chat(*chat);
+    if (!r.ok()) return fail(r.message());
+    if (s.json) {
+      std::cout << r->raw.dump(2) << "\n";
+      return 0;
+    }
+    std::cout << r->text << "\n";
+  }
+  print_completion_footer(r.value());
+  return 0;
+}
+
+void print_tier(const char* name, const TierStats& t) {
+  std::printf("  %-7s %14lld %14lld %10lld %10lld %10lld %10lld\n", name,
+              static_cast<long long>(t.capacity_bytes), static_cast<long long>(t.used_bytes),
+              static_cast<long long>(t.blocks), static_cast<long long>(t.hits),
+              static_cast<long long>(t.misses), static_cast<long long>(t.evictions));
+}
+
+int run(int argc, char** argv) {
+  CLI::App app{"prefixctl: client of the prefixd daemon"};
+  ClientOptions copt;
+  double timeout_s = 600;
+  app.add_option("--host", copt.host, "daemon host")->capture_default_str();
+  app.add_option("--port", copt.port, "daemon port")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 65535));
+  app.add_option("--api-key", copt.api_key, "bearer token")->envname("PREFIXD_API_KEY");
+  app.add_option("--timeout", timeout_s, "read timeout, seconds")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.require_subcommand(1);
+
+  PromptArgs complete_prompt;
+  SamplingArgs complete_sampling;
+  CLI::App* complete_cmd = app.add_subcommand("complete", "POST /v1/completions");
+  complete_prompt.add_to(complete_cmd);
+  complete_sampling.add_to(complete_cmd);
+
+  std::string chat_system, chat_message, chat_salt;
+  SamplingArgs chat_sampling;
+  CLI::App* chat_cmd = app.add_subcommand("chat", "POST /v1/chat/completions");
+  chat_cmd->add_option("message", chat_message, "the user message")->required();
+  chat_cmd->add_option("--system", chat_system, "system message");
+  chat_cmd->add_option("--cache-salt", chat_salt, "cache_salt sent with the request");
+  chat_sampling.add_to(chat_cmd);
+
+  bool stats_json = false;
+  CLI::App* stats_cmd = app.add_subcommand("stats", "GET /v1/cache/stats");
+  stats_cmd->add_flag("--json", stats_json, "print the raw JSON answer");
+
+  PromptArgs lookup_prompt, prefetch_prompt, pin_prompt, unpin_prompt;
+  CLI::App* lookup_cmd =
+      app.add_subcommand("lookup", "POST /v1/cache/lookup: cached leading tokens");
+  lookup_prompt.add_to(lookup_cmd);
+  CLI::App* prefetch_cmd =
+      app.add_subcommand("prefetch", "POST /v1/cache/prefetch: warm a prompt's blocks");
+  prefetch_prompt.add_to(prefetch_cmd);
+  CLI::App* pin_cmd = app.add_subcommand("pin", "POST /v1/cache/pin");
+  pin_prompt.add_to(pin_cmd);
+  CLI::App* unpin_cmd = app.add_subcommand("unpin", "POST /v1/cache/unpin");
+  unpin_prompt.add_to(unpin_cmd);
+  CLI::App* clear_cmd = app.add_subcommand("clear", "DELETE /v1/cache");
+  CLI::App* health_cmd = app.add_subcommand("health", "GET /health");
+  CLI::App* models_cmd = app.add_subcommand("models", "GET /v1/models");
+  std::string tokenize_text;
+  bool tokenize_special = false;
+  CLI::App* tokenize_cmd = app.add_subcommand("tokenize", "POST /tokenize");
+  tokenize_cmd->add_option("text", tokenize_text, "text to tokenize")->required();
+  tokenize_cmd->add_flag("--add-special", tokenize_special, "add BOS/special tokens");
+
+  BenchOptions bopt;
+  std::string order = "round-robin";
+  std::string json_path;
+  bool quiet = false;
+  CLI::App* bench_cmd = app.add_subcommand("bench", "RAG load generator (streaming requests)");
+  bench_cmd->add_option("--system-prompts", bopt.n_system_prompts, "K system prompts")
+      ->capture_default_str();
+  bench_cmd->add_option("--system-tokens", bopt.system_tokens, "S tokens per system prompt")
+      ->capture_default_str();
+  bench_cmd->add_option("--question-tokens", bopt.question_tokens, "Q tokens per question")
+      ->capture_default_str();
+  bench_cmd->add_option("--concurrency", bopt.concurrency, "C concurrent clients")
+      ->capture_default_str();
+  bench_cmd->add_option("--requests", bopt.n_requests, "N requests in total")
+      ->capture_default_str();
+  bench_cmd->add_option("--output-tokens", bopt.output_tokens, "O output tokens (max_tokens)")
+      ->capture_default_str();
+  bench_cmd->add_option("--seed", bopt.seed, "workload seed")->capture_default_str();
+  bench_cmd->add_option("--vocab-lo", bopt.vocab_lo, "smallest token id drawn")
+      ->capture_default_str();
+  bench_cmd->add_option("--vocab-hi", bopt.vocab_hi, "token ids drawn below this")
+      ->capture_default_str();
+  bench_cmd->add_option("--order", order, "round-robin | random")
+      ->check(CLI::IsMember({"round-robin", "random"}))
+      ->capture_default_str();
+  bench_cmd->add_flag("--warmup", bopt.warmup, "prefetch the system prompts before the run");
+  bench_cmd->add_flag("--text", bopt.text_prompts,
+                      "send text prompts (pseudo-words) instead of ids");
+  bench_cmd->add_option("--temperature", bopt.temperature, "sampling temperature")
+      ->capture_default_str();
+  bench_cmd->add_option("--cache-salt", bopt.cache_salt, "cache_salt of every request");
+  bench_cmd->add_option("--max-retries", bopt.max_retries, "retries per request on 429")
+      ->capture_default_str();
+  bench_cmd->add_option("--json", json_path, "write per-request records + summary as JSON here");
+  bench_cmd->add_flag("-q,--quiet", quiet, "no progress line");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  copt.read_timeout_s = timeout_s;
+  Client client(copt);
+
+  if (*complete_cmd) {
+    Result<Prompt> prompt = complete_prompt.prompt();
+    if (!prompt.ok()) return fail(prompt.message());
+    CompletionRequest req{prompt.value(), complete_sampling.params(complete_prompt.cache_salt)};
+    return print_generation(client, &req, nullptr, complete_sampling);
+  }
+  if (*chat_cmd) {
+    ChatRequest req;
+    if (!chat_system.empty()) req.messages.push_back({"system", chat_system});
+    req.messages.push_back({"user", chat_message});
+    req.params = chat_sampling.params(chat_salt);
+    return print_generation(client, nullptr, &req, chat_sampling);
+  }
+  if (*stats_cmd) {
+    Result<CacheStats> s = client.stats();
+    if (!s.ok()) return fail(s.message());
+    if (stats_json) {
+      std::cout << s->raw.dump(2) << "\n";
+      return 0;
+    }
+    std::printf("block_size %lld tokens, prompt_tokens %lld, tokens_saved %lld\n",
+                static_cast<long long>(s->block_size), static_cast<long long>(s->prompt_tokens),
+                static_cast<long long>(s->tokens_saved));
+    std::printf("  %-7s %14s %14s %10s %10s %10s %10s\n", "tier", "capacity_bytes", "used_bytes",
+                "blocks", "hits", "misses", "evictions");
+    print_tier("device", s->device);
+    print_tier("host", s->host);
+    print_tier("disk", s->disk);
+    return 0;
+  }
+  auto query_of = [](const PromptArgs& a) -> Result<CacheQuery> {
+    Result<Prompt> p = a.prompt();
+    if (!p.ok()) return p.status();
+    CacheQuery q;
+    q.prompt = p.value();
+    q.cache_salt = a.cache_salt;
+    return q;
+  };
+  if (*lookup_cmd) {
+    Result<CacheQuery> q = query_of(lookup_prompt);
+    if (!q.ok()) return fail(q.message());
+    Result<LookupResult> r = client.lookup(q.value());
+    if (!r.ok()) return fail(r.message());
+    std::printf("prompt_tokens %lld cached_tokens %lld (device %lld, host %lld, disk %lld)\n",
+                static_cast<long long>(r->prompt_tokens), static_cast<long long>(r->cached_tokens),
+                static_cast<long long>(r->device_tokens), static_cast<long long>(r->host_tokens),
+                static_cast<long long>(r->disk_tokens));
+    return 0;
+  }
+  if (*prefetch_cmd) {
+    Result<CacheQuery> q = query_of(prefetch_prompt);
+    if (!q.ok()) return fail(q.message());
+    Result<PrefetchResult> r = client.prefetch(q.value());
+    if (!r.ok()) return fail(r.message());
+    std::printf("prompt_tokens %lld cached_before %lld prefill_tokens %lld blocks %lld\n",
+                static_cast<long long>(r->prompt_tokens), static_cast<long long>(r->cached_tokens),
+                static_cast<long long>(r->prefill_tokens), static_cast<long long>(r->blocks));
+    return 0;
+  }
+  if (*pin_cmd || *unpin_cmd) {
+    bool pin = pin_cmd->parsed();
+    Result<CacheQuery> q = query_of(pin ? pin_prompt : unpin_prompt);
+    if (!q.ok()) return fail(q.message());
+    Result<PinResult> r = pin ? client.pin(q.value()) : client.unpin(q.value());
+    if (!r.ok()) return fail(r.message());
+    std::printf("pinned_blocks %lld pinned_tokens %lld\n", static_cast<long long>(r->pinned_blocks),
+                static_cast<long long>(r->pinned_tokens));
+    return 0;
+  }
+  if (*clear_cmd) {
+    Result<int64_t> r = client.clear();
+    if (!r.ok()) return fail(r.message());
+    std::printf("cleared_blocks %lld\n", static_cast<long long>(r.value()));
+    return 0;
+  }
+  if (*health_cmd) {
+    Result<HealthInfo> r = client.health();
+    if (!r.ok()) return fail(r.message());
+    std::printf("status %s backend %s\n", r->status.c_str(), r->backend.c_str());
+    return 0;
+  }
+  if (*models_cmd) {
+    Result<std::vector<ModelInfo>> r = client.models();
+    if (!r.ok()) return fail(r.message());
+    for (const ModelInfo& m : r.value()) {
+      std::printf("%s  context_length %lld  backend %s\n", m.id.c_str(),
+                  static_cast<long long>(m.context_length), m.backend.c_str());
+    }
+    return 0;
+  }
+  if (*tokenize_cmd) {
+    Result<std::vector<int32_t>> r = client.tokenize(tokenize_text, tokenize_special);
+    if (!r.ok()) return fail(r.message());
+    std::string line;
+    for (size_t i = 0; i < r->size(); ++i) line += (i ? "," : "") + std::to_string((*r)[i]);
+    std::printf("%s\n", line.c_str());
+    return 0;
+  }
+  if (*bench_cmd) {
+    bopt.order = order == "random" ? BenchOrder::kRandom : BenchOrder::kRoundRobin;
+    Status valid = bopt.validate();
+    if (!valid.ok()) {
+      std::fprintf(stderr, "prefixctl: %s\n", valid.message().c_str());
+      return 2;
+    }
+    BenchProgress progress;
+    if (!quiet) {
+      progress = [](int32_t done, int32_t total) {
+        std::fprintf(stderr, "\r%d/%d requests", done, total);
+        if (done == total) std::fputc('\n', stderr);
+      };
+    }
+    Result<BenchReport> report = run_bench(copt, bopt, progress);
+    if (!report.ok()) return fail(report.message());
+    std::fputs(format_bench_summary(report.value()).c_str(), stdout);
+    if (!json_path.empty()) {
+      std::ofstream f(json_path);
+      f << bench_report_json(report.value()).dump(2) << "\n";
+      f.close();
+      if (!f) return fail("cannot write " + json_path);
+    }
+    return report->summary.n_failed > 0 ? 1 : 0;
+  }
+  return 2;
+}
+
+}  // namespace
+}  // namespace prefixd
+
+int main(int argc, char** argv) { return prefixd::run(argc, argv); }
