@@ -238,6 +238,21 @@ TEST_CASE("SPM encode_segments parses special tokens only in markup segments") {
   CHECK(tok->decode(ids) == "say </s> now");
 }
 
+TEST_CASE("the synthetic SPM vocabularies of the random test models load and round-trip") {
+  for (const char* model : {"models/rand-mqa-f16.gguf", "models/rand-qwen2-bf16.gguf"}) {
+    CAPTURE(model);
+    auto gguf = GgufFile::open(shared_path(model));
+    REQUIRE_MESSAGE(gguf.ok(), gguf.message());
+    auto tok = Tokenizer::from_gguf(**gguf);
+    REQUIRE_MESSAGE(tok.ok(), tok.message());
+    CHECK((*tok)->n_vocab() == 1024);
+    const std::string text = "Hello world, caf\xC3\xA9 \xF0\x9F\x99\x82\n  two spaces";
+    const std::vector<int32_t> ids = (*tok)->encode(text, true, false);
+    CHECK(ids.front() == 1);
+    CHECK((*tok)->decode(ids) == text);
+  }
+}
+
 // ---- Oracle: llama-tokenizer-js (Llama 2) -------------------------------
 
 TEST_CASE("oracle: Llama 2 SPM ids equal llama-tokenizer-js on the corpus") {
