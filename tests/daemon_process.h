@@ -123,6 +123,7 @@ class DaemonProcess {
     c->set_read_timeout(120, 0);
     c->set_write_timeout(30, 0);
     c->set_connection_timeout(10, 0);
+    c->set_tcp_nodelay(true);
     return c;
   }
 
