@@ -336,6 +336,7 @@ Client::Client(ClientOptions options) : options_(std::move(options)) {
   split_seconds(options_.write_timeout_s, &sec, &usec);
   http_->set_write_timeout(sec, usec);
   http_->set_keep_alive(options_.keep_alive);
+  http_->set_tcp_nodelay(options_.tcp_nodelay);
   if (!options_.api_key.empty()) http_->set_bearer_token_auth(options_.api_key);
 }
 

@@ -29,6 +29,7 @@ struct ClientOptions {
   double read_timeout_s = 600.0;  // longest silence allowed between bytes of a response
   double write_timeout_s = 60.0;
   bool keep_alive = true;  // reuse one TCP connection across calls
+  bool tcp_nodelay = true;  // no Nagle: request writes never wait for a delayed ACK
 };
 
 // A prompt: text, or token ids (exact token counts; ids must be inside the model's vocabulary).
