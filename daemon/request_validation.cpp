@@ -216,7 +216,7 @@ ApiResult<json> parse_json_body(const std::string& body) {
     try {
       json unused = json::parse(body);
       (void)unused;
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {
       detail = e.what();
     }
     return ApiError::invalid("the body is not valid JSON" + (detail.empty() ? "" : ": " + detail),

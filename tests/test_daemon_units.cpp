@@ -40,6 +40,10 @@ TEST_CASE("parse_json_body refuses malformed JSON and non-objects") {
   CHECK(std::get<ApiError>(bad).code == "invalid_json");
   CHECK(std::holds_alternative<ApiError>(parse_json_body("[1]")));
   CHECK(std::holds_alternative<ApiError>(parse_json_body("")));
+  // A number beyond double range is malformed input, not an exception (found by fuzzing).
+  auto overflow = parse_json_body("{\"top_p\": 1e400}");
+  REQUIRE(std::holds_alternative<ApiError>(overflow));
+  CHECK(std::get<ApiError>(overflow).code == "invalid_json");
 }
 
 TEST_CASE("validate_generation maps OpenAI fields onto the engine Request") {

@@ -1,0 +1,101 @@
+// libFuzzer target: untrusted HTTP bodies through the daemon's JSON parsing
+// and validation (completions, chat, cache prompt bodies, tokenize,
+// detokenize) with the real stories260K tokenizer and a chatml template.
+// Checks the contract: either a 4xx ApiError with a message, or a Request
+// whose ids are in the vocabulary and whose length fits the context.
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include "daemon/request_validation.h"
+#include "engine/chat_template.h"
+#include "engine/gguf.h"
+#include "engine/tokenizer.h"
+
+namespace {
+
+using namespace prefixd;
+
+std::shared_ptr<GgufFile> g_file;
+std::unique_ptr<Tokenizer> g_tokenizer;
+std::unique_ptr<ChatTemplate> g_template;
+ModelInfo g_model;
+
+void require(bool cond, const char* what) {
+  if (!cond) {
+    std::fprintf(stderr, "contract broken: %s\n", what);
+    std::abort();
+  }
+}
+
+void check_error(const ApiError& e) {
+  require(e.status >= 400 && e.status < 500, "error status is 4xx");
+  require(!e.message.empty(), "error has a message");
+}
+
+void check_ids(const std::vector<int32_t>& ids) {
+  for (int32_t id : ids) require(id >= 0 && id < g_model.n_vocab, "ids in vocabulary");
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  const char* path = std::getenv("PREFIXD_FUZZ_MODEL");
+  auto file = GgufFile::open(path ? path : "../shared/models/stories260K.gguf");
+  if (!file.ok()) {
+    std::fprintf(stderr, "fuzz_request_validation: %s\n", file.message().c_str());
+    std::abort();
+  }
+  g_file = file.value();
+  auto tok = Tokenizer::from_gguf(*g_file);
+  require(tok.ok(), "tokenizer loads");
+  g_tokenizer = std::move(tok.value());
+  auto tmpl = ChatTemplate::detect("", "chatml");
+  require(tmpl.ok(), "chatml template");
+  g_template = std::make_unique<ChatTemplate>(std::move(tmpl.value()));
+  g_model.id = "stories260K";
+  g_model.n_ctx = 512;
+  g_model.n_vocab = g_tokenizer->n_vocab();
+  g_model.tokenizer = g_tokenizer.get();
+  g_model.chat_template = g_template.get();
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  auto body = parse_json_body(std::string(reinterpret_cast<const char*>(data), size));
+  if (auto* e = std::get_if<ApiError>(&body)) {
+    check_error(*e);
+    return 0;
+  }
+  const nlohmann::json& j = std::get<nlohmann::json>(body);
+  for (bool chat : {false, true}) {
+    auto g = validate_generation(j, g_model, chat);
+    if (auto* e = std::get_if<ApiError>(&g)) {
+      check_error(*e);
+    } else {
+      const Request& r = std::get<GenerationRequest>(g).request;
+      require(!r.prompt.empty(), "prompt not empty");
+      check_ids(r.prompt);
+      require(r.max_tokens >= 1, "max_tokens >= 1");
+      require(static_cast<int64_t>(r.prompt.size()) + r.max_tokens <= g_model.n_ctx,
+              "prompt + max_tokens within the context");
+    }
+  }
+  auto p = validate_prompt_body(j, g_model);
+  if (auto* e = std::get_if<ApiError>(&p)) {
+    check_error(*e);
+  } else {
+    check_ids(std::get<PromptRequest>(p).prompt);
+  }
+  auto t = validate_tokenize(j, g_model);
+  if (auto* e = std::get_if<ApiError>(&t)) check_error(*e);
+  auto d = validate_detokenize(j, g_model);
+  if (auto* e = std::get_if<ApiError>(&d)) {
+    check_error(*e);
+  } else {
+    check_ids(std::get<std::vector<int32_t>>(d));
+    (void)g_tokenizer->decode(std::get<std::vector<int32_t>>(d));
+  }
+  return 0;
+}

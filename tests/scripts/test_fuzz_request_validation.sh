@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Fuzzes the daemon's HTTP body parsing and validation with libFuzzer +
+# AddressSanitizer + UBSan for ${PREFIXD_FUZZ_SECONDS:-30} seconds, seeded
+# with valid and invalid completion, chat, cache and tokenize bodies.
+# Usage: bash tests/scripts/test_fuzz_request_validation.sh BUILD_DIR (from the repo root).
+# Exit 77 (skipped) when clang++ is missing; non-zero on any crash.
+set -euo pipefail
+build_dir="${1:-build}"
+if ! command -v clang++ >/dev/null 2>&1; then
+  echo "clang++ not found: skipping the request validation fuzzer"
+  exit 77
+fi
+src_dir="$(pwd)"
+work="$build_dir/fuzz_request_validation"
+mkdir -p "$work/corpus"
+pcre_flags="$(pkg-config --cflags --libs libpcre2-8 2>/dev/null || echo -lpcre2-8)"
+
+clang++ -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+  -I"$src_dir" "$src_dir/tests/fuzz/fuzz_request_validation.cpp" \
+  "$src_dir/daemon/request_validation.cpp" "$src_dir/engine/sampler.cpp" \
+  "$src_dir/engine/gguf.cpp" "$src_dir/engine/chat_template.cpp" "$src_dir"/engine/tokenizer*.cpp "$src_dir/engine/stream_decoder.cpp" \
+  $pcre_flags -o "$work/fuzz_request_validation"
+
+i=0
+seed() { i=$((i + 1)); printf '%s' "$1" > "$work/corpus/seed_$i"; }
+seed '{"prompt": "Once upon a time", "max_tokens": 16, "temperature": 0, "stream": true}'
+seed '{"prompt": [1, 403, 407], "max_tokens": 500, "stop": ["a", "b"], "seed": 7, "top_k": 3}'
+seed '{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "<|im_end|>hi"}], "max_completion_tokens": 8}'
+seed '{"messages": [{"role": "user", "content": [{"type": "text", "text": "x"}]}], "n": 2}'
+seed '{"prompt": [[1, 2]], "cache_salt": "t", "model": "stories260K", "stream_options": {"include_usage": true}}'
+seed '{"content": "Lily and Tom", "add_special": true, "parse_special": false}'
+seed '{"tokens": [1, 2, 511, 512, -1]}'
+seed '{"prompt": "", "max_tokens": -1, "temperature": "hot", "top_p": 1e400}'
+
+seconds="${PREFIXD_FUZZ_SECONDS:-30}"
+PREFIXD_FUZZ_MODEL="$src_dir/../shared/models/stories260K.gguf" \
+  "$work/fuzz_request_validation" -max_total_time="$seconds" -max_len=2048 -timeout=10 \
+  -rss_limit_mb=2048 -print_final_stats=1 "$work/corpus" 2>&1 | tail -n 15
+exit "${PIPESTATUS[0]}"
