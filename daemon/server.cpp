@@ -3,6 +3,7 @@
 #include "daemon/server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <cstdio>
@@ -47,6 +48,7 @@ struct Server::State {
   DaemonContext ctx;
   httplib::Server http;
   int port = 0;
+  int listen_fd = -1;  // the listening socket (set while httplib creates it)
   std::atomic<bool> stopped{false};
 };
 
@@ -184,6 +186,9 @@ Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
     }
     s->port = o.port;
   }
+  // httplib listens with a backlog of 5, which drops connections when many
+  // clients connect at once; listen() again raises it (Linux updates it).
+  if (s->listen_fd >= 0) ::listen(s->listen_fd, SOMAXCONN);
   log_line(o, LogLevel::kInfo,
            "model " + s->model_id + " (" + cfg.arch_name + ", " + std::to_string(cfg.n_layers) +
                " layers, context " + std::to_string(cfg.n_ctx_train) + ") on " + backend_name +
@@ -253,6 +258,11 @@ void install_routes(Server::State& s) {
   h.new_task_queue = [n_threads] { return new httplib::ThreadPool(n_threads); };
   h.set_payload_max_length(static_cast<size_t>(o->max_body_bytes));
   h.set_tcp_nodelay(true);
+  h.set_socket_options([&s](socket_t sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    s.listen_fd = sock;
+  });
   h.set_keep_alive_max_count(10000);
   h.set_read_timeout(30, 0);
   h.set_write_timeout(30, 0);

@@ -170,9 +170,10 @@ inline HttpAnswer get(httplib::Client& c, const std::string& path,
 struct SseAnswer {
   int status = 0;
   std::string content_type;
-  std::vector<std::string> data;     // payloads in order ("[DONE]" included)
-  std::vector<nlohmann::json> json;  // parsed payloads (all but [DONE])
-  bool aborted = false;              // the callback stopped the transfer
+  std::vector<std::string> data;                   // payloads in order ("[DONE]" included)
+  std::vector<nlohmann::json> json;                // parsed payloads (all but [DONE])
+  bool aborted = false;                            // the callback stopped the transfer
+  httplib::Error error = httplib::Error::Success;  // transport outcome
 };
 
 // POSTs `body` and collects its events. `on_event(n_events_so_far)` may
@@ -210,6 +211,7 @@ inline SseAnswer post_sse(httplib::Client& c, const std::string& path, const nlo
     return true;
   };
   auto r = c.send(req);
+  a.error = r.error();
   if (!r && !a.aborted) a.status = 0;
   if (r && a.status == 0) a.status = r->status;
   return a;

@@ -477,6 +477,7 @@ TEST_CASE("32 concurrent streaming clients each get the single-request output") 
   std::vector<std::string> texts(kClients);
   std::vector<json> ids(kClients, json::array());
   std::vector<bool> done(kClients, false);
+  std::vector<int> statuses(kClients, -1);
   std::vector<std::thread> threads;
   for (int i = 0; i < kClients; ++i) {
     threads.emplace_back([&, i] {
@@ -484,6 +485,7 @@ TEST_CASE("32 concurrent streaming clients each get the single-request output") 
       json body = completion(prompts[i % prompts.size()], kTokens);
       body["stream"] = true;
       SseAnswer s = post_sse(*tc, "/v1/completions", body);
+      statuses[i] = s.status == 0 ? -100 - static_cast<int>(s.error) : s.status;
       if (s.status != 200 || s.data.empty() || s.data.back() != "[DONE]") return;
       for (const json& ch : s.json) {
         texts[i] += ch["choices"][0]["text"].get<std::string>();
@@ -495,6 +497,7 @@ TEST_CASE("32 concurrent streaming clients each get the single-request output") 
   for (std::thread& t : threads) t.join();
   for (int i = 0; i < kClients; ++i) {
     CAPTURE(i);
+    CAPTURE(statuses[i]);
     CHECK(done[i]);
     CHECK(texts[i] == expected[i % prompts.size()]["text"]);
     CHECK(ids[i] == expected[i % prompts.size()]["token_ids"]);
