@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -326,6 +327,53 @@ void install_routes(Server::State& s) {
     });
   }
 
+  // POST routes read their body themselves: httplib would cap bodies sent
+  // as application/x-www-form-urlencoded (what `curl -d` sends) at 8 KiB and
+  // parse them as form fields; here every body is JSON text up to the limit.
+  auto post = [&h, ctx, o](const std::string& path,
+                           std::function<void(const httplib::Request&, httplib::Response&)> fn) {
+    h.Post(path, [fn, ctx, o](const httplib::Request& req, httplib::Response& res,
+                              const httplib::ContentReader& reader) {
+      const bool generation = req.path == "/v1/completions" || req.path == "/v1/chat/completions";
+      if (req.is_multipart_form_data()) {
+        if (generation) ctx->metrics->count_request(RequestOutcome::kInvalid);
+        return send_error(res, ApiError{415, "multipart bodies are not accepted; send JSON",
+                                        "invalid_request_error", "", "unsupported_media_type"});
+      }
+      std::string body;
+      bool too_large = false;
+      const size_t limit = static_cast<size_t>(o->max_body_bytes);
+      const bool read_ok = reader([&](const char* data, size_t n) {
+        if (body.size() + n > limit) {
+          too_large = true;
+          return false;
+        }
+        body.append(data, n);
+        return true;
+      });
+      // httplib refuses a declared Content-Length above its limit without
+      // calling the receiver.
+      if (!read_ok &&
+          std::strtoull(req.get_header_value("Content-Length").c_str(), nullptr, 10) > limit)
+        too_large = true;
+      if (!read_ok && !too_large) {
+        if (generation) ctx->metrics->count_request(RequestOutcome::kInvalid);
+        return send_error(
+            res, ApiError::invalid("the request body could not be read", "", "invalid_body"));
+      }
+      if (too_large) {
+        if (generation) ctx->metrics->count_request(RequestOutcome::kInvalid);
+        return send_error(res, ApiError{413,
+                                        "the request body is larger than the limit of " +
+                                            std::to_string(o->max_body_bytes) + " bytes",
+                                        "invalid_request_error", "", "request_too_large"});
+      }
+      httplib::Request with_body = req;
+      with_body.body = std::move(body);
+      fn(with_body, res);
+    });
+  };
+
   h.Get("/health", [ctx](const httplib::Request&, httplib::Response& res) {
     if (ctx->draining.load()) {
       return send_json(res, json{{"status", "shutting_down"}, {"backend", ctx->backend_name}}, 503);
@@ -341,20 +389,20 @@ void install_routes(Server::State& s) {
               {"backend", ctx->backend_name}};
     send_json(res, json{{"object", "list"}, {"data", json::array({m})}});
   });
-  h.Post("/v1/completions", [ctx](const httplib::Request& req, httplib::Response& res) {
+  post("/v1/completions", [ctx](const httplib::Request& req, httplib::Response& res) {
     handle_generation(*ctx, req, res, /*chat=*/false);
   });
-  h.Post("/v1/chat/completions", [ctx](const httplib::Request& req, httplib::Response& res) {
+  post("/v1/chat/completions", [ctx](const httplib::Request& req, httplib::Response& res) {
     handle_generation(*ctx, req, res, /*chat=*/true);
   });
-  h.Post("/tokenize", [ctx](const httplib::Request& req, httplib::Response& res) {
+  post("/tokenize", [ctx](const httplib::Request& req, httplib::Response& res) {
     auto body = parse_json_body(req.body);
     if (auto* e = std::get_if<ApiError>(&body)) return send_error(res, *e);
     auto ids = validate_tokenize(std::get<json>(body), ctx->model);
     if (auto* e = std::get_if<ApiError>(&ids)) return send_error(res, *e);
     send_json(res, json{{"tokens", std::get<std::vector<int32_t>>(ids)}});
   });
-  h.Post("/detokenize", [ctx](const httplib::Request& req, httplib::Response& res) {
+  post("/detokenize", [ctx](const httplib::Request& req, httplib::Response& res) {
     auto body = parse_json_body(req.body);
     if (auto* e = std::get_if<ApiError>(&body)) return send_error(res, *e);
     auto ids = validate_detokenize(std::get<json>(body), ctx->model);
@@ -365,16 +413,16 @@ void install_routes(Server::State& s) {
   h.Get("/v1/cache/stats", [ctx](const httplib::Request& req, httplib::Response& res) {
     handle_cache_stats(*ctx, req, res);
   });
-  h.Post("/v1/cache/lookup", [ctx](const httplib::Request& req, httplib::Response& res) {
+  post("/v1/cache/lookup", [ctx](const httplib::Request& req, httplib::Response& res) {
     handle_cache_lookup(*ctx, req, res);
   });
-  h.Post("/v1/cache/prefetch", [ctx](const httplib::Request& req, httplib::Response& res) {
+  post("/v1/cache/prefetch", [ctx](const httplib::Request& req, httplib::Response& res) {
     handle_cache_prefetch(*ctx, req, res);
   });
-  h.Post("/v1/cache/pin", [ctx](const httplib::Request& req, httplib::Response& res) {
+  post("/v1/cache/pin", [ctx](const httplib::Request& req, httplib::Response& res) {
     handle_cache_pin(*ctx, req, res, /*pin=*/true);
   });
-  h.Post("/v1/cache/unpin", [ctx](const httplib::Request& req, httplib::Response& res) {
+  post("/v1/cache/unpin", [ctx](const httplib::Request& req, httplib::Response& res) {
     handle_cache_pin(*ctx, req, res, /*pin=*/false);
   });
   h.Delete("/v1/cache", [ctx](const httplib::Request& req, httplib::Response& res) {

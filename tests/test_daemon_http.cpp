@@ -624,3 +624,17 @@ TEST_CASE("SIGTERM during a stream ends it and the daemon exits 0") {
   REQUIRE(!s.data.empty());
   CHECK(s.data.back() == "[DONE]");
 }
+
+TEST_CASE("a JSON body sent as form-urlencoded (curl -d) is read as JSON beyond 8 KiB") {
+  auto d = start_or_fail(stories_args());
+  auto c = d->client();
+  json ids = json::array({1, 403, 407, 261, 378});
+  std::string body = completion(ids, 4).dump();
+  body.insert(1, std::string(20000, ' '));  // JSON whitespace: 20 KB body
+  auto r = c->Post("/v1/completions", body, "application/x-www-form-urlencoded");
+  REQUIRE(r);
+  CHECK(r->status == 200);
+  json j = json::parse(r->body, nullptr, false);
+  CHECK(j["usage"]["completion_tokens"] == 4);
+  CHECK(d->stop() == 0);
+}
