@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <random>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -152,12 +153,49 @@ Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
   eo.max_running = o.max_concurrent_requests;
   eo.max_pinned_blocks = o.max_pinned_blocks;
   eo.write_through = o.write_policy == "write-through";
+  eo.restore_mode = o.restore_policy == "always"  ? EngineOptions::RestoreMode::kAlways
+                    : o.restore_policy == "never" ? EngineOptions::RestoreMode::kNever
+                                                  : EngineOptions::RestoreMode::kAuto;
   auto fingerprint = model_fingerprint(*s->file, cache_dir);
   if (!fingerprint.ok())
     return Status::error("cannot fingerprint the model: " + fingerprint.message());
   eo.model_fingerprint_lo = fingerprint->lo;
   eo.model_fingerprint_hi = fingerprint->hi;
   if (Status st = eo.validate(cfg); !st.ok()) return st;
+
+  // The tiers below the device pool: host RAM and, with a directory, disk.
+  if (o.host_cache_gb > 0 || !o.disk_cache_dir.empty()) {
+    TierManagerOptions to;
+    to.model_fingerprint = Hash128{fingerprint->lo, fingerprint->hi};
+    to.geometry.block_size = eo.block_size;
+    to.geometry.n_layers = cfg.n_layers;
+    to.geometry.n_kv_heads = cfg.n_kv_heads;
+    to.geometry.head_dim = cfg.head_dim;
+    to.geometry.dtype_code = static_cast<uint8_t>(eo.kv_dtype);
+    to.host_capacity_bytes = o.host_cache_bytes();
+    if (!o.disk_cache_dir.empty()) {
+      DiskTierOptions d;
+      d.path = o.disk_cache_dir;
+      d.capacity_bytes = o.disk_cache_bytes();
+      to.disk = d;
+    }
+    auto wp = parse_write_policy(o.write_policy);
+    if (!wp.ok()) return wp.status();
+    to.write_policy = *wp;
+    auto tiers = TierManager::create(to);
+    if (!tiers.ok()) return Status::error("cannot open the cache tiers: " + tiers.message());
+    s->tiers = std::move(tiers.value());
+    eo.deployment_secret = s->tiers->deployment_secret();
+    log_line(o, LogLevel::kInfo,
+             "cache tiers: host " + std::to_string(o.host_cache_bytes() >> 20) + " MiB, disk " +
+                 (o.disk_cache_dir.empty()
+                      ? std::string("off")
+                      : o.disk_cache_dir + " (" + std::to_string(o.disk_cache_bytes() >> 20) + " MiB)") +
+                 ", " + o.write_policy);
+  } else {
+    std::random_device rd;
+    for (auto& b : eo.deployment_secret) b = static_cast<uint8_t>(rd());
+  }
   auto engine = Engine::create(*s->model, s->tokenizer.get(), s->tiers.get(), eo);
   if (!engine.ok()) return Status::error("cannot start the engine: " + engine.message());
   s->engine = std::move(engine.value());

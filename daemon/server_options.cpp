@@ -60,6 +60,10 @@ Status ServerOptions::validate() {
     return Status::error("--write-policy '" + write_policy +
                          "' is not one of write-through, evict-only");
   }
+  if (restore_policy != "auto" && restore_policy != "always" && restore_policy != "never") {
+    return Status::error("--restore-policy '" + restore_policy +
+                         "' is not one of auto, always, never");
+  }
   if (log_level_name == "error")
     log_level = LogLevel::kError;
   else if (log_level_name == "warn")
@@ -116,6 +120,9 @@ void register_server_flags(CLI::App& app, ServerOptions& o) {
   app.add_option("--disk-cache-gb", o.disk_cache_gb, "disk tier capacity in GB")
       ->capture_default_str();
   app.add_option("--write-policy", o.write_policy, "write-through or evict-only")
+      ->capture_default_str();
+  app.add_option("--restore-policy", o.restore_policy,
+                 "blocks found in host/disk: auto (restore when faster than recompute), always, never")
       ->capture_default_str();
   app.add_option("--log-level", o.log_level_name, "error, warn, info, debug")
       ->capture_default_str();

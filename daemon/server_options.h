@@ -44,6 +44,7 @@ struct ServerOptions {
   std::string disk_cache_dir;                  // RocksDB directory; empty disables the disk tier
   double disk_cache_gb = 10.0;                 // disk tier capacity, GB
   std::string write_policy = "write-through";  // write-through | evict-only
+  std::string restore_policy = "auto";         // auto | always | never (restore vs recompute)
 
   LogLevel log_level = LogLevel::kInfo;
   std::string log_level_name = "info";  // error | warn | info | debug

@@ -30,6 +30,7 @@ struct Request {
   std::vector<std::string> stop;        // stop strings (text)
   bool ignore_eos = false;
   std::string cache_salt;               // tenant isolation of cached blocks
+  bool return_logits = false;           // attach each sampled position's logits to its event (tests, logprobs)
 };
 
 enum class FinishReason : uint8_t { kNone, kStop, kLength, kCancelled, kError };
@@ -59,6 +60,7 @@ struct EngineEvent {
   FinishReason finish = FinishReason::kNone;  // kFinished
   Usage usage;             // kFinished
   std::string error;       // kError
+  std::vector<float> logits;  // kToken with Request::return_logits: (n_vocab) f32 of the sampled position
 };
 
 // A single-producer (engine) / single-consumer (HTTP worker) event queue plus

@@ -14,6 +14,7 @@ packages=(
   nlohmann-json3-dev       # JSON for the API and test oracles
   libopenblas-dev          # F32 GEMM for the CPU backend
   libdnnl-dev              # BF16 GEMM (AVX512-BF16) for the CPU backend
+  ocl-icd-opencl-dev       # dnnl-config.cmake looks for OpenCL (only a Recommends of libdnnl-dev)
   libpcre2-dev             # Unicode regex for BPE pre-tokenizers
   libcli11-dev             # command-line flags
   curl

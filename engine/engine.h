@@ -1,0 +1,109 @@
+// The engine: one thread that owns the backend, the KV pool, the block
+// manager (prefix index) and the scheduler, and runs forward passes over
+// continuous batches. Other threads talk to it only through submit() /
+// RequestChannel and the query calls below, which go through its queues.
+//
+// Thread-safety: every public method may be called from any thread.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "engine/model.h"
+#include "engine/request.h"
+#include "kernels/backend.h"
+
+namespace prefixd {
+
+class Tokenizer;
+class TierManager;
+
+struct EngineOptions {
+  int32_t block_size = 16;
+  DType kv_dtype = DType::F16;
+  size_t kv_pool_bytes = 256ull << 20;   // device pool budget
+  int32_t max_batch_tokens = 512;        // tokens per forward pass (chunked prefill budget)
+  int32_t max_running = 64;              // sequences in one batch at most
+  int32_t max_pinned_blocks = 0;         // 0 = a quarter of the pool
+  std::array<uint8_t, 16> deployment_secret{};  // part of every namespace seed
+  uint64_t model_fingerprint_lo = 0;     // model fingerprint, part of every namespace seed
+  uint64_t model_fingerprint_hi = 0;
+  bool write_through = true;             // queue every published block to the tiers (when present)
+  // Chains found below the device: kAuto restores when the estimated restore
+  // time beats recomputing (RestorePolicy); kAlways / kNever force a path.
+  enum class RestoreMode : uint8_t { kAuto, kAlways, kNever } restore_mode = RestoreMode::kAuto;
+
+  Status validate(const ModelConfig& model) const;
+};
+
+// Figures for /v1/cache/stats and /metrics (a consistent snapshot).
+struct EngineStats {
+  int64_t pool_capacity_bytes = 0;
+  int64_t pool_used_bytes = 0;       // blocks referenced or cached
+  int32_t pool_blocks_total = 0;
+  int32_t pool_blocks_used = 0;      // referenced by a running sequence
+  int32_t pool_blocks_cached = 0;    // unreferenced, findable
+  int32_t pool_blocks_pinned = 0;
+  int64_t device_hits = 0;           // blocks matched in the pool
+  int64_t device_misses = 0;         // blocks looked up and not found in the pool
+  int64_t device_evictions = 0;
+  int64_t prompt_tokens = 0;         // prompt tokens of admitted requests
+  int64_t cached_tokens_device = 0;
+  int64_t cached_tokens_host = 0;
+  int64_t cached_tokens_disk = 0;
+  int64_t prefill_tokens = 0;        // tokens computed for prompts
+  int64_t generated_tokens = 0;
+  int64_t forward_passes = 0;
+  int64_t forward_tokens = 0;        // rows of all forward passes
+  int64_t preemptions = 0;
+  int32_t running = 0;
+  int32_t waiting = 0;               // includes loading
+};
+
+// How much of a prompt is cached where (for /v1/cache/lookup).
+struct LookupResult {
+  int32_t prompt_tokens = 0;
+  int32_t device_tokens = 0;
+  int32_t host_tokens = 0;
+  int32_t disk_tokens = 0;
+  int32_t cached_tokens() const { return device_tokens + host_tokens + disk_tokens; }
+};
+
+struct PinResult {
+  int32_t pinned_blocks = 0;
+  int32_t pinned_tokens = 0;
+};
+
+class Engine {
+ public:
+  // `model` and `tiers` (may be null) must outlive the engine. `tokenizer`
+  // (may be null) is used for stop strings and streamed text.
+  static Result<std::unique_ptr<Engine>> create(const Model& model, const Tokenizer* tokenizer,
+                                                TierManager* tiers, const EngineOptions& options);
+  ~Engine();  // stops the thread; pending requests finish with kCancelled
+
+  const ModelConfig& model_config() const;
+  const EngineOptions& options() const;
+
+  // Queues a request; its events arrive on the returned channel. The request
+  // must already be validated (ids in vocabulary, length within context).
+  std::shared_ptr<RequestChannel> submit(Request request);
+
+  // Synchronous queries answered by the engine thread between steps.
+  EngineStats stats();
+  LookupResult lookup(const std::vector<int32_t>& prompt, const std::string& cache_salt);
+  Result<PinResult> pin(const std::vector<int32_t>& prompt, const std::string& cache_salt, bool pin);
+  int32_t clear_cache();  // drops every unreferenced cached block from the pool (and tiers)
+
+ private:
+  class Impl;
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace prefixd

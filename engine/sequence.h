@@ -1,0 +1,63 @@
+// One request's life inside the engine: its tokens, its block table, how
+// much of it is computed and published, and its per-request sampling and
+// text state. Owned and touched by the engine thread only.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "engine/block_hash.h"
+#include "engine/request.h"
+#include "engine/sampler.h"
+#include "engine/stop_matcher.h"
+#include "engine/stream_decoder.h"
+
+namespace prefixd {
+
+enum class SeqState : uint8_t {
+  kWaiting,   // queued, not admitted (or preempted, to be recomputed)
+  kLoading,   // admitted; waiting for blocks onboarded from host/disk
+  kRunning,   // computing its known tokens (prefill) or decoding
+  kFinished,
+};
+
+using Clock = std::chrono::steady_clock;
+
+struct Sequence {
+  uint64_t id = 0;
+  uint64_t admit_order = 0;            // larger = admitted later (preemption victim order)
+  Request request;
+  std::shared_ptr<RequestChannel> channel;
+  SeqState state = SeqState::kWaiting;
+
+  std::vector<int32_t> tokens;         // prompt followed by generated tokens
+  int32_t n_prompt = 0;
+  int32_t n_computed = 0;              // leading tokens whose K/V are in the pool
+  std::vector<int32_t> block_table;    // logical block -> pool block id
+  uint64_t seed = 0;                   // namespace seed of its blocks (includes cache_salt)
+  std::vector<BlockHash> hashes;       // chain hashes of its full blocks, computed as they fill
+  int32_t n_published = 0;             // leading blocks published (or shared from the index)
+  int32_t target_tokens = 0;           // computed tokens at which it is complete (prefetch)
+
+  std::optional<Sampler> sampler;
+  std::unique_ptr<StreamDecoder> decoder;
+  std::unique_ptr<StopMatcher> stop;
+  int32_t n_generated = 0;
+  bool recomputing = false;            // preempted after generating; recomputing its known tokens
+
+  Usage usage;
+  bool first_admission_done = false;
+  bool usage_cached_set = false;       // cached-token usage fixed at the first admission
+  int32_t n_device_matched = 0;        // kLoading: blocks matched in the pool
+  int32_t n_onboarding = 0;            // kLoading: blocks reserved for the tiers to fill
+  Clock::time_point t_submit{}, t_admit{}, t_loading_start{}, t_first_token{};
+
+  int32_t n_blocks_needed(int32_t n_tokens, int32_t block_size) const {
+    return (n_tokens + block_size - 1) / block_size;
+  }
+};
+
+}  // namespace prefixd

@@ -1,0 +1,254 @@
+// The engine with the host and disk tiers below its pool: blocks offloaded on
+// publish (write-through) and on eviction (evict-only) come back from host RAM
+// and from disk with outputs equal to a cold run; corrupt disk records are a
+// counted miss, never a wrong answer; restore-vs-recompute is reported.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "engine/block_hash.h"
+#include "storage/tier_manager.h"
+#include "tests/engine_harness.h"
+
+using namespace prefixd;
+using namespace prefixd::testing;
+
+namespace {
+
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char tmpl[] = "/tmp/prefixd_engine_tiers_XXXXXX";
+    const char* p = mkdtemp(tmpl);
+    REQUIRE(p != nullptr);
+    path = p;
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+};
+
+const Hash128 kFingerprint{0x1234, 0x5678};
+
+EngineOptions engine_options(const TierManager& tm, size_t pool_bytes = 64ull << 20) {
+  EngineOptions o;
+  o.kv_dtype = DType::F32;
+  o.kv_pool_bytes = pool_bytes;
+  o.model_fingerprint_lo = kFingerprint.lo;
+  o.model_fingerprint_hi = kFingerprint.hi;
+  o.deployment_secret = tm.deployment_secret();
+  o.restore_mode = EngineOptions::RestoreMode::kAlways;
+  return o;
+}
+
+std::unique_ptr<TierManager> make_tiers(const std::string& model_file, const std::string* disk_dir,
+                                        WritePolicy policy, uint64_t host_bytes = 256ull << 20) {
+  auto file = GgufFile::open(model_file).value();
+  const ModelConfig mc = load_model_config(*file).value();
+  TierManagerOptions o;
+  o.model_fingerprint = kFingerprint;
+  o.geometry.block_size = 16;
+  o.geometry.n_layers = mc.n_layers;
+  o.geometry.n_kv_heads = mc.n_kv_heads;
+  o.geometry.head_dim = mc.head_dim;
+  o.geometry.dtype_code = kKvDtypeF32;
+  o.host_capacity_bytes = host_bytes;
+  o.write_policy = policy;
+  if (disk_dir != nullptr) {
+    DiskTierOptions d;
+    d.path = *disk_dir;
+    d.capacity_bytes = 1ull << 30;
+    o.disk = d;
+  }
+  auto tm = TierManager::create(o);
+  REQUIRE_MESSAGE(tm.ok(), tm.message());
+  return std::move(tm).value();
+}
+
+const GoldenCase& longest_case(const GoldenModel& g) {
+  const GoldenCase* best = &g.cases[0];
+  for (const GoldenCase& c : g.cases) {
+    if (c.ids.size() > best->ids.size()) best = &c;
+  }
+  return *best;
+}
+
+double worst_logit_diff(const Collected& a, const Collected& b, int32_t n_vocab) {
+  double worst = 0;
+  for (size_t t = 0; t < std::min(a.logits.size(), b.logits.size()); ++t) {
+    for (int32_t v = 0; v < n_vocab; ++v) {
+      worst = std::max(worst, double(std::fabs(a.logits[t][v] - b.logits[t][v])));
+    }
+  }
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("write-through blocks come back from host, then from disk, with the cold outputs") {
+  for (const auto& [name, tol] : golden_models()) {
+    CAPTURE(name);
+    GoldenModel g = load_golden(name, tol);
+    const GoldenCase& c = longest_case(g);
+    const int32_t n = static_cast<int32_t>(c.ids.size());
+    const int32_t n_full_tokens = (n / 16) * 16;
+    TempDir dir;
+    auto tiers = make_tiers(g.model_file, &dir.path, WritePolicy::kWriteThrough);
+    Request req = greedy_request(c.ids, 12);
+    req.return_logits = true;
+
+    Collected cold;
+    {
+      EngineUnderTest e(g.model_file, engine_options(*tiers), tiers.get());
+      cold = e.run(req);
+      CHECK(cold.usage.cached_tokens == 0);
+    }
+    tiers->wait_idle();
+    TierManagerStats ts = tiers->stats();
+    CHECK(ts.offload_host_blocks >= uint64_t(n / 16));
+    CHECK(ts.offload_disk_blocks >= uint64_t(n / 16));
+
+    // A new engine has an empty pool: the chain comes from host RAM.
+    {
+      EngineUnderTest e(g.model_file, engine_options(*tiers), tiers.get());
+      Collected warm = e.run(req);
+      const int32_t expect = std::min(n_full_tokens, n - 1);
+      CHECK(warm.usage.cached_tokens == expect);
+      CHECK(warm.usage.host_tokens == expect);
+      CHECK(warm.usage.disk_tokens == 0);
+      CHECK(warm.usage.device_tokens == 0);
+      CHECK(warm.usage.prefill_tokens == n - expect);
+      CHECK(warm.usage.restore_path == "restore");
+      CHECK(warm.ids == cold.ids);
+      CHECK(worst_logit_diff(warm, cold, g.n_vocab) <= tol);
+    }
+    // Host emptied: the chain comes from disk.
+    tiers->host().clear();
+    {
+      EngineUnderTest e(g.model_file, engine_options(*tiers), tiers.get());
+      Collected warm = e.run(req);
+      const int32_t expect = std::min(n_full_tokens, n - 1);
+      CHECK(warm.usage.cached_tokens == expect);
+      CHECK(warm.usage.disk_tokens == expect);
+      CHECK(warm.usage.host_tokens == 0);
+      CHECK(warm.ids == cold.ids);
+      CHECK(worst_logit_diff(warm, cold, g.n_vocab) <= tol);
+      // The disk read also refilled the host tier.
+      CHECK(tiers->stats().host.blocks >= uint64_t(n / 16));
+    }
+  }
+}
+
+TEST_CASE("a pool too small for the working set evicts to host and restores from there") {
+  GoldenModel g = load_golden("rand-mqa-f16", 2e-2f);
+  const GoldenCase& c = longest_case(g);
+  auto tiers = make_tiers(g.model_file, nullptr, WritePolicy::kEvictOnly);
+  auto file = GgufFile::open(g.model_file).value();
+  const ModelConfig mc = load_model_config(*file).value();
+  const size_t block_bytes = size_t(2) * mc.n_layers * 16 * mc.n_kv_heads * mc.head_dim * 4;
+  // 20 blocks: each 160-token prompt needs 11, so the second evicts the first.
+  EngineUnderTest e(g.model_file, engine_options(*tiers, block_bytes * 20), tiers.get());
+  std::vector<int32_t> a(c.ids.begin(), c.ids.begin() + 160);
+  std::vector<int32_t> b(c.ids.begin() + 200, c.ids.begin() + 360);
+  Collected a1 = e.run(greedy_request(a, 8));
+  CHECK(tiers->stats().offload_host_blocks == 0);  // evict-only: nothing offloaded on publish
+  Collected b1 = e.run(greedy_request(b, 8));
+  CHECK(e.engine->stats().device_evictions > 0);
+  CHECK(tiers->stats().offload_host_blocks > 0);
+  Collected a2 = e.run(greedy_request(a, 8));
+  CHECK(a2.usage.host_tokens > 0);
+  CHECK(a2.usage.cached_tokens == a2.usage.device_tokens + a2.usage.host_tokens);
+  CHECK(a2.usage.prefill_tokens == 160 - a2.usage.cached_tokens);
+  CHECK(a2.ids == a1.ids);
+  Collected b2 = e.run(greedy_request(b, 8));
+  CHECK(b2.ids == b1.ids);
+}
+
+TEST_CASE("corrupt disk records are counted misses and the answer stays correct") {
+  GoldenModel g = load_golden("stories260K", 1e-3f);
+  const GoldenCase& c = longest_case(g);
+  const int32_t n = static_cast<int32_t>(c.ids.size());
+  TempDir dir;
+  auto tiers = make_tiers(g.model_file, &dir.path, WritePolicy::kWriteThrough);
+  Request req = greedy_request(c.ids, 12);
+  Collected cold;
+  {
+    EngineUnderTest e(g.model_file, engine_options(*tiers), tiers.get());
+    cold = e.run(req);
+  }
+  tiers->wait_idle();
+  tiers->host().clear();
+  // Corrupt the third block's record: a flipped byte in its payload.
+  const EngineOptions o = engine_options(*tiers);
+  const uint64_t seed = namespace_seed(kFingerprint, static_cast<uint8_t>(o.kv_dtype), 16, o.deployment_secret, "");
+  std::vector<BlockHash> hashes = hash_blocks(c.ids, 16, seed);
+  REQUIRE(hashes.size() >= 4);
+  REQUIRE(tiers->disk()->contains(BlockKey{seed, hashes[2]}));
+  const uint64_t rec_bytes = tiers->record_bytes();
+  std::vector<uint8_t> garbage(rec_bytes, 0xAB);
+  REQUIRE(tiers->disk()->debug_overwrite_value(BlockKey{seed, hashes[2]}, garbage).ok());
+  // And truncate the fifth block's record.
+  if (hashes.size() > 4) {
+    std::vector<uint8_t> half(rec_bytes / 2, 0);
+    REQUIRE(tiers->disk()->debug_overwrite_value(BlockKey{seed, hashes[4]}, half).ok());
+  }
+  EngineUnderTest e(g.model_file, o, tiers.get());
+  Collected warm = e.run(req);
+  CHECK(warm.usage.disk_tokens == 32);  // the walk stops at the corrupt block
+  CHECK(warm.usage.prefill_tokens == n - 32);
+  CHECK(warm.ids == cold.ids);
+  CHECK(tiers->stats().disk.corrupt_records == 1);
+  // Block 2, recomputed, is written through again; the truncated block 4 was
+  // never read (the walk stopped at 2), so the next engine meets it: the walk
+  // stops there, the record is deleted and counted, the answer is right.
+  tiers->wait_idle();
+  tiers->host().clear();
+  {
+    EngineUnderTest e2(g.model_file, o, tiers.get());
+    Collected again = e2.run(req);
+    CHECK(again.usage.disk_tokens == 64);
+    CHECK(again.ids == cold.ids);
+    CHECK(tiers->stats().disk.corrupt_records == 2);
+  }
+  // Once block 4 is recomputed and written through, the whole chain is back.
+  tiers->wait_idle();
+  tiers->host().clear();
+  EngineUnderTest e3(g.model_file, o, tiers.get());
+  Collected third = e3.run(req);
+  CHECK(third.usage.disk_tokens == std::min((n / 16) * 16, n - 1));
+  CHECK(third.ids == cold.ids);
+}
+
+TEST_CASE("restore_mode never recomputes and says so; another fingerprint finds nothing") {
+  GoldenModel g = load_golden("stories260K", 1e-3f);
+  const GoldenCase& c = longest_case(g);
+  const int32_t n = static_cast<int32_t>(c.ids.size());
+  TempDir dir;
+  auto tiers = make_tiers(g.model_file, &dir.path, WritePolicy::kWriteThrough);
+  Request req = greedy_request(c.ids, 6);
+  Collected cold;
+  {
+    EngineUnderTest e(g.model_file, engine_options(*tiers), tiers.get());
+    cold = e.run(req);
+  }
+  tiers->wait_idle();
+  {
+    EngineOptions o = engine_options(*tiers);
+    o.restore_mode = EngineOptions::RestoreMode::kNever;
+    EngineUnderTest e(g.model_file, o, tiers.get());
+    Collected r = e.run(req);
+    CHECK(r.usage.cached_tokens == 0);
+    CHECK(r.usage.prefill_tokens == n);
+    CHECK(r.usage.restore_path == "recompute");
+    CHECK(r.ids == cold.ids);
+  }
+  {
+    EngineOptions o = engine_options(*tiers);
+    o.model_fingerprint_lo ^= 1;  // a different model file
+    EngineUnderTest e(g.model_file, o, tiers.get());
+    Collected r = e.run(req);
+    CHECK(r.usage.cached_tokens == 0);
+    CHECK(r.ids == cold.ids);
+    CHECK(e.engine->lookup(c.ids, "").cached_tokens() > 0);  // its own blocks are now cached
+  }
+}
