@@ -124,6 +124,27 @@ std::string Metrics::render(const MetricsSnapshot& s) const {
   sample(&out, "prefixd_evictions_total", "tier=\"device\"", s.device_evictions);
   if (s.has_host_tier) sample(&out, "prefixd_evictions_total", "tier=\"host\"", s.host_evictions);
   if (s.has_disk_tier) sample(&out, "prefixd_evictions_total", "tier=\"disk\"", s.disk_evictions);
+  if (s.has_host_tier) {
+    header(&out, "prefixd_offload_blocks_total", "counter",
+           "Blocks written down to a tier (host RAM, disk).");
+    sample(&out, "prefixd_offload_blocks_total", "tier=\"host\"", s.offload_host_blocks);
+    if (s.has_disk_tier) sample(&out, "prefixd_offload_blocks_total", "tier=\"disk\"", s.offload_disk_blocks);
+    header(&out, "prefixd_onboard_blocks_total", "counter",
+           "Blocks restored from a tier into the device pool.");
+    sample(&out, "prefixd_onboard_blocks_total", "tier=\"host\"", s.onboard_host_blocks);
+    if (s.has_disk_tier) sample(&out, "prefixd_onboard_blocks_total", "tier=\"disk\"", s.onboard_disk_blocks);
+    header(&out, "prefixd_tier_used_bytes", "gauge", "Bytes held by a tier below the device.");
+    sample(&out, "prefixd_tier_used_bytes", "tier=\"host\"", s.host_used_bytes);
+    if (s.has_disk_tier) sample(&out, "prefixd_tier_used_bytes", "tier=\"disk\"", s.disk_used_bytes);
+    header(&out, "prefixd_tier_capacity_bytes", "gauge", "Capacity of a tier below the device.");
+    sample(&out, "prefixd_tier_capacity_bytes", "tier=\"host\"", s.host_capacity_bytes);
+    if (s.has_disk_tier) sample(&out, "prefixd_tier_capacity_bytes", "tier=\"disk\"", s.disk_capacity_bytes);
+  }
+  if (s.has_disk_tier) {
+    header(&out, "prefixd_corrupt_records_total", "counter",
+           "Disk records that failed a check: deleted and treated as misses.");
+    sample(&out, "prefixd_corrupt_records_total", "", s.corrupt_records);
+  }
 
   std::lock_guard<std::mutex> lock(mu_);
   header(&out, "prefixd_requests_total", "counter", "Generation requests by how they ended.");

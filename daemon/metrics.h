@@ -54,6 +54,11 @@ struct MetricsSnapshot {
   int64_t host_evictions = 0;
   bool has_disk_tier = false;
   int64_t disk_evictions = 0;
+  int64_t host_used_bytes = 0, host_capacity_bytes = 0;
+  int64_t disk_used_bytes = 0, disk_capacity_bytes = 0;
+  int64_t offload_host_blocks = 0, offload_disk_blocks = 0;  // blocks written down a tier
+  int64_t onboard_host_blocks = 0, onboard_disk_blocks = 0;  // blocks read up from a tier
+  int64_t corrupt_records = 0;  // disk records that failed a check (deleted, a miss)
   int64_t pool_used_bytes = 0;
   int64_t pool_capacity_bytes = 0;
   int32_t running = 0;

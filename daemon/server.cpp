@@ -486,6 +486,15 @@ void install_routes(Server::State& s) {
       m.host_evictions = static_cast<int64_t>(ts.host.evictions);
       m.has_disk_tier = ts.has_disk;
       m.disk_evictions = static_cast<int64_t>(ts.disk.evictions);
+      m.host_used_bytes = static_cast<int64_t>(ts.host.used_bytes);
+      m.host_capacity_bytes = static_cast<int64_t>(ts.host.capacity_bytes);
+      m.disk_used_bytes = static_cast<int64_t>(ts.disk.used_bytes);
+      m.disk_capacity_bytes = static_cast<int64_t>(ts.disk.capacity_bytes);
+      m.offload_host_blocks = static_cast<int64_t>(ts.offload_host_blocks);
+      m.offload_disk_blocks = static_cast<int64_t>(ts.offload_disk_blocks);
+      m.onboard_host_blocks = static_cast<int64_t>(ts.onboard_host_blocks);
+      m.onboard_disk_blocks = static_cast<int64_t>(ts.onboard_disk_blocks);
+      m.corrupt_records = static_cast<int64_t>(ts.disk.corrupt_records);
     }
     res.set_content(ctx->metrics->render(m), "text/plain; version=0.0.4; charset=utf-8");
   });
