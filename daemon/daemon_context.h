@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "daemon/metrics.h"
@@ -13,6 +14,7 @@
 
 namespace prefixd {
 
+class Dashboard;
 class Engine;
 class TierManager;
 
@@ -74,6 +76,10 @@ struct DaemonContext {
   // Set when the drain grace period is over: in-flight requests are cancelled.
   std::atomic<bool> cancel_all{false};
   TierManager* tiers = nullptr;  // not owned; null when no host/disk tier is configured
+  // The dashboard's history sampler and prefix tracker (daemon/dashboard.h);
+  // set by install_dashboard_routes(). Last member: destroyed first, so its
+  // sampler stops while everything it reads is still alive.
+  std::shared_ptr<Dashboard> dashboard;
 };
 
 // How often an HTTP worker waiting on a RequestChannel wakes to check for

@@ -7,6 +7,7 @@
 #include <ctime>
 #include <memory>
 
+#include "daemon/dashboard.h"
 #include "daemon/http_util.h"
 #include "engine/engine.h"
 
@@ -201,6 +202,8 @@ struct StreamState {
     counted = true;
     ctx->metrics->count_request(outcome_of(acc));
     if (acc.finished && !acc.failed) ctx->metrics->observe_queue(acc.usage.queue_ms / 1000.0);
+    if (ctx->dashboard && acc.finished && outcome_of(acc) == RequestOutcome::kCompleted)
+      ctx->dashboard->record_request(meta.request.prompt, meta.request.cache_salt, acc.usage);
   }
 };
 
@@ -303,6 +306,8 @@ void handle_generation(DaemonContext& ctx, const httplib::Request& req, httplib:
       return;
     }
     ctx.metrics->observe_queue(acc.usage.queue_ms / 1000.0);
+    if (ctx.dashboard)
+      ctx.dashboard->record_request(g.request.prompt, g.request.cache_salt, acc.usage);
     send_json(res, full_response(g, id, created, acc));
     return;
   }

@@ -15,6 +15,7 @@
 
 #include "daemon/cache_handlers.h"
 #include "daemon/daemon_context.h"
+#include "daemon/dashboard.h"
 #include "daemon/http_util.h"
 #include "daemon/metrics.h"
 #include "daemon/model_source.h"
@@ -498,6 +499,7 @@ void install_routes(Server::State& s) {
     }
     res.set_content(ctx->metrics->render(m), "text/plain; version=0.0.4; charset=utf-8");
   });
+  install_dashboard_routes(h, ctx, o);
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <condition_variable>
 #include <deque>
 #include <future>
@@ -226,7 +228,10 @@ class Engine::Impl {
     finish_onboarding();
     admit_waiting();
     std::vector<Planned> plan = plan_batch();
-    if (plan.empty()) return false;
+    if (plan.empty()) {
+      if (opts_.check_invariants_each_step) check_invariants();
+      return false;
+    }
     std::vector<float> logits;
     const auto t0 = Clock::now();
     fwd_.run(builder_.batch(), pool_, &logits);
@@ -237,7 +242,25 @@ class Engine::Impl {
     for (const Planned& p : plan) prefill_rows += p.is_decode ? 0 : p.n_tokens;
     if (prefill_rows == builder_.n_tokens()) restore_.observe_prefill(prefill_rows, pass_s);
     for (Planned& p : plan) complete(p, logits);
+    if (opts_.check_invariants_each_step) check_invariants();
     return true;
+  }
+
+  // Ref counts equal the references held by live block tables, and the block
+  // manager's own structures agree (index, LRU, free list).
+  void check_invariants() const {
+    std::vector<int32_t> refs(static_cast<size_t>(pool_.geom.n_blocks), 0);
+    for (const auto& r : running_) {
+      for (int32_t id : r->block_table) refs[static_cast<size_t>(id)]++;
+    }
+    for (const auto& w : waiting_) {
+      for (int32_t id : w->block_table) refs[static_cast<size_t>(id)]++;
+    }
+    Status s = blocks_.check_invariants(&refs);
+    if (!s.ok()) {
+      std::fprintf(stderr, "engine invariant failed: %s\n", s.message().c_str());
+      std::abort();
+    }
   }
 
   void reap_cancelled() {
@@ -304,6 +327,7 @@ class Engine::Impl {
     }
     // Below the device: the chain's continuation in host RAM or on disk.
     int32_t n_below = 0, n_host = 0, n_disk = 0;
+    s.adm_restore_path = "none";
     if (tiers_ && k < n_full) {
       ChainLookup below = tiers_->lookup_chain(chain_query(s.seed, s.hashes, s.tokens, k, n_full));
       if (below.n_blocks > 0) {
@@ -315,14 +339,16 @@ class Engine::Impl {
           n_below = below.n_blocks;
           n_host = below.n_host;
           n_disk = below.n_disk;
-        } else if (!s.first_admission_done) {
-          s.usage.restore_path = "recompute";
+        } else {
+          s.adm_restore_path = "recompute";
         }
       }
     }
-    if (n_below > 0 && !blocks_.can_allocate(n_below + 1)) n_below = 0;
     blocks_.count_lookup(k, n_full - k);
+    // Take the matched blocks first: acquiring them takes them off the LRU,
+    // which shrinks what an allocation may evict.
     blocks_.acquire(m.block_ids);
+    if (n_below > 0 && !blocks_.can_allocate(n_below + 1)) n_below = 0;
     s.block_table = m.block_ids;
     s.n_published = k;
     s.admit_order = ++admit_counter_;
@@ -339,8 +365,8 @@ class Engine::Impl {
       s.block_table.insert(s.block_table.end(), reserved.begin(), reserved.end());
       s.n_device_matched = k;
       s.n_onboarding = n_below;
-      s.usage.host_tokens = n_host * B;
-      s.usage.disk_tokens = n_disk * B;
+      s.adm_host_tokens = n_host * B;
+      s.adm_disk_tokens = n_disk * B;
       s.state = SeqState::kLoading;
       s.t_loading_start = Clock::now();
       tiers_->request_onboard(s.id, chain_query(s.seed, s.hashes, s.tokens, k, k + n_below));
@@ -378,20 +404,18 @@ class Engine::Impl {
       }
     }
     s.n_computed = cached;
-    if (!s.usage_cached_set) {
-      s.usage_cached_set = true;
+    if (!s.cache_usage_committed) {
+      // Usage reports the latest admission (an earlier one may have been preempted).
       const int32_t device = std::min(cached, n_device * B);
-      s.usage.device_tokens = device;
       const int32_t below = cached - device;
+      if (n_restored == 0) s.adm_host_tokens = s.adm_disk_tokens = 0;
       // Restored tokens keep their host/disk split (the last block may be recomputed).
-      const int32_t host = std::min(s.usage.host_tokens, below);
+      const int32_t host = std::min(s.adm_host_tokens, below);
+      s.usage.device_tokens = device;
       s.usage.host_tokens = host;
       s.usage.disk_tokens = below - host;
       s.usage.cached_tokens = cached;
-      counters_.cached_tokens_device += s.usage.device_tokens;
-      counters_.cached_tokens_host += s.usage.host_tokens;
-      counters_.cached_tokens_disk += s.usage.disk_tokens;
-      if (n_restored > 0) s.usage.restore_path = "restore";
+      s.usage.restore_path = n_restored > 0 ? "restore" : s.adm_restore_path;
     }
     s.state = SeqState::kRunning;
     s.target_tokens = prefetch ? (s.n_prompt / B) * B : static_cast<int32_t>(s.tokens.size());
@@ -433,8 +457,8 @@ class Engine::Impl {
       s->block_table.resize(k + v);
       s->n_computed = (k + v) * B;
       const int32_t hosts = std::min(c.n_from_host, v);
-      s->usage.host_tokens = hosts * B;
-      s->usage.disk_tokens = (v - hosts) * B;
+      s->adm_host_tokens = hosts * B;
+      s->adm_disk_tokens = (v - hosts) * B;
       publish_full_blocks(*s);
       s->usage.restore_ms = ms_between(s->t_loading_start, Clock::now());
       if (c.host_bytes > 0) restore_.observe_restore(StorageTier::kHost, c.host_bytes, c.host_seconds);
@@ -483,7 +507,7 @@ class Engine::Impl {
       // Blocks for the new positions; preempt newer sequences when short.
       int32_t need = (s->n_computed + n + B - 1) / B - static_cast<int32_t>(s->block_table.size());
       while (need > 0 && !blocks_.can_allocate(need)) {
-        Sequence* victim = newest_running_other_than(s);
+        Sequence* victim = newest_running_other_than(s, plan);
         if (victim == nullptr) break;
         preempt(*victim);
       }
@@ -492,7 +516,10 @@ class Engine::Impl {
         const int32_t avail = n_allocatable();
         n = std::min(n, (static_cast<int32_t>(s->block_table.size()) + avail) * B - s->n_computed);
         if (n <= 0) {
-          if (plan.empty() && count_running() == 1) {
+          // Alone in the engine and still short: the pool (less its pins) is
+          // too small for it. Otherwise others hold blocks (loading ones
+          // cannot be preempted): it steps back and is re-admitted later.
+          if (plan.empty() && running_.size() == 1) {
             fail(*s, "the request needs more KV blocks than the pool holds (" +
                          std::to_string(pool_.geom.n_blocks) + " blocks of " + std::to_string(B) +
                          " tokens)");
@@ -536,16 +563,16 @@ class Engine::Impl {
     return lo;
   }
 
-  int32_t count_running() const {
-    int32_t n = 0;
-    for (const auto& r : running_) n += r->state == SeqState::kRunning ? 1 : 0;
-    return n;
-  }
-
-  Sequence* newest_running_other_than(const Sequence* s) {
+  // The preemption victim for `s`: the newest running sequence admitted after
+  // it that is not already in this pass's plan (its K/V writes are batched
+  // into blocks it holds; freeing them now would let others reuse them).
+  Sequence* newest_running_other_than(const Sequence* s, const std::vector<Planned>& plan) {
     Sequence* best = nullptr;
     for (auto& r : running_) {
       if (r.get() == s || r->state != SeqState::kRunning) continue;
+      const bool planned =
+          std::any_of(plan.begin(), plan.end(), [&](const Planned& p) { return p.seq == r.get(); });
+      if (planned) continue;
       if (r->admit_order < s->admit_order) continue;  // never preempt older work for newer
       if (!best || r->admit_order > best->admit_order) best = r.get();
     }
@@ -637,6 +664,7 @@ class Engine::Impl {
     const auto now = Clock::now();
     const int32_t token = s.sampler->sample(logits, n_vocab, s.tokens);
     if (s.n_generated == 0) {
+      commit_cache_usage(s);
       s.t_first_token = now;
       s.usage.ttft_ms = ms_between(s.t_submit, now);
       s.usage.prefill_ms = ms_between(s.t_admit, now);
@@ -675,6 +703,15 @@ class Engine::Impl {
     }
   }
 
+  // Adds the request's cache split to the engine's counters, once.
+  void commit_cache_usage(Sequence& s) {
+    if (s.cache_usage_committed || !s.first_admission_done) return;
+    s.cache_usage_committed = true;
+    counters_.cached_tokens_device += s.usage.device_tokens;
+    counters_.cached_tokens_host += s.usage.host_tokens;
+    counters_.cached_tokens_disk += s.usage.disk_tokens;
+  }
+
   void fail(Sequence& s, const std::string& message) {
     EngineEvent ev;
     ev.type = EngineEvent::Type::kError;
@@ -696,6 +733,7 @@ class Engine::Impl {
       ev.text = std::move(tail);
     }
     if (s.n_generated > 0) s.usage.decode_ms = ms_between(s.t_first_token, Clock::now());
+    commit_cache_usage(s);
     ev.usage = s.usage;
     s.channel->push(std::move(ev));
     remove(s);

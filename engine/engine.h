@@ -37,6 +37,10 @@ struct EngineOptions {
   // Chains found below the device: kAuto restores when the estimated restore
   // time beats recomputing (RestorePolicy); kAlways / kNever force a path.
   enum class RestoreMode : uint8_t { kAuto, kAlways, kNever } restore_mode = RestoreMode::kAuto;
+  // Tests: after every step, check the block manager's invariants and that
+  // each block's ref count equals the references in live block tables; abort
+  // with the violation when one fails.
+  bool check_invariants_each_step = false;
 
   Status validate(const ModelConfig& model) const;
 };

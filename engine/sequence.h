@@ -50,7 +50,13 @@ struct Sequence {
 
   Usage usage;
   bool first_admission_done = false;
-  bool usage_cached_set = false;       // cached-token usage fixed at the first admission
+  // The cache split of the latest admission. It becomes the request's usage
+  // (and is added to the engine's counters) once, when the prompt is done:
+  // at the first token, or at the end for prefetches and cancellations.
+  bool cache_usage_committed = false;
+  int32_t adm_host_tokens = 0;         // restored from host RAM at this admission
+  int32_t adm_disk_tokens = 0;         // restored from disk at this admission
+  const char* adm_restore_path = "none";
   int32_t n_device_matched = 0;        // kLoading: blocks matched in the pool
   int32_t n_onboarding = 0;            // kLoading: blocks reserved for the tiers to fill
   Clock::time_point t_submit{}, t_admit{}, t_loading_start{}, t_first_token{};

@@ -95,7 +95,8 @@ fatbin_archs() {
   done
 }
 
-(cd "$tmp" && ar x "$(realpath -m "$OLDPWD/$lib")")
+lib_abs="$(realpath -m "$lib")"  # $lib may be absolute (ctest passes the build dir)
+(cd "$tmp" && ar x "$lib_abs")
 missing=0
 for obj in "$tmp"/*.cu.o; do
   base="$(basename "$obj")"

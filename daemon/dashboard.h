@@ -1,0 +1,86 @@
+// The cache-hit dashboard: GET /dashboard (an HTML page with its assets
+// embedded in the binary), the data it reads (GET /v1/cache/history, GET
+// /v1/cache/prefixes) and pin/unpin by prefix id; plus the Dashboard object
+// that samples the engine once per interval and tracks hot prefixes.
+#pragma once
+
+#include <httplib.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <span>
+#include <string>
+#include <thread>
+
+#include "daemon/metrics_history.h"
+#include "daemon/prefix_tracker.h"
+#include "daemon/server_options.h"
+
+namespace prefixd {
+
+struct DaemonContext;
+struct Usage;
+
+struct DashboardOptions {
+  int64_t sample_interval_ms = 1000;  // one history sample per interval
+  size_t history_samples = 600;       // 10 minutes at one sample per second
+  int64_t ttft_window_ms = 10000;     // TTFT percentiles look this far back
+  size_t max_prefixes = 256;          // prefixes tracked at most
+  size_t max_prefix_tokens = 4096;    // tokens kept per tracked prefix
+};
+
+// Owns the history sampler thread and the prefix tracker. Created by
+// install_dashboard_routes() into DaemonContext::dashboard; it must be
+// destroyed before the engine (it is: the context goes before the engine).
+// Thread-safety: every method may be called from any thread.
+class Dashboard {
+ public:
+  // Starts the sampler, which reads ctx->engine and ctx->tiers every interval.
+  Dashboard(DaemonContext* ctx, const DashboardOptions& options);
+  ~Dashboard();  // stops and joins the sampler
+  Dashboard(const Dashboard&) = delete;
+  Dashboard& operator=(const Dashboard&) = delete;
+
+  // A generation request finished normally (stop or length): HTTP workers
+  // call this with its prompt ids, cache salt and usage.
+  void record_request(std::span<const int32_t> prompt, const std::string& cache_salt,
+                      const Usage& usage);
+
+  const DashboardOptions& options() const { return options_; }
+  PrefixTracker& prefixes() { return prefixes_; }
+  MetricsHistory& history() { return history_; }
+
+  // GET /v1/cache/history?since=MS and GET /v1/cache/prefixes?limit=N documents.
+  nlohmann::json history_json(int64_t since_ms) const;
+  nlohmann::json prefixes_json(size_t limit);
+
+ private:
+  void sampler_loop();
+  void sample_now();
+
+  DaemonContext* ctx_;
+  DashboardOptions options_;
+  PrefixTracker prefixes_;
+  MetricsHistory history_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread sampler_;
+};
+
+// JSON of one history sample (the rows of GET /v1/cache/history).
+nlohmann::json history_sample_json(const HistorySample& s);
+
+// Creates ctx->dashboard (starting its sampler) and installs GET /dashboard,
+// GET /v1/cache/history, GET /v1/cache/prefixes, POST /v1/cache/prefixes/pin
+// and /unpin. With an API key, a GET /dashboard without it is answered 401
+// with a small page that asks for the key (see daemon/api.md).
+void install_dashboard_routes(httplib::Server& h, DaemonContext* ctx, const ServerOptions* o);
+
+// The page as served: index.html with the CSS and JS (and uPlot, if bundled)
+// inlined, so that it is one self-contained document.
+const std::string& dashboard_page_html();
+
+}  // namespace prefixd

@@ -1,0 +1,120 @@
+// MetricsHistory: counter deltas, TTFT percentiles and the ring buffer.
+#include "daemon/metrics_history.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace prefixd {
+
+std::optional<double> nearest_rank_percentile(std::vector<double> values, double p) {
+  if (values.empty()) return std::nullopt;
+  std::sort(values.begin(), values.end());
+  const double rank = std::ceil(p / 100.0 * static_cast<double>(values.size()));
+  const size_t i = static_cast<size_t>(std::clamp(rank, 1.0, static_cast<double>(values.size())));
+  return values[i - 1];
+}
+
+MetricsHistory::MetricsHistory(size_t capacity_samples, int64_t ttft_window_ms)
+    : capacity_(capacity_samples > 0 ? capacity_samples : 1), ttft_window_ms_(ttft_window_ms) {
+  ring_.reserve(capacity_);
+}
+
+void MetricsHistory::observe_request(int64_t now_ms, double ttft_ms, bool hit) {
+  std::lock_guard<std::mutex> lock(mu_);
+  observations_.push_back(Observation{now_ms, ttft_ms, hit});
+  ++(hit ? requests_hit_total_ : requests_miss_total_);
+  if (observations_.size() > kMaxObservations) observations_.pop_front();
+}
+
+HistorySample MetricsHistory::record(int64_t now_ms, const CounterSnapshot& c) {
+  std::lock_guard<std::mutex> lock(mu_);
+  HistorySample s;
+  s.t_ms = now_ms;
+  s.delta = c;  // gauges as they are; counters replaced below
+  auto d = [](int64_t now, int64_t before) { return now > before ? now - before : 0; };
+  if (previous_) {
+    const CounterSnapshot& p = *previous_;
+    s.interval_ms = std::max<int64_t>(0, now_ms - previous_t_ms_);
+    s.delta.prompt_tokens = d(c.prompt_tokens, p.prompt_tokens);
+    s.delta.cached_tokens_device = d(c.cached_tokens_device, p.cached_tokens_device);
+    s.delta.cached_tokens_host = d(c.cached_tokens_host, p.cached_tokens_host);
+    s.delta.cached_tokens_disk = d(c.cached_tokens_disk, p.cached_tokens_disk);
+    s.delta.prefill_tokens = d(c.prefill_tokens, p.prefill_tokens);
+    s.delta.generated_tokens = d(c.generated_tokens, p.generated_tokens);
+    s.delta.evictions_device = d(c.evictions_device, p.evictions_device);
+    s.delta.evictions_host = d(c.evictions_host, p.evictions_host);
+    s.delta.evictions_disk = d(c.evictions_disk, p.evictions_disk);
+    s.delta.onboard_blocks = d(c.onboard_blocks, p.onboard_blocks);
+    s.delta.onboard_bytes = d(c.onboard_bytes, p.onboard_bytes);
+    s.delta.offload_blocks = d(c.offload_blocks, p.offload_blocks);
+    s.delta.offload_bytes = d(c.offload_bytes, p.offload_bytes);
+  } else {
+    s.delta.prompt_tokens = s.delta.cached_tokens_device = s.delta.cached_tokens_host = 0;
+    s.delta.cached_tokens_disk = s.delta.prefill_tokens = s.delta.generated_tokens = 0;
+    s.delta.evictions_device = s.delta.evictions_host = s.delta.evictions_disk = 0;
+    s.delta.onboard_blocks = s.delta.onboard_bytes = 0;
+    s.delta.offload_blocks = s.delta.offload_bytes = 0;
+  }
+  // Requests finished in (previous sample, now]; percentiles over the window.
+  while (!observations_.empty() && observations_.front().t_ms <= now_ms - ttft_window_ms_) {
+    observations_.pop_front();
+  }
+  std::vector<double> hit_ms, miss_ms;
+  for (const Observation& o : observations_) {
+    if (o.t_ms > now_ms) continue;
+    (o.hit ? hit_ms : miss_ms).push_back(o.ttft_ms);
+    if (previous_ && o.t_ms > previous_t_ms_) ++(o.hit ? s.requests_hit : s.requests_miss);
+  }
+  s.ttft_hit_p50_ms = nearest_rank_percentile(hit_ms, 50);
+  s.ttft_hit_p95_ms = nearest_rank_percentile(hit_ms, 95);
+  s.ttft_miss_p50_ms = nearest_rank_percentile(miss_ms, 50);
+  s.ttft_miss_p95_ms = nearest_rank_percentile(std::move(miss_ms), 95);
+
+  previous_ = c;
+  previous_t_ms_ = now_ms;
+  if (ring_.size() < capacity_) {
+    ring_.push_back(s);
+  } else {
+    ring_[head_] = s;
+    head_ = (head_ + 1) % capacity_;
+  }
+  return s;
+}
+
+std::vector<HistorySample> MetricsHistory::since(int64_t after_ms) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<HistorySample> out;
+  for (size_t i = 0; i < ring_.size(); ++i) {
+    const HistorySample& s = ring_[(head_ + i) % ring_.size()];
+    if (s.t_ms > after_ms) out.push_back(s);
+  }
+  return out;
+}
+
+std::optional<HistorySample> MetricsHistory::latest() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (ring_.empty()) return std::nullopt;
+  return ring_[(head_ + ring_.size() - 1) % ring_.size()];
+}
+
+std::optional<CounterSnapshot> MetricsHistory::last_counters() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return previous_;
+}
+
+int64_t MetricsHistory::requests_hit_total() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return requests_hit_total_;
+}
+
+int64_t MetricsHistory::requests_miss_total() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return requests_miss_total_;
+}
+
+size_t MetricsHistory::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return ring_.size();
+}
+
+}  // namespace prefixd
