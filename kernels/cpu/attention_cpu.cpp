@@ -102,7 +102,24 @@ inline void chunk_step(const float* qt, float* acc, const float* kc, const float
   }
   l = _mm512_fmadd_ps(l, alpha, sum);
   m = mx;
-  for (int32_t d = 0; d < head_dim; ++d) {
+  // accᵀ[d] = accᵀ[d] * alpha + sum_j V[j][d] * P_j. Eight rows d at a time:
+  // each row's sum over j is one dependent FMA chain, so interleaving eight
+  // keeps both FMA ports busy (same order per row: the result is unchanged).
+  int32_t d = 0;
+  for (; d + 8 <= head_dim; d += 8) {
+    __m512 a[8];
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; ++r) a[r] = _mm512_mul_ps(_mm512_loadu_ps(acc + (d + r) * kLanes), alpha);
+#pragma GCC unroll 16
+    for (int j = 0; j < kChunk; ++j) {
+      const float* vj = vc + j * head_dim + d;
+#pragma GCC unroll 8
+      for (int r = 0; r < 8; ++r) a[r] = _mm512_fmadd_ps(_mm512_set1_ps(vj[r]), s[j], a[r]);
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; ++r) _mm512_storeu_ps(acc + (d + r) * kLanes, a[r]);
+  }
+  for (; d < head_dim; ++d) {
     __m512 a = _mm512_mul_ps(_mm512_loadu_ps(acc + d * kLanes), alpha);
 #pragma GCC unroll 16
     for (int j = 0; j < kChunk; ++j)
