@@ -85,6 +85,7 @@ Result<std::unique_ptr<Backend>> make_backend(const ServerOptions& o, std::strin
       return std::move(b.value());
     }
     if (o.backend == "cuda") return Status::error("CUDA backend unavailable: " + b.message());
+    log_line(o, LogLevel::kInfo, "--backend auto: no usable CUDA device (" + b.message() + "); using the CPU");
   }
 #else
   if (o.backend == "cuda") return Status::error("this build of prefixd has no CUDA backend");
@@ -174,10 +175,15 @@ Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
     to.geometry.head_dim = cfg.head_dim;
     to.geometry.dtype_code = static_cast<uint8_t>(eo.kv_dtype);
     to.host_capacity_bytes = o.host_cache_bytes();
+    // Record memory from the backend: pinned when the pool is on a GPU.
+    to.allocator.ctx = s->backend.get();
+    to.allocator.alloc = [](size_t n, void* ctx) { return static_cast<Backend*>(ctx)->alloc_host(n); };
+    to.allocator.free = [](void* p, size_t, void* ctx) { static_cast<Backend*>(ctx)->free_host(p); };
     if (!o.disk_cache_dir.empty()) {
       DiskTierOptions d;
       d.path = o.disk_cache_dir;
       d.capacity_bytes = o.disk_cache_bytes();
+      d.allocator = to.allocator;
       to.disk = d;
     }
     auto wp = parse_write_policy(o.write_policy);

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -93,6 +94,11 @@ class Backend {
   virtual void upload(void* dst, const void* src_host, size_t n_bytes) = 0;
   virtual void download(void* dst_host, const void* src, size_t n_bytes) = 0;  // waits
   virtual void synchronize() = 0;
+  // Host memory for records that travel to and from the KV pool (the host
+  // tier, disk reads): page-locked on CUDA so block copies can run
+  // asynchronously, plain malloc on the CPU. Thread-safe; nullptr on failure.
+  virtual void* alloc_host(size_t n_bytes) { return std::malloc(n_bytes); }
+  virtual void free_host(void* ptr) { std::free(ptr); }
 
   // Copies a weight matrix (rows, cols) from host memory of type `type` into the
   // backend's preferred form. `host_data` may be an mmap: the backend must not

@@ -6,11 +6,16 @@
 // hashing + index lookup cost, and decode throughput at 1, 4 and 16
 // concurrent sequences.
 //
+// With --tiers DIR it also measures TTFT when the system prompt comes back
+// from the host tier, from the disk tier, and from disk after the tiers are
+// reopened (a restart), with the restore bandwidth of each.
+//
 // Usage: bench_engine [--model smol-135m:bf16] [--threads 2] [--system 2000]
-//                     [--question 100] [--out 16] [--reps 3] [--kv f16]
+//                     [--question 100] [--out 16] [--reps 3] [--kv f16] [--tiers DIR]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -22,6 +27,7 @@
 #include "engine/forward.h"
 #include "engine/model.h"
 #include "engine/model_presets.h"
+#include "storage/tier_manager.h"
 #include "tests/engine_harness.h"
 
 using namespace prefixd;
@@ -54,7 +60,7 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model_spec = "smol-135m:bf16", kv_name = "f16";
+  std::string model_spec = "smol-135m:bf16", kv_name = "f16", tier_dir;
   int threads = 2, n_system = 2000, n_question = 100, n_out = 16, reps = 3;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
@@ -65,6 +71,7 @@ int main(int argc, char** argv) {
     else if (a == "--out") n_out = std::atoi(argv[i + 1]);
     else if (a == "--reps") reps = std::atoi(argv[i + 1]);
     else if (a == "--kv") kv_name = argv[i + 1];
+    else if (a == "--tiers") tier_dir = argv[i + 1];
     else {
       std::fprintf(stderr, "unknown flag %s\n", a.c_str());
       return 2;
@@ -198,6 +205,69 @@ int main(int argc, char** argv) {
     }
     const double tps = tokens / (longest_ms / 1e3);
     std::printf("%-12d %14.1f %14.1f\n", n_seq, tps, tps / n_seq);
+  }
+  if (!tier_dir.empty()) {
+    std::printf("\ntiers (host RAM, RocksDB in %s), restore policy auto:\n", tier_dir.c_str());
+    std::filesystem::remove_all(tier_dir);
+    auto make_tiers = [&]() {
+      TierManagerOptions to;
+      to.geometry.block_size = opts.block_size;
+      to.geometry.n_layers = c.n_layers;
+      to.geometry.n_kv_heads = c.n_kv_heads;
+      to.geometry.head_dim = c.head_dim;
+      to.geometry.dtype_code = static_cast<uint8_t>(kv);
+      to.host_capacity_bytes = 4ull << 30;
+      DiskTierOptions d;
+      d.path = tier_dir;
+      d.capacity_bytes = 8ull << 30;
+      to.disk = d;
+      return TierManager::create(to).value();
+    };
+    std::unique_ptr<TierManager> tiers = make_tiers();
+    const double record_bytes = static_cast<double>(tiers->record_bytes());
+    std::vector<int32_t> system = tokens_for(n_system, 9000, c.n_vocab);
+    int question_salt = 9100;
+    auto prompt = [&]() {
+      std::vector<int32_t> p = system;
+      std::vector<int32_t> q = tokens_for(n_question, question_salt++, c.n_vocab);
+      p.insert(p.end(), q.begin(), q.end());
+      return p;
+    };
+    auto run_on_new_engine = [&](const char* what) {
+      EngineOptions o = opts;
+      o.deployment_secret = tiers->deployment_secret();
+      EngineUnderTest fresh(path, o, tiers.get(), threads);
+      // Warm the restore policy's prefill estimate as a running daemon would have.
+      fresh.run(greedy_request(tokens_for(256, 77, c.n_vocab), 1));
+      Collected r = fresh.run(greedy_request(prompt(), n_out));
+      const int32_t restored = r.usage.host_tokens + r.usage.disk_tokens;
+      const double gbps = r.usage.restore_ms > 0
+                              ? (restored / opts.block_size) * record_bytes / (r.usage.restore_ms / 1e3) / 1e9
+                              : 0;
+      std::printf("  %-34s TTFT %8.2f ms (%5.2f %% of cold)  cached %d (device %d, host %d, disk %d) path %s,"
+                  " restore %.2f ms, %.2f GB/s\n",
+                  what, r.usage.ttft_ms, 100.0 * r.usage.ttft_ms / cold, r.usage.cached_tokens,
+                  r.usage.device_tokens, r.usage.host_tokens, r.usage.disk_tokens, r.usage.restore_path.c_str(),
+                  r.usage.restore_ms, gbps);
+      tiers->wait_idle();
+    };
+    {
+      EngineOptions o = opts;
+      o.deployment_secret = tiers->deployment_secret();
+      EngineUnderTest first(path, o, tiers.get(), threads);
+      Collected r = first.run(greedy_request(prompt(), n_out));
+      std::printf("  %-34s TTFT %8.2f ms\n", "cold (write-through to host, disk)", r.usage.ttft_ms);
+      tiers->wait_idle();
+    }
+    run_on_new_engine("from host RAM (empty pool)");
+    tiers->host().clear();
+    run_on_new_engine("from disk (host emptied)");
+    tiers.reset();
+    const bool dropped = std::system("sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null") == 0;
+    tiers = make_tiers();
+    run_on_new_engine(dropped ? "from disk after restart, cache dropped" : "from disk after restart (page cache warm)");
+    tiers.reset();
+    std::filesystem::remove_all(tier_dir);
   }
   return 0;
 }

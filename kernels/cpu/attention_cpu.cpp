@@ -69,9 +69,13 @@ inline void load_row(DType dtype, const void* src, float* dst, int32_t n) {
 // Processes one chunk of 16 keys starting at position `key0` for one lane
 // group: scores, causal mask, online softmax update and P·V.
 // qt, acc: (head_dim, 16) f32. kc, vc: (16, head_dim) f32. m, l: 16 lanes each.
+// kHeadDim > 0 fixes head_dim at compile time (row offsets become constants,
+// which frees the registers the loops need); 0 reads it from `dynamic_head_dim`.
+template <int kHeadDim>
 inline void chunk_step(const float* qt, float* acc, const float* kc, const float* vc,
-                       int32_t head_dim, float scale, int32_t key0, __m512i qpos,
+                       int32_t dynamic_head_dim, float scale, int32_t key0, __m512i qpos,
                        bool need_mask, __m512& m, __m512& l) {
+  const int32_t head_dim = kHeadDim > 0 ? kHeadDim : dynamic_head_dim;
   __m512 s[kChunk];
 #pragma GCC unroll 16
   for (int j = 0; j < kChunk; ++j) s[j] = _mm512_setzero_ps();
@@ -119,12 +123,14 @@ inline void chunk_step(const float* qt, float* acc, const float* kc, const float
 #pragma GCC unroll 8
     for (int r = 0; r < 8; ++r) _mm512_storeu_ps(acc + (d + r) * kLanes, a[r]);
   }
-  for (; d < head_dim; ++d) {
-    __m512 a = _mm512_mul_ps(_mm512_loadu_ps(acc + d * kLanes), alpha);
+  if constexpr (kHeadDim == 0 || kHeadDim % 8 != 0) {  // rows left over by the groups of eight
+    for (; d < head_dim; ++d) {
+      __m512 a = _mm512_mul_ps(_mm512_loadu_ps(acc + d * kLanes), alpha);
 #pragma GCC unroll 16
-    for (int j = 0; j < kChunk; ++j)
-      a = _mm512_fmadd_ps(_mm512_set1_ps(vc[j * head_dim + d]), s[j], a);
-    _mm512_storeu_ps(acc + d * kLanes, a);
+      for (int j = 0; j < kChunk; ++j)
+        a = _mm512_fmadd_ps(_mm512_set1_ps(vc[j * head_dim + d]), s[j], a);
+      _mm512_storeu_ps(acc + d * kLanes, a);
+    }
   }
 }
 
@@ -192,9 +198,18 @@ void run_task(const Task& task, const CpuBatch& batch, const KvPool& kv, int32_t
     for (int32_t gi = 0; gi < n_groups; ++gi) {
       if (key0 > max_qpos[gi]) continue;
       const bool need_mask = key0 + kChunk - 1 > min_qpos[gi];
-      chunk_step(sc.qt.data() + static_cast<size_t>(gi) * D * kLanes,
-                 sc.acc.data() + static_cast<size_t>(gi) * D * kLanes, sc.kc.data(), sc.vc.data(),
-                 D, scale, key0, qpos[gi], need_mask, m[gi], l[gi]);
+      float* qt = sc.qt.data() + static_cast<size_t>(gi) * D * kLanes;
+      float* acc = sc.acc.data() + static_cast<size_t>(gi) * D * kLanes;
+      switch (D) {
+        case 64:
+          chunk_step<64>(qt, acc, sc.kc.data(), sc.vc.data(), D, scale, key0, qpos[gi], need_mask, m[gi], l[gi]);
+          break;
+        case 128:
+          chunk_step<128>(qt, acc, sc.kc.data(), sc.vc.data(), D, scale, key0, qpos[gi], need_mask, m[gi], l[gi]);
+          break;
+        default:
+          chunk_step<0>(qt, acc, sc.kc.data(), sc.vc.data(), D, scale, key0, qpos[gi], need_mask, m[gi], l[gi]);
+      }
     }
   }
 

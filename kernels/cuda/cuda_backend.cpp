@@ -144,6 +144,17 @@ class CudaBackend final : public Backend {
     activate();
     if (ptr) PREFIXD_CUDA_CHECK(cudaFree(ptr));  // cudaFree waits for work using it
   }
+  // Pinned, portable (usable from every thread and context). Called from
+  // tier I/O threads: no stream work, no device state beyond the context.
+  void* alloc_host(size_t n_bytes) override {
+    activate();
+    void* p = nullptr;
+    if (cudaHostAlloc(&p, n_bytes, cudaHostAllocPortable) != cudaSuccess) return nullptr;
+    return p;
+  }
+  void free_host(void* ptr) override {
+    if (ptr) PREFIXD_CUDA_CHECK(cudaFreeHost(ptr));
+  }
   void upload(void* dst, const void* src_host, size_t n_bytes) override {
     activate();
     // From pageable memory the call returns once `src_host` has been staged,
