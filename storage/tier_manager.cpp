@@ -1,7 +1,12 @@
 // TierManager: host inserts happen on the caller's thread (memory only); disk
-// writes and onboards are jobs for a small pool of I/O threads, onboards first
-// because a request is waiting on them.
+// writes and onboards are jobs for a small pool of I/O threads. With two or
+// more, one low-priority thread writes to disk and the others onboard, so a
+// waiting request never queues behind writes and writes yield to prefill.
 #include "storage/tier_manager.h"
+
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstring>
@@ -34,10 +39,12 @@ Result<std::unique_ptr<TierManager>> TierManager::create(const TierManagerOption
     return Status::error("tier manager: allocator needs alloc and free");
   }
   std::unique_ptr<TierManager> tm(new TierManager(options));
+  tm->slabs_.reset(new RecordSlabAllocator(block_record_bytes(options.geometry), options.allocator));
+  tm->options_.allocator = tm->slabs_->allocator();
   tm->host_ = std::make_unique<HostTier>(HostTierOptions{options.host_capacity_bytes});
   if (options.disk) {
     DiskTierOptions disk_options = *options.disk;
-    disk_options.allocator = options.allocator;
+    disk_options.allocator = tm->options_.allocator;
     auto disk = DiskTier::open(disk_options);
     if (!disk.ok()) return disk.status();
     tm->disk_ = std::move(disk).value();
@@ -54,7 +61,12 @@ Result<std::unique_ptr<TierManager>> TierManager::create(const TierManagerOption
   tm->host_->set_evict_callback(
       [self](const BlockKey& key, RecordPtr record) { self->queue_disk_write(key, std::move(record)); });
   for (int32_t i = 0; i < options.n_io_threads; ++i) {
-    tm->io_threads_.emplace_back([self] { self->io_loop(); });
+    // With two or more threads, thread 0 writes to disk at a low CPU priority
+    // (write-through must not slow prefill down) and the others onboard.
+    const IoRole role = options.n_io_threads == 1 ? IoRole::kAll
+                        : i == 0                  ? IoRole::kOffload
+                                                  : IoRole::kOnboard;
+    tm->io_threads_.emplace_back([self, role] { self->io_loop(role); });
   }
   return tm;
 }
@@ -98,7 +110,7 @@ void TierManager::queue_disk_write(const BlockKey& key, RecordPtr record) {
     queued_disk_keys_.insert(key);
     offload_queue_.push_back(OffloadJob{key, std::move(record)});
   }
-  work_cv_.notify_one();
+  work_cv_.notify_all();  // threads differ in the jobs they take
 }
 
 void TierManager::offload(const BlockKey& key, RecordPtr record, OffloadReason reason) {
@@ -166,7 +178,7 @@ void TierManager::request_onboard(uint64_t request_id, ChainQuery query) {
     ++counters_.onboard_requests;
     onboard_queue_.push_back(OnboardJob{request_id, std::move(query), now_s()});
   }
-  work_cv_.notify_one();
+  work_cv_.notify_all();  // threads differ in the jobs they take
 }
 
 std::vector<OnboardCompletion> TierManager::poll_completions() {
@@ -181,18 +193,26 @@ void TierManager::set_completion_notifier(std::function<void()> notifier) {
   notifier_ = std::move(notifier);
 }
 
-void TierManager::io_loop() {
+void TierManager::io_loop(IoRole role) {
+  if (role == IoRole::kOffload) {
+    // Linux: a thread's nice value is its own. Best effort; a refusal is harmless.
+    (void)setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 10);
+  }
+  const bool onboards = role != IoRole::kOffload;
+  const bool offloads = role != IoRole::kOnboard;
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    work_cv_.wait(lock, [this] {
-      return stopping_ || !onboard_queue_.empty() || !offload_queue_.empty();
+    work_cv_.wait(lock, [&] {
+      return stopping_ || (onboards && !onboard_queue_.empty()) || (offloads && !offload_queue_.empty());
     });
-    if (onboard_queue_.empty() && offload_queue_.empty()) {
+    const bool onboard_ready = onboards && !onboard_queue_.empty();
+    const bool offload_ready = offloads && !offload_queue_.empty();
+    if (!onboard_ready && !offload_ready) {
       if (stopping_) return;
       continue;
     }
     ++active_jobs_;
-    if (!onboard_queue_.empty()) {
+    if (onboard_ready) {
       OnboardJob job = std::move(onboard_queue_.front());
       onboard_queue_.pop_front();
       lock.unlock();

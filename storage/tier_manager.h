@@ -21,6 +21,7 @@
 #include "storage/block_record.h"
 #include "storage/disk_tier.h"
 #include "storage/host_tier.h"
+#include "storage/record_slab_allocator.h"
 #include "storage/restore_policy.h"
 
 namespace prefixd {
@@ -177,7 +178,8 @@ class TierManager {
   };
 
   explicit TierManager(const TierManagerOptions& options);
-  void io_loop();
+  enum class IoRole : uint8_t { kAll, kOffload, kOnboard };
+  void io_loop(IoRole role);
   void run_offload(OffloadJob& job);
   void run_onboard(OnboardJob& job);
   // Queues a disk write unless the disk is absent, the key is already queued
@@ -185,7 +187,10 @@ class TierManager {
   void queue_disk_write(const BlockKey& key, RecordPtr record);
   RecordExpectations expectations(const ChainQuery& query, size_t i) const;
 
-  TierManagerOptions options_;
+  TierManagerOptions options_;  // its allocator is slabs_'s once created
+  // Every record of the tiers comes from here (over options.allocator); it
+  // outlives every member below that holds records.
+  std::unique_ptr<RecordSlabAllocator, RecordSlabAllocator::Retire> slabs_;
   std::array<uint8_t, 16> secret_{};
   std::unique_ptr<HostTier> host_;
   std::unique_ptr<DiskTier> disk_;

@@ -14,6 +14,7 @@
 
 #include "storage/disk_tier.h"
 #include "storage/host_tier.h"
+#include "storage/record_slab_allocator.h"
 #include "storage/tier_manager.h"
 
 using namespace prefixd;
@@ -51,9 +52,9 @@ RecordExpectations expect(const Blocks& b, int i) {
   return RecordExpectations{info, std::span<const int32_t>(b.tokens).subspan(i * 16, 16)};
 }
 
-RecordPtr make_record(const Blocks& b, int i) {
+RecordPtr make_record(const Blocks& b, int i, const HostAllocator& allocator = default_host_allocator()) {
   const RecordExpectations e = expect(b, i);
-  auto rec = start_block_record(e.info, e.token_ids, default_host_allocator());
+  auto rec = start_block_record(e.info, e.token_ids, allocator);
   std::memcpy(block_record_payload(*rec), b.payload.data(), b.payload.size());  // "read_block"
   seal_block_record(*rec);
   return rec;
@@ -86,6 +87,20 @@ int main(int argc, char** argv) {
   double t0 = now_s();
   for (int i = 0; i < n; ++i) host.insert(BlockKey{kNs, blocks.hashes[i]}, make_record(blocks, i));
   report("host write (encode+checksum+insert)", total, now_s() - t0);
+  {
+    // The same through the tier manager's slab allocator: first fill (huge
+    // pages), then refill of freed slots (what a full host tier does).
+    RecordSlabAllocator slabs(record_bytes, default_host_allocator());
+    HostTier slab_host(HostTierOptions{total});
+    t0 = now_s();
+    for (int i = 0; i < n; ++i) slab_host.insert(BlockKey{kNs, blocks.hashes[i]}, make_record(blocks, i, slabs.allocator()));
+    report("host write, slab allocator (first fill)", total, now_s() - t0);
+    slab_host.clear();
+    t0 = now_s();
+    for (int i = 0; i < n; ++i) slab_host.insert(BlockKey{kNs, blocks.hashes[i]}, make_record(blocks, i, slabs.allocator()));
+    report("host write, slab allocator (reused slots)", total, now_s() - t0);
+    slab_host.clear();
+  }
   {
     // The checksum part alone, on a record whose pages are already touched.
     auto rec = start_block_record(expect(blocks, 0).info, expect(blocks, 0).token_ids,
