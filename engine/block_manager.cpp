@@ -336,6 +336,14 @@ Status BlockManager::unpin(std::span<const int32_t> chain) {
     if (blocks_[id].parent_block != want_parent) {
       return Status::error("unpin: blocks do not form a chain from the root");
     }
+    // Pins stay prefix-closed (a pinned block's parent is pinned at least as
+    // often): a longer pinned chain that branches off here keeps these pins.
+    const int32_t next = i + 1 < chain.size() ? chain[i + 1] : -1;
+    for (int32_t child : blocks_[id].children) {
+      if (child != next && blocks_[child].pinned >= blocks_[id].pinned) {
+        return Status::error("unpin: a longer pinned prefix extends these blocks; unpin it first");
+      }
+    }
   }
   for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
     Block& b = blocks_[*it];

@@ -434,6 +434,29 @@ TEST_CASE("pinned blocks are never evicted and the pin cap holds") {
   CHECK(bm.check_invariants().ok());
 }
 
+TEST_CASE("unpinning a prefix of a longer pinned chain is refused: pins stay prefix-closed") {
+  BlockManager bm = make_manager(4, 4);
+  const auto a = seq_tokens(12, 0);  // 3 blocks
+  const auto ha = hash_blocks(a, kB, 1);
+  bm.release(prefill(bm, a, 1));
+  MatchResult m = bm.match(1, ha, a);
+  REQUIRE(m.n_ready() == 3);
+  CHECK(bm.pin(m.block_ids).ok());
+  const std::vector<int32_t> prefix(m.block_ids.begin(), m.block_ids.begin() + 2);
+  CHECK_FALSE(bm.unpin(prefix).ok());  // block 2 would be pinned under an unpinned parent
+  CHECK(bm.meta(prefix[0]).pinned == 1);
+  // Pinned again through the prefix, the prefix may be unpinned once.
+  CHECK(bm.pin(prefix).ok());
+  CHECK(bm.unpin(prefix).ok());
+  CHECK_FALSE(bm.unpin(prefix).ok());
+  // Evicting everything else never meets a pinned block under an unpinned one.
+  CHECK_FALSE(bm.can_allocate(2));
+  bm.release(bm.allocate(1));
+  CHECK(bm.check_invariants().ok());
+  CHECK(bm.unpin(m.block_ids).ok());
+  CHECK(bm.can_allocate(4));
+}
+
 TEST_CASE("clear drops unreferenced cached blocks and keeps referenced ones") {
   BlockManager bm = make_manager(8);
   const auto a = seq_tokens(8, 0);
