@@ -193,6 +193,9 @@ Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
     if (!tiers.ok()) return Status::error("cannot open the cache tiers: " + tiers.message());
     s->tiers = std::move(tiers.value());
     eo.deployment_secret = s->tiers->deployment_secret();
+    // Fault in the first host-tier records while the daemon is idle, so that
+    // the first cold prompts' write-through does not page-fault on the engine thread.
+    s->tiers->prefault_async(std::min<uint64_t>(o.host_cache_bytes(), 256ull << 20));
     log_line(o, LogLevel::kInfo,
              "cache tiers: host " + std::to_string(o.host_cache_bytes() >> 20) + " MiB, disk " +
                  (o.disk_cache_dir.empty()

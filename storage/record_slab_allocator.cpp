@@ -60,7 +60,7 @@ size_t RecordSlabAllocator::reserved_bytes() const {
   return n;
 }
 
-bool RecordSlabAllocator::add_slab() {
+bool RecordSlabAllocator::make_slab(Slab* out) {
   Slab s{nullptr, slab_bytes_, use_mmap_};
   if (use_mmap_) {
     // Over-allocate by a huge page so the slab can start on a 2 MiB boundary.
@@ -74,16 +74,47 @@ bool RecordSlabAllocator::add_slab() {
     if (tail > 0) munmap(reinterpret_cast<void*>(aligned + slab_bytes_), tail);
     s.base = reinterpret_cast<void*>(aligned);
     madvise(s.base, slab_bytes_, MADV_HUGEPAGE);  // advice only: fine if refused
+#ifdef MADV_POPULATE_WRITE
+    // Fault the whole slab in with one call (Linux 5.14+; advice only).
+    madvise(s.base, slab_bytes_, MADV_POPULATE_WRITE);
+#endif
   } else {
     s.base = upstream_.alloc(slab_bytes_, upstream_.ctx);
     if (s.base == nullptr) return false;
   }
+  *out = s;
+  return true;
+}
+
+void RecordSlabAllocator::adopt(const Slab& s) {
   slabs_.push_back(s);
   auto* base = static_cast<uint8_t*>(s.base);
   for (size_t off = slab_bytes_; off >= slot_bytes_; off -= slot_bytes_) {
     free_slots_.push_back(base + off - slot_bytes_);  // popped lowest address first
   }
+}
+
+bool RecordSlabAllocator::add_slab() {
+  Slab s;
+  if (!make_slab(&s)) return false;
+  adopt(s);
   return true;
+}
+
+void RecordSlabAllocator::reserve(size_t n_bytes, const std::atomic<bool>* stop) {
+  for (;;) {
+    if (stop != nullptr && stop->load()) return;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      size_t reserved = 0;
+      for (const Slab& s : slabs_) reserved += s.n_bytes;
+      if (reserved >= n_bytes) return;
+    }
+    Slab s;
+    if (!make_slab(&s)) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    adopt(s);
+  }
 }
 
 void* RecordSlabAllocator::alloc(size_t n_bytes) {

@@ -4,6 +4,7 @@
 // the first fill touches 2 MiB huge pages (MADV_HUGEPAGE) instead of 4 KiB ones.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <mutex>
 #include <vector>
@@ -31,6 +32,10 @@ class RecordSlabAllocator {
 
   // A HostAllocator whose ctx is this object.
   HostAllocator allocator();
+  // Adds slabs until at least `n_bytes` are reserved, faulting their pages in
+  // now (on the caller's thread, e.g. a background one) so that later
+  // records never page-fault. Stops early when `stop` becomes true.
+  void reserve(size_t n_bytes, const std::atomic<bool>* stop = nullptr);
 
   size_t slot_bytes() const { return slot_bytes_; }
   size_t reserved_bytes() const;  // bytes of all slabs
@@ -39,6 +44,9 @@ class RecordSlabAllocator {
   void* alloc(size_t n_bytes);
   void free(void* ptr, size_t n_bytes);
   bool add_slab();  // under mu_
+  struct Slab;
+  bool make_slab(Slab* out);  // maps (or gets from upstream) and faults in one slab; no lock
+  void adopt(const Slab& slab);  // under mu_: keeps the slab, frees its slots
 
   struct Slab {
     void* base;

@@ -4,10 +4,12 @@
 // waiting request never queues behind writes and writes yield to prefill.
 #include "storage/tier_manager.h"
 
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <random>
@@ -72,6 +74,7 @@ Result<std::unique_ptr<TierManager>> TierManager::create(const TierManagerOption
 }
 
 TierManager::~TierManager() {
+  stop_prefault_.store(true);
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
@@ -193,18 +196,42 @@ void TierManager::set_completion_notifier(std::function<void()> notifier) {
   notifier_ = std::move(notifier);
 }
 
+void TierManager::prefault_async(uint64_t n_bytes) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    prefault_bytes_ = std::max(prefault_bytes_, n_bytes);
+  }
+  work_cv_.notify_all();
+}
+
 void TierManager::io_loop(IoRole role) {
   if (role == IoRole::kOffload) {
-    // Linux: a thread's nice value is its own. Best effort; a refusal is harmless.
-    (void)setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 10);
+    // Disk writes run only on otherwise idle CPU time (SCHED_IDLE; Linux
+    // schedules threads individually), so write-through never competes with
+    // prefill. Under constant load the queue fills and writes are dropped
+    // (counted), which a cache may do. Best effort: a refusal is harmless.
+    sched_param param{};
+    if (sched_setscheduler(static_cast<pid_t>(syscall(SYS_gettid)), SCHED_IDLE, &param) != 0) {
+      (void)setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 19);
+    }
   }
   const bool onboards = role != IoRole::kOffload;
   const bool offloads = role != IoRole::kOnboard;
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     work_cv_.wait(lock, [&] {
-      return stopping_ || (onboards && !onboard_queue_.empty()) || (offloads && !offload_queue_.empty());
+      return stopping_ || (onboards && !onboard_queue_.empty()) ||
+             (offloads && (!offload_queue_.empty() || prefault_bytes_ > 0));
     });
+    if (offloads && prefault_bytes_ > 0 && !stopping_) {
+      const uint64_t n = prefault_bytes_;
+      prefault_bytes_ = 0;
+      lock.unlock();
+      slabs_->reserve(n, &stop_prefault_);
+      lock.lock();
+      continue;
+    }
+    prefault_bytes_ = stopping_ ? 0 : prefault_bytes_;
     const bool onboard_ready = onboards && !onboard_queue_.empty();
     const bool offload_ready = offloads && !offload_queue_.empty();
     if (!onboard_ready && !offload_ready) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -156,7 +157,14 @@ class TierManager {
   // the engine loop. Set before the first request_onboard().
   void set_completion_notifier(std::function<void()> notifier);
 
-  // Blocks until no job is queued or running.
+  // Faults in up to `n_bytes` of record memory on the low-priority I/O
+  // thread, so the first records written later (write-through of a cold
+  // prompt) do not page-fault on the engine thread. Returns at once.
+  void prefault_async(uint64_t n_bytes);
+  // Bytes of record memory reserved so far (slabs).
+  uint64_t reserved_record_bytes() const { return slabs_->reserved_bytes(); }
+
+  // Blocks until no job is queued or running (a prefault is not waited for).
   void wait_idle();
   // Drops queued disk writes, waits for running ones, empties both tiers.
   Status clear();
@@ -204,6 +212,8 @@ class TierManager {
   uint64_t pending_offload_bytes_ = 0;
   int32_t active_jobs_ = 0;
   bool stopping_ = false;
+  uint64_t prefault_bytes_ = 0;             // requested by prefault_async, taken by the offload thread
+  std::atomic<bool> stop_prefault_{false};  // set on destruction
   TierManagerStats counters_;  // offload/onboard counters only
 
   std::mutex completions_mu_;
