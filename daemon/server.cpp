@@ -154,7 +154,6 @@ Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
   eo.max_batch_tokens = o.max_batch_tokens;
   eo.max_running = o.max_concurrent_requests;
   eo.max_pinned_blocks = o.max_pinned_blocks;
-  eo.write_through = o.write_policy == "write-through";
   eo.restore_mode = o.restore_policy == "always"  ? EngineOptions::RestoreMode::kAlways
                     : o.restore_policy == "never" ? EngineOptions::RestoreMode::kNever
                                                   : EngineOptions::RestoreMode::kAuto;
@@ -169,11 +168,7 @@ Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
   if (o.host_cache_gb > 0 || !o.disk_cache_dir.empty()) {
     TierManagerOptions to;
     to.model_fingerprint = Hash128{fingerprint->lo, fingerprint->hi};
-    to.geometry.block_size = eo.block_size;
-    to.geometry.n_layers = cfg.n_layers;
-    to.geometry.n_kv_heads = cfg.n_kv_heads;
-    to.geometry.head_dim = cfg.head_dim;
-    to.geometry.dtype_code = static_cast<uint8_t>(eo.kv_dtype);
+    to.geometry = eo.record_geometry(cfg);
     to.host_capacity_bytes = o.host_cache_bytes();
     // Record memory from the backend: pinned when the pool is on a GPU.
     to.allocator.ctx = s->backend.get();

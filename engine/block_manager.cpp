@@ -114,8 +114,10 @@ void BlockManager::acquire(std::span<const int32_t> block_ids) {
   }
 }
 
-bool BlockManager::can_allocate(int32_t n) const {
-  return n >= 0 && static_cast<int64_t>(free_list_.size()) + lru_size_ >= n;
+bool BlockManager::can_allocate(int32_t n) const { return n >= 0 && n <= n_allocatable(); }
+
+int32_t BlockManager::n_allocatable() const {
+  return static_cast<int32_t>(free_list_.size()) + lru_size_;
 }
 
 std::vector<int32_t> BlockManager::allocate(int32_t n) {

@@ -133,6 +133,8 @@ class BlockManager {
   void acquire(std::span<const int32_t> block_ids);
   // True when n blocks can be allocated now (free + evictable cached).
   bool can_allocate(int32_t n) const;
+  // Blocks an allocation can get now: free plus evictable (cached, unpinned).
+  int32_t n_allocatable() const;
   // Returns n private blocks (ref 1): free blocks first, then cached blocks
   // evicted from the LRU tail (on_evict is called for each, and for any
   // cached descendants dropped with it). Requires can_allocate(n).

@@ -25,6 +25,10 @@
 
 namespace prefixd {
 
+// Record dtype codes are the DType values (storage does not include kernels/).
+static_assert(static_cast<uint8_t>(DType::F32) == kKvDtypeF32 && static_cast<uint8_t>(DType::F16) == kKvDtypeF16 &&
+              static_cast<uint8_t>(DType::BF16) == kKvDtypeBF16);
+
 const char* finish_reason_name(FinishReason r) {
   switch (r) {
     case FinishReason::kNone: return "none";
@@ -42,12 +46,7 @@ Status EngineOptions::validate(const ModelConfig& model) const {
   }
   if (max_batch_tokens < 1) return Status::error("max batch tokens must be >= 1");
   if (max_running < 1) return Status::error("max running sequences must be >= 1");
-  KvGeometry g;
-  g.n_layers = model.n_layers;
-  g.block_size = block_size;
-  g.n_kv_heads = model.n_kv_heads;
-  g.head_dim = model.head_dim;
-  g.dtype = kv_dtype;
+  const KvGeometry g = pool_geometry(model);
   const size_t n_blocks = kv_pool_bytes / g.block_bytes();
   if (n_blocks < 2) {
     return Status::error("KV pool of " + std::to_string(kv_pool_bytes) + " bytes holds " +
@@ -55,6 +54,27 @@ Status EngineOptions::validate(const ModelConfig& model) const {
                          " bytes; at least 2 are needed");
   }
   return Status();
+}
+
+KvGeometry EngineOptions::pool_geometry(const ModelConfig& model) const {
+  KvGeometry g;
+  g.n_layers = model.n_layers;
+  g.block_size = block_size;
+  g.n_kv_heads = model.n_kv_heads;
+  g.head_dim = model.head_dim;
+  g.dtype = kv_dtype;
+  g.n_blocks = static_cast<int32_t>(std::min<size_t>(kv_pool_bytes / g.block_bytes(), 1u << 30));
+  return g;
+}
+
+BlockGeometry EngineOptions::record_geometry(const ModelConfig& model) const {
+  BlockGeometry g;
+  g.block_size = block_size;
+  g.n_layers = model.n_layers;
+  g.n_kv_heads = model.n_kv_heads;
+  g.head_dim = model.head_dim;
+  g.dtype_code = static_cast<uint8_t>(kv_dtype);  // the same codes (storage/block_record.h)
+  return g;
 }
 
 namespace {
@@ -364,7 +384,6 @@ class Engine::Impl {
       std::vector<int32_t> reserved = blocks_.allocate(n_below);
       s.block_table.insert(s.block_table.end(), reserved.begin(), reserved.end());
       s.n_device_matched = k;
-      s.n_onboarding = n_below;
       s.adm_host_tokens = n_host * B;
       s.adm_disk_tokens = n_disk * B;
       s.state = SeqState::kLoading;
@@ -513,7 +532,7 @@ class Engine::Impl {
       }
       if (need > 0 && !blocks_.can_allocate(need)) {
         // Shrink the chunk to the blocks we can get.
-        const int32_t avail = n_allocatable();
+        const int32_t avail = blocks_.n_allocatable();
         n = std::min(n, (static_cast<int32_t>(s->block_table.size()) + avail) * B - s->n_computed);
         if (n <= 0) {
           // Alone in the engine and still short: the pool (less its pins) is
@@ -552,16 +571,6 @@ class Engine::Impl {
   }
 
   std::vector<int32_t> allocate_blocks(int32_t n) { return blocks_.allocate(n); }
-
-  // Largest n with can_allocate(n).
-  int32_t n_allocatable() const {
-    int32_t lo = 0, hi = pool_.geom.n_blocks;
-    while (lo < hi) {
-      int32_t mid = (lo + hi + 1) / 2;
-      if (blocks_.can_allocate(mid)) lo = mid; else hi = mid - 1;
-    }
-    return lo;
-  }
 
   // The preemption victim for `s`: the newest running sequence admitted after
   // it that is not already in this pass's plan (its K/V writes are batched
@@ -609,9 +618,7 @@ class Engine::Impl {
     Sequence& s = *p.seq;
     if (s.state != SeqState::kRunning) return;
     s.n_computed += p.n_tokens;
-    if (p.is_decode) {
-      counters_.generated_tokens += 0;  // counted when sampled
-    } else {
+    if (!p.is_decode) {  // decode tokens are counted when sampled
       s.usage.prefill_tokens += p.n_tokens;
       counters_.prefill_tokens += p.n_tokens;
     }
@@ -794,14 +801,11 @@ Result<std::unique_ptr<Engine>> Engine::create(const Model& model, const Tokeniz
                                                TierManager* tiers, const EngineOptions& options) {
   if (Status s = options.validate(model.config()); !s.ok()) return s;
   const ModelConfig& c = model.config();
-  KvGeometry g;
-  g.n_layers = c.n_layers;
-  g.block_size = options.block_size;
-  g.n_kv_heads = c.n_kv_heads;
-  g.head_dim = c.head_dim;
-  g.dtype = options.kv_dtype;
-  g.n_blocks = static_cast<int32_t>(std::min<size_t>(options.kv_pool_bytes / g.block_bytes(), 1u << 30));
-  Result<KvPool> pool = model.backend().allocate_kv_pool(g);
+  if (tiers != nullptr && !(tiers->geometry() == options.record_geometry(c))) {
+    return Status::error("the tiers' record geometry differs from the KV pool's (block size, layers, "
+                         "KV heads, head dim or KV dtype): their records would not fit its blocks");
+  }
+  Result<KvPool> pool = model.backend().allocate_kv_pool(options.pool_geometry(c));
   if (!pool.ok()) return pool.status();
   return std::unique_ptr<Engine>(new Engine(std::make_unique<Impl>(model, tokenizer, tiers, options, *pool)));
 }

@@ -17,6 +17,7 @@
 #include "engine/model.h"
 #include "engine/request.h"
 #include "kernels/backend.h"
+#include "storage/block_record.h"
 
 namespace prefixd {
 
@@ -33,7 +34,6 @@ struct EngineOptions {
   std::array<uint8_t, 16> deployment_secret{};  // part of every namespace seed
   uint64_t model_fingerprint_lo = 0;     // model fingerprint, part of every namespace seed
   uint64_t model_fingerprint_hi = 0;
-  bool write_through = true;             // queue every published block to the tiers (when present)
   // Chains found below the device: kAuto restores when the estimated restore
   // time beats recomputing (RestorePolicy); kAlways / kNever force a path.
   enum class RestoreMode : uint8_t { kAuto, kAlways, kNever } restore_mode = RestoreMode::kAuto;
@@ -43,6 +43,10 @@ struct EngineOptions {
   bool check_invariants_each_step = false;
 
   Status validate(const ModelConfig& model) const;
+  // The device pool's geometry for `model` (n_blocks from kv_pool_bytes).
+  KvGeometry pool_geometry(const ModelConfig& model) const;
+  // The geometry of the tier records of that pool (TierManagerOptions::geometry).
+  BlockGeometry record_geometry(const ModelConfig& model) const;
 };
 
 // Figures for /v1/cache/stats and /metrics (a consistent snapshot).

@@ -58,12 +58,7 @@ struct Sequence {
   int32_t adm_disk_tokens = 0;         // restored from disk at this admission
   const char* adm_restore_path = "none";
   int32_t n_device_matched = 0;        // kLoading: blocks matched in the pool
-  int32_t n_onboarding = 0;            // kLoading: blocks reserved for the tiers to fill
   Clock::time_point t_submit{}, t_admit{}, t_loading_start{}, t_first_token{};
-
-  int32_t n_blocks_needed(int32_t n_tokens, int32_t block_size) const {
-    return (n_tokens + block_size - 1) / block_size;
-  }
 };
 
 }  // namespace prefixd

@@ -231,7 +231,6 @@ void TierManager::io_loop(IoRole role) {
       lock.lock();
       continue;
     }
-    prefault_bytes_ = stopping_ ? 0 : prefault_bytes_;
     const bool onboard_ready = onboards && !onboard_queue_.empty();
     const bool offload_ready = offloads && !offload_queue_.empty();
     if (!onboard_ready && !offload_ready) {

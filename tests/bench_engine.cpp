@@ -213,11 +213,7 @@ int main(int argc, char** argv) {
     std::filesystem::remove_all(tier_dir);
     auto make_tiers = [&]() {
       TierManagerOptions to;
-      to.geometry.block_size = opts.block_size;
-      to.geometry.n_layers = c.n_layers;
-      to.geometry.n_kv_heads = c.n_kv_heads;
-      to.geometry.head_dim = c.head_dim;
-      to.geometry.dtype_code = static_cast<uint8_t>(kv);
+      to.geometry = opts.record_geometry(c);
       to.host_capacity_bytes = 4ull << 30;
       DiskTierOptions d;
       d.path = tier_dir;

@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -133,6 +134,17 @@ class DaemonProcess {
   int stdout_fd_ = -1;
   int port_ = 0;
 };
+
+// The value of one sample of the /metrics exposition ("name" or
+// "name{labels}"); -1 when absent.
+inline double metric(const std::string& text, const std::string& sample) {
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(sample + " ", 0) == 0) return std::stod(line.substr(sample.size() + 1));
+  }
+  return -1;
+}
 
 struct HttpAnswer {
   int status = 0;       // 0 = transport error

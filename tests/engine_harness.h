@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "engine/engine.h"
 #include "engine/tokenizer.h"
 #include "tests/golden.h"
+#include "tests/temp_dir.h"
 
 namespace prefixd::testing {
 
@@ -67,6 +69,32 @@ struct EngineUnderTest {
 
   Collected run(Request r) { return collect(engine->submit(std::move(r))); }
 };
+
+// The golden case with the most prompt ids.
+inline const GoldenCase& longest_case(const GoldenModel& g) {
+  const GoldenCase* best = &g.cases[0];
+  for (const GoldenCase& c : g.cases) {
+    if (c.ids.size() > best->ids.size()) best = &c;
+  }
+  return *best;
+}
+
+inline ModelConfig model_config_of(const std::string& model_path) {
+  return load_model_config(*GgufFile::open(model_path).value()).value();
+}
+
+// Engine options with an F32 KV cache (bit-stable outputs) of 16-token blocks.
+inline EngineOptions f32_engine_options(size_t pool_bytes = 64ull << 20) {
+  EngineOptions o;
+  o.kv_dtype = DType::F32;
+  o.kv_pool_bytes = pool_bytes;
+  return o;
+}
+
+// Bytes of one pool block of `model_path` under f32_engine_options().
+inline size_t f32_block_bytes(const std::string& model_path) {
+  return f32_engine_options().pool_geometry(model_config_of(model_path)).block_bytes();
+}
 
 inline Request greedy_request(std::vector<int32_t> prompt, int32_t max_tokens) {
   Request r;

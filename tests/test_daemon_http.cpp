@@ -47,17 +47,6 @@ std::vector<std::string> demo_args(std::vector<std::string> extra = {}) {
   return a;
 }
 
-// The value of one sample of the /metrics exposition ("name" or
-// "name{labels}"); -1 when absent.
-double metric(const std::string& text, const std::string& sample) {
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(sample + " ", 0) == 0) return std::stod(line.substr(sample.size() + 1));
-  }
-  return -1;
-}
-
 std::string metrics_text(httplib::Client& c) {
   auto r = c.Get("/metrics");
   REQUIRE(r);

@@ -13,22 +13,12 @@
 
 #include "tests/daemon_process.h"
 #include "tests/golden.h"
+#include "tests/temp_dir.h"
 
 using nlohmann::json;
 using namespace prefixd::testing;
 
 namespace {
-
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/prefixd_daemon_tiers_XXXXXX";
-    const char* p = mkdtemp(tmpl);
-    REQUIRE(p != nullptr);
-    path = p;
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-};
 
 std::unique_ptr<DaemonProcess> start_or_fail(const std::vector<std::string>& args) {
   REQUIRE_MESSAGE(std::filesystem::exists(prefixd_binary()),
@@ -71,15 +61,6 @@ bool wait_disk_blocks(httplib::Client& c, int64_t n_blocks) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return false;
-}
-
-double metric(const std::string& text, const std::string& sample) {
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(sample + " ", 0) == 0) return std::stod(line.substr(sample.size() + 1));
-  }
-  return -1;
 }
 
 }  // namespace

@@ -14,20 +14,9 @@ using namespace prefixd::testing;
 namespace {
 
 EngineOptions f32_options(int32_t block_size = 16) {
-  EngineOptions o;
-  o.kv_dtype = DType::F32;
+  EngineOptions o = f32_engine_options();
   o.block_size = block_size;
-  o.kv_pool_bytes = 64ull << 20;
   return o;
-}
-
-// A long prompt for a model: the golden case with the most ids.
-const GoldenCase& longest_case(const GoldenModel& g) {
-  const GoldenCase* best = &g.cases[0];
-  for (const GoldenCase& c : g.cases) {
-    if (c.ids.size() > best->ids.size()) best = &c;
-  }
-  return *best;
 }
 
 }  // namespace
@@ -213,12 +202,7 @@ TEST_CASE("a pool too small for all requests preempts and still completes correc
     for (int i = 0; i < 4; ++i) refs.push_back(big.run(greedy_request(prompt_for(i), 24)).ids);
   }
   // Each request needs 14 blocks; the pool holds 30, so 4 at once must preempt.
-  EngineOptions small = f32_options();
-  auto file = GgufFile::open(g.model_file).value();
-  const ModelConfig mc = load_model_config(*file).value();
-  const size_t block_bytes = size_t(2) * mc.n_layers * 16 * mc.n_kv_heads * mc.head_dim * 4;
-  small.kv_pool_bytes = block_bytes * 30;
-  EngineUnderTest e(g.model_file, small);
+  EngineUnderTest e(g.model_file, f32_engine_options(f32_block_bytes(g.model_file) * 30));
   std::vector<std::shared_ptr<RequestChannel>> chs;
   for (int i = 0; i < 4; ++i) chs.push_back(e.engine->submit(greedy_request(prompt_for(i), 24)));
   for (int i = 0; i < 4; ++i) {

@@ -18,17 +18,6 @@ using namespace prefixd::testing;
 
 namespace {
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/prefixd_engine_stress_XXXXXX";
-    const char* p = mkdtemp(tmpl);
-    REQUIRE(p != nullptr);
-    path = p;
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-};
-
 // Prompts that share prefixes: 4 "system prompts" of 20..100 tokens, each
 // followed by one of 6 questions of 1..40 tokens.
 std::vector<std::vector<int32_t>> make_prompts(uint32_t seed) {
@@ -52,12 +41,6 @@ std::vector<std::vector<int32_t>> make_prompts(uint32_t seed) {
   return out;
 }
 
-size_t block_bytes_f32(const std::string& model_file) {
-  auto file = GgufFile::open(model_file).value();
-  const ModelConfig mc = load_model_config(*file).value();
-  return size_t(2) * mc.n_layers * 16 * mc.n_kv_heads * mc.head_dim * 4;
-}
-
 void run_stress(TierManager* tiers, uint32_t seed, int n_rounds) {
   GoldenModel g = load_golden("stories260K", 1e-3f);
   const std::vector<std::vector<int32_t>> prompts = make_prompts(seed);
@@ -66,19 +49,15 @@ void run_stress(TierManager* tiers, uint32_t seed, int n_rounds) {
   // References: one request at a time on a large pool, nothing shared.
   std::vector<std::vector<int32_t>> reference;
   {
-    EngineOptions big;
-    big.kv_dtype = DType::F32;
-    big.kv_pool_bytes = 64ull << 20;
-    EngineUnderTest e(g.model_file, big);
+    EngineUnderTest e(g.model_file, f32_engine_options());
     for (const auto& p : prompts) {
       e.engine->clear_cache();
       reference.push_back(e.run(greedy_request(p, n_out)).ids);
     }
   }
 
-  EngineOptions small;
-  small.kv_dtype = DType::F32;
-  small.kv_pool_bytes = block_bytes_f32(g.model_file) * 24;  // 384 tokens: far less than the working set
+  // 24 blocks (384 tokens): far less than the working set.
+  EngineOptions small = f32_engine_options(f32_block_bytes(g.model_file) * 24);
   small.max_batch_tokens = 64;
   small.max_pinned_blocks = 4;
   small.check_invariants_each_step = true;
@@ -152,15 +131,9 @@ TEST_CASE("randomized submits, cancels, pins and clears keep the engine's invari
 TEST_CASE("the same with host and disk tiers below a small pool") {
   TempDir dir;
   GoldenModel g = load_golden("stories260K", 1e-3f);
-  auto file = GgufFile::open(g.model_file).value();
-  const ModelConfig mc = load_model_config(*file).value();
   TierManagerOptions o;
-  o.geometry.block_size = 16;
-  o.geometry.n_layers = mc.n_layers;
-  o.geometry.n_kv_heads = mc.n_kv_heads;
-  o.geometry.head_dim = mc.head_dim;
-  o.geometry.dtype_code = kKvDtypeF32;
-  o.host_capacity_bytes = block_bytes_f32(g.model_file) * 40;  // small: host evicts to disk too
+  o.geometry = f32_engine_options().record_geometry(model_config_of(g.model_file));
+  o.host_capacity_bytes = f32_block_bytes(g.model_file) * 40;  // small: host evicts to disk too
   DiskTierOptions d;
   d.path = dir.path;
   d.capacity_bytes = 64ull << 20;

@@ -17,23 +17,10 @@ using namespace prefixd::testing;
 
 namespace {
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/prefixd_engine_tiers_XXXXXX";
-    const char* p = mkdtemp(tmpl);
-    REQUIRE(p != nullptr);
-    path = p;
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-};
-
 const Hash128 kFingerprint{0x1234, 0x5678};
 
 EngineOptions engine_options(const TierManager& tm, size_t pool_bytes = 64ull << 20) {
-  EngineOptions o;
-  o.kv_dtype = DType::F32;
-  o.kv_pool_bytes = pool_bytes;
+  EngineOptions o = f32_engine_options(pool_bytes);
   o.model_fingerprint_lo = kFingerprint.lo;
   o.model_fingerprint_hi = kFingerprint.hi;
   o.deployment_secret = tm.deployment_secret();
@@ -43,15 +30,9 @@ EngineOptions engine_options(const TierManager& tm, size_t pool_bytes = 64ull <<
 
 std::unique_ptr<TierManager> make_tiers(const std::string& model_file, const std::string* disk_dir,
                                         WritePolicy policy, uint64_t host_bytes = 256ull << 20) {
-  auto file = GgufFile::open(model_file).value();
-  const ModelConfig mc = load_model_config(*file).value();
   TierManagerOptions o;
   o.model_fingerprint = kFingerprint;
-  o.geometry.block_size = 16;
-  o.geometry.n_layers = mc.n_layers;
-  o.geometry.n_kv_heads = mc.n_kv_heads;
-  o.geometry.head_dim = mc.head_dim;
-  o.geometry.dtype_code = kKvDtypeF32;
+  o.geometry = f32_engine_options().record_geometry(model_config_of(model_file));
   o.host_capacity_bytes = host_bytes;
   o.write_policy = policy;
   if (disk_dir != nullptr) {
@@ -63,14 +44,6 @@ std::unique_ptr<TierManager> make_tiers(const std::string& model_file, const std
   auto tm = TierManager::create(o);
   REQUIRE_MESSAGE(tm.ok(), tm.message());
   return std::move(tm).value();
-}
-
-const GoldenCase& longest_case(const GoldenModel& g) {
-  const GoldenCase* best = &g.cases[0];
-  for (const GoldenCase& c : g.cases) {
-    if (c.ids.size() > best->ids.size()) best = &c;
-  }
-  return *best;
 }
 
 double worst_logit_diff(const Collected& a, const Collected& b, int32_t n_vocab) {
@@ -143,9 +116,7 @@ TEST_CASE("a pool too small for the working set evicts to host and restores from
   GoldenModel g = load_golden("rand-mqa-f16", 2e-2f);
   const GoldenCase& c = longest_case(g);
   auto tiers = make_tiers(g.model_file, nullptr, WritePolicy::kEvictOnly);
-  auto file = GgufFile::open(g.model_file).value();
-  const ModelConfig mc = load_model_config(*file).value();
-  const size_t block_bytes = size_t(2) * mc.n_layers * 16 * mc.n_kv_heads * mc.head_dim * 4;
+  const size_t block_bytes = f32_block_bytes(g.model_file);
   // 20 blocks: each 160-token prompt needs 11, so the second evicts the first.
   EngineUnderTest e(g.model_file, engine_options(*tiers, block_bytes * 20), tiers.get());
   std::vector<int32_t> a(c.ids.begin(), c.ids.begin() + 160);
@@ -251,4 +222,22 @@ TEST_CASE("restore_mode never recomputes and says so; another fingerprint finds 
     CHECK(r.ids == cold.ids);
     CHECK(e.engine->lookup(c.ids, "").cached_tokens() > 0);  // its own blocks are now cached
   }
+}
+
+TEST_CASE("an engine refuses tiers whose record geometry differs from its pool") {
+  GoldenModel g = load_golden("stories260K", 1e-3f);
+  auto tiers = make_tiers(g.model_file, nullptr, WritePolicy::kWriteThrough);  // F32 records, 16-token blocks
+  auto file = GgufFile::open(g.model_file).value();
+  auto backend = make_cpu_backend(1);
+  auto model = Model::load(file, *backend).value();
+  EngineOptions o = engine_options(*tiers);
+  o.kv_dtype = DType::F16;
+  auto e = Engine::create(*model, nullptr, tiers.get(), o);
+  REQUIRE_FALSE(e.ok());
+  CHECK(e.message().find("record geometry") != std::string::npos);
+  o.kv_dtype = DType::F32;
+  o.block_size = 32;
+  CHECK_FALSE(Engine::create(*model, nullptr, tiers.get(), o).ok());
+  o.block_size = 16;
+  CHECK(Engine::create(*model, nullptr, tiers.get(), o).ok());
 }
