@@ -10,6 +10,7 @@ set -euo pipefail
 build_dir=$(cd "${1:?usage: test_prometheus_hit_ratio.sh BUILD_DIR}" && pwd)
 root=$(cd "$(dirname "$0")/../.." && pwd)
 grafana_json="$root/ops/grafana/prefixd-dashboard.json"
+source "$(dirname "$0")/lib/prefixd_test.sh"
 
 for tool in prometheus curl python3; do
   if ! command -v "$tool" >/dev/null 2>&1; then
@@ -21,17 +22,13 @@ done
 [[ -f "$grafana_json" ]] || { echo "missing $grafana_json"; exit 1; }
 
 work=$(mktemp -d)
-daemon_pid=""
 prom_pid=""
 cleanup() {
   if [[ -n "$prom_pid" ]] && kill -0 "$prom_pid" 2>/dev/null; then
     kill -TERM "$prom_pid" 2>/dev/null || true
     wait "$prom_pid" 2>/dev/null || true
   fi
-  if [[ -n "$daemon_pid" ]] && kill -0 "$daemon_pid" 2>/dev/null; then
-    kill -KILL "$daemon_pid" 2>/dev/null || true
-    wait "$daemon_pid" 2>/dev/null || true
-  fi
+  kill_prefixd
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -41,17 +38,8 @@ json_get() {  # json_get PYTHON_EXPR: evaluates it with `d` = the JSON on stdin
 }
 
 # --- the daemon ---------------------------------------------------------------
-"$build_dir/prefixd" --model demo --port 0 --threads 1 --cache-dir "$build_dir/test-cache" \
-  >"$work/daemon.out" 2>"$work/daemon.err" &
-daemon_pid=$!
-port=""
-for _ in $(seq 1 1200); do
-  port=$(sed -n 's/.*listening on http:\/\/[^:]*:\([0-9]*\).*/\1/p' "$work/daemon.out" | head -n1)
-  [[ -n "$port" ]] && break
-  kill -0 "$daemon_pid" 2>/dev/null || { echo "prefixd exited:"; cat "$work/daemon.err"; exit 1; }
-  sleep 0.1
-done
-[[ -n "$port" ]] || { echo "prefixd did not start"; cat "$work/daemon.err"; exit 1; }
+start_prefixd "$build_dir" "$work/daemon" --model demo --threads 1 --cache-dir "$build_dir/test-cache"
+port=$PREFIXD_PORT
 url="http://127.0.0.1:$port"
 
 # --- prometheus ---------------------------------------------------------------
@@ -165,9 +153,5 @@ for panel in dash["panels"]:
 print("all dashboard expressions evaluate")
 PY
 
-kill -TERM "$daemon_pid"
-rc=0
-wait "$daemon_pid" || rc=$?
-daemon_pid=""
-[[ $rc -eq 0 ]] || { echo "prefixd exited with $rc after SIGTERM"; exit 1; }
+stop_prefixd "$work/daemon"
 echo "ok"

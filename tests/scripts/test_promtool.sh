@@ -7,6 +7,7 @@ set -euo pipefail
 build_dir=$(cd "${1:?usage: test_promtool.sh BUILD_DIR}" && pwd)
 root=$(cd "$(dirname "$0")/../.." && pwd)
 model="$root/../shared/models/stories260K.gguf"
+source "$(dirname "$0")/lib/prefixd_test.sh"
 
 if ! command -v promtool >/dev/null 2>&1; then
   echo "promtool not found (install the Debian package prometheus); skipping"
@@ -20,23 +21,14 @@ fi
 [[ -f "$model" ]] || { echo "missing $model"; exit 1; }
 
 work=$(mktemp -d)
-pid=""
 cleanup() {
-  if [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid" 2>/dev/null || true; fi
+  kill_prefixd
   rm -rf "$work"
 }
 trap cleanup EXIT
 
-"$build_dir/prefixd" --model "$model" --port 0 --threads 1 --cache-dir "$work/cache" >"$work/out" 2>"$work/err" &
-pid=$!
-port=""
-for _ in $(seq 1 600); do
-  port=$(sed -n 's/.*listening on http:\/\/[^:]*:\([0-9]*\).*/\1/p' "$work/out" | head -n1)
-  [[ -n "$port" ]] && break
-  kill -0 "$pid" 2>/dev/null || { echo "prefixd exited:"; cat "$work/err"; exit 1; }
-  sleep 0.1
-done
-[[ -n "$port" ]] || { echo "prefixd did not start"; cat "$work/err"; exit 1; }
+start_prefixd "$build_dir" "$work/daemon" --model "$model" --threads 1 --cache-dir "$work/cache"
+port=$PREFIXD_PORT
 url="http://127.0.0.1:$port"
 
 post() { curl -sS -o /dev/null -w '%{http_code}' -H 'Content-Type: application/json' -d "$2" "$url$1"; }
@@ -55,9 +47,5 @@ grep -q '^prefixd_generated_tokens_total 20$' "$work/metrics.txt" || { echo "exp
 echo "--- promtool check metrics"
 promtool check metrics <"$work/metrics.txt"
 
-kill -TERM "$pid"
-rc=0
-wait "$pid" || rc=$?
-pid=""
-[[ $rc -eq 0 ]] || { echo "prefixd exited with $rc after SIGTERM"; exit 1; }
+stop_prefixd "$work/daemon"
 echo "ok"

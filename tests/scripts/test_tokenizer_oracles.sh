@@ -10,15 +10,8 @@ set -euo pipefail
 build_dir="$(cd "${1:-build}" && pwd)"
 src_dir="$(pwd)"
 
-if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
-  echo "node/npm not found: skipping the tokenizer oracles"
-  exit 77
-fi
-node_major="$(node -p 'process.versions.node.split(".")[0]')"
-if [ "$node_major" -lt 20 ]; then
-  echo "node $(node --version) is older than 20: skipping the tokenizer oracles"
-  exit 77
-fi
+source "$(dirname "$0")/lib/prefixd_test.sh"
+require_node20
 for bin in test_tokenizer_spm test_tokenizer_bpe; do
   if [ ! -x "$build_dir/tests/$bin" ]; then
     echo "missing $build_dir/tests/$bin: build the tests first" >&2

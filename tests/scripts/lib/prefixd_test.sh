@@ -1,0 +1,59 @@
+# Sourced by tests/scripts/test_*.sh: the checks and the daemon start/stop
+# they share. Not a test itself (ctest runs tests/scripts/test_*.sh only).
+
+# Exits 77 (skipped) unless node and npm are present and node is 20 or newer.
+require_node20() {
+  if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+    echo "node or npm not found; skipping"
+    exit 77
+  fi
+  local major
+  major=$(node -p 'process.versions.node.split(".")[0]')
+  if ((major < 20)); then
+    echo "node $(node --version) is older than 20; skipping"
+    exit 77
+  fi
+}
+
+# start_prefixd BUILD_DIR LOG_PREFIX ARGS...: starts BUILD_DIR/prefixd --port 0
+# ARGS in the background (stdout/stderr in LOG_PREFIX.out/.err) and waits for
+# its "listening on" line. Sets PREFIXD_PID and PREFIXD_PORT; exits 1 if it
+# does not come up within 120 s.
+start_prefixd() {
+  local build_dir=$1 log=$2
+  shift 2
+  "$build_dir/prefixd" --port 0 "$@" >"$log.out" 2>"$log.err" &
+  PREFIXD_PID=$!
+  PREFIXD_PORT=""
+  for _ in $(seq 1 1200); do
+    PREFIXD_PORT=$(sed -n 's/.*listening on http:\/\/[^:]*:\([0-9]*\).*/\1/p' "$log.out" | head -n1)
+    [[ -n "$PREFIXD_PORT" ]] && return 0
+    kill -0 "$PREFIXD_PID" 2>/dev/null || { echo "prefixd exited:"; cat "$log.err"; exit 1; }
+    sleep 0.1
+  done
+  echo "prefixd did not start"
+  cat "$log.err"
+  exit 1
+}
+
+# stop_prefixd LOG_PREFIX: SIGTERM, then waits; exits 1 (printing its stderr)
+# unless the daemon exits 0. Clears PREFIXD_PID.
+stop_prefixd() {
+  local log=$1 rc=0
+  kill -TERM "$PREFIXD_PID"
+  wait "$PREFIXD_PID" || rc=$?
+  PREFIXD_PID=""
+  if ((rc != 0)); then
+    echo "prefixd exited with $rc after SIGTERM"
+    cat "$log.err"
+    exit 1
+  fi
+}
+
+# For an EXIT trap: kills the daemon if it is still running.
+kill_prefixd() {
+  if [[ -n "${PREFIXD_PID:-}" ]] && kill -0 "$PREFIXD_PID" 2>/dev/null; then
+    kill -KILL "$PREFIXD_PID" 2>/dev/null || true
+    wait "$PREFIXD_PID" 2>/dev/null || true
+  fi
+}
