@@ -32,9 +32,10 @@ HistorySample MetricsHistory::record(int64_t now_ms, const CounterSnapshot& c) {
   s.t_ms = now_ms;
   s.delta = c;  // gauges as they are; counters replaced below
   auto d = [](int64_t now, int64_t before) { return now > before ? now - before : 0; };
-  if (previous_) {
-    const CounterSnapshot& p = *previous_;
-    s.interval_ms = std::max<int64_t>(0, now_ms - previous_t_ms_);
+  // The first sample is the baseline: its counter deltas are zero.
+  {
+    const CounterSnapshot& p = previous_ ? *previous_ : c;
+    if (previous_) s.interval_ms = std::max<int64_t>(0, now_ms - previous_t_ms_);
     s.delta.prompt_tokens = d(c.prompt_tokens, p.prompt_tokens);
     s.delta.cached_tokens_device = d(c.cached_tokens_device, p.cached_tokens_device);
     s.delta.cached_tokens_host = d(c.cached_tokens_host, p.cached_tokens_host);
@@ -48,12 +49,6 @@ HistorySample MetricsHistory::record(int64_t now_ms, const CounterSnapshot& c) {
     s.delta.onboard_bytes = d(c.onboard_bytes, p.onboard_bytes);
     s.delta.offload_blocks = d(c.offload_blocks, p.offload_blocks);
     s.delta.offload_bytes = d(c.offload_bytes, p.offload_bytes);
-  } else {
-    s.delta.prompt_tokens = s.delta.cached_tokens_device = s.delta.cached_tokens_host = 0;
-    s.delta.cached_tokens_disk = s.delta.prefill_tokens = s.delta.generated_tokens = 0;
-    s.delta.evictions_device = s.delta.evictions_host = s.delta.evictions_disk = 0;
-    s.delta.onboard_blocks = s.delta.onboard_bytes = 0;
-    s.delta.offload_blocks = s.delta.offload_bytes = 0;
   }
   // Requests finished in (previous sample, now]; percentiles over the window.
   while (!observations_.empty() && observations_.front().t_ms <= now_ms - ttft_window_ms_) {
