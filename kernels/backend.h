@@ -150,8 +150,14 @@ class Backend {
   virtual void write_block(KvPool& pool, int32_t block_id, const void* host_src) = 0;
 };
 
-// Backends available in this build.
+namespace cpu {
+enum class CpuIsa : int;  // kernels/cpu/cpu_isa.h
+}
+
+// Backends available in this build. The CPU backend runs the kernels of `isa`
+// (which this CPU must support), or of the best set the CPU has.
 std::unique_ptr<Backend> make_cpu_backend(int n_threads);
+std::unique_ptr<Backend> make_cpu_backend(int n_threads, cpu::CpuIsa isa);
 #if defined(PREFIXD_HAVE_CUDA)
 Result<std::unique_ptr<Backend>> make_cuda_backend(int device);
 #endif

@@ -12,15 +12,15 @@ packages=(
   libcpp-httplib-dev       # HTTP server and client
   doctest-dev              # unit tests
   nlohmann-json3-dev       # JSON for the API and test oracles
-  libopenblas-dev          # F32 GEMM for the CPU backend
-  libdnnl-dev              # BF16 GEMM (AVX512-BF16) for the CPU backend
-  ocl-icd-opencl-dev       # dnnl-config.cmake looks for OpenCL (only a Recommends of libdnnl-dev)
   libpcre2-dev             # Unicode regex for BPE pre-tokenizers
   libcli11-dev             # command-line flags
   curl
 )
 if [[ "${PREFIXD_WITH_TEST_TOOLS:-0}" == "1" ]]; then
-  packages+=(prometheus chromium nodejs npm)
+  packages+=(prometheus chromium nodejs npm
+    qemu-user                # runs the tests as a CPU without AVX-512 (-cpu Haswell) and as aarch64
+    g++-aarch64-linux-gnu    # cross-builds the portable kernels and forward pass for aarch64
+  )
 fi
 
 missing=()

@@ -1,9 +1,10 @@
 // The CPU forward pass against llama.cpp's reference logits and greedy
 // continuations, computed whole and split at many points (the prefix cache's
 // premise: a prefix computed earlier, then the rest attending to its KV).
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
+#include "tests/cpu_isa_under_test.h"
 #include "tests/golden.h"
 
 using namespace prefixd;
@@ -18,7 +19,7 @@ struct Loaded {
 
 Loaded load(const GoldenModel& g) {
   Loaded l;
-  l.backend = make_cpu_backend(2);
+  l.backend = make_cpu_backend(2, isa_under_test());
   auto file = GgufFile::open(g.model_file);
   REQUIRE_MESSAGE(file.ok(), file.message());
   auto model = Model::load(file.value(), *l.backend);
@@ -126,7 +127,7 @@ TEST_CASE("F16 and BF16 KV caches stay within the tolerance plus 5e-2 (BF16 on s
 TEST_CASE("unsupported and malformed models are refused with a message") {
   auto file = GgufFile::open(shared_path("models/stories260K.gguf"));
   REQUIRE(file.ok());
-  std::unique_ptr<Backend> backend = make_cpu_backend(1);
+  std::unique_ptr<Backend> backend = make_cpu_backend(1, isa_under_test());
   // A truncated copy of a real model file.
   const GgufFile& f = *file.value();
   std::vector<uint8_t> bytes(f.bytes(), f.bytes() + f.size_bytes() / 2);
@@ -135,3 +136,5 @@ TEST_CASE("unsupported and malformed models are refused with a message") {
   CHECK(truncated.message().find("truncated") != std::string::npos);
   CHECK(truncated.message().find("byte offset") != std::string::npos);
 }
+
+int main(int argc, char** argv) { return prefixd::testing::run_for_cpu_isa(argc, argv); }

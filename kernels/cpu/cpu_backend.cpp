@@ -21,7 +21,7 @@ void free_aligned(void* ptr) { std::free(ptr); }
 
 CpuMatrix::~CpuMatrix() { free_aligned(packed); }
 
-CpuBackend::CpuBackend(int n_threads) : pool_(n_threads) {}
+CpuBackend::CpuBackend(int n_threads, CpuIsa isa) : k_(cpu_kernels(isa)), pool_(n_threads) {}
 
 void CpuBackend::upload(void* dst, const void* src_host, size_t n_bytes) {
   std::memcpy(dst, src_host, n_bytes);
@@ -69,7 +69,7 @@ std::unique_ptr<Matrix> CpuBackend::upload_matrix(WeightType type, int64_t rows,
     case WeightType::Q8_0: {
       float* tmp = static_cast<float*>(alloc_aligned(n * sizeof(float)));  // (rows, cols) f32
       if (type == WeightType::F16) {
-        f16_to_f32_n(static_cast<const uint16_t*>(host_data), tmp, n);
+        k_.f16_to_f32_n(static_cast<const uint16_t*>(host_data), tmp, n);
       } else {
         PREFIXD_CHECK(cols % kQ8Block == 0, "Q8_0 rows must be whole blocks");
         dequantize_q8_0(static_cast<const uint8_t*>(host_data), tmp, n);
@@ -132,35 +132,35 @@ void CpuBackend::embed(const Matrix& table, float* out) {
 
 void CpuBackend::rmsnorm(const float* x, const float* weight, float* out, int64_t n, int64_t dim,
                          float eps) {
-  cpu::rmsnorm(pool_, x, weight, out, n, dim, eps);
+  cpu::rmsnorm(k_, pool_, x, weight, out, n, dim, eps);
 }
 
 void CpuBackend::matmul(const Matrix& w, const float* x, float* y, int64_t n) {
-  cpu::matmul(pool_, static_cast<const CpuMatrix&>(w), x, y, n);
+  cpu::matmul(k_, pool_, static_cast<const CpuMatrix&>(w), x, y, n);
 }
 
 void CpuBackend::add_bias(float* y, const float* bias, int64_t n, int64_t dim) {
-  cpu::add_bias(pool_, y, bias, n, dim);
+  cpu::add_bias(k_, pool_, y, bias, n, dim);
 }
 
-void CpuBackend::add(float* y, const float* x, int64_t n) { cpu::add(pool_, y, x, n); }
+void CpuBackend::add(float* y, const float* x, int64_t n) { cpu::add(k_, pool_, y, x, n); }
 
 void CpuBackend::swiglu(const float* gate, const float* up, float* out, int64_t n) {
-  cpu::swiglu(pool_, gate, up, out, n);
+  cpu::swiglu(k_, pool_, gate, up, out, n);
 }
 
 void CpuBackend::rope(float* x, int32_t n_heads, int32_t head_dim, int32_t rope_dim, float base,
                       RopeStyle style) {
-  cpu::rope(pool_, batch_, x, n_heads, head_dim, rope_dim, base, style);
+  cpu::rope(k_, pool_, batch_, x, n_heads, head_dim, rope_dim, base, style);
 }
 
 void CpuBackend::kv_store(KvPool& pool, int32_t layer, const float* k, const float* v) {
-  cpu::kv_store(pool_, batch_, pool, layer, k, v);
+  cpu::kv_store(k_, batch_, pool, layer, k, v);
 }
 
 void CpuBackend::attention(const KvPool& pool, int32_t layer, const float* q, float* out,
                            int32_t n_heads, float scale) {
-  cpu::attention(pool_, batch_, pool, layer, q, out, n_heads, scale);
+  cpu::attention(k_, pool_, batch_, pool, layer, q, out, n_heads, scale);
 }
 
 void CpuBackend::gather_output_rows(const float* x, float* out, int64_t dim) {
@@ -214,7 +214,11 @@ void CpuBackend::write_block(KvPool& pool, int32_t block_id, const void* host_sr
 namespace prefixd {
 
 std::unique_ptr<Backend> make_cpu_backend(int n_threads) {
-  return std::make_unique<cpu::CpuBackend>(n_threads <= 0 ? 2 : n_threads);
+  return make_cpu_backend(n_threads, cpu::best_cpu_isa());
+}
+
+std::unique_ptr<Backend> make_cpu_backend(int n_threads, cpu::CpuIsa isa) {
+  return std::make_unique<cpu::CpuBackend>(n_threads <= 0 ? 2 : n_threads, isa);
 }
 
 }  // namespace prefixd

@@ -1,5 +1,6 @@
-// The CPU backend: host memory, OpenBLAS / AVX-512 matrix products, paged
-// attention and elementwise ops, parallelised on a small persistent pool.
+// The CPU backend: host memory, packed-panel matrix products, paged attention
+// and elementwise ops, parallelised on a small persistent pool. The vector
+// kernels are those of one instruction set (cpu_kernels.h), chosen at creation.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +9,8 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace prefixd::cpu {
@@ -51,39 +54,38 @@ struct CpuBatch {
 void* alloc_aligned(size_t n_bytes);
 void free_aligned(void* ptr);
 
-// convert.cpp: bulk conversions, bit-identical to the scalar ones in dtype.h
-// (f32 -> f16 NaNs become the canonical sign|0x7e00, as in f32_to_f16).
-void f16_to_f32_n(const uint16_t* src, float* dst, int64_t n);
-void f32_to_f16_n(const float* src, uint16_t* dst, int64_t n);
-void bf16_to_f32_n(const uint16_t* src, float* dst, int64_t n);
-void f32_to_bf16_n(const float* src, uint16_t* dst, int64_t n);
-
-// --- op families (one file each) -------------------------------------------
+// --- op families (one file each), on the kernels of one instruction set -------
 // gemm.cpp: y (n, w.rows) f32 = x (n, w.cols) f32 · Wᵀ.
-void matmul(ThreadPool& pool, const CpuMatrix& w, const float* x, float* y, int64_t n);
+void matmul(const CpuKernels& k, ThreadPool& pool, const CpuMatrix& w, const float* x, float* y,
+            int64_t n);
 // attention_cpu.cpp: paged causal attention over the batch (see Backend::attention).
-void attention(ThreadPool& pool, const CpuBatch& batch, const KvPool& kv, int32_t layer,
-               const float* q, float* out, int32_t n_heads, float scale);
+void attention(const CpuKernels& k, ThreadPool& pool, const CpuBatch& batch, const KvPool& kv,
+               int32_t layer, const float* q, float* out, int32_t n_heads, float scale);
 // elementwise.cpp
-void rmsnorm(ThreadPool& pool, const float* x, const float* weight, float* out, int64_t n,
-             int64_t dim, float eps);
-void add(ThreadPool& pool, float* y, const float* x, int64_t n);
-void add_bias(ThreadPool& pool, float* y, const float* bias, int64_t n, int64_t dim);
-void swiglu(ThreadPool& pool, const float* gate, const float* up, float* out, int64_t n);
-void rope(ThreadPool& pool, CpuBatch& batch, float* x, int32_t n_heads, int32_t head_dim,
-          int32_t rope_dim, float base, RopeStyle style);
+void rmsnorm(const CpuKernels& k, ThreadPool& pool, const float* x, const float* weight, float* out,
+             int64_t n, int64_t dim, float eps);
+void add(const CpuKernels& k, ThreadPool& pool, float* y, const float* x, int64_t n);
+void add_bias(const CpuKernels& k, ThreadPool& pool, float* y, const float* bias, int64_t n,
+              int64_t dim);
+void swiglu(const CpuKernels& k, ThreadPool& pool, const float* gate, const float* up, float* out,
+            int64_t n);
+void rope(const CpuKernels& k, ThreadPool& pool, CpuBatch& batch, float* x, int32_t n_heads,
+          int32_t head_dim, int32_t rope_dim, float base, RopeStyle style);
 void embed(ThreadPool& pool, const CpuBatch& batch, const CpuMatrix& table, float* out);
 // kv_cache.cpp: f32 rows -> pool dtype at the batch's slots.
-void kv_store(ThreadPool& pool, const CpuBatch& batch, KvPool& kv, int32_t layer, const float* k,
-              const float* v);
+void kv_store(const CpuKernels& k, const CpuBatch& batch, KvPool& kv, int32_t layer, const float* key,
+              const float* value);
 
 class CpuBackend : public Backend {
  public:
-  explicit CpuBackend(int n_threads);
+  // isa must be supported by this CPU (see choose_cpu_isa).
+  CpuBackend(int n_threads, CpuIsa isa);
   ~CpuBackend() override = default;
 
   std::string name() const override { return "cpu"; }
   int n_threads() const override { return pool_.n_threads(); }
+  CpuIsa isa() const { return k_.isa; }
+  const CpuKernels& kernels() const { return k_; }
 
   void* alloc(size_t n_bytes) override { return alloc_aligned(n_bytes); }
   void free(void* ptr) override { free_aligned(ptr); }
@@ -116,6 +118,7 @@ class CpuBackend : public Backend {
   void write_block(KvPool& pool, int32_t block_id, const void* host_src) override;
 
  private:
+  const CpuKernels& k_;
   ThreadPool pool_;
   CpuBatch batch_;
 };

@@ -1,12 +1,10 @@
 // Row-wise and elementwise ops: embedding lookup, RMSNorm, residual add, bias,
-// SwiGLU and RoPE, vectorised with AVX-512 around the scalar math of op_math.h.
-#include <immintrin.h>
-
+// SwiGLU and RoPE. This file splits rows across the pool; the vector work is
+// the instruction set's (generic/row_ops.h).
 #include <cmath>
 #include <cstring>
 
 #include "kernels/cpu/cpu_backend.h"
-#include "kernels/cpu/simd.h"
 #include "kernels/op_math.h"
 
 namespace prefixd::cpu {
@@ -60,67 +58,27 @@ void embed(ThreadPool& pool, const CpuBatch& batch, const CpuMatrix& table, floa
   });
 }
 
-void rmsnorm(ThreadPool& pool, const float* x, const float* weight, float* out, int64_t n,
-             int64_t dim, float eps) {
-  parallel_rows(pool, n, dim, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const float* xr = x + r * dim;
-      float* yr = out + r * dim;
-      __m512 acc = _mm512_setzero_ps();
-      for (int64_t i = 0; i < dim; i += 16) {
-        const __m512 v = _mm512_maskz_loadu_ps(simd::tail_mask(dim - i), xr + i);
-        acc = _mm512_fmadd_ps(v, v, acc);
-      }
-      const __m512 inv = _mm512_set1_ps(op::rms_inv(_mm512_reduce_add_ps(acc), dim, eps));
-      for (int64_t i = 0; i < dim; i += 16) {
-        const __mmask16 m = simd::tail_mask(dim - i);
-        const __m512 v = _mm512_maskz_loadu_ps(m, xr + i);
-        const __m512 w = _mm512_maskz_loadu_ps(m, weight + i);
-        _mm512_mask_storeu_ps(yr + i, m, _mm512_mul_ps(_mm512_mul_ps(v, inv), w));
-      }
-    }
-  });
+void rmsnorm(const CpuKernels& k, ThreadPool& pool, const float* x, const float* weight, float* out,
+             int64_t n, int64_t dim, float eps) {
+  parallel_rows(pool, n, dim,
+                [&](int64_t r0, int64_t r1) { k.rmsnorm_rows(x, weight, out, r0, r1, dim, eps); });
 }
 
-void add(ThreadPool& pool, float* y, const float* x, int64_t n) {
-  parallel_range(pool, n, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; i += 16) {
-      const __mmask16 m = simd::tail_mask(e - i);
-      _mm512_mask_storeu_ps(y + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, y + i),
-                                                    _mm512_maskz_loadu_ps(m, x + i)));
-    }
-  });
+void add(const CpuKernels& k, ThreadPool& pool, float* y, const float* x, int64_t n) {
+  parallel_range(pool, n, [&](int64_t b, int64_t e) { k.add_n(y + b, x + b, e - b); });
 }
 
-void add_bias(ThreadPool& pool, float* y, const float* bias, int64_t n, int64_t dim) {
-  parallel_rows(pool, n, dim, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      float* yr = y + r * dim;
-      for (int64_t i = 0; i < dim; i += 16) {
-        const __mmask16 m = simd::tail_mask(dim - i);
-        _mm512_mask_storeu_ps(yr + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, yr + i),
-                                                       _mm512_maskz_loadu_ps(m, bias + i)));
-      }
-    }
-  });
+void add_bias(const CpuKernels& k, ThreadPool& pool, float* y, const float* bias, int64_t n,
+              int64_t dim) {
+  parallel_rows(pool, n, dim, [&](int64_t r0, int64_t r1) { k.add_bias_rows(y, bias, r0, r1, dim); });
 }
 
-void swiglu(ThreadPool& pool, const float* gate, const float* up, float* out, int64_t n) {
-  parallel_range(pool, n, [&](int64_t b, int64_t e) {
-    const __m512 one = _mm512_set1_ps(1.0f);
-    for (int64_t i = b; i < e; i += 16) {
-      const __mmask16 m = simd::tail_mask(e - i);
-      const __m512 g = _mm512_maskz_loadu_ps(m, gate + i);
-      const __m512 u = _mm512_maskz_loadu_ps(m, up + i);
-      // op::swiglu: g / (1 + exp(-g)) * u
-      const __m512 e_neg = simd::exp(_mm512_sub_ps(_mm512_setzero_ps(), g));
-      const __m512 s = _mm512_div_ps(g, _mm512_add_ps(one, e_neg));
-      _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(s, u));
-    }
-  });
+void swiglu(const CpuKernels& k, ThreadPool& pool, const float* gate, const float* up, float* out,
+            int64_t n) {
+  parallel_range(pool, n, [&](int64_t b, int64_t e) { k.swiglu_n(gate + b, up + b, out + b, e - b); });
 }
 
-void rope(ThreadPool& pool, CpuBatch& batch, float* x, int32_t n_heads, int32_t head_dim,
+void rope(const CpuKernels& k, ThreadPool& pool, CpuBatch& batch, float* x, int32_t n_heads, int32_t head_dim,
           int32_t rope_dim, float base, RopeStyle style) {
   PREFIXD_CHECK(rope_dim > 0 && rope_dim % 2 == 0 && rope_dim <= head_dim, "bad rope_dim");
   const int32_t n_tok = batch.n_tokens();
@@ -144,31 +102,24 @@ void rope(ThreadPool& pool, CpuBatch& batch, float* x, int32_t n_heads, int32_t 
     batch.rope_dim = rope_dim;
     batch.rope_base = base;
   }
-  const bool neox = style == RopeStyle::kNeox;
   const int64_t row = static_cast<int64_t>(n_heads) * head_dim;
+  if (style == RopeStyle::kNeox) {
+    parallel_rows(pool, n_tok, row, [&](int64_t t0, int64_t t1) {
+      k.rope_neox_rows(x, batch.rope_cos.data(), batch.rope_sin.data(), t0, t1, n_heads, head_dim, half);
+    });
+    return;
+  }
+  // Adjacent pairs (2i, 2i+1): scalar.
   parallel_rows(pool, n_tok, row, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const float* cs = batch.rope_cos.data() + t * half;
       const float* sn = batch.rope_sin.data() + t * half;
       for (int32_t h = 0; h < n_heads; ++h) {
         float* xh = x + t * row + static_cast<int64_t>(h) * head_dim;
-        if (neox) {
-          // Pairs (i, i + half): contiguous halves, 16 pairs per vector.
-          for (int32_t i = 0; i < half; i += 16) {
-            const __mmask16 m = simd::tail_mask(half - i);
-            const __m512 x0 = _mm512_maskz_loadu_ps(m, xh + i);
-            const __m512 x1 = _mm512_maskz_loadu_ps(m, xh + half + i);
-            const __m512 c = _mm512_maskz_loadu_ps(m, cs + i);
-            const __m512 s = _mm512_maskz_loadu_ps(m, sn + i);
-            _mm512_mask_storeu_ps(xh + i, m, _mm512_fmsub_ps(x0, c, _mm512_mul_ps(x1, s)));
-            _mm512_mask_storeu_ps(xh + half + i, m, _mm512_fmadd_ps(x0, s, _mm512_mul_ps(x1, c)));
-          }
-        } else {
-          for (int32_t i = 0; i < half; ++i) {
-            int32_t a, b;
-            op::rope_pair(false, i, rope_dim, &a, &b);
-            op::rope_rotate(xh[a], xh[b], cs[i], sn[i], &xh[a], &xh[b]);
-          }
+        for (int32_t i = 0; i < half; ++i) {
+          int32_t a, b;
+          op::rope_pair(false, i, rope_dim, &a, &b);
+          op::rope_rotate(xh[a], xh[b], cs[i], sn[i], &xh[a], &xh[b]);
         }
       }
     }

@@ -2,12 +2,19 @@
 // steps issue many small jobs back to back), then sleep on it.
 #include "kernels/cpu/thread_pool.h"
 
-#include <immintrin.h>
-
 namespace prefixd::cpu {
 
 namespace {
 constexpr int kSpinIterations = 20000;  // ~ tens of microseconds before sleeping
+
+// The spin-wait hint of the architecture (pause is baseline x86-64).
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
 }
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {
@@ -35,7 +42,7 @@ void ThreadPool::worker_loop(int thread_index) {
   for (;;) {
     uint32_t g = generation_.load(std::memory_order_acquire);
     for (int spin = 0; g == seen && spin < kSpinIterations; ++spin) {
-      _mm_pause();
+      cpu_relax();
       g = generation_.load(std::memory_order_acquire);
     }
     if (g == seen) {
@@ -66,7 +73,7 @@ void ThreadPool::parallel_for(int64_t n_tasks, const std::function<void(int64_t,
   // oversubscribed machine a descheduled worker needs it).
   for (int spin = 0; n_active_.load(std::memory_order_acquire) != 0; ++spin) {
     if (spin < kSpinIterations) {
-      _mm_pause();
+      cpu_relax();
     } else {
       std::this_thread::yield();
     }

@@ -1,0 +1,4 @@
+// The `avx2` set (AVX2 + FMA + F16C):
+// the generic kernels instantiated on avx2/vec.h, compiled with the set's own flags.
+#include "kernels/cpu/avx2/vec.h"
+#include "kernels/cpu/generic/kernel_set.h"

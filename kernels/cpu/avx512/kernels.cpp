@@ -1,0 +1,4 @@
+// The AVX-512 sets: `avx512bf16` (built with AVX512_BF16) and `avx512` (without); this file is compiled once for each:
+// the generic kernels instantiated on avx512/vec.h, compiled with the set's own flags.
+#include "kernels/cpu/avx512/vec.h"
+#include "kernels/cpu/generic/kernel_set.h"

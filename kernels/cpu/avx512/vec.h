@@ -1,0 +1,168 @@
+// The AVX-512 vector layer of the CPU kernels: 16 float lanes in a zmm, with
+// F16/BF16 conversions bit-identical to kernels/dtype.h and a vectorised exp.
+// Compiled twice (see kernels/cpu/CMakeLists.txt): with AVX512_BF16 as the
+// `avx512bf16` set (kHasBf16Dot: vdpbf16ps) and without it as `avx512`.
+// Only kernels/cpu/avx512/kernels.cpp includes this file.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+// GCC 12 reports its own _mm512_undefined_* temporaries in avx512fintrin.h as
+// (maybe-)uninitialized when masked intrinsics inline; a known false positive.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+#define PREFIXD_VEC_INLINE inline __attribute__((always_inline))
+
+namespace prefixd::cpu::PREFIXD_ISA_NS {
+
+struct Vec {
+  using T = __m512;
+  static constexpr int N = 16;
+  // gemm: x rows per micro-tile and vectors per tile row (2 x 16 = a panel of 32).
+  static constexpr int kGemmRows = 12;
+  static constexpr int kGemmVecs = 2;
+  // attention: keys per chunk and accumulator rows updated together in P·V.
+  static constexpr int kAttnChunk = 16;
+  static constexpr int kPvRows = 8;
+#if defined(__AVX512BF16__)
+  static constexpr bool kHasBf16Dot = true;
+#else
+  static constexpr bool kHasBf16Dot = false;
+#endif
+
+  static PREFIXD_VEC_INLINE __mmask16 tail(int64_t n) {
+    return n >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << n) - 1u);
+  }
+
+  static PREFIXD_VEC_INLINE T zero() { return _mm512_setzero_ps(); }
+  static PREFIXD_VEC_INLINE T set1(float f) { return _mm512_set1_ps(f); }
+  static PREFIXD_VEC_INLINE T load(const float* p) { return _mm512_loadu_ps(p); }
+  static PREFIXD_VEC_INLINE void store(float* p, T v) { _mm512_storeu_ps(p, v); }
+  // n in [0, N]: lanes past n read as zero / are left untouched.
+  static PREFIXD_VEC_INLINE T load_n(const float* p, int64_t n) { return _mm512_maskz_loadu_ps(tail(n), p); }
+  static PREFIXD_VEC_INLINE void store_n(float* p, T v, int64_t n) { _mm512_mask_storeu_ps(p, tail(n), v); }
+
+  static PREFIXD_VEC_INLINE T add(T a, T b) { return _mm512_add_ps(a, b); }
+  static PREFIXD_VEC_INLINE T sub(T a, T b) { return _mm512_sub_ps(a, b); }
+  static PREFIXD_VEC_INLINE T mul(T a, T b) { return _mm512_mul_ps(a, b); }
+  static PREFIXD_VEC_INLINE T div(T a, T b) { return _mm512_div_ps(a, b); }
+  static PREFIXD_VEC_INLINE T max(T a, T b) { return _mm512_max_ps(a, b); }
+  static PREFIXD_VEC_INLINE T fmadd(T a, T b, T c) { return _mm512_fmadd_ps(a, b, c); }  // a*b + c
+  static PREFIXD_VEC_INLINE T fmsub(T a, T b, T c) { return _mm512_fmsub_ps(a, b, c); }  // a*b - c
+  static PREFIXD_VEC_INLINE float reduce_add(T a) { return _mm512_reduce_add_ps(a); }
+  // a > b ? t : f, per lane (ordered compare).
+  static PREFIXD_VEC_INLINE T select_gt(T a, T b, T t, T f) {
+    return _mm512_mask_mov_ps(f, _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ), t);
+  }
+
+  // exp(x): range reduction x = k*ln2 + r, |r| <= ln2/2, degree-6 polynomial on
+  // r; relative error ~2 ulp. Lanes below -87.3 (and -inf) give 0.
+  static PREFIXD_VEC_INLINE T exp(T x) {
+    const T log2e = _mm512_set1_ps(1.44269504088896341f);
+    const T ln2_hi = _mm512_set1_ps(0.693359375f);
+    const T ln2_lo = _mm512_set1_ps(-2.12194440e-4f);
+    T xc = _mm512_min_ps(x, _mm512_set1_ps(88.3762626647949f));
+    __mmask16 under = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.3365478515625f), _CMP_LT_OQ);
+    T k = _mm512_roundscale_ps(_mm512_mul_ps(xc, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    T r = _mm512_fnmadd_ps(k, ln2_hi, xc);
+    r = _mm512_fnmadd_ps(k, ln2_lo, r);
+    T p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    T r2 = _mm512_mul_ps(r, r);
+    p = _mm512_fmadd_ps(p, r2, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    T y = _mm512_scalef_ps(p, k);  // p * 2^k, handles the exponent range
+    return _mm512_mask_mov_ps(y, under, _mm512_setzero_ps());
+  }
+
+  // 16 halves -> 16 floats. vcvtph2ps quiets signalling NaNs; dtype.h keeps the
+  // payload unchanged, so NaN lanes are rebuilt by hand.
+  static PREFIXD_VEC_INLINE T f16_to_f32(__m256i h) {
+    T f = _mm512_cvtph_ps(h);
+    __m512i hi = _mm512_cvtepu16_epi32(h);
+    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(hi, _mm512_set1_epi32(0x7fff)),
+                                            _mm512_set1_epi32(0x7c00));
+    if (__builtin_expect(nan != 0, 0)) {
+      __m512i bits = _mm512_or_si512(
+          _mm512_slli_epi32(_mm512_and_si512(hi, _mm512_set1_epi32(0x8000)), 16),
+          _mm512_or_si512(_mm512_set1_epi32(0x7f800000),
+                          _mm512_slli_epi32(_mm512_and_si512(hi, _mm512_set1_epi32(0x3ff)), 13)));
+      f = _mm512_mask_mov_ps(f, nan, _mm512_castsi512_ps(bits));
+    }
+    return f;
+  }
+  // 16 floats -> 16 halves, round to nearest even. Finite values and infinities
+  // match f32_to_f16 exactly; NaNs become the canonical sign|0x7e00 like dtype.h.
+  static PREFIXD_VEC_INLINE __m256i f32_to_f16(T f) {
+    __m256i h = _mm512_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __mmask16 nan = _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q);
+    if (__builtin_expect(nan != 0, 0)) {
+      __m256i canon = _mm256_or_si256(_mm256_and_si256(h, _mm256_set1_epi16(static_cast<short>(0x8000))),
+                                      _mm256_set1_epi16(0x7e00));
+      h = _mm256_mask_mov_epi16(h, nan, canon);
+    }
+    return h;
+  }
+  // BF16 is the top half of an F32: exact.
+  static PREFIXD_VEC_INLINE T bf16_to_f32(__m256i h) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+  // 16 floats -> 16 bf16 with dtype.h's integer rounding (vcvtneps2bf16 would
+  // flush subnormal inputs to zero; this keeps them).
+  static PREFIXD_VEC_INLINE __m256i f32_to_bf16(T f) {
+    __m512i u = _mm512_castps_si512(f);
+    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb));
+    r = _mm512_srli_epi32(r, 16);
+    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                            _mm512_set1_epi32(0x7f800000));
+    __m512i qnan = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+    r = _mm512_mask_mov_epi32(r, nan, qnan);
+    return _mm512_cvtepi32_epi16(r);
+  }
+
+  static PREFIXD_VEC_INLINE __m256i load16(const uint16_t* p) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  }
+  static PREFIXD_VEC_INLINE T load_f16(const uint16_t* p) { return f16_to_f32(load16(p)); }
+  static PREFIXD_VEC_INLINE T load_f16_n(const uint16_t* p, int64_t n) {
+    return f16_to_f32(_mm256_maskz_loadu_epi16(tail(n), p));
+  }
+  static PREFIXD_VEC_INLINE void store_f16(uint16_t* p, T v) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), f32_to_f16(v));
+  }
+  static PREFIXD_VEC_INLINE void store_f16_n(uint16_t* p, T v, int64_t n) {
+    _mm256_mask_storeu_epi16(p, tail(n), f32_to_f16(v));
+  }
+  static PREFIXD_VEC_INLINE T load_bf16(const uint16_t* p) { return bf16_to_f32(load16(p)); }
+  static PREFIXD_VEC_INLINE T load_bf16_n(const uint16_t* p, int64_t n) {
+    return bf16_to_f32(_mm256_maskz_loadu_epi16(tail(n), p));
+  }
+  static PREFIXD_VEC_INLINE void store_bf16(uint16_t* p, T v) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), f32_to_bf16(v));
+  }
+  static PREFIXD_VEC_INLINE void store_bf16_n(uint16_t* p, T v, int64_t n) {
+    _mm256_mask_storeu_epi16(p, tail(n), f32_to_bf16(v));
+  }
+
+  // N BF16 pairs (2N halves, pair-interleaved) -> the N even and N odd elements as F32.
+  static PREFIXD_VEC_INLINE void load_bf16_pairs(const uint16_t* p, T& even, T& odd) {
+    const __m512i u = _mm512_loadu_si512(p);
+    even = _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
+    odd = _mm512_castsi512_ps(_mm512_and_si512(u, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+  }
+#if defined(__AVX512BF16__)
+  // acc += w_pairs · x_pair, N lanes of BF16 pair dot products (vdpbf16ps).
+  static PREFIXD_VEC_INLINE T dot_bf16_pairs(T acc, const uint16_t* w_pairs, int32_t x_pair) {
+    return _mm512_dpbf16_ps(acc, (__m512bh)_mm512_loadu_si512(w_pairs), (__m512bh)_mm512_set1_epi32(x_pair));
+  }
+#endif
+};
+
+}  // namespace prefixd::cpu::PREFIXD_ISA_NS

@@ -1,0 +1,137 @@
+// CPU feature detection (cpuid via GCC's __builtin_cpu_supports, which also
+// checks that the OS saves the AVX/AVX-512 registers) and the ISA choice.
+#include "kernels/cpu/cpu_isa.h"
+
+namespace prefixd::cpu {
+
+namespace {
+
+struct Features {
+  bool avx2 = false, fma = false, f16c = false;
+  bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false, avx512bf16 = false;
+};
+
+Features detect() {
+  Features f;
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  f.avx2 = __builtin_cpu_supports("avx2");
+  f.fma = __builtin_cpu_supports("fma");
+  // GCC 12 has no "f16c" name for __builtin_cpu_supports: cpuid leaf 1, ECX bit 29.
+  unsigned eax, ebx, ecx, edx;
+  __asm__("cpuid" : "=a"(eax), "=b"(ebx), "=c"(ecx), "=d"(edx) : "a"(1), "c"(0));
+  f.f16c = (ecx >> 29) & 1u;
+  f.avx512f = __builtin_cpu_supports("avx512f");
+  f.avx512bw = __builtin_cpu_supports("avx512bw");
+  f.avx512vl = __builtin_cpu_supports("avx512vl");
+  f.avx512dq = __builtin_cpu_supports("avx512dq");
+  f.avx512bf16 = __builtin_cpu_supports("avx512bf16");
+#endif
+  return f;
+}
+
+const Features& features() {
+  static const Features f = detect();
+  return f;
+}
+
+}  // namespace
+
+const char* cpu_isa_name(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::kPortable: return "portable";
+    case CpuIsa::kAvx2: return "avx2";
+    case CpuIsa::kAvx512: return "avx512";
+    case CpuIsa::kAvx512Bf16: return "avx512bf16";
+  }
+  return "?";
+}
+
+const std::vector<CpuIsa>& all_cpu_isas() {
+  static const std::vector<CpuIsa> all = {CpuIsa::kPortable, CpuIsa::kAvx2, CpuIsa::kAvx512,
+                                          CpuIsa::kAvx512Bf16};
+  return all;
+}
+
+std::string cpu_isa_choices() {
+  std::string s = "auto";
+  for (CpuIsa isa : all_cpu_isas()) s += std::string(", ") + cpu_isa_name(isa);
+  return s;
+}
+
+bool cpu_supports(CpuIsa isa) {
+  const Features& f = features();
+  const bool avx2 = f.avx2 && f.fma && f.f16c;
+  const bool avx512 = avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq;
+  switch (isa) {
+    case CpuIsa::kPortable: return true;
+#if defined(__x86_64__)
+    case CpuIsa::kAvx2: return avx2;
+    case CpuIsa::kAvx512: return avx512;
+    case CpuIsa::kAvx512Bf16: return avx512 && f.avx512bf16;
+#else
+    default: return false;  // x86 sets are not built for this architecture
+#endif
+  }
+  return false;
+}
+
+CpuIsa best_cpu_isa() {
+  CpuIsa best = CpuIsa::kPortable;
+  for (CpuIsa isa : all_cpu_isas())
+    if (cpu_supports(isa)) best = isa;
+  return best;
+}
+
+std::vector<CpuIsa> supported_cpu_isas() {
+  std::vector<CpuIsa> out;
+  for (CpuIsa isa : all_cpu_isas())
+    if (cpu_supports(isa)) out.push_back(isa);
+  return out;
+}
+
+std::string cpu_feature_string() {
+#if defined(__x86_64__)
+  const Features& f = features();
+  std::string s;
+  auto add = [&](bool have, const char* name) {
+    if (!have) return;
+    if (!s.empty()) s += ' ';
+    s += name;
+  };
+  add(f.avx2, "avx2");
+  add(f.fma, "fma");
+  add(f.f16c, "f16c");
+  add(f.avx512f, "avx512f");
+  add(f.avx512bw, "avx512bw");
+  add(f.avx512vl, "avx512vl");
+  add(f.avx512dq, "avx512dq");
+  add(f.avx512bf16, "avx512_bf16");
+  return s.empty() ? "none of avx2, fma, f16c, avx512*" : s;
+#elif defined(__aarch64__)
+  return "aarch64 (only the portable set is built for this architecture)";
+#else
+  return "unknown architecture (only the portable set is built)";
+#endif
+}
+
+Result<CpuIsa> choose_cpu_isa(std::string_view requested) {
+  if (requested.empty() || requested == "auto") return best_cpu_isa();
+  for (CpuIsa isa : all_cpu_isas()) {
+    if (requested != cpu_isa_name(isa)) continue;
+    if (!cpu_supports(isa)) {
+      return Status::error("CPU instruction set '" + std::string(requested) +
+                           "' is not supported by this CPU (it reports: " + cpu_feature_string() +
+                           "; usable here: " + [] {
+                             std::string u;
+                             for (CpuIsa s : supported_cpu_isas()) u += (u.empty() ? "" : ", ") + std::string(cpu_isa_name(s));
+                             return u;
+                           }() + ")");
+    }
+    return isa;
+  }
+  return Status::error("unknown CPU instruction set '" + std::string(requested) + "' (accepted: " +
+                       cpu_isa_choices() + "; this CPU reports: " + cpu_feature_string() + ")");
+}
+
+}  // namespace prefixd::cpu

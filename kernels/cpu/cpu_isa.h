@@ -1,0 +1,42 @@
+// Instruction sets of the CPU backend: which ones this CPU has, their names,
+// and the choice between them (best available, or one the caller forces).
+// Detection runs cpuid (x86-64); other architectures have `portable` only.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/result.h"
+
+namespace prefixd::cpu {
+
+// Ordered from the most portable to the fastest.
+enum class CpuIsa : int {
+  kPortable = 0,    // plain C++ the compiler vectorises for its baseline (any architecture)
+  kAvx2 = 1,        // AVX2 + FMA + F16C (Haswell and later, AMD Zen 1-3)
+  kAvx512 = 2,      // AVX-512 F/BW/VL/DQ (Skylake-SP, Ice Lake)
+  kAvx512Bf16 = 3,  // the above + AVX512_BF16 (Zen 4/5, Sapphire Rapids)
+};
+
+// "portable", "avx2", "avx512", "avx512bf16".
+const char* cpu_isa_name(CpuIsa isa);
+// Every set, most portable first; and the names accepted by parse (with "auto").
+const std::vector<CpuIsa>& all_cpu_isas();
+std::string cpu_isa_choices();
+
+// Whether this CPU (and its OS, for the AVX register state) can run `isa`.
+bool cpu_supports(CpuIsa isa);
+// The fastest set this CPU supports.
+CpuIsa best_cpu_isa();
+// Sets this CPU supports, most portable first.
+std::vector<CpuIsa> supported_cpu_isas();
+// The CPU's relevant features as cpuid reports them, e.g. "avx2 fma f16c".
+std::string cpu_feature_string();
+
+// Resolves a requested name: "" or "auto" gives best_cpu_isa(); a known name
+// the CPU supports gives that set. An unknown name, or a set this CPU lacks,
+// is an error naming the value, the accepted values and the CPU's features.
+Result<CpuIsa> choose_cpu_isa(std::string_view requested);
+
+}  // namespace prefixd::cpu

@@ -1,0 +1,94 @@
+// The leaf kernels of the CPU backend, one table per instruction set. Each set
+// (kernels/cpu/<isa>/kernels.cpp) fills this table with the generic kernels of
+// kernels/cpu/generic/ instantiated on its own vector layer and compiled with
+// its own flags; the files around them (gemm.cpp, attention_cpu.cpp, ...) do
+// the threading and call only through the table, so no code outside a set's
+// own translation unit runs an instruction the CPU may lack.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/backend.h"
+#include "kernels/cpu/cpu_isa.h"
+
+namespace prefixd::cpu {
+
+struct CpuBatch;
+
+// Weights packed into panels of kGemmPanel output rows (see CpuMatrix).
+constexpr int64_t kGemmPanel = 32;
+
+// One matrix product as the gemm kernels see it: y (n, rows) = x (n, cols) · Wᵀ.
+struct GemmArgs {
+  const void* packed = nullptr;  // ceil(rows/32) panels: F32 (cols, 32) or BF16 (ceil(cols/2), 32, 2)
+  DType dtype = DType::F32;      // F32 or BF16
+  int64_t rows = 0;
+  int64_t cols = 0;
+  const float* x = nullptr;      // (n, cols) f32
+  const uint16_t* xb = nullptr;  // (n, xb_stride) bf16, zero padded; only for gemm_bf16_x sets
+  int64_t xb_stride = 0;
+  float* y = nullptr;            // (n, rows) f32
+};
+
+// One unit of attention work: up to attn_task_lanes consecutive flattened
+// (query row i, head g) indices f = i*G + g of one sequence and one KV head.
+struct AttnTask {
+  int32_t seq;
+  int32_t kv_head;
+  int32_t f_begin;
+  int32_t f_end;
+  int32_t kv_len;  // keys this task needs: pos0 + last row + 1
+};
+
+struct AttnArgs {
+  const CpuBatch* batch;
+  const KvPool* kv;
+  int32_t layer;
+  const float* q;  // (n_tokens, n_heads * head_dim)
+  float* out;      // (n_tokens, n_heads * head_dim)
+  int32_t n_heads;
+  float scale;
+};
+
+struct CpuKernels {
+  CpuIsa isa;
+
+  // --- gemm -----------------------------------------------------------------
+  // BF16 panels read x as BF16 (the set has a BF16 dot product): the caller
+  // converts x into GemmArgs::xb first.
+  bool gemm_bf16_x;
+  // Floats of per-thread scratch gemm_panels needs for a matrix of `cols` columns.
+  size_t (*gemm_scratch_floats)(int64_t cols);
+  // y rows [i0, i1) x output columns of panels [p0, p1).
+  void (*gemm_panels)(const GemmArgs& a, int64_t p0, int64_t p1, int64_t i0, int64_t i1,
+                      float* scratch);
+
+  // --- attention ------------------------------------------------------------
+  int32_t attn_task_lanes;  // (row, head) indices per task
+  size_t (*attn_scratch_floats)(int32_t head_dim);
+  void (*attention_task)(const AttnArgs& a, const AttnTask& task, float* scratch);
+
+  // --- rows and elementwise ---------------------------------------------------
+  // out rows [r0, r1) of (., dim) = x / rms(x) * weight.
+  void (*rmsnorm_rows)(const float* x, const float* weight, float* out, int64_t r0, int64_t r1,
+                       int64_t dim, float eps);
+  void (*add_n)(float* y, const float* x, int64_t n);                      // y += x
+  void (*add_bias_rows)(float* y, const float* bias, int64_t r0, int64_t r1, int64_t dim);
+  void (*swiglu_n)(const float* gate, const float* up, float* out, int64_t n);
+  // NeoX RoPE on rows [t0, t1) of x (., n_heads, head_dim); cos/sin (., half).
+  void (*rope_neox_rows)(float* x, const float* cos, const float* sin, int64_t t0, int64_t t1,
+                         int32_t n_heads, int32_t head_dim, int32_t half);
+
+  // --- conversions, bit-identical to kernels/dtype.h ---------------------------
+  void (*f16_to_f32_n)(const uint16_t* src, float* dst, int64_t n);
+  void (*f32_to_f16_n)(const float* src, uint16_t* dst, int64_t n);
+  void (*bf16_to_f32_n)(const uint16_t* src, float* dst, int64_t n);
+  void (*f32_to_bf16_n)(const float* src, uint16_t* dst, int64_t n);
+};
+
+// The table of `isa`, which must be supported by this CPU (cpu_supports) and
+// built for this architecture.
+const CpuKernels& cpu_kernels(CpuIsa isa);
+
+}  // namespace prefixd::cpu

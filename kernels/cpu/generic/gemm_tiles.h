@@ -1,0 +1,228 @@
+// Matrix-product kernels written once over a set's vector layer `Vec` (N float
+// lanes): register tiles of up to Vec::kGemmRows x rows by Vec::kGemmVecs
+// vectors of output columns, streaming a weight panel (see CpuMatrix).
+// F32 panels use FMA. BF16 panels use the set's BF16 dot product when it has
+// one (x rounded to BF16, as llama.cpp does); otherwise they are widened to F32
+// by shifts, in the tile for a few x rows (decode: the weights stream once) or
+// a whole panel at a time into scratch for many (prefill: then the F32 tiles).
+// Included by kernels/cpu/<isa>/kernels.cpp only, after that set's vec.h.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cpu/cpu_kernels.h"
+
+namespace prefixd::cpu::PREFIXD_ISA_NS {
+
+namespace gemm {
+
+using V = typename Vec::T;
+constexpr int N = Vec::N;
+constexpr int64_t P = kGemmPanel;
+static_assert(P % N == 0, "a panel is whole vectors");
+
+// Stores W vectors of one tile row; `valid` output columns remain from acc[0].
+template <int W>
+inline void store_row(float* y, const V* acc, int64_t valid) {
+#pragma GCC unroll 4
+  for (int j = 0; j < W; ++j) {
+    const int64_t lanes = valid - j * N;
+    if (lanes >= N) {
+      Vec::store(y + j * N, acc[j]);
+    } else if (lanes > 0) {
+      Vec::store_n(y + j * N, acc[j], lanes);
+    }
+  }
+}
+
+// y (M, valid <= W*N) = x (M, K) · tileᵀ, where tile = panel columns
+// [0, W*N) with row stride P: panel (K, P) f32.
+template <int M, int W>
+void tile_f32(const float* panel, const float* x, int64_t ldx, int64_t K, float* y, int64_t ldy,
+              int64_t valid) {
+  V acc[M][W];
+#pragma GCC unroll 12
+  for (int i = 0; i < M; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < W; ++j) acc[i][j] = Vec::zero();
+  for (int64_t k = 0; k < K; ++k) {
+    V w[W];
+#pragma GCC unroll 4
+    for (int j = 0; j < W; ++j) w[j] = Vec::load(panel + k * P + j * N);
+#pragma GCC unroll 12
+    for (int i = 0; i < M; ++i) {
+      const V xv = Vec::set1(x[i * ldx + k]);
+#pragma GCC unroll 4
+      for (int j = 0; j < W; ++j) acc[i][j] = Vec::fmadd(w[j], xv, acc[i][j]);
+    }
+  }
+#pragma GCC unroll 12
+  for (int i = 0; i < M; ++i) store_row<W>(y + i * ldy, acc[i], valid);
+}
+
+// Same from a BF16 panel (K2 = ceil(K/2), P, 2) widened in the tile; x f32.
+template <int M, int W>
+void tile_bf16_widen(const uint16_t* panel, const float* x, int64_t ldx, int64_t K, float* y,
+                     int64_t ldy, int64_t valid) {
+  V acc[M][W];
+#pragma GCC unroll 12
+  for (int i = 0; i < M; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < W; ++j) acc[i][j] = Vec::zero();
+  const int64_t k_pairs = K / 2;
+  for (int64_t k2 = 0; k2 < k_pairs; ++k2) {
+#pragma GCC unroll 4
+    for (int j = 0; j < W; ++j) {
+      V even, odd;
+      Vec::load_bf16_pairs(panel + k2 * 2 * P + j * 2 * N, even, odd);
+#pragma GCC unroll 12
+      for (int i = 0; i < M; ++i) {
+        acc[i][j] = Vec::fmadd(even, Vec::set1(x[i * ldx + 2 * k2]), acc[i][j]);
+        acc[i][j] = Vec::fmadd(odd, Vec::set1(x[i * ldx + 2 * k2 + 1]), acc[i][j]);
+      }
+    }
+  }
+  if (K % 2 != 0) {  // last column alone (its pair partner is the zero pad)
+#pragma GCC unroll 4
+    for (int j = 0; j < W; ++j) {
+      V even, odd;
+      Vec::load_bf16_pairs(panel + k_pairs * 2 * P + j * 2 * N, even, odd);
+#pragma GCC unroll 12
+      for (int i = 0; i < M; ++i) acc[i][j] = Vec::fmadd(even, Vec::set1(x[i * ldx + K - 1]), acc[i][j]);
+    }
+  }
+#pragma GCC unroll 12
+  for (int i = 0; i < M; ++i) store_row<W>(y + i * ldy, acc[i], valid);
+}
+
+#if defined(__AVX512BF16__)
+// y (M, valid) = xb (M, 2*K2) bf16 · panelᵀ with the BF16 dot product; full panel.
+template <int M>
+void tile_bf16_dot(const uint16_t* panel, const uint16_t* xb, int64_t ldx, int64_t K2, float* y,
+                   int64_t ldy, int64_t valid) {
+  constexpr int W = P / N;
+  V acc[M][W];
+#pragma GCC unroll 12
+  for (int i = 0; i < M; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < W; ++j) acc[i][j] = Vec::zero();
+  for (int64_t k = 0; k < K2; ++k) {
+#pragma GCC unroll 12
+    for (int i = 0; i < M; ++i) {
+      int32_t pair;
+      std::memcpy(&pair, xb + i * ldx + 2 * k, 4);
+#pragma GCC unroll 4
+      for (int j = 0; j < W; ++j)
+        acc[i][j] = Vec::dot_bf16_pairs(acc[i][j], panel + k * 2 * P + j * 2 * N, pair);
+    }
+  }
+#pragma GCC unroll 12
+  for (int i = 0; i < M; ++i) store_row<W>(y + i * ldy, acc[i], valid);
+}
+#endif
+
+// Calls fn.template operator()<m>() for a runtime m in [1, kMax].
+template <int kMax, typename Fn>
+inline void with_rows(int m, Fn&& fn) {
+  if constexpr (kMax >= 1) {
+    if (m == kMax) {
+      fn.template operator()<kMax>();
+      return;
+    }
+    with_rows<kMax - 1>(m, fn);
+  }
+}
+
+// BF16 panel (K2, P, 2) -> F32 panel (K, P).
+inline void widen_panel(const uint16_t* panel, int64_t K, float* out) {
+  const int64_t k_pairs = (K + 1) / 2;
+  for (int64_t k2 = 0; k2 < k_pairs; ++k2) {
+#pragma GCC unroll 4
+    for (int j = 0; j < P / N; ++j) {
+      V even, odd;
+      Vec::load_bf16_pairs(panel + k2 * 2 * P + j * 2 * N, even, odd);
+      Vec::store(out + 2 * k2 * P + j * N, even);
+      if (2 * k2 + 1 < K) Vec::store(out + (2 * k2 + 1) * P + j * N, odd);
+    }
+  }
+}
+
+// Prefill shape: tiles of kGemmRows x rows by kGemmVecs vectors, a panel in
+// P / (kGemmVecs*N) column groups. Decode shape (fewer rows than one tile):
+// the whole panel width per tile, as many rows as the same registers hold.
+constexpr int kTileVecs = Vec::kGemmVecs;
+constexpr int kTileRows = Vec::kGemmRows;
+constexpr int kGroups = static_cast<int>(P / (kTileVecs * N));
+constexpr int kWideVecs = static_cast<int>(P / N);
+constexpr int kWideRows = std::max(1, kTileRows * kTileVecs / kWideVecs);
+
+inline void f32_panel_rows(const float* panel, const float* x, int64_t K, float* y, int64_t ldy,
+                           int64_t valid, int64_t n_rows) {
+  if (n_rows < kTileRows && kGroups > 1) {
+    for (int64_t i = 0; i < n_rows; i += kWideRows) {
+      const int m = static_cast<int>(std::min<int64_t>(kWideRows, n_rows - i));
+      with_rows<kWideRows>(m, [&]<int M>() { tile_f32<M, kWideVecs>(panel, x + i * K, K, K, y + i * ldy, ldy, valid); });
+    }
+    return;
+  }
+  for (int g = 0; g < kGroups; ++g) {
+    const int64_t c0 = static_cast<int64_t>(g) * kTileVecs * N;
+    if (valid - c0 <= 0) break;
+    for (int64_t i = 0; i < n_rows; i += kTileRows) {
+      const int m = static_cast<int>(std::min<int64_t>(kTileRows, n_rows - i));
+      with_rows<kTileRows>(m, [&]<int M>() {
+        tile_f32<M, kTileVecs>(panel + c0, x + i * K, K, K, y + i * ldy + c0, ldy, valid - c0);
+      });
+    }
+  }
+}
+
+// x rows at or above which a BF16 panel is widened once instead of per tile.
+constexpr int64_t kWidenPanelRows = 8;
+
+inline size_t scratch_floats(int64_t cols) {
+  return Vec::kHasBf16Dot ? 0 : static_cast<size_t>(cols) * P;
+}
+
+inline void panels(const GemmArgs& a, int64_t p0, int64_t p1, int64_t i0, int64_t i1, float* scratch) {
+  const int64_t K = a.cols;
+  const int64_t n_rows = i1 - i0;
+  for (int64_t p = p0; p < p1; ++p) {
+    const int64_t valid = std::min(P, a.rows - p * P);
+    float* y = a.y + i0 * a.rows + p * P;
+    const float* x = a.x + i0 * K;
+    if (a.dtype == DType::F32) {
+      const float* panel = static_cast<const float*>(a.packed) + p * K * P;
+      f32_panel_rows(panel, x, K, y, a.rows, valid, n_rows);
+      continue;
+    }
+    const int64_t K2 = (K + 1) / 2;
+    const uint16_t* panel = static_cast<const uint16_t*>(a.packed) + p * K2 * P * 2;
+#if defined(__AVX512BF16__)
+    for (int64_t i = 0; i < n_rows; i += kTileRows) {
+      const int m = static_cast<int>(std::min<int64_t>(kTileRows, n_rows - i));
+      with_rows<kTileRows>(m, [&]<int M>() {
+        tile_bf16_dot<M>(panel, a.xb + (i0 + i) * a.xb_stride, a.xb_stride, K2, y + i * a.rows, a.rows, valid);
+      });
+    }
+#else
+    if (n_rows >= kWidenPanelRows) {
+      widen_panel(panel, K, scratch);
+      f32_panel_rows(scratch, x, K, y, a.rows, valid, n_rows);
+      continue;
+    }
+    for (int64_t i = 0; i < n_rows; i += kWideRows) {
+      const int m = static_cast<int>(std::min<int64_t>(kWideRows, n_rows - i));
+      with_rows<kWideRows>(m, [&]<int M>() {
+        tile_bf16_widen<M, kWideVecs>(panel, x + i * K, K, K, y + i * a.rows, a.rows, valid);
+      });
+    }
+#endif
+  }
+}
+
+}  // namespace gemm
+
+}  // namespace prefixd::cpu::PREFIXD_ISA_NS

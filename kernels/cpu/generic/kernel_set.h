@@ -1,0 +1,35 @@
+// Assembles one instruction set's CpuKernels table from the generic kernels,
+// instantiated on the `Vec` its vec.h defined. A set's kernels.cpp includes its
+// vec.h and then this file, and nothing else does: every function here lives
+// in that set's namespace (PREFIXD_ISA_NS), so each set's copies stay apart.
+#pragma once
+
+#include "kernels/cpu/generic/attention_task.h"
+#include "kernels/cpu/generic/gemm_tiles.h"
+#include "kernels/cpu/generic/row_ops.h"
+
+namespace prefixd::cpu::PREFIXD_ISA_NS {
+
+// PREFIXD_ISA_ENUM: this set's CpuIsa enumerator (from the build).
+const CpuKernels kKernelSet = {
+      CpuIsa::PREFIXD_ISA_ENUM,
+      Vec::kHasBf16Dot,
+      gemm::scratch_floats,
+      gemm::panels,
+      attn::kGroups * attn::kLanes,
+      attn::scratch_floats,
+      attn::run_task,
+      rows::rmsnorm_rows,
+      rows::add_n,
+      rows::add_bias_rows,
+      rows::swiglu_n,
+      rows::rope_neox_rows,
+      rows::f16_to_f32_n,
+      rows::f32_to_f16_n,
+      rows::bf16_to_f32_n,
+      rows::f32_to_bf16_n,
+};
+
+const CpuKernels& kernel_set() { return kKernelSet; }
+
+}  // namespace prefixd::cpu::PREFIXD_ISA_NS

@@ -1,0 +1,119 @@
+// The portable vector layer of the CPU kernels: 8 float lanes as a GCC/Clang
+// generic vector, which the compiler lowers to whatever its baseline target
+// has (SSE2 on x86-64, NEON on aarch64). No intrinsics; F16/BF16 conversions
+// are the scalar ones of kernels/dtype.h, lane by lane.
+// Only kernels/cpu/portable/kernels.cpp includes this file.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/dtype.h"
+
+#define PREFIXD_VEC_INLINE inline __attribute__((always_inline))
+
+namespace prefixd::cpu::PREFIXD_ISA_NS {
+
+struct Vec {
+  typedef float T __attribute__((vector_size(32)));
+  typedef int32_t I __attribute__((vector_size(32)));
+  typedef uint32_t U __attribute__((vector_size(32)));
+  static constexpr int N = 8;
+  static constexpr int kGemmRows = 4;
+  static constexpr int kGemmVecs = 2;
+  static constexpr int kAttnChunk = 8;
+  static constexpr int kPvRows = 4;
+  static constexpr bool kHasBf16Dot = false;
+
+  static PREFIXD_VEC_INLINE T zero() { return T{}; }
+  static PREFIXD_VEC_INLINE T set1(float f) { return T{} + f; }
+  static PREFIXD_VEC_INLINE T load(const float* p) {
+    T v;
+    std::memcpy(&v, p, sizeof(v));
+    return v;
+  }
+  static PREFIXD_VEC_INLINE void store(float* p, T v) { std::memcpy(p, &v, sizeof(v)); }
+  static PREFIXD_VEC_INLINE T load_n(const float* p, int64_t n) {
+    if (n >= N) return load(p);
+    T v{};
+    std::memcpy(&v, p, static_cast<size_t>(n) * sizeof(float));
+    return v;
+  }
+  static PREFIXD_VEC_INLINE void store_n(float* p, T v, int64_t n) {
+    std::memcpy(p, &v, static_cast<size_t>(n < N ? n : N) * sizeof(float));
+  }
+
+  static PREFIXD_VEC_INLINE T add(T a, T b) { return a + b; }
+  static PREFIXD_VEC_INLINE T sub(T a, T b) { return a - b; }
+  static PREFIXD_VEC_INLINE T mul(T a, T b) { return a * b; }
+  static PREFIXD_VEC_INLINE T div(T a, T b) { return a / b; }
+  static PREFIXD_VEC_INLINE T max(T a, T b) { return a > b ? a : b; }
+  static PREFIXD_VEC_INLINE T fmadd(T a, T b, T c) { return a * b + c; }
+  static PREFIXD_VEC_INLINE T fmsub(T a, T b, T c) { return a * b - c; }
+  static PREFIXD_VEC_INLINE float reduce_add(T a) {
+    float s = 0.0f;
+    for (int i = 0; i < N; ++i) s += a[i];
+    return s;
+  }
+  static PREFIXD_VEC_INLINE T select_gt(T a, T b, T t, T f) { return a > b ? t : f; }
+
+  // exp(x) with the reduction and polynomial of the AVX2 set; 2^k from its exponent bits.
+  static PREFIXD_VEC_INLINE T exp(T x) {
+    const I under = x < set1(-87.3365478515625f);
+    T xc = x < set1(88.0f) ? x : set1(88.0f);
+    xc = xc > set1(-87.3365478515625f) ? xc : set1(-87.3365478515625f);
+    const T kf = xc * 1.44269504088896341f;
+    // Round to nearest (ties away; the result only picks the reduction interval).
+    const I ki = __builtin_convertvector(kf + (kf < 0.0f ? set1(-0.5f) : set1(0.5f)), I);
+    const T k = __builtin_convertvector(ki, T);
+    T r = xc - k * 0.693359375f;
+    r = r - k * -2.12194440e-4f;
+    T p = set1(1.9875691500e-4f);
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * (r * r) + (r + 1.0f);
+    const I e = (ki + 127) << 23;
+    T two_k;
+    std::memcpy(&two_k, &e, sizeof(two_k));
+    const T y = p * two_k;
+    return under ? zero() : y;
+  }
+
+  static PREFIXD_VEC_INLINE T load_f16(const uint16_t* p) { return load_f16_n(p, N); }
+  static PREFIXD_VEC_INLINE T load_f16_n(const uint16_t* p, int64_t n) {
+    T v{};
+    for (int i = 0; i < N && i < n; ++i) v[i] = f16_to_f32(p[i]);
+    return v;
+  }
+  static PREFIXD_VEC_INLINE void store_f16(uint16_t* p, T v) { store_f16_n(p, v, N); }
+  static PREFIXD_VEC_INLINE void store_f16_n(uint16_t* p, T v, int64_t n) {
+    for (int i = 0; i < N && i < n; ++i) p[i] = f32_to_f16(v[i]);
+  }
+  // BF16 widening is a shift, so it vectorises without help.
+  static PREFIXD_VEC_INLINE T load_bf16(const uint16_t* p) { return load_bf16_n(p, N); }
+  static PREFIXD_VEC_INLINE T load_bf16_n(const uint16_t* p, int64_t n) {
+    U u{};
+    for (int i = 0; i < N && i < n; ++i) u[i] = static_cast<uint32_t>(p[i]) << 16;
+    T v;
+    std::memcpy(&v, &u, sizeof(v));
+    return v;
+  }
+  static PREFIXD_VEC_INLINE void store_bf16(uint16_t* p, T v) { store_bf16_n(p, v, N); }
+  static PREFIXD_VEC_INLINE void store_bf16_n(uint16_t* p, T v, int64_t n) {
+    for (int i = 0; i < N && i < n; ++i) p[i] = f32_to_bf16(v[i]);
+  }
+
+  static PREFIXD_VEC_INLINE void load_bf16_pairs(const uint16_t* p, T& even, T& odd) {
+    U u;
+    std::memcpy(&u, p, sizeof(u));
+    const U e = u << 16;
+    const U o = u & 0xffff0000u;
+    std::memcpy(&even, &e, sizeof(even));
+    std::memcpy(&odd, &o, sizeof(odd));
+  }
+};
+
+}  // namespace prefixd::cpu::PREFIXD_ISA_NS
