@@ -68,6 +68,7 @@ struct DaemonContext {
   Engine* engine = nullptr;  // not owned
   ModelInfo model;
   std::string backend_name = "cpu";    // "cpu" or "cuda"
+  std::string cpu_isa_name;            // the CPU backend's instruction set (cpu_isa_name())
   Metrics* metrics = nullptr;          // not owned
   AdmissionGate* admission = nullptr;  // not owned
   int32_t retry_after_s = 1;           // Retry-After of 429 answers

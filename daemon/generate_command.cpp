@@ -29,11 +29,17 @@ int fail(const std::string& msg) {
 }  // namespace
 
 int run_generate(const GenerateOptions& opts) {
+  Result<cpu::CpuIsa> isa = opts.cpu_isa_option.choose();
+  if (!isa.ok()) {
+    fail(isa.message());
+    return 2;  // an invalid option, as in serve mode
+  }
+  std::fprintf(stderr, "prefixd generate: %s\n", opts.cpu_isa_option.describe(isa.value()).c_str());
   Result<std::string> path = resolve_model_path(opts.model, opts.cache_dir);
   if (!path.ok()) return fail(path.message());
   auto file = GgufFile::open(*path);
   if (!file.ok()) return fail(file.message());
-  std::unique_ptr<Backend> backend = make_cpu_backend(opts.n_threads);
+  std::unique_ptr<Backend> backend = make_cpu_backend(opts.n_threads, isa.value());
   auto model = Model::load(file.value(), *backend);
   if (!model.ok()) return fail(model.message());
   const ModelConfig& cfg = model.value()->config();
@@ -122,6 +128,7 @@ int run_generate(const GenerateOptions& opts) {
     if (tokenizer) j["text"] = text;
     j["prefill_tokens_per_s"] = prefill_tps;
     j["decode_tokens_per_s"] = decode_tps;
+    j["cpu_isa"] = cpu::cpu_isa_name(isa.value());
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("\n\nprompt %zu tokens, prefill %.1f tokens/s; generated %zu tokens, decode %.1f tokens/s\n",

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "daemon/cpu_isa_option.h"
+
 namespace prefixd {
 
 struct GenerateOptions {
@@ -14,6 +16,7 @@ struct GenerateOptions {
   std::vector<int32_t> prompt_ids;   // or token ids
   int32_t n_predict = 64;
   int32_t n_threads = 2;
+  CpuIsaOption cpu_isa_option;       // --cpu-isa / PREFIXD_CPU_ISA
   std::string kv_dtype = "f32";
   bool json = false;
 };

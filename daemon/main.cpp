@@ -2,6 +2,7 @@
 // daemon/server_options.cpp); `prefixd generate` runs one prompt;
 // `prefixd gen-model` writes a generated test model.
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -56,6 +57,7 @@ int main(int argc, char** argv) {
   g->add_option("--prompt-ids", prompt_ids, "prompt as comma-separated token ids");
   g->add_option("-n,--n-predict", gen.n_predict, "tokens to generate")->capture_default_str();
   g->add_option("--threads,-t", gen.n_threads, "compute threads")->check(CLI::Range(1, 256))->capture_default_str();
+  prefixd::add_cpu_isa_flag(*g, gen.cpu_isa_option);
   g->add_option("--kv-dtype", gen.kv_dtype, "KV cache type: f32, f16, bf16")
       ->check(CLI::IsMember({"f32", "f16", "bf16"}))->capture_default_str();
   g->add_option("--cache-dir", gen.cache_dir, "where generated models are kept")->capture_default_str();
@@ -68,6 +70,9 @@ int main(int argc, char** argv) {
   gm->add_option("--out,-o", out, "output path")->required();
 
   CLI11_PARSE(app, argc, argv);
+  // Environment variables count only where the flag was not given.
+  serve.cpu_isa_option.take_env(std::getenv(prefixd::kCpuIsaEnvVar));
+  gen.cpu_isa_option.take_env(std::getenv(prefixd::kCpuIsaEnvVar));
 
   if (g->parsed()) {
     if (!prompt_ids.empty()) {

@@ -109,6 +109,10 @@ uint64_t Metrics::requests(RequestOutcome outcome) const {
 std::string Metrics::render(const MetricsSnapshot& s) const {
   std::string out;
   out.reserve(8192);
+  header(&out, "prefixd_build_info", "gauge",
+         "Always 1; the labels say how this daemon runs (backend, CPU instruction set).");
+  sample(&out, "prefixd_build_info",
+         "cpu_isa=\"" + s.cpu_isa_name + "\",backend=\"" + s.backend_name + "\"", 1);
   header(&out, "prefixd_prompt_tokens_total", "counter", "Prompt tokens of admitted requests.");
   sample(&out, "prefixd_prompt_tokens_total", "", s.prompt_tokens);
   header(&out, "prefixd_cached_tokens_total", "counter",

@@ -40,9 +40,12 @@ class Histogram {
   uint64_t count_ = 0;
 };
 
-// Engine and tier figures copied in at scrape time. Counters are monotonic in
-// the engine; the daemon only reports them.
+// Engine and tier figures (and how the daemon runs) copied in at scrape time.
+// Counters are monotonic in the engine; the daemon only reports them.
 struct MetricsSnapshot {
+  // The labels of prefixd_build_info.
+  std::string backend_name = "cpu";  // "cpu" | "cuda"
+  std::string cpu_isa_name;          // the CPU backend's instruction set, e.g. "avx2"
   int64_t prompt_tokens = 0;
   int64_t cached_tokens_device = 0;
   int64_t cached_tokens_host = 0;

@@ -91,7 +91,7 @@ Result<std::unique_ptr<Backend>> make_backend(const ServerOptions& o, std::strin
   if (o.backend == "cuda") return Status::error("this build of prefixd has no CUDA backend");
 #endif
   *name = "cpu";
-  return make_cpu_backend(o.n_threads);
+  return make_cpu_backend(o.n_threads, o.cpu_isa);
 }
 
 void install_routes(Server::State& s);
@@ -118,6 +118,7 @@ Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
   auto file = GgufFile::open(*path);
   if (!file.ok()) return Status::error("cannot open model '" + *path + "': " + file.message());
   s->file = std::move(file.value());
+  log_line(o, LogLevel::kInfo, o.cpu_isa_option.describe(o.cpu_isa));
   std::string backend_name;
   auto backend = make_backend(o, &backend_name);
   if (!backend.ok()) return backend.status();
@@ -215,6 +216,7 @@ Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
   ctx.model.tokenizer = s->tokenizer.get();
   ctx.model.chat_template = s->chat_template.get();
   ctx.backend_name = backend_name;
+  ctx.cpu_isa_name = cpu::cpu_isa_name(o.cpu_isa);
   ctx.metrics = &s->metrics;
   ctx.admission = s->admission.get();
   ctx.tiers = s->tiers.get();
@@ -419,9 +421,15 @@ void install_routes(Server::State& s) {
 
   h.Get("/health", [ctx](const httplib::Request&, httplib::Response& res) {
     if (ctx->draining.load()) {
-      return send_json(res, json{{"status", "shutting_down"}, {"backend", ctx->backend_name}}, 503);
+      return send_json(res,
+                       json{{"status", "shutting_down"},
+                            {"backend", ctx->backend_name},
+                            {"cpu_isa", ctx->cpu_isa_name}},
+                       503);
     }
-    send_json(res, json{{"status", "ok"}, {"backend", ctx->backend_name}});
+    send_json(res, json{{"status", "ok"},
+                        {"backend", ctx->backend_name},
+                        {"cpu_isa", ctx->cpu_isa_name}});
   });
   h.Get("/v1/models", [ctx](const httplib::Request&, httplib::Response& res) {
     json m = {{"id", ctx->model.id},
@@ -474,6 +482,8 @@ void install_routes(Server::State& s) {
   h.Get("/metrics", [ctx](const httplib::Request&, httplib::Response& res) {
     EngineStats es = ctx->engine->stats();
     MetricsSnapshot m;
+    m.backend_name = ctx->backend_name;
+    m.cpu_isa_name = ctx->cpu_isa_name;
     m.prompt_tokens = es.prompt_tokens;
     m.cached_tokens_device = es.cached_tokens_device;
     m.cached_tokens_host = es.cached_tokens_host;

@@ -25,6 +25,9 @@ Status ServerOptions::validate() {
   }
   if (n_threads < 1 || n_threads > 256)
     return range_error("threads", std::to_string(n_threads), "1..256");
+  Result<cpu::CpuIsa> isa = cpu_isa_option.choose();
+  if (!isa.ok()) return isa.status();
+  cpu_isa = isa.value();
   if (kv_pool_mib < 1 || kv_pool_mib > (1ll << 22)) {
     return range_error("kv-pool-mib", std::to_string(kv_pool_mib), "1..4194304");
   }
@@ -88,6 +91,7 @@ void register_server_flags(CLI::App& app, ServerOptions& o) {
       ->capture_default_str();
   app.add_option("--backend", o.backend, "cpu, cuda or auto")->capture_default_str();
   app.add_option("--threads,-t", o.n_threads, "compute threads")->capture_default_str();
+  add_cpu_isa_flag(app, o.cpu_isa_option);
   app.add_option("--kv-pool-mib", o.kv_pool_mib, "device KV pool size in MiB")
       ->capture_default_str();
   app.add_option("--block-size", o.block_size, "tokens per KV block")->capture_default_str();

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/result.h"
+#include "daemon/cpu_isa_option.h"
 
 namespace CLI {
 class App;
@@ -30,6 +31,8 @@ struct ServerOptions {
   std::string cache_dir;                 // where generated models live (default_cache_dir())
   std::string backend = "auto";          // cpu | cuda | auto
   int32_t n_threads = 2;                 // compute threads of the CPU backend
+  CpuIsaOption cpu_isa_option;           // --cpu-isa / PREFIXD_CPU_ISA, as given
+  cpu::CpuIsa cpu_isa{};                 // the set it resolves to (filled by validate)
   int64_t kv_pool_mib = 256;             // device KV pool budget, MiB
   int32_t block_size = 16;               // tokens per KV block
   std::string kv_dtype = "f16";          // f32 | f16 | bf16
@@ -49,7 +52,8 @@ struct ServerOptions {
   LogLevel log_level = LogLevel::kInfo;
   std::string log_level_name = "info";  // error | warn | info | debug
 
-  // Checks ranges and names, fills derived fields (log_level, http_threads).
+  // Checks ranges and names, fills derived fields (log_level, http_threads,
+  // cpu_isa).
   Status validate();
 
   size_t kv_pool_bytes() const { return static_cast<size_t>(kv_pool_mib) << 20; }

@@ -12,6 +12,7 @@
 //
 // Usage: bench_engine [--model smol-135m:bf16] [--threads 2] [--system 2000]
 //                     [--question 100] [--out 16] [--reps 3] [--kv f16] [--tiers DIR]
+//                     [--cpu-isa auto|avx512bf16|avx512|avx2|portable (default $PREFIXD_CPU_ISA)]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -29,6 +30,7 @@
 #include "engine/forward.h"
 #include "engine/model.h"
 #include "engine/model_presets.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "storage/tier_manager.h"
 #include "tests/engine_harness.h"
 
@@ -63,6 +65,8 @@ double median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   std::string model_spec = "smol-135m:bf16", kv_name = "f16", tier_dir;
+  const char* isa_env = std::getenv("PREFIXD_CPU_ISA");
+  std::string isa_name = isa_env != nullptr ? isa_env : "auto", isa_source = "PREFIXD_CPU_ISA";
   int threads = 2, n_system = 2000, n_question = 100, n_out = 16, reps = 3;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
@@ -74,10 +78,18 @@ int main(int argc, char** argv) {
     else if (a == "--reps") reps = std::atoi(argv[i + 1]);
     else if (a == "--kv") kv_name = argv[i + 1];
     else if (a == "--tiers") tier_dir = argv[i + 1];
-    else {
+    else if (a == "--cpu-isa") {
+      isa_name = argv[i + 1];
+      isa_source = "--cpu-isa";
+    } else {
       std::fprintf(stderr, "unknown flag %s\n", a.c_str());
       return 2;
     }
+  }
+  Result<cpu::CpuIsa> isa = cpu::choose_cpu_isa(isa_name);
+  if (!isa.ok()) {
+    std::fprintf(stderr, "%s: %s\n", isa_source.c_str(), isa.message().c_str());
+    return 2;
   }
   const size_t colon = model_spec.find(':');
   const std::string preset = model_spec.substr(0, colon);
@@ -97,10 +109,11 @@ int main(int argc, char** argv) {
   EngineOptions opts;
   opts.kv_dtype = kv;
   opts.kv_pool_bytes = 1024ull << 20;
-  EngineUnderTest e(path, opts, nullptr, threads);
+  EngineUnderTest e(path, opts, nullptr, threads, isa.value());
   const ModelConfig& c = e.model->config();
-  std::printf("bench_engine: %s %s, %d threads, kv %s, system %d + question %d tokens, %d out\n",
-              preset.c_str(), type.c_str(), threads, kv_name.c_str(), n_system, n_question, n_out);
+  std::printf("bench_engine: %s %s, %d threads, cpu_isa %s, kv %s, system %d + question %d tokens, %d out\n",
+              preset.c_str(), type.c_str(), threads, cpu::cpu_isa_name(isa.value()), kv_name.c_str(), n_system,
+              n_question, n_out);
 
   // TTFT: each rep uses a fresh system prompt (cold), then a second question
   // on the same system prompt (warm, its blocks are in the pool).
@@ -246,7 +259,7 @@ int main(int argc, char** argv) {
         prepare();
         EngineOptions o = opts;
         o.deployment_secret = tiers->deployment_secret();
-        EngineUnderTest fresh(path, o, tiers.get(), threads);
+        EngineUnderTest fresh(path, o, tiers.get(), threads, isa.value());
         // Warm the restore policy's prefill estimate as a running daemon would have.
         fresh.run(greedy_request(tokens_for(256, 77, c.n_vocab), 1));
         r = fresh.run(greedy_request(prompt(), n_out));
@@ -265,7 +278,7 @@ int main(int argc, char** argv) {
     {
       EngineOptions o = opts;
       o.deployment_secret = tiers->deployment_secret();
-      EngineUnderTest first(path, o, tiers.get(), threads);
+      EngineUnderTest first(path, o, tiers.get(), threads, isa.value());
       Collected r = first.run(greedy_request(prompt(), n_out));
       std::printf("  %-40s TTFT %8.2f ms\n", "cold (write-through to host, disk)", r.usage.ttft_ms);
       tiers->wait_idle();

@@ -5,9 +5,11 @@
 //
 // Usage: bench_forward [--threads N] [--models smol-135m:f32,smol-135m:bf16,tiny:f32,tiny:bf16]
 //                      [--reps R] [--chunk 512] [--kv f16]
+//                      [--cpu-isa auto|avx512bf16|avx512|avx2|portable (default $PREFIXD_CPU_ISA)]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -17,6 +19,7 @@
 #include "engine/forward.h"
 #include "engine/model.h"
 #include "engine/model_presets.h"
+#include "kernels/cpu/cpu_isa.h"
 
 using namespace prefixd;
 
@@ -44,6 +47,8 @@ int main(int argc, char** argv) {
   int threads = 2, reps = 3, chunk = 512;
   std::string models = "smol-135m:f32,smol-135m:bf16,tiny:f32,tiny:bf16";
   std::string kv_name = "f16";
+  const char* isa_env = std::getenv("PREFIXD_CPU_ISA");
+  std::string isa_name = isa_env != nullptr ? isa_env : "auto", isa_source = "PREFIXD_CPU_ISA";
   std::vector<int> prompt_lens = {512, 2048};
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
@@ -52,13 +57,22 @@ int main(int argc, char** argv) {
     else if (a == "--reps") reps = std::atoi(argv[i + 1]);
     else if (a == "--chunk") chunk = std::atoi(argv[i + 1]);
     else if (a == "--kv") kv_name = argv[i + 1];
+    else if (a == "--cpu-isa") {
+      isa_name = argv[i + 1];
+      isa_source = "--cpu-isa";
+    }
+  }
+  Result<cpu::CpuIsa> isa = cpu::choose_cpu_isa(isa_name);
+  if (!isa.ok()) {
+    std::fprintf(stderr, "%s: %s\n", isa_source.c_str(), isa.message().c_str());
+    return 2;
   }
   DType kv = kv_name == "f32" ? DType::F32 : kv_name == "bf16" ? DType::BF16 : DType::F16;
   std::string dir = std::filesystem::temp_directory_path() / "prefixd-bench-models";
   std::filesystem::create_directories(dir);
-  std::unique_ptr<Backend> backend = make_cpu_backend(threads);
-  std::printf("%-16s %-6s %10s %10s %10s   (threads %d, kv %s, chunk %d)\n", "model", "type", "pp512",
-              "pp2048", "tg128", threads, kv_name.c_str(), chunk);
+  std::unique_ptr<Backend> backend = make_cpu_backend(threads, isa.value());
+  std::printf("%-16s %-6s %10s %10s %10s   (threads %d, kv %s, chunk %d, cpu_isa %s)\n", "model", "type",
+              "pp512", "pp2048", "tg128", threads, kv_name.c_str(), chunk, cpu::cpu_isa_name(isa.value()));
   for (const std::string& spec : split(models, ',')) {
     std::vector<std::string> parts = split(spec, ':');
     std::string preset = parts[0], type = parts.size() > 1 ? parts[1] : "f32";

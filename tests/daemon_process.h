@@ -1,6 +1,7 @@
 // Test helper: runs the real `prefixd` binary on a free loopback port
 // (--port 0; the port is read from its "listening on" line) and talks HTTP
-// to it. Used by the daemon integration tests.
+// to it, or runs it to its end (run_prefixd). Used by the daemon integration
+// tests.
 #pragma once
 
 #include <fcntl.h>
@@ -30,12 +31,39 @@ inline std::string prefixd_binary() { return std::string(PREFIXD_BUILD_DIR) + "/
 // Generated models (demo) are kept here between test runs.
 inline std::string test_cache_dir() { return std::string(PREFIXD_BUILD_DIR) + "/test-cache"; }
 
+// This process's environment with `changes` applied: "NAME=VALUE" sets NAME,
+// a bare "NAME" removes it. Built before fork, passed to execve.
+inline std::vector<std::string> child_environment(const std::vector<std::string>& changes) {
+  auto name_of = [](const std::string& entry) { return entry.substr(0, entry.find('=')); };
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry = *e;
+    bool changed = false;
+    for (const std::string& c : changes) changed = changed || name_of(c) == name_of(entry);
+    if (!changed) env.push_back(entry);
+  }
+  for (const std::string& c : changes) {
+    if (c.find('=') != std::string::npos) env.push_back(c);
+  }
+  return env;
+}
+
+// The argv/envp form of `strings`: pointers into it, then a null.
+inline std::vector<char*> c_strings(std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  for (std::string& s : strings) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
 class DaemonProcess {
  public:
-  // Starts prefixd with `args` (plus --port 0 --cache-dir ...). Returns null
-  // (with *error set) when it does not come up within the timeout.
+  // Starts prefixd with `args` (plus --port 0 --cache-dir ...) and the
+  // environment changes `env` (see child_environment). Returns null (with
+  // *error set) when it does not come up within the timeout.
   static std::unique_ptr<DaemonProcess> start(const std::vector<std::string>& args,
-                                              std::string* error) {
+                                              std::string* error,
+                                              const std::vector<std::string>& env = {}) {
     int fds[2];
     if (pipe(fds) != 0) {
       *error = "pipe failed";
@@ -44,15 +72,14 @@ class DaemonProcess {
     std::vector<std::string> argv_s = {prefixd_binary(), "--port", "0", "--cache-dir",
                                        test_cache_dir()};
     argv_s.insert(argv_s.end(), args.begin(), args.end());
+    std::vector<std::string> env_s = child_environment(env);
+    std::vector<char*> argv = c_strings(argv_s), envp = c_strings(env_s);
     pid_t pid = fork();
     if (pid == 0) {
       dup2(fds[1], 1);
       close(fds[0]);
       close(fds[1]);
-      std::vector<char*> argv;
-      for (std::string& s : argv_s) argv.push_back(s.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
+      execve(argv[0], argv.data(), envp.data());
       std::fprintf(stderr, "exec %s failed: %s\n", argv[0], std::strerror(errno));
       _exit(127);
     }
@@ -134,6 +161,59 @@ class DaemonProcess {
   int stdout_fd_ = -1;
   int port_ = 0;
 };
+
+// How a run of prefixd that ends by itself ended.
+struct ProcessExit {
+  int code = -1;       // exit status; -1 when it died from a signal or was killed at the timeout
+  std::string output;  // stdout and stderr together
+};
+
+// Runs prefixd with exactly `args` and the environment changes `env` until it
+// exits; kills it after `timeout`.
+inline ProcessExit run_prefixd(const std::vector<std::string>& args,
+                               const std::vector<std::string>& env = {},
+                               std::chrono::seconds timeout = std::chrono::seconds(120)) {
+  ProcessExit result;
+  int fds[2];
+  if (pipe(fds) != 0) {
+    result.output = "pipe failed";
+    return result;
+  }
+  std::vector<std::string> argv_s = {prefixd_binary()};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<std::string> env_s = child_environment(env);
+  std::vector<char*> argv = c_strings(argv_s), envp = c_strings(env_s);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fds[1], 1);
+    dup2(fds[1], 2);
+    close(fds[0]);
+    close(fds[1]);
+    execve(argv[0], argv.data(), envp.data());
+    std::fprintf(stderr, "exec %s failed: %s\n", argv[0], std::strerror(errno));
+    _exit(127);
+  }
+  close(fds[1]);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  bool timed_out = true;
+  while (std::chrono::steady_clock::now() < deadline) {
+    pollfd p{fds[0], POLLIN, 0};
+    if (poll(&p, 1, 200) <= 0) continue;
+    char buf[512];
+    ssize_t n = read(fds[0], buf, sizeof(buf));
+    if (n <= 0) {  // end of output: the process is exiting
+      timed_out = false;
+      break;
+    }
+    result.output.append(buf, static_cast<size_t>(n));
+  }
+  close(fds[0]);
+  if (timed_out) kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  result.code = !timed_out && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
 
 // The value of one sample of the /metrics exposition ("name" or
 // "name{labels}"); -1 when absent.

@@ -10,6 +10,7 @@
 
 #include "engine/engine.h"
 #include "engine/tokenizer.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "tests/golden.h"
 #include "tests/temp_dir.h"
 
@@ -54,9 +55,9 @@ struct EngineUnderTest {
   std::unique_ptr<Engine> engine;
 
   explicit EngineUnderTest(const std::string& model_path, EngineOptions opts = {}, TierManager* tiers = nullptr,
-                           int n_threads = 2) {
+                           int n_threads = 2, cpu::CpuIsa isa = cpu::best_cpu_isa()) {
     file = GgufFile::open(model_path).value();
-    backend = make_cpu_backend(n_threads);
+    backend = make_cpu_backend(n_threads, isa);
     model = std::move(Model::load(file, *backend).value());
     if (auto t = Tokenizer::from_gguf(*file); t.ok()) tokenizer = std::move(t.value());
     auto e = Engine::create(*model, tokenizer.get(), tiers, opts);

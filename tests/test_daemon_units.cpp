@@ -1,9 +1,12 @@
 // Unit tests of the daemon's pure parts: request validation (JSON body ->
-// engine Request or ApiError), server option validation, the admission gate
-// and the Prometheus exposition.
+// engine Request or ApiError), server option validation, the CPU instruction
+// set option, the admission gate and the Prometheus exposition.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include <CLI/CLI.hpp>
+
+#include "daemon/cpu_isa_option.h"
 #include "daemon/daemon_context.h"
 #include "daemon/metrics.h"
 #include "daemon/request_validation.h"
@@ -191,10 +194,83 @@ TEST_CASE("ServerOptions::validate checks every range and name") {
   CHECK(bad([](ServerOptions& x) { x.host_cache_gb = -1; }));
   CHECK(bad([](ServerOptions& x) { x.disk_cache_gb = -1; }));
   CHECK(bad([](ServerOptions& x) { x.host.clear(); }));
+  CHECK(bad([](ServerOptions& x) { x.cpu_isa_option.requested = "bogus"; }));
   ServerOptions d;
   d.log_level_name = "debug";
   REQUIRE(d.validate().ok());
   CHECK(d.log_level == LogLevel::kDebug);
+}
+
+TEST_CASE("--cpu-isa wins over PREFIXD_CPU_ISA, which wins over auto; validate resolves it") {
+  auto parsed = [](const std::string& command_line, const char* env) {
+    CLI::App app;
+    ServerOptions o;
+    register_server_flags(app, o);
+    app.parse(command_line);
+    o.cpu_isa_option.take_env(env);
+    return o;
+  };
+  ServerOptions none = parsed("", nullptr);
+  CHECK(none.cpu_isa_option.source == "auto");
+  REQUIRE(none.validate().ok());
+  CHECK(none.cpu_isa == cpu::best_cpu_isa());
+  CHECK(none.cpu_isa_option.describe(none.cpu_isa) ==
+        std::string("CPU instruction set ") + cpu::cpu_isa_name(cpu::best_cpu_isa()) +
+            " (auto; CPU features: " + cpu::cpu_feature_string() + ")");
+
+  ServerOptions empty_env = parsed("", "");
+  CHECK(empty_env.cpu_isa_option.source == "auto");
+
+  ServerOptions env = parsed("", "portable");
+  CHECK(env.cpu_isa_option.source == "PREFIXD_CPU_ISA");
+  CHECK(env.cpu_isa_option.requested == "portable");
+  REQUIRE(env.validate().ok());
+  CHECK(env.cpu_isa == cpu::CpuIsa::kPortable);
+  CHECK(env.cpu_isa_option.describe(env.cpu_isa) ==
+        "CPU instruction set portable (PREFIXD_CPU_ISA=portable; CPU features: " +
+            cpu::cpu_feature_string() + ")");
+
+  ServerOptions flag = parsed("--cpu-isa portable", "bogus");
+  CHECK(flag.cpu_isa_option.source == "--cpu-isa");
+  CHECK(flag.cpu_isa_option.requested == "portable");
+  REQUIRE(flag.validate().ok());
+  CHECK(flag.cpu_isa == cpu::CpuIsa::kPortable);
+  CHECK(flag.cpu_isa_option.describe(flag.cpu_isa) ==
+        "CPU instruction set portable (--cpu-isa portable; CPU features: " +
+            cpu::cpu_feature_string() + ")");
+
+  ServerOptions flag_auto = parsed("--cpu-isa auto", "portable");
+  REQUIRE(flag_auto.validate().ok());
+  CHECK(flag_auto.cpu_isa == cpu::best_cpu_isa());
+}
+
+TEST_CASE("an unknown or unsupported CPU instruction set is an error naming its source") {
+  CpuIsaOption flag;
+  flag.requested = "bogus";
+  flag.source = "--cpu-isa";
+  Result<cpu::CpuIsa> unknown = flag.choose();
+  REQUIRE(!unknown.ok());
+  CHECK(unknown.message().rfind("--cpu-isa: ", 0) == 0);
+  CHECK(unknown.message().find("'bogus'") != std::string::npos);
+  CHECK(unknown.message().find(cpu::cpu_isa_choices()) != std::string::npos);
+
+  CpuIsaOption env;
+  env.take_env("bogus");
+  REQUIRE(!env.choose().ok());
+  CHECK(env.choose().message().rfind("PREFIXD_CPU_ISA: ", 0) == 0);
+
+  for (cpu::CpuIsa isa : cpu::all_cpu_isas()) {
+    CpuIsaOption o;
+    o.requested = cpu::cpu_isa_name(isa);
+    o.source = "--cpu-isa";
+    Result<cpu::CpuIsa> r = o.choose();
+    CHECK(r.ok() == cpu::cpu_supports(isa));
+    if (r.ok()) {
+      CHECK(r.value() == isa);
+    } else {
+      CHECK(r.message().find(cpu::cpu_feature_string()) != std::string::npos);
+    }
+  }
 }
 
 TEST_CASE("AdmissionGate admits up to its limit and tickets release their slot") {
@@ -253,4 +329,15 @@ TEST_CASE("Metrics exposition carries counters, tier labels and request outcomes
   s.host_evictions = 3;
   CHECK(m.render(s).find("prefixd_evictions_total{tier=\"host\"} 3\n") != std::string::npos);
   CHECK(m.requests(RequestOutcome::kCompleted) == 2);
+}
+
+TEST_CASE("Metrics exposition carries prefixd_build_info (backend, CPU instruction set)") {
+  Metrics m;
+  MetricsSnapshot s;
+  s.backend_name = "cpu";
+  s.cpu_isa_name = "avx2";
+  CHECK(m.render(s).find("# TYPE prefixd_build_info gauge\n"
+                         "prefixd_build_info{cpu_isa=\"avx2\",backend=\"cpu\"} 1\n") !=
+        std::string::npos);
+  CHECK(m.render(s).find("# HELP prefixd_build_info ") != std::string::npos);
 }

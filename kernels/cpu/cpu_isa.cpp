@@ -119,16 +119,12 @@ Result<CpuIsa> choose_cpu_isa(std::string_view requested) {
   if (requested.empty() || requested == "auto") return best_cpu_isa();
   for (CpuIsa isa : all_cpu_isas()) {
     if (requested != cpu_isa_name(isa)) continue;
-    if (!cpu_supports(isa)) {
-      return Status::error("CPU instruction set '" + std::string(requested) +
-                           "' is not supported by this CPU (it reports: " + cpu_feature_string() +
-                           "; usable here: " + [] {
-                             std::string u;
-                             for (CpuIsa s : supported_cpu_isas()) u += (u.empty() ? "" : ", ") + std::string(cpu_isa_name(s));
-                             return u;
-                           }() + ")");
-    }
-    return isa;
+    if (cpu_supports(isa)) return isa;
+    std::string usable;
+    for (CpuIsa s : supported_cpu_isas()) usable += (usable.empty() ? "" : ", ") + std::string(cpu_isa_name(s));
+    return Status::error("CPU instruction set '" + std::string(requested) +
+                         "' is not supported by this CPU (accepted: " + cpu_isa_choices() +
+                         "; usable here: auto, " + usable + "; this CPU reports: " + cpu_feature_string() + ")");
   }
   return Status::error("unknown CPU instruction set '" + std::string(requested) + "' (accepted: " +
                        cpu_isa_choices() + "; this CPU reports: " + cpu_feature_string() + ")");

@@ -103,7 +103,7 @@ void matmul(const CpuKernels& k, ThreadPool& pool, const CpuMatrix& w, const flo
     a.xb = xb_buffer.data();
     a.xb_stride = stride;
   }
-  const size_t scratch_floats = w.dtype == DType::BF16 ? k.gemm_scratch_floats(cols) : 0;
+  const size_t scratch_floats = k.gemm_scratch_floats(cols);
   pool.parallel_for(p_tasks * x_tasks, [&](int64_t t, int) {
     static thread_local std::vector<float> scratch;  // the set's per-thread panel scratch
     if (scratch.size() < scratch_floats) scratch.resize(scratch_floats);

@@ -27,6 +27,7 @@ struct Vec {
   // attention: keys per chunk and accumulator rows updated together in P·V.
   static constexpr int kAttnChunk = 16;
   static constexpr int kPvRows = 8;
+  static constexpr int kRegisters = 32;  // vector registers of the target
 #if defined(__AVX512BF16__)
   static constexpr bool kHasBf16Dot = true;
 #else

@@ -23,6 +23,7 @@ struct Vec {
   static constexpr int kGemmVecs = 2;
   static constexpr int kAttnChunk = 8;
   static constexpr int kPvRows = 4;
+  static constexpr int kRegisters = 16;  // vector registers of the target
   static constexpr bool kHasBf16Dot = false;
 
   static PREFIXD_VEC_INLINE T zero() { return T{}; }
