@@ -60,9 +60,9 @@ std::string cpu_isa_choices() {
 }
 
 bool cpu_supports(CpuIsa isa) {
-  const Features& f = features();
-  const bool avx2 = f.avx2 && f.fma && f.f16c;
-  const bool avx512 = avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq;
+  [[maybe_unused]] const Features& f = features();
+  [[maybe_unused]] const bool avx2 = f.avx2 && f.fma && f.f16c;
+  [[maybe_unused]] const bool avx512 = avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq;
   switch (isa) {
     case CpuIsa::kPortable: return true;
 #if defined(__x86_64__)
