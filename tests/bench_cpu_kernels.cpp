@@ -1,7 +1,8 @@
 // Benchmark of the CPU backend's hot kernels on smol-135m shapes: matmul
 // GFLOP/s (and weight GB/s for n=1) in F32 and BF16, and paged attention time
 // for causal prefill and decode with an F16 KV cache.
-// Usage: bench_cpu_kernels [n_threads]   (default 2)
+// Usage: bench_cpu_kernels [n_threads (default 2)] [--cpu-isa auto|avx512bf16|avx512|avx2|portable]
+//        (default $PREFIXD_CPU_ISA, else auto)
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -10,9 +11,11 @@
 #include <cstring>
 #include <ctime>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/backend.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/dtype.h"
 
 namespace prefixd {
@@ -167,11 +170,22 @@ double bench_attention(Backend& be, int32_t pos0, int32_t n_q, DType dtype, doub
 
 int main(int argc, char** argv) {
   using namespace prefixd;
-  const int n_threads = argc > 1 ? std::atoi(argv[1]) : 2;
-  auto be = make_cpu_backend(n_threads);
+  int n_threads = 2;
+  const char* isa_env = std::getenv("PREFIXD_CPU_ISA");
+  std::string isa_name = isa_env != nullptr ? isa_env : "auto";
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--cpu-isa") == 0 && i + 1 < argc) isa_name = argv[++i];
+    else n_threads = std::atoi(argv[i]);
+  }
+  Result<cpu::CpuIsa> isa = cpu::choose_cpu_isa(isa_name);
+  if (!isa.ok()) {
+    std::fprintf(stderr, "cpu isa: %s\n", isa.message().c_str());
+    return 2;
+  }
+  auto be = make_cpu_backend(n_threads, isa.value());
   g_cpu_time = n_threads == 1;
-  std::printf("timing: best of repeated runs, %s\n\n",
-              g_cpu_time ? "thread CPU time (1 thread)" : "wall clock");
+  std::printf("timing: best of repeated runs, %s; cpu_isa %s\n\n",
+              g_cpu_time ? "thread CPU time (1 thread)" : "wall clock", cpu::cpu_isa_name(isa.value()));
   bench_matmul(*be);
   std::printf("\nattention, 9 heads / 3 KV heads, head_dim 64, block 16, %d threads\n", n_threads);
   std::printf("%-8s %-5s %6s %6s %10s %9s\n", "case", "kv", "pos0", "n_q", "time_ms", "GFLOP/s");

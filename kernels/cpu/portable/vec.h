@@ -1,7 +1,9 @@
-// The portable vector layer of the CPU kernels: 8 float lanes as a GCC/Clang
-// generic vector, which the compiler lowers to whatever its baseline target
-// has (SSE2 on x86-64, NEON on aarch64). No intrinsics; F16/BF16 conversions
-// are the scalar ones of kernels/dtype.h, lane by lane.
+// The portable vector layer of the CPU kernels: 4 float lanes as a GCC/Clang
+// generic vector, the width every baseline target has in registers (SSE2 on
+// x86-64, NEON on aarch64). Wider generic vectors than the target's registers
+// are lowered through the stack (measured: 3.6 GFLOP/s for 8 lanes on SSE2
+// against 20+ for 4). No intrinsics; F16/BF16 conversions are the scalar ones
+// of kernels/dtype.h, lane by lane.
 // Only kernels/cpu/portable/kernels.cpp includes this file.
 #pragma once
 
@@ -15,10 +17,10 @@
 namespace prefixd::cpu::PREFIXD_ISA_NS {
 
 struct Vec {
-  typedef float T __attribute__((vector_size(32)));
-  typedef int32_t I __attribute__((vector_size(32)));
-  typedef uint32_t U __attribute__((vector_size(32)));
-  static constexpr int N = 8;
+  typedef float T __attribute__((vector_size(16)));
+  typedef int32_t I __attribute__((vector_size(16)));
+  typedef uint32_t U __attribute__((vector_size(16)));
+  static constexpr int N = 4;
   static constexpr int kGemmRows = 4;
   static constexpr int kGemmVecs = 2;
   static constexpr int kAttnChunk = 8;
@@ -27,7 +29,7 @@ struct Vec {
   static constexpr bool kHasBf16Dot = false;
 
   static PREFIXD_VEC_INLINE T zero() { return T{}; }
-  static PREFIXD_VEC_INLINE T set1(float f) { return T{} + f; }
+  static PREFIXD_VEC_INLINE T set1(float f) { return T{f, f, f, f}; }
   static PREFIXD_VEC_INLINE T load(const float* p) {
     T v;
     std::memcpy(&v, p, sizeof(v));
@@ -84,9 +86,22 @@ struct Vec {
   }
 
   static PREFIXD_VEC_INLINE T load_f16(const uint16_t* p) { return load_f16_n(p, N); }
+  // Branch-free F16 widening: the 15 magnitude bits shifted into F32
+  // position and scaled by 2^112 rebase the exponent (subnormals included);
+  // Inf/NaN get the all-ones exponent back; then the sign.
   static PREFIXD_VEC_INLINE T load_f16_n(const uint16_t* p, int64_t n) {
-    T v{};
-    for (int i = 0; i < N && i < n; ++i) v[i] = f16_to_f32(p[i]);
+    U h{};
+    for (int i = 0; i < N && i < n; ++i) h[i] = p[i];
+    const U mag_bits = (h & 0x7fffu) << 13;
+    T mag;
+    std::memcpy(&mag, &mag_bits, sizeof(mag));
+    mag = mag * 0x1p112f;
+    U bits;
+    std::memcpy(&bits, &mag, sizeof(bits));
+    bits = bits | ((h & 0x7fffu) >= 0x7c00u ? U{} + 0x7f800000u : U{});
+    bits = bits | ((h & 0x8000u) << 16);
+    T v;
+    std::memcpy(&v, &bits, sizeof(v));
     return v;
   }
   static PREFIXD_VEC_INLINE void store_f16(uint16_t* p, T v) { store_f16_n(p, v, N); }
