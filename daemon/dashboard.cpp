@@ -10,7 +10,7 @@
 #include "daemon/http_util.h"
 #include "daemon/request_validation.h"
 #include "engine/engine.h"
-#include "engine/tokenizer.h"
+#include "engine/text/tokenizer.h"
 #include "storage/tier_manager.h"
 
 namespace prefixd {

@@ -9,10 +9,10 @@
 
 #include "daemon/model_source.h"
 #include "engine/batch_builder.h"
-#include "engine/forward.h"
-#include "engine/model.h"
-#include "engine/tokenizer.h"
-#include "engine/stream_decoder.h"
+#include "engine/model/forward.h"
+#include "engine/model/model.h"
+#include "engine/text/tokenizer.h"
+#include "engine/text/stream_decoder.h"
 
 namespace prefixd {
 namespace {

@@ -11,7 +11,7 @@
 #include "daemon/model_source.h"
 #include "daemon/server.h"
 #include "daemon/server_options.h"
-#include "engine/model_presets.h"
+#include "engine/model/model_presets.h"
 
 namespace {
 

@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "engine/model_presets.h"
+#include "engine/model/model_presets.h"
 
 namespace prefixd {
 

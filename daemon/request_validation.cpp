@@ -5,9 +5,9 @@
 #include <cmath>
 #include <limits>
 
-#include "engine/chat_template.h"
+#include "engine/text/chat_template.h"
 #include "engine/sampler.h"
-#include "engine/tokenizer.h"
+#include "engine/text/tokenizer.h"
 
 namespace prefixd {
 namespace {

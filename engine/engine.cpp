@@ -15,11 +15,11 @@
 #include <unordered_map>
 
 #include "engine/batch_builder.h"
-#include "engine/block_hash.h"
-#include "engine/block_manager.h"
-#include "engine/forward.h"
+#include "engine/kv/block_hash.h"
+#include "engine/kv/block_manager.h"
+#include "engine/model/forward.h"
 #include "engine/sequence.h"
-#include "engine/tokenizer.h"
+#include "engine/text/tokenizer.h"
 #include "storage/restore_policy.h"
 #include "storage/tier_manager.h"
 

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "common/result.h"
-#include "engine/model.h"
+#include "engine/model/model.h"
 #include "engine/request.h"
 #include "kernels/backend.h"
 #include "storage/block_record.h"

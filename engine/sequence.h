@@ -9,11 +9,11 @@
 #include <optional>
 #include <vector>
 
-#include "engine/block_hash.h"
+#include "engine/kv/block_hash.h"
 #include "engine/request.h"
 #include "engine/sampler.h"
-#include "engine/stop_matcher.h"
-#include "engine/stream_decoder.h"
+#include "engine/text/stop_matcher.h"
+#include "engine/text/stream_decoder.h"
 
 namespace prefixd {
 

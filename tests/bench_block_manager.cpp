@@ -8,8 +8,8 @@
 #include <random>
 #include <vector>
 
-#include "engine/block_hash.h"
-#include "engine/block_manager.h"
+#include "engine/kv/block_hash.h"
+#include "engine/kv/block_manager.h"
 
 using namespace prefixd;
 

@@ -25,11 +25,11 @@
 #include <vector>
 
 #include "engine/batch_builder.h"
-#include "engine/block_hash.h"
+#include "engine/kv/block_hash.h"
 #include "engine/engine.h"
-#include "engine/forward.h"
-#include "engine/model.h"
-#include "engine/model_presets.h"
+#include "engine/model/forward.h"
+#include "engine/model/model.h"
+#include "engine/model/model_presets.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "storage/tier_manager.h"
 #include "tests/engine_harness.h"

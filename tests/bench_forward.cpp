@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "engine/batch_builder.h"
-#include "engine/forward.h"
-#include "engine/model.h"
-#include "engine/model_presets.h"
+#include "engine/model/forward.h"
+#include "engine/model/model.h"
+#include "engine/model/model_presets.h"
 #include "kernels/cpu/cpu_isa.h"
 
 using namespace prefixd;

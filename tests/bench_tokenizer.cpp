@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/gguf.h"
-#include "engine/tokenizer.h"
+#include "engine/model/gguf.h"
+#include "engine/text/tokenizer.h"
 
 using namespace prefixd;
 using json = nlohmann::json;

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "engine/engine.h"
-#include "engine/tokenizer.h"
+#include "engine/text/tokenizer.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "tests/golden.h"
 #include "tests/temp_dir.h"

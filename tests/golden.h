@@ -14,9 +14,9 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/batch_builder.h"
-#include "engine/forward.h"
-#include "engine/gguf.h"
-#include "engine/model.h"
+#include "engine/model/forward.h"
+#include "engine/model/gguf.h"
+#include "engine/model/model.h"
 #include "kernels/backend.h"
 
 namespace prefixd::testing {

@@ -9,7 +9,7 @@
 
 #include <xxhash.h>
 
-#include "engine/block_hash.h"
+#include "engine/kv/block_hash.h"
 
 using namespace prefixd;
 

@@ -13,8 +13,8 @@
 
 #include <xxhash.h>
 
-#include "engine/block_hash.h"
-#include "engine/block_manager.h"
+#include "engine/kv/block_hash.h"
+#include "engine/kv/block_manager.h"
 
 using namespace prefixd;
 

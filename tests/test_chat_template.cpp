@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/chat_template.h"
-#include "engine/tokenizer.h"
-#include "engine/tokenizer_bpe.h"
+#include "engine/text/chat_template.h"
+#include "engine/text/tokenizer.h"
+#include "engine/text/tokenizer_bpe.h"
 
 using namespace prefixd;
 

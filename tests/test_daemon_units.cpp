@@ -11,8 +11,8 @@
 #include "daemon/metrics.h"
 #include "daemon/request_validation.h"
 #include "daemon/server_options.h"
-#include "engine/gguf.h"
-#include "engine/tokenizer.h"
+#include "engine/model/gguf.h"
+#include "engine/text/tokenizer.h"
 
 using nlohmann::json;
 using namespace prefixd;

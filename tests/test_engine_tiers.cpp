@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "engine/block_hash.h"
+#include "engine/kv/block_hash.h"
 #include "storage/tier_manager.h"
 #include "tests/engine_harness.h"
 

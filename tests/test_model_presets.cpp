@@ -16,10 +16,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/gguf.h"
-#include "engine/gguf_writer.h"
-#include "engine/model_fingerprint.h"
-#include "engine/model_presets.h"
+#include "engine/model/gguf.h"
+#include "engine/model/gguf_writer.h"
+#include "engine/model/model_fingerprint.h"
+#include "engine/model/model_presets.h"
 
 using namespace prefixd;
 

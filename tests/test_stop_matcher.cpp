@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/stop_matcher.h"
+#include "engine/text/stop_matcher.h"
 
 using namespace prefixd;
 

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/gguf.h"
-#include "engine/stream_decoder.h"
-#include "engine/tokenizer.h"
+#include "engine/model/gguf.h"
+#include "engine/text/stream_decoder.h"
+#include "engine/text/tokenizer.h"
 
 using namespace prefixd;
 

@@ -11,11 +11,11 @@
 #include <string>
 #include <vector>
 
-#include "engine/gguf.h"
-#include "engine/gguf_writer.h"
-#include "engine/stream_decoder.h"
-#include "engine/tokenizer.h"
-#include "engine/tokenizer_bpe.h"
+#include "engine/model/gguf.h"
+#include "engine/model/gguf_writer.h"
+#include "engine/text/stream_decoder.h"
+#include "engine/text/tokenizer.h"
+#include "engine/text/tokenizer_bpe.h"
 
 using namespace prefixd;
 using json = nlohmann::json;

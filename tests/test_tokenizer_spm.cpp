@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/gguf.h"
-#include "engine/gguf_writer.h"
-#include "engine/stream_decoder.h"
-#include "engine/tokenizer.h"
+#include "engine/model/gguf.h"
+#include "engine/model/gguf_writer.h"
+#include "engine/text/stream_decoder.h"
+#include "engine/text/tokenizer.h"
 
 using namespace prefixd;
 using json = nlohmann::json;

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/gguf.h"
-#include "engine/gguf_writer.h"
+#include "engine/model/gguf.h"
+#include "engine/model/gguf_writer.h"
 
 namespace {
 

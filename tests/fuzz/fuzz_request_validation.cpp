@@ -9,9 +9,9 @@
 #include <string>
 
 #include "daemon/request_validation.h"
-#include "engine/chat_template.h"
-#include "engine/gguf.h"
-#include "engine/tokenizer.h"
+#include "engine/text/chat_template.h"
+#include "engine/model/gguf.h"
+#include "engine/text/tokenizer.h"
 
 namespace {
 

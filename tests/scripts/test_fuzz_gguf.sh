@@ -19,15 +19,15 @@ work="$build_dir/fuzz/gguf"
 mkdir -p "$work/corpus"
 
 clang++ -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-  -I"$src_dir" "$src_dir/tests/fuzz/fuzz_gguf.cpp" "$src_dir/engine/gguf.cpp" \
-  "$src_dir/engine/gguf_writer.cpp" -o "$work/fuzz_gguf"
+  -I"$src_dir" "$src_dir/tests/fuzz/fuzz_gguf.cpp" "$src_dir/engine/model/gguf.cpp" \
+  "$src_dir/engine/model/gguf_writer.cpp" -o "$work/fuzz_gguf"
 
 # Seeds: small valid files written by GgufWriter.
 cat > "$work/make_seeds.cpp" <<'CPP'
 #include <cstdio>
 #include <string>
 #include <vector>
-#include "engine/gguf_writer.h"
+#include "engine/model/gguf_writer.h"
 using namespace prefixd;
 static void save(const GgufWriter& w, const std::string& path) {
   std::vector<uint8_t> b = w.to_bytes();
@@ -78,8 +78,8 @@ int main(int argc, char** argv) {
   return 0;
 }
 CPP
-clang++ -std=c++20 -O1 -I"$src_dir" "$work/make_seeds.cpp" "$src_dir/engine/gguf.cpp" \
-  "$src_dir/engine/gguf_writer.cpp" -o "$work/make_seeds"
+clang++ -std=c++20 -O1 -I"$src_dir" "$work/make_seeds.cpp" "$src_dir/engine/model/gguf.cpp" \
+  "$src_dir/engine/model/gguf_writer.cpp" -o "$work/make_seeds"
 "$work/make_seeds" "$work/corpus"
 # The head of a real model: all its metadata and tensor infos, tensor data cut off.
 shared="${PREFIXD_SHARED_DIR:-$src_dir/../shared}"

@@ -41,8 +41,8 @@ fail() {
 
 # What the test needs, and nothing x86: the common CPU backend files, the
 # portable set, the forward pass and model loading.
-sources=(kernels/cpu/*.cpp engine/forward.cpp engine/model.cpp engine/model_config.cpp
-         engine/gguf.cpp engine/batch_builder.cpp tests/test_forward_golden.cpp)
+sources=(kernels/cpu/*.cpp engine/model/forward.cpp engine/model/model.cpp engine/model/model_config.cpp
+         engine/model/gguf.cpp engine/batch_builder.cpp tests/test_forward_golden.cpp)
 for f in "${sources[@]}"; do [[ -f "$src_dir/$f" ]] || fail "missing source $f"; done
 
 # Written to Makefile.new and moved over Makefile only when it changed: every

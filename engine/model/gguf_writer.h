@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "common/result.h"
-#include "engine/gguf.h"
+#include "engine/model/gguf.h"
 
 namespace prefixd {
 

@@ -1,5 +1,5 @@
 // Chat template detection and rendering into markup/content segments.
-#include "engine/chat_template.h"
+#include "engine/text/chat_template.h"
 
 #include <utility>
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "common/result.h"
-#include "engine/tokenizer.h"
+#include "engine/text/tokenizer.h"
 
 namespace prefixd {
 

@@ -1,6 +1,6 @@
 // GGUF parsing: a cursor over untrusted bytes where every read checks bounds
 // and every failure names the field being read and its byte offset.
-#include "engine/gguf.h"
+#include "engine/model/gguf.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

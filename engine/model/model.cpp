@@ -1,5 +1,5 @@
 // Loading weights: shape and type checks per tensor, then upload to the backend.
-#include "engine/model.h"
+#include "engine/model/model.h"
 
 #include <cstring>
 

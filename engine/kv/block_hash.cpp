@@ -1,5 +1,5 @@
 // Namespace seeds and chained block hashes (XXH3). See block_hash.h.
-#include "engine/block_hash.h"
+#include "engine/kv/block_hash.h"
 
 #include <bit>
 #include <cstring>

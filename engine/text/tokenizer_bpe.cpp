@@ -1,13 +1,13 @@
 // Byte-level BPE tokenizer: PCRE2 pre-tokenizer, GPT-2 byte mapping, ranked
 // merges (the algorithm of llama.cpp's llm_tokenizer_bpe_session).
 #define PCRE2_CODE_UNIT_WIDTH 8
-#include "engine/tokenizer_bpe.h"
+#include "engine/text/tokenizer_bpe.h"
 
 #include <pcre2.h>
 
 #include <queue>
 
-#include "engine/stream_decoder.h"
+#include "engine/text/stream_decoder.h"
 
 namespace prefixd {
 namespace {

@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "common/result.h"
-#include "engine/block_hash.h"
+#include "engine/kv/block_hash.h"
 
 namespace prefixd {
 

@@ -1,12 +1,12 @@
 // SPM tokenizer: score-ordered bigram merges over UTF-8 characters with byte
 // fallback (the algorithm of llama.cpp's llm_tokenizer_spm_session).
-#include "engine/tokenizer_spm.h"
+#include "engine/text/tokenizer_spm.h"
 
 #include <cstdio>
 #include <queue>
 #include <unordered_map>
 
-#include "engine/stream_decoder.h"
+#include "engine/text/stream_decoder.h"
 
 namespace prefixd {
 namespace {

@@ -1,7 +1,7 @@
 // UTF-8 validation/sanitising and the streaming detokenizer.
-#include "engine/stream_decoder.h"
+#include "engine/text/stream_decoder.h"
 
-#include "engine/tokenizer.h"
+#include "engine/text/tokenizer.h"
 
 namespace prefixd {
 namespace utf8 {

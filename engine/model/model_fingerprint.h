@@ -7,7 +7,7 @@
 #include <string>
 
 #include "common/result.h"
-#include "engine/gguf.h"
+#include "engine/model/gguf.h"
 
 namespace prefixd {
 

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "common/result.h"
-#include "engine/gguf.h"
-#include "engine/model_config.h"
+#include "engine/model/gguf.h"
+#include "engine/model/model_config.h"
 #include "kernels/backend.h"
 
 namespace prefixd {

@@ -1,7 +1,7 @@
 // Model fingerprint: canonical re-encoding of the shaping metadata and tensor
 // infos, streamed with the tensor data through one XXH3-128 state; results are
 // cached per (path, size, mtime, inode) in small text files.
-#include "engine/model_fingerprint.h"
+#include "engine/model/model_fingerprint.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

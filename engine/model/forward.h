@@ -8,7 +8,7 @@
 
 #include <vector>
 
-#include "engine/model.h"
+#include "engine/model/model.h"
 #include "kernels/backend.h"
 
 namespace prefixd {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "common/result.h"
-#include "engine/gguf.h"
+#include "engine/model/gguf.h"
 
 namespace prefixd {
 

@@ -1,5 +1,5 @@
 // Llama/Qwen2 decoder: pre-norm attention and SwiGLU feed-forward blocks.
-#include "engine/forward.h"
+#include "engine/model/forward.h"
 
 #include <cmath>
 

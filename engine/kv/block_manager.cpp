@@ -1,6 +1,6 @@
 // BlockManager: ref counts, free list, verified prefix index and LRU eviction
 // over block ids. See block_manager.h for the states and invariants.
-#include "engine/block_manager.h"
+#include "engine/kv/block_manager.h"
 
 #include <algorithm>
 #include <cstring>

@@ -1,7 +1,7 @@
 // Generated test models: preset table, synthetic SPM vocabulary and a
 // counter-based weight generator (value i of a tensor depends only on the
 // preset, the tensor name and i, so any thread split gives the same bytes).
-#include "engine/model_presets.h"
+#include "engine/model/model_presets.h"
 
 #include <algorithm>
 #include <cctype>
@@ -11,8 +11,8 @@
 #include <thread>
 #include <unordered_set>
 
-#include "engine/gguf.h"
-#include "engine/gguf_writer.h"
+#include "engine/model/gguf.h"
+#include "engine/model/gguf_writer.h"
 
 namespace prefixd {
 namespace {

@@ -1,7 +1,7 @@
 // GGUF serialisation: header, metadata, tensor infos, then the data section
 // with every tensor aligned. Layout matches ggml's gguf.c (v2 and v3 differ
 // only in the version number for little-endian files).
-#include "engine/gguf_writer.h"
+#include "engine/model/gguf_writer.h"
 
 #include <fcntl.h>
 #include <unistd.h>

@@ -7,7 +7,7 @@
 #include <memory>
 #include <unordered_set>
 
-#include "engine/tokenizer.h"
+#include "engine/text/tokenizer.h"
 
 namespace prefixd {
 

@@ -1,5 +1,5 @@
 // Reading and validating model hyper-parameters from GGUF metadata.
-#include "engine/model_config.h"
+#include "engine/model/model_config.h"
 
 namespace prefixd {
 namespace {

@@ -1,6 +1,6 @@
 // StopMatcher (see stop_matcher.h). The held text is always shorter than the
 // longest stop string, so each feed scans only held + piece.
-#include "engine/stop_matcher.h"
+#include "engine/text/stop_matcher.h"
 
 #include <algorithm>
 

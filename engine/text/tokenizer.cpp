@@ -1,12 +1,12 @@
 // Tokenizer factory, GGUF metadata loading, special-token partitioning and
 // the parts of encode/decode both models share.
-#include "engine/tokenizer.h"
+#include "engine/text/tokenizer.h"
 
 #include <algorithm>
 
-#include "engine/stream_decoder.h"
-#include "engine/tokenizer_bpe.h"
-#include "engine/tokenizer_spm.h"
+#include "engine/text/stream_decoder.h"
+#include "engine/text/tokenizer_bpe.h"
+#include "engine/text/tokenizer_spm.h"
 
 namespace prefixd {
 namespace {

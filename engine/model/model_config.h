@@ -6,7 +6,7 @@
 #include <string>
 
 #include "common/result.h"
-#include "engine/gguf.h"
+#include "engine/model/gguf.h"
 #include "kernels/backend.h"
 
 namespace prefixd {
