@@ -10,7 +10,7 @@
 #include <mutex>
 #include <thread>
 
-namespace prefixd {
+namespace prefixd::client {
 
 using nlohmann::json;
 
@@ -530,4 +530,4 @@ std::string format_bench_summary(const BenchReport& report) {
   return out;
 }
 
-}  // namespace prefixd
+}  // namespace prefixd::client

@@ -12,7 +12,7 @@
 #include "client/client.h"
 #include "common/result.h"
 
-namespace prefixd {
+namespace prefixd::client {
 
 enum class BenchOrder {
   kRoundRobin,  // request i uses system prompt i % K
@@ -188,4 +188,4 @@ std::string format_bench_summary(const BenchReport& report);
 
 const char* bench_order_name(BenchOrder order);
 
-}  // namespace prefixd
+}  // namespace prefixd::client

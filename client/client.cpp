@@ -10,7 +10,7 @@
 #include <cstring>
 #include <utility>
 
-namespace prefixd {
+namespace prefixd::client {
 
 using nlohmann::json;
 
@@ -714,4 +714,4 @@ Result<std::string> Client::detokenize(const std::vector<int32_t>& token_ids) {
 
 Result<std::string> Client::metrics() { return request_text("GET", "/metrics", "", ""); }
 
-}  // namespace prefixd
+}  // namespace prefixd::client

@@ -1,6 +1,8 @@
 // C++ client for the prefixd HTTP API (daemon/api.md): completions, chat, SSE streaming with a
 // per-token callback, and the cache endpoints. Depends only on common/, cpp-httplib and
-// nlohmann-json; never on engine/ or daemon/ headers.
+// nlohmann-json; never on engine/ or daemon/ headers. Everything is in namespace
+// prefixd::client: the engine and daemon have types of the same names (SamplingParams, Usage,
+// ApiError, ModelInfo, ...) and the test programs link both.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +20,7 @@ namespace httplib {
 class Client;
 }
 
-namespace prefixd {
+namespace prefixd::client {
 
 // Where and how to reach the daemon. Times are in seconds.
 struct ClientOptions {
@@ -279,4 +281,4 @@ Result<Usage> parse_usage(const nlohmann::json& usage);
 Result<PrefixCacheInfo> parse_prefix_cache(const nlohmann::json& prefix_cache);
 Result<CacheStats> parse_cache_stats(const nlohmann::json& stats);
 
-}  // namespace prefixd
+}  // namespace prefixd::client

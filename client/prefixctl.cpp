@@ -10,7 +10,7 @@
 #include "client/bench.h"
 #include "client/client.h"
 
-namespace prefixd {
+namespace prefixd::client {
 namespace {
 
 int fail(const std::string& message) {
@@ -377,6 +377,6 @@ int run(int argc, char** argv) {
 }
 
 }  // namespace
-}  // namespace prefixd
+}  // namespace prefixd::client
 
-int main(int argc, char** argv) { return prefixd::run(argc, argv); }
+int main(int argc, char** argv) { return prefixd::client::run(argc, argv); }

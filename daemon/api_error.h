@@ -1,7 +1,10 @@
 // ApiError: an HTTP error answer in the OpenAI shape
 // {"error": {"message", "type", "param", "code"}} with its status code.
+// Handlers build one with the named factory of its status (bad_request,
+// not_found, too_many_requests, ...), never field by field.
 #pragma once
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -23,9 +26,65 @@ struct ApiError {
     return nlohmann::json{{"error", e}};
   }
 
-  static ApiError invalid(std::string message, std::string param = "", std::string code = "") {
-    return ApiError{400, std::move(message), "invalid_request_error", std::move(param),
-                    std::move(code)};
+  // 400: the body or a field of it (`param`, empty when the whole body) is wrong.
+  static ApiError bad_request(std::string param, std::string message, std::string code = "") {
+    return make(400, "invalid_request_error", std::move(param), std::move(message),
+                std::move(code));
+  }
+  // 401: no API key, or the wrong one.
+  static ApiError unauthorized(std::string message) {
+    return make(401, "authentication_error", "", std::move(message), "invalid_api_key");
+  }
+  // 404: no such endpoint, model or tracked prefix.
+  static ApiError not_found(std::string param, std::string message,
+                            std::string code = "not_found") {
+    return make(404, "invalid_request_error", std::move(param), std::move(message),
+                std::move(code));
+  }
+  // 409: the request was valid but the engine refused it (pin_failed, unpin_failed).
+  static ApiError conflict(std::string param, std::string message, std::string code) {
+    return make(409, "invalid_request_error", std::move(param), std::move(message),
+                std::move(code));
+  }
+  // 413: the body is larger than --max-body-bytes.
+  static ApiError payload_too_large(int64_t limit_bytes) {
+    return make(
+        413, "invalid_request_error", "",
+        "the request body is larger than the limit of " + std::to_string(limit_bytes) + " bytes",
+        "request_too_large");
+  }
+  // 415: a body that is not JSON text (multipart).
+  static ApiError unsupported_media_type(std::string message) {
+    return make(415, "invalid_request_error", "", std::move(message), "unsupported_media_type");
+  }
+  // 429: the admission gate is full; the caller sets Retry-After.
+  static ApiError too_many_requests(std::string message) {
+    return make(429, "rate_limit_error", "", std::move(message), "queue_full");
+  }
+  // 500: the engine failed the request, or a handler threw.
+  static ApiError internal_error(std::string message) {
+    return make(500, "server_error", "", std::move(message), "");
+  }
+  // 503: the server is shutting down (code "shutting_down"; empty -> null).
+  static ApiError service_unavailable(std::string message, std::string code = "shutting_down") {
+    return make(503, "unavailable", "", std::move(message), std::move(code));
+  }
+  // Any other status httplib answered by itself: "HTTP error N".
+  static ApiError from_status(int status) {
+    return make(status, status >= 500 ? "server_error" : "invalid_request_error", "",
+                "HTTP error " + std::to_string(status), "");
+  }
+
+ private:
+  static ApiError make(int status, std::string type, std::string param, std::string message,
+                       std::string code) {
+    ApiError e;
+    e.status = status;
+    e.message = std::move(message);
+    e.type = std::move(type);
+    e.param = std::move(param);
+    e.code = std::move(code);
+    return e;
   }
 };
 

@@ -1,21 +1,23 @@
-// Cache endpoints over Engine::stats/lookup/pin/clear_cache and prefetch
-// requests; tier figures come from the TierManager when one is configured.
+// Cache endpoints over Engine::lookup/pin/clear_cache, prefetch requests and
+// a StatsSnapshot of the engine and tiers.
 #include "daemon/cache_handlers.h"
 
+#include "daemon/completion_response.h"
 #include "daemon/http_util.h"
-#include "daemon/openai_handlers.h"
-#include "storage/tier_manager.h"
+#include "engine/engine.h"
 
 namespace prefixd {
 namespace {
 
 using nlohmann::json;
 
-json tier_json(uint64_t capacity, uint64_t used, uint64_t blocks, uint64_t hits, uint64_t misses,
-               uint64_t evictions) {
-  return json{{"capacity_bytes", capacity}, {"used_bytes", used},
-              {"blocks", blocks},           {"hits", hits},
-              {"misses", misses},           {"evictions", evictions}};
+json tier_json(const TierFigures& t) {
+  return json{{"capacity_bytes", t.capacity_bytes},
+              {"used_bytes", t.used_bytes},
+              {"blocks", t.blocks},
+              {"hits", t.hits},
+              {"misses", t.misses},
+              {"evictions", t.evictions}};
 }
 
 // Parses a prompt body; answers the error itself and returns false on failure.
@@ -35,46 +37,44 @@ bool parse_prompt(DaemonContext& ctx, const httplib::Request& req, httplib::Resp
   return true;
 }
 
+// POST /v1/cache/pin (pin = true) and /v1/cache/unpin.
+void pin_prompt(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res, bool pin) {
+  PromptRequest p;
+  if (!parse_prompt(ctx, req, res, &p)) return;
+  Result<PinResult> r = ctx.engine->pin(p.prompt, p.cache_salt, pin);
+  if (!r.ok()) {
+    return send_error(
+        res, ApiError::conflict("prompt", r.message(), pin ? "pin_failed" : "unpin_failed"));
+  }
+  send_json(res, json{{"pinned_blocks", r->pinned_blocks}, {"pinned_tokens", r->pinned_tokens}});
+}
+
 }  // namespace
 
-json cache_stats_json(const DaemonContext& ctx, const EngineStats& s) {
-  json tiers;
-  json device =
-      tier_json(s.pool_capacity_bytes, s.pool_used_bytes, s.pool_blocks_used + s.pool_blocks_cached,
-                s.device_hits, s.device_misses, s.device_evictions);
+json cache_stats_json(const StatsSnapshot& s, int32_t block_size) {
+  json device = tier_json(s.device);
   device["blocks_total"] = s.pool_blocks_total;
-  device["blocks_referenced"] = s.pool_blocks_used;
+  device["blocks_referenced"] = s.pool_blocks_referenced;
   device["blocks_cached"] = s.pool_blocks_cached;
   device["blocks_pinned"] = s.pool_blocks_pinned;
-  tiers["device"] = device;
-  if (ctx.tiers) {
-    TierManagerStats t = ctx.tiers->stats();
-    tiers["host"] = tier_json(t.host.capacity_bytes, t.host.used_bytes, t.host.blocks, t.host.hits,
-                              t.host.misses, t.host.evictions);
-    tiers["disk"] = t.has_disk ? tier_json(t.disk.capacity_bytes, t.disk.used_bytes, t.disk.blocks,
-                                           t.disk.hits, t.disk.misses, t.disk.evictions)
-                               : tier_json(0, 0, 0, 0, 0, 0);
-  } else {
-    tiers["host"] = tier_json(0, 0, 0, 0, 0, 0);
-    tiers["disk"] = tier_json(0, 0, 0, 0, 0, 0);
-  }
   json out;
-  out["block_size"] = ctx.engine->options().block_size;
-  out["tokens_saved"] = s.cached_tokens_device + s.cached_tokens_host + s.cached_tokens_disk;
+  out["block_size"] = block_size;
+  out["tokens_saved"] = s.cached_tokens();
   out["prompt_tokens"] = s.prompt_tokens;
-  out["cached_tokens"] = {{"device", s.cached_tokens_device},
-                          {"host", s.cached_tokens_host},
-                          {"disk", s.cached_tokens_disk}};
+  out["cached_tokens"] = {{"device", s.device.cached_tokens},
+                          {"host", s.host.cached_tokens},
+                          {"disk", s.disk.cached_tokens}};
   out["prefill_tokens"] = s.prefill_tokens;
   out["generated_tokens"] = s.generated_tokens;
   out["requests_running"] = s.running;
   out["requests_waiting"] = s.waiting;
-  out["tiers"] = tiers;
+  out["tiers"] = {{"device", device}, {"host", tier_json(s.host)}, {"disk", tier_json(s.disk)}};
   return out;
 }
 
 void handle_cache_stats(DaemonContext& ctx, const httplib::Request&, httplib::Response& res) {
-  send_json(res, cache_stats_json(ctx, ctx.engine->stats()));
+  send_json(res,
+            cache_stats_json(read_stats(*ctx.engine, ctx.tiers), ctx.engine->options().block_size));
 }
 
 void handle_cache_lookup(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res) {
@@ -92,15 +92,13 @@ void handle_cache_prefetch(DaemonContext& ctx, const httplib::Request& req,
                            httplib::Response& res) {
   if (ctx.draining.load()) {
     res.set_header("Retry-After", std::to_string(ctx.retry_after_s));
-    return send_error(
-        res, ApiError{503, "the server is shutting down", "unavailable", "", "shutting_down"});
+    return send_error(res, ApiError::service_unavailable("the server is shutting down"));
   }
   PromptRequest p;
   if (!parse_prompt(ctx, req, res, &p)) return;
   if (!ctx.admission->try_acquire()) {
     res.set_header("Retry-After", std::to_string(ctx.retry_after_s));
-    return send_error(res, ApiError{429, "too many requests in flight; retry later",
-                                    "rate_limit_error", "", "queue_full"});
+    return send_error(res, ApiError::too_many_requests("too many requests in flight; retry later"));
   }
   AdmissionTicket ticket(ctx.admission);
   Request r;
@@ -114,13 +112,12 @@ void handle_cache_prefetch(DaemonContext& ctx, const httplib::Request& req,
     if (ctx.cancel_all.load()) ch->cancel();
     for (EngineEvent& e : ch->wait(kChannelPoll)) {
       if (e.type == EngineEvent::Type::kError || e.finish == FinishReason::kError) {
-        return send_error(res,
-                          ApiError{500, "prefetch failed: " + e.error, "server_error", "", ""});
+        return send_error(res, ApiError::internal_error("prefetch failed: " + e.error));
       }
       if (e.type != EngineEvent::Type::kFinished) continue;
       if (e.finish == FinishReason::kCancelled) {
-        return send_error(res, ApiError{503, "the prefetch was cancelled (server shutting down)",
-                                        "unavailable", "", "shutting_down"});
+        return send_error(res, ApiError::service_unavailable(
+                                   "the prefetch was cancelled (server shutting down)"));
       }
       const int32_t block_size = ctx.engine->options().block_size;
       return send_json(res, json{{"prompt_tokens", e.usage.prompt_tokens},
@@ -132,16 +129,12 @@ void handle_cache_prefetch(DaemonContext& ctx, const httplib::Request& req,
   }
 }
 
-void handle_cache_pin(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res,
-                      bool pin) {
-  PromptRequest p;
-  if (!parse_prompt(ctx, req, res, &p)) return;
-  Result<PinResult> r = ctx.engine->pin(p.prompt, p.cache_salt, pin);
-  if (!r.ok()) {
-    return send_error(res, ApiError{409, r.message(), "invalid_request_error", "prompt",
-                                    pin ? "pin_failed" : "unpin_failed"});
-  }
-  send_json(res, json{{"pinned_blocks", r->pinned_blocks}, {"pinned_tokens", r->pinned_tokens}});
+void handle_cache_pin(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res) {
+  pin_prompt(ctx, req, res, /*pin=*/true);
+}
+
+void handle_cache_unpin(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res) {
+  pin_prompt(ctx, req, res, /*pin=*/false);
 }
 
 void handle_cache_clear(DaemonContext& ctx, const httplib::Request&, httplib::Response& res) {

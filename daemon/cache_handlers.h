@@ -6,22 +6,22 @@
 
 #include <httplib.h>
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
 
 #include "daemon/daemon_context.h"
-#include "engine/engine.h"
+#include "daemon/stats_snapshot.h"
 
 namespace prefixd {
 
-// The /v1/cache/stats document for `stats` (and the tiers in ctx, if any).
-nlohmann::json cache_stats_json(const DaemonContext& ctx, const EngineStats& stats);
+// The /v1/cache/stats document of `stats` (block_size: tokens per block).
+nlohmann::json cache_stats_json(const StatsSnapshot& stats, int32_t block_size);
 
 void handle_cache_stats(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res);
 void handle_cache_lookup(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res);
 void handle_cache_prefetch(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res);
-// pin = false: unpin.
-void handle_cache_pin(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res,
-                      bool pin);
+void handle_cache_pin(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res);
+void handle_cache_unpin(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res);
 void handle_cache_clear(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res);
 
 }  // namespace prefixd

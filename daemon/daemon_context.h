@@ -67,8 +67,7 @@ class AdmissionTicket {
 struct DaemonContext {
   Engine* engine = nullptr;  // not owned
   ModelInfo model;
-  std::string backend_name = "cpu";    // "cpu" or "cuda"
-  std::string cpu_isa_name;            // the CPU backend's instruction set (cpu_isa_name())
+  BuildInfo build;                     // backend and CPU instruction set (/health, /metrics)
   Metrics* metrics = nullptr;          // not owned
   AdmissionGate* admission = nullptr;  // not owned
   int32_t retry_after_s = 1;           // Retry-After of 429 answers
@@ -78,8 +77,8 @@ struct DaemonContext {
   std::atomic<bool> cancel_all{false};
   TierManager* tiers = nullptr;  // not owned; null when no host/disk tier is configured
   // The dashboard's history sampler and prefix tracker (daemon/dashboard.h);
-  // set by install_dashboard_routes(). Last member: destroyed first, so its
-  // sampler stops while everything it reads is still alive.
+  // set by Server::create(). Last member: destroyed first, so its sampler
+  // stops while everything it reads is still alive.
   std::shared_ptr<Dashboard> dashboard;
 };
 

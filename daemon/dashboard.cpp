@@ -1,5 +1,5 @@
 // The dashboard: sampler thread, JSON documents of the history and the hot
-// prefixes, the pin-by-id endpoints and the embedded page.
+// prefixes, and the embedded page.
 #include "daemon/dashboard.h"
 
 #include <chrono>
@@ -7,11 +7,9 @@
 
 #include "daemon/daemon_context.h"
 #include "daemon/dashboard_assets.h"
-#include "daemon/http_util.h"
-#include "daemon/request_validation.h"
+#include "daemon/stats_snapshot.h"
 #include "engine/engine.h"
 #include "engine/text/tokenizer.h"
-#include "storage/tier_manager.h"
 
 namespace prefixd {
 namespace {
@@ -26,54 +24,22 @@ int64_t unix_now_ms() {
 
 json opt_json(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
 
-CounterSnapshot read_counters(DaemonContext& ctx) {
-  const EngineStats es = ctx.engine->stats();
-  CounterSnapshot c;
-  c.prompt_tokens = es.prompt_tokens;
-  c.cached_tokens_device = es.cached_tokens_device;
-  c.cached_tokens_host = es.cached_tokens_host;
-  c.cached_tokens_disk = es.cached_tokens_disk;
-  c.prefill_tokens = es.prefill_tokens;
-  c.generated_tokens = es.generated_tokens;
-  c.evictions_device = es.device_evictions;
-  c.device_used_bytes = es.pool_used_bytes;
-  c.device_capacity_bytes = es.pool_capacity_bytes;
-  c.pinned_blocks = es.pool_blocks_pinned;
-  c.running = es.running;
-  c.waiting = es.waiting;
-  if (ctx.tiers) {
-    const TierManagerStats ts = ctx.tiers->stats();
-    c.evictions_host = static_cast<int64_t>(ts.host.evictions);
-    c.host_used_bytes = static_cast<int64_t>(ts.host.used_bytes);
-    c.host_capacity_bytes = static_cast<int64_t>(ts.host.capacity_bytes);
-    if (ts.has_disk) {
-      c.evictions_disk = static_cast<int64_t>(ts.disk.evictions);
-      c.disk_used_bytes = static_cast<int64_t>(ts.disk.used_bytes);
-      c.disk_capacity_bytes = static_cast<int64_t>(ts.disk.capacity_bytes);
-    }
-    c.onboard_blocks = static_cast<int64_t>(ts.onboard_host_blocks + ts.onboard_disk_blocks);
-    c.onboard_bytes = static_cast<int64_t>(ts.onboard_bytes);
-    c.offload_blocks = static_cast<int64_t>(ts.offload_host_blocks + ts.offload_disk_blocks);
-    c.offload_bytes = static_cast<int64_t>(ts.offload_host_bytes + ts.offload_disk_bytes);
-  }
-  return c;
-}
-
-json counters_json(const CounterSnapshot& c) {
+// The cumulative counters of the history's "totals".
+json counters_json(const StatsSnapshot& c) {
   return json{
       {"prompt_tokens", c.prompt_tokens},
       {"cached_tokens",
-       {{"device", c.cached_tokens_device},
-        {"host", c.cached_tokens_host},
-        {"disk", c.cached_tokens_disk}}},
+       {{"device", c.device.cached_tokens},
+        {"host", c.host.cached_tokens},
+        {"disk", c.disk.cached_tokens}}},
       {"prefill_tokens", c.prefill_tokens},
       {"generated_tokens", c.generated_tokens},
       {"evictions",
-       {{"device", c.evictions_device}, {"host", c.evictions_host}, {"disk", c.evictions_disk}}},
-      {"onboard_blocks", c.onboard_blocks},
+       {{"device", c.device.evictions}, {"host", c.host.evictions}, {"disk", c.disk.evictions}}},
+      {"onboard_blocks", c.host.onboard_blocks + c.disk.onboard_blocks},
       {"onboard_bytes", c.onboard_bytes},
-      {"offload_blocks", c.offload_blocks},
-      {"offload_bytes", c.offload_bytes}};
+      {"offload_blocks", c.host.offload_blocks + c.disk.offload_blocks},
+      {"offload_bytes", c.host.offload_bytes + c.disk.offload_bytes}};
 }
 
 void replace_all(std::string* s, const std::string& from, const std::string& to) {
@@ -89,64 +55,27 @@ std::string script_safe(std::string_view js) {
   return s;
 }
 
-// No fetches beyond this origin; everything the page needs is inline.
-const char* kContentSecurityPolicy =
-    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
-    "connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'";
-
-void send_html(httplib::Response& res, const std::string& html, int status) {
-  res.status = status;
-  res.set_header("Cache-Control", "no-store");
-  res.set_header("Content-Security-Policy", kContentSecurityPolicy);
-  res.set_header("X-Content-Type-Options", "nosniff");
-  res.set_content(html, "text/html; charset=utf-8");
-}
-
-// Parses a non-negative integer query parameter; nullopt (and an answered
-// 400) when it is malformed.
-std::optional<int64_t> int_param(const httplib::Request& req, httplib::Response& res,
-                                 const char* name, int64_t fallback, int64_t min, int64_t max) {
-  if (!req.has_param(name)) return fallback;
-  const std::string v = req.get_param_value(name);
-  int64_t out = 0;
-  bool ok = !v.empty() && v.size() <= 18;
-  for (char ch : v) {
-    if (ch < '0' || ch > '9') {
-      ok = false;
-      break;
-    }
-    out = out * 10 + (ch - '0');
-  }
-  if (!ok || out < min || out > max) {
-    send_error(res, ApiError::invalid(std::string("'") + name + "' must be an integer in [" +
-                                          std::to_string(min) + ", " + std::to_string(max) + "]",
-                                      name, "invalid_parameter"));
-    return std::nullopt;
-  }
-  return out;
-}
-
 }  // namespace
 
 json history_sample_json(const HistorySample& s) {
-  const CounterSnapshot& d = s.delta;
+  const StatsSnapshot& d = s.delta;
   json j;
   j["t_ms"] = s.t_ms;
   j["interval_ms"] = s.interval_ms;
   j["prompt_tokens"] = d.prompt_tokens;
-  j["cached_tokens"] = {{"device", d.cached_tokens_device},
-                        {"host", d.cached_tokens_host},
-                        {"disk", d.cached_tokens_disk}};
+  j["cached_tokens"] = {{"device", d.device.cached_tokens},
+                        {"host", d.host.cached_tokens},
+                        {"disk", d.disk.cached_tokens}};
   j["prefill_tokens"] = d.prefill_tokens;
   j["generated_tokens"] = d.generated_tokens;
   if (d.prompt_tokens > 0) {
     const double p = static_cast<double>(d.prompt_tokens);
-    const int64_t cached = d.cached_tokens_device + d.cached_tokens_host + d.cached_tokens_disk;
     j["hit_ratio"] = {
-        {"device", static_cast<double>(d.cached_tokens_device) / p},
-        {"host", static_cast<double>(d.cached_tokens_host) / p},
-        {"disk", static_cast<double>(d.cached_tokens_disk) / p},
-        {"miss", static_cast<double>(std::max<int64_t>(0, d.prompt_tokens - cached)) / p}};
+        {"device", static_cast<double>(d.device.cached_tokens) / p},
+        {"host", static_cast<double>(d.host.cached_tokens) / p},
+        {"disk", static_cast<double>(d.disk.cached_tokens) / p},
+        {"miss",
+         static_cast<double>(std::max<int64_t>(0, d.prompt_tokens - d.cached_tokens())) / p}};
   } else {
     j["hit_ratio"] = nullptr;
   }
@@ -158,16 +87,16 @@ json history_sample_json(const HistorySample& s) {
                   {"miss_p95", opt_json(s.ttft_miss_p95_ms)}};
   j["occupancy"] = {
       {"device",
-       {{"used_bytes", d.device_used_bytes}, {"capacity_bytes", d.device_capacity_bytes}}},
-      {"host", {{"used_bytes", d.host_used_bytes}, {"capacity_bytes", d.host_capacity_bytes}}},
-      {"disk", {{"used_bytes", d.disk_used_bytes}, {"capacity_bytes", d.disk_capacity_bytes}}}};
+       {{"used_bytes", d.device.used_bytes}, {"capacity_bytes", d.device.capacity_bytes}}},
+      {"host", {{"used_bytes", d.host.used_bytes}, {"capacity_bytes", d.host.capacity_bytes}}},
+      {"disk", {{"used_bytes", d.disk.used_bytes}, {"capacity_bytes", d.disk.capacity_bytes}}}};
   j["evictions"] = {
-      {"device", d.evictions_device}, {"host", d.evictions_host}, {"disk", d.evictions_disk}};
-  j["onboard_blocks"] = d.onboard_blocks;
+      {"device", d.device.evictions}, {"host", d.host.evictions}, {"disk", d.disk.evictions}};
+  j["onboard_blocks"] = d.host.onboard_blocks + d.disk.onboard_blocks;
   j["onboard_bytes"] = d.onboard_bytes;
-  j["offload_blocks"] = d.offload_blocks;
-  j["offload_bytes"] = d.offload_bytes;
-  j["pinned_blocks"] = d.pinned_blocks;
+  j["offload_blocks"] = d.host.offload_blocks + d.disk.offload_blocks;
+  j["offload_bytes"] = d.host.offload_bytes + d.disk.offload_bytes;
+  j["pinned_blocks"] = d.pool_blocks_pinned;
   j["running"] = d.running;
   j["waiting"] = d.waiting;
   return j;
@@ -190,7 +119,9 @@ Dashboard::~Dashboard() {
   if (sampler_.joinable()) sampler_.join();
 }
 
-void Dashboard::sample_now() { history_.record(unix_now_ms(), read_counters(*ctx_)); }
+void Dashboard::sample_now() {
+  history_.record(unix_now_ms(), read_stats(*ctx_->engine, ctx_->tiers));
+}
 
 void Dashboard::sampler_loop() {
   const auto interval =
@@ -232,7 +163,7 @@ json Dashboard::history_json(int64_t since_ms) const {
   out["charts"] = dashboard_has_charts();
   out["samples"] = std::move(samples);
   // Cumulative figures as of the latest sample (the page's "all time" tiles).
-  json totals = counters_json(history_.last_counters().value_or(CounterSnapshot{}));
+  json totals = counters_json(history_.last_stats().value_or(StatsSnapshot{}));
   totals["requests_hit"] = history_.requests_hit_total();
   totals["requests_miss"] = history_.requests_miss_total();
   out["totals"] = std::move(totals);
@@ -307,72 +238,6 @@ const std::string& dashboard_page_html() {
     return html;
   }();
   return page;
-}
-
-void install_dashboard_routes(httplib::Server& h, DaemonContext* ctx, const ServerOptions* o) {
-  ctx->dashboard = std::make_shared<Dashboard>(ctx, DashboardOptions{});
-  Dashboard* d = ctx->dashboard.get();
-
-  h.Get("/dashboard", [](const httplib::Request&, httplib::Response& res) {
-    send_html(res, dashboard_page_html(), 200);
-  });
-  if (!o->api_key.empty()) {
-    // The auth check answers a GET /dashboard without the key with a JSON
-    // 401; a browser cannot send a bearer header on navigation, so that 401
-    // carries the small page that asks for the key and loads the dashboard
-    // with it instead.
-    h.set_post_routing_handler([](const httplib::Request& req, httplib::Response& res) {
-      if (req.path != "/dashboard" || req.method != "GET" || res.status != 401) return;
-      // httplib has sized (and maybe compressed) the JSON body already; the
-      // new body goes out as it is, with its own length.
-      res.headers.erase("Content-Length");
-      res.headers.erase("Content-Encoding");
-      send_html(res, std::string(dashboard_asset("login.html")), 401);
-      res.set_header("Content-Length", std::to_string(res.body.size()));
-    });
-  }
-  h.Get("/v1/cache/history", [d](const httplib::Request& req, httplib::Response& res) {
-    auto since = int_param(req, res, "since", 0, 0, INT64_MAX / 2);
-    if (!since) return;
-    send_json(res, d->history_json(*since));
-  });
-  h.Get("/v1/cache/prefixes", [d](const httplib::Request& req, httplib::Response& res) {
-    auto limit = int_param(req, res, "limit", 20, 1, 256);
-    if (!limit) return;
-    send_json(res, d->prefixes_json(static_cast<size_t>(*limit)));
-  });
-  for (const bool pin : {true, false}) {
-    h.Post(pin ? "/v1/cache/prefixes/pin" : "/v1/cache/prefixes/unpin",
-           [ctx, d, pin](const httplib::Request& req, httplib::Response& res) {
-             auto body = parse_json_body(req.body);
-             if (auto* e = std::get_if<ApiError>(&body)) return send_error(res, *e);
-             const json& b = std::get<json>(body);
-             if (!b.contains("id") || !b["id"].is_string()) {
-               return send_error(res, ApiError::invalid("'id' (16 hex digits) is required", "id",
-                                                        "invalid_parameter"));
-             }
-             auto id = PrefixTracker::parse_id_hex(b["id"].get<std::string>());
-             if (!id) {
-               return send_error(res, ApiError::invalid("'id' must be 1 to 16 hex digits", "id",
-                                                        "invalid_parameter"));
-             }
-             std::optional<PrefixEntry> e = d->prefixes().find(*id);
-             if (!e) {
-               return send_error(res, ApiError{404, "no tracked prefix with this id",
-                                               "invalid_request_error", "id", "not_found"});
-             }
-             Result<PinResult> r = ctx->engine->pin(e->tokens, e->cache_salt, pin);
-             if (!r.ok()) {
-               return send_error(res, ApiError{409, r.message(), "invalid_request_error", "id",
-                                               pin ? "pin_failed" : "unpin_failed"});
-             }
-             d->prefixes().set_pinned(*id, pin);
-             send_json(res, json{{"id", PrefixTracker::id_hex(*id)},
-                                 {"pinned", pin},
-                                 {"pinned_blocks", r->pinned_blocks},
-                                 {"pinned_tokens", r->pinned_tokens}});
-           });
-  }
 }
 
 }  // namespace prefixd

@@ -1,10 +1,8 @@
-// The cache-hit dashboard: GET /dashboard (an HTML page with its assets
-// embedded in the binary), the data it reads (GET /v1/cache/history, GET
-// /v1/cache/prefixes) and pin/unpin by prefix id; plus the Dashboard object
-// that samples the engine once per interval and tracks hot prefixes.
+// The cache-hit dashboard's state: the Dashboard object that samples the
+// engine and tiers once per interval and tracks hot prefixes, the JSON
+// documents its page reads, and the page itself (assets embedded in the
+// binary). Its endpoints are in daemon/dashboard_handlers.h.
 #pragma once
-
-#include <httplib.h>
 
 #include <condition_variable>
 #include <cstdint>
@@ -16,7 +14,6 @@
 
 #include "daemon/metrics_history.h"
 #include "daemon/prefix_tracker.h"
-#include "daemon/server_options.h"
 
 namespace prefixd {
 
@@ -32,8 +29,8 @@ struct DashboardOptions {
 };
 
 // Owns the history sampler thread and the prefix tracker. Created by
-// install_dashboard_routes() into DaemonContext::dashboard; it must be
-// destroyed before the engine (it is: the context goes before the engine).
+// Server::create() into DaemonContext::dashboard; it must be destroyed
+// before the engine (it is: the context goes before the engine).
 // Thread-safety: every method may be called from any thread.
 class Dashboard {
  public:
@@ -72,12 +69,6 @@ class Dashboard {
 
 // JSON of one history sample (the rows of GET /v1/cache/history).
 nlohmann::json history_sample_json(const HistorySample& s);
-
-// Creates ctx->dashboard (starting its sampler) and installs GET /dashboard,
-// GET /v1/cache/history, GET /v1/cache/prefixes, POST /v1/cache/prefixes/pin
-// and /unpin. With an API key, a GET /dashboard without it is answered 401
-// with a small page that asks for the key (see daemon/api.md).
-void install_dashboard_routes(httplib::Server& h, DaemonContext* ctx, const ServerOptions* o);
 
 // The page as served: index.html with the CSS and JS (and uPlot, if bundled)
 // inlined, so that it is one self-contained document.

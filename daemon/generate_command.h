@@ -6,11 +6,12 @@
 #include <vector>
 
 #include "daemon/cpu_isa_option.h"
+#include "daemon/model_source.h"
 
 namespace prefixd {
 
 struct GenerateOptions {
-  std::string model = "demo";
+  std::string model = kDefaultModel;  // as resolve_model_path takes it
   std::string cache_dir;
   std::string prompt;                // text (needs the model's tokenizer)
   std::vector<int32_t> prompt_ids;   // or token ids

@@ -51,7 +51,8 @@ int main(int argc, char** argv) {
   gen.cache_dir = prefixd::default_cache_dir();
   std::string prompt_ids;
   CLI::App* g = app.add_subcommand("generate", "greedy continuation of one prompt");
-  g->add_option("--model,-m", gen.model, "GGUF file, `demo`, or preset:NAME[:f32|f16|bf16]")
+  g->add_option("--model,-m", gen.model,
+                "GGUF file, `stories260K` (bundled), `demo`, or preset:NAME[:f32|f16|bf16]")
       ->capture_default_str();
   g->add_option("--prompt,-p", gen.prompt, "prompt text");
   g->add_option("--prompt-ids", prompt_ids, "prompt as comma-separated token ids");

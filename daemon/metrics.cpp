@@ -1,4 +1,5 @@
-// Prometheus text exposition of the daemon's and the engine's figures.
+// Prometheus text exposition of the daemon's counters and histograms and of a
+// StatsSnapshot (engine and tiers).
 #include "daemon/metrics.h"
 
 #include <charconv>
@@ -106,43 +107,47 @@ uint64_t Metrics::requests(RequestOutcome outcome) const {
   return requests_[static_cast<size_t>(outcome)];
 }
 
-std::string Metrics::render(const MetricsSnapshot& s) const {
+std::string Metrics::render(const StatsSnapshot& s, const BuildInfo& build) const {
   std::string out;
   out.reserve(8192);
   header(&out, "prefixd_build_info", "gauge",
          "Always 1; the labels say how this daemon runs (backend, CPU instruction set).");
   sample(&out, "prefixd_build_info",
-         "cpu_isa=\"" + s.cpu_isa_name + "\",backend=\"" + s.backend_name + "\"", 1);
+         "cpu_isa=\"" + build.cpu_isa_name + "\",backend=\"" + build.backend_name + "\"", 1);
   header(&out, "prefixd_prompt_tokens_total", "counter", "Prompt tokens of admitted requests.");
   sample(&out, "prefixd_prompt_tokens_total", "", s.prompt_tokens);
   header(&out, "prefixd_cached_tokens_total", "counter",
          "Prompt tokens reused from the cache, by tier.");
-  sample(&out, "prefixd_cached_tokens_total", "tier=\"device\"", s.cached_tokens_device);
-  sample(&out, "prefixd_cached_tokens_total", "tier=\"host\"", s.cached_tokens_host);
-  sample(&out, "prefixd_cached_tokens_total", "tier=\"disk\"", s.cached_tokens_disk);
+  sample(&out, "prefixd_cached_tokens_total", "tier=\"device\"", s.device.cached_tokens);
+  sample(&out, "prefixd_cached_tokens_total", "tier=\"host\"", s.host.cached_tokens);
+  sample(&out, "prefixd_cached_tokens_total", "tier=\"disk\"", s.disk.cached_tokens);
   header(&out, "prefixd_prefill_tokens_total", "counter", "Prompt tokens computed by prefill.");
   sample(&out, "prefixd_prefill_tokens_total", "", s.prefill_tokens);
   header(&out, "prefixd_generated_tokens_total", "counter", "Tokens generated.");
   sample(&out, "prefixd_generated_tokens_total", "", s.generated_tokens);
   header(&out, "prefixd_evictions_total", "counter", "Blocks evicted, by tier.");
-  sample(&out, "prefixd_evictions_total", "tier=\"device\"", s.device_evictions);
-  if (s.has_host_tier) sample(&out, "prefixd_evictions_total", "tier=\"host\"", s.host_evictions);
-  if (s.has_disk_tier) sample(&out, "prefixd_evictions_total", "tier=\"disk\"", s.disk_evictions);
+  sample(&out, "prefixd_evictions_total", "tier=\"device\"", s.device.evictions);
+  if (s.has_host_tier) sample(&out, "prefixd_evictions_total", "tier=\"host\"", s.host.evictions);
+  if (s.has_disk_tier) sample(&out, "prefixd_evictions_total", "tier=\"disk\"", s.disk.evictions);
   if (s.has_host_tier) {
     header(&out, "prefixd_offload_blocks_total", "counter",
            "Blocks written down to a tier (host RAM, disk).");
-    sample(&out, "prefixd_offload_blocks_total", "tier=\"host\"", s.offload_host_blocks);
-    if (s.has_disk_tier) sample(&out, "prefixd_offload_blocks_total", "tier=\"disk\"", s.offload_disk_blocks);
+    sample(&out, "prefixd_offload_blocks_total", "tier=\"host\"", s.host.offload_blocks);
+    if (s.has_disk_tier)
+      sample(&out, "prefixd_offload_blocks_total", "tier=\"disk\"", s.disk.offload_blocks);
     header(&out, "prefixd_onboard_blocks_total", "counter",
            "Blocks restored from a tier into the device pool.");
-    sample(&out, "prefixd_onboard_blocks_total", "tier=\"host\"", s.onboard_host_blocks);
-    if (s.has_disk_tier) sample(&out, "prefixd_onboard_blocks_total", "tier=\"disk\"", s.onboard_disk_blocks);
+    sample(&out, "prefixd_onboard_blocks_total", "tier=\"host\"", s.host.onboard_blocks);
+    if (s.has_disk_tier)
+      sample(&out, "prefixd_onboard_blocks_total", "tier=\"disk\"", s.disk.onboard_blocks);
     header(&out, "prefixd_tier_used_bytes", "gauge", "Bytes held by a tier below the device.");
-    sample(&out, "prefixd_tier_used_bytes", "tier=\"host\"", s.host_used_bytes);
-    if (s.has_disk_tier) sample(&out, "prefixd_tier_used_bytes", "tier=\"disk\"", s.disk_used_bytes);
+    sample(&out, "prefixd_tier_used_bytes", "tier=\"host\"", s.host.used_bytes);
+    if (s.has_disk_tier)
+      sample(&out, "prefixd_tier_used_bytes", "tier=\"disk\"", s.disk.used_bytes);
     header(&out, "prefixd_tier_capacity_bytes", "gauge", "Capacity of a tier below the device.");
-    sample(&out, "prefixd_tier_capacity_bytes", "tier=\"host\"", s.host_capacity_bytes);
-    if (s.has_disk_tier) sample(&out, "prefixd_tier_capacity_bytes", "tier=\"disk\"", s.disk_capacity_bytes);
+    sample(&out, "prefixd_tier_capacity_bytes", "tier=\"host\"", s.host.capacity_bytes);
+    if (s.has_disk_tier)
+      sample(&out, "prefixd_tier_capacity_bytes", "tier=\"disk\"", s.disk.capacity_bytes);
   }
   if (s.has_disk_tier) {
     header(&out, "prefixd_corrupt_records_total", "counter",
@@ -158,9 +163,9 @@ std::string Metrics::render(const MetricsSnapshot& s) const {
            static_cast<int64_t>(requests_[i]));
   }
   header(&out, "prefixd_pool_used_bytes", "gauge", "Device KV pool bytes referenced or cached.");
-  sample(&out, "prefixd_pool_used_bytes", "", s.pool_used_bytes);
+  sample(&out, "prefixd_pool_used_bytes", "", s.device.used_bytes);
   header(&out, "prefixd_pool_capacity_bytes", "gauge", "Device KV pool capacity in bytes.");
-  sample(&out, "prefixd_pool_capacity_bytes", "", s.pool_capacity_bytes);
+  sample(&out, "prefixd_pool_capacity_bytes", "", s.device.capacity_bytes);
   header(&out, "prefixd_requests_running", "gauge", "Requests running in the engine.");
   sample(&out, "prefixd_requests_running", "", s.running);
   header(&out, "prefixd_requests_waiting", "gauge",

@@ -1,6 +1,6 @@
 // Metrics: the daemon's own counters and latency histograms, and the
-// Prometheus text exposition (format 0.0.4) of them together with the
-// engine's counters for GET /metrics.
+// Prometheus text exposition (format 0.0.4) of them together with a
+// StatsSnapshot of the engine and tiers for GET /metrics.
 //
 // Thread-safety: every method may be called from any thread.
 #pragma once
@@ -11,6 +11,8 @@
 #include <mutex>
 #include <string>
 #include <vector>
+
+#include "daemon/stats_snapshot.h"
 
 namespace prefixd {
 
@@ -40,32 +42,10 @@ class Histogram {
   uint64_t count_ = 0;
 };
 
-// Engine and tier figures (and how the daemon runs) copied in at scrape time.
-// Counters are monotonic in the engine; the daemon only reports them.
-struct MetricsSnapshot {
-  // The labels of prefixd_build_info.
+// How this daemon runs: the labels of prefixd_build_info, also in GET /health.
+struct BuildInfo {
   std::string backend_name = "cpu";  // "cpu" | "cuda"
   std::string cpu_isa_name;          // the CPU backend's instruction set, e.g. "avx2"
-  int64_t prompt_tokens = 0;
-  int64_t cached_tokens_device = 0;
-  int64_t cached_tokens_host = 0;
-  int64_t cached_tokens_disk = 0;
-  int64_t prefill_tokens = 0;
-  int64_t generated_tokens = 0;
-  int64_t device_evictions = 0;
-  bool has_host_tier = false;  // host/disk evictions are written only for tiers present
-  int64_t host_evictions = 0;
-  bool has_disk_tier = false;
-  int64_t disk_evictions = 0;
-  int64_t host_used_bytes = 0, host_capacity_bytes = 0;
-  int64_t disk_used_bytes = 0, disk_capacity_bytes = 0;
-  int64_t offload_host_blocks = 0, offload_disk_blocks = 0;  // blocks written down a tier
-  int64_t onboard_host_blocks = 0, onboard_disk_blocks = 0;  // blocks read up from a tier
-  int64_t corrupt_records = 0;  // disk records that failed a check (deleted, a miss)
-  int64_t pool_used_bytes = 0;
-  int64_t pool_capacity_bytes = 0;
-  int32_t running = 0;
-  int32_t waiting = 0;
 };
 
 class Metrics {
@@ -80,7 +60,8 @@ class Metrics {
   uint64_t requests(RequestOutcome outcome) const;
 
   // The whole exposition: HELP and TYPE lines, then samples, per metric.
-  std::string render(const MetricsSnapshot& snapshot) const;
+  // Host and disk series are written only for the tiers `stats` has.
+  std::string render(const StatsSnapshot& stats, const BuildInfo& build) const;
 
  private:
   mutable std::mutex mu_;

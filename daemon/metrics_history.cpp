@@ -26,30 +26,13 @@ void MetricsHistory::observe_request(int64_t now_ms, double ttft_ms, bool hit) {
   if (observations_.size() > kMaxObservations) observations_.pop_front();
 }
 
-HistorySample MetricsHistory::record(int64_t now_ms, const CounterSnapshot& c) {
+HistorySample MetricsHistory::record(int64_t now_ms, const StatsSnapshot& stats) {
   std::lock_guard<std::mutex> lock(mu_);
   HistorySample s;
   s.t_ms = now_ms;
-  s.delta = c;  // gauges as they are; counters replaced below
-  auto d = [](int64_t now, int64_t before) { return now > before ? now - before : 0; };
   // The first sample is the baseline: its counter deltas are zero.
-  {
-    const CounterSnapshot& p = previous_ ? *previous_ : c;
-    if (previous_) s.interval_ms = std::max<int64_t>(0, now_ms - previous_t_ms_);
-    s.delta.prompt_tokens = d(c.prompt_tokens, p.prompt_tokens);
-    s.delta.cached_tokens_device = d(c.cached_tokens_device, p.cached_tokens_device);
-    s.delta.cached_tokens_host = d(c.cached_tokens_host, p.cached_tokens_host);
-    s.delta.cached_tokens_disk = d(c.cached_tokens_disk, p.cached_tokens_disk);
-    s.delta.prefill_tokens = d(c.prefill_tokens, p.prefill_tokens);
-    s.delta.generated_tokens = d(c.generated_tokens, p.generated_tokens);
-    s.delta.evictions_device = d(c.evictions_device, p.evictions_device);
-    s.delta.evictions_host = d(c.evictions_host, p.evictions_host);
-    s.delta.evictions_disk = d(c.evictions_disk, p.evictions_disk);
-    s.delta.onboard_blocks = d(c.onboard_blocks, p.onboard_blocks);
-    s.delta.onboard_bytes = d(c.onboard_bytes, p.onboard_bytes);
-    s.delta.offload_blocks = d(c.offload_blocks, p.offload_blocks);
-    s.delta.offload_bytes = d(c.offload_bytes, p.offload_bytes);
-  }
+  s.delta = stats_delta(stats, previous_ ? *previous_ : stats);
+  if (previous_) s.interval_ms = std::max<int64_t>(0, now_ms - previous_t_ms_);
   // Requests finished in (previous sample, now]; percentiles over the window.
   while (!observations_.empty() && observations_.front().t_ms <= now_ms - ttft_window_ms_) {
     observations_.pop_front();
@@ -65,7 +48,7 @@ HistorySample MetricsHistory::record(int64_t now_ms, const CounterSnapshot& c) {
   s.ttft_miss_p50_ms = nearest_rank_percentile(miss_ms, 50);
   s.ttft_miss_p95_ms = nearest_rank_percentile(std::move(miss_ms), 95);
 
-  previous_ = c;
+  previous_ = stats;
   previous_t_ms_ = now_ms;
   if (ring_.size() < capacity_) {
     ring_.push_back(s);
@@ -92,7 +75,7 @@ std::optional<HistorySample> MetricsHistory::latest() const {
   return ring_[(head_ + ring_.size() - 1) % ring_.size()];
 }
 
-std::optional<CounterSnapshot> MetricsHistory::last_counters() const {
+std::optional<StatsSnapshot> MetricsHistory::last_stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   return previous_;
 }

@@ -9,41 +9,16 @@
 #include <optional>
 #include <vector>
 
-namespace prefixd {
+#include "daemon/stats_snapshot.h"
 
-// Cumulative counters and current gauges read at one instant (engine, tiers).
-struct CounterSnapshot {
-  int64_t prompt_tokens = 0;
-  int64_t cached_tokens_device = 0;
-  int64_t cached_tokens_host = 0;
-  int64_t cached_tokens_disk = 0;
-  int64_t prefill_tokens = 0;
-  int64_t generated_tokens = 0;
-  int64_t evictions_device = 0;  // blocks
-  int64_t evictions_host = 0;
-  int64_t evictions_disk = 0;
-  int64_t onboard_blocks = 0;  // blocks copied up from host or disk
-  int64_t onboard_bytes = 0;
-  int64_t offload_blocks = 0;  // blocks newly written to host or disk
-  int64_t offload_bytes = 0;
-  // Gauges.
-  int64_t device_used_bytes = 0;
-  int64_t device_capacity_bytes = 0;
-  int64_t host_used_bytes = 0;
-  int64_t host_capacity_bytes = 0;  // 0 when there is no host tier
-  int64_t disk_used_bytes = 0;
-  int64_t disk_capacity_bytes = 0;  // 0 when there is no disk tier
-  int32_t pinned_blocks = 0;
-  int32_t running = 0;
-  int32_t waiting = 0;
-};
+namespace prefixd {
 
 // One point of the series: counter deltas over [t_ms - interval_ms, t_ms],
 // the gauges at t_ms, and TTFT percentiles over the preceding TTFT window.
 struct HistorySample {
-  int64_t t_ms = 0;         // unix ms
-  int64_t interval_ms = 0;  // since the previous sample (0 for the first)
-  CounterSnapshot delta;  // counters: increase over the interval (never negative); gauges: at t_ms
+  int64_t t_ms = 0;           // unix ms
+  int64_t interval_ms = 0;    // since the previous sample (0 for the first)
+  StatsSnapshot delta;        // stats_delta(): counters over the interval, gauges at t_ms
   int64_t requests_hit = 0;   // requests that finished in the interval with cached tokens
   int64_t requests_miss = 0;  // ... and without
   // Nearest-rank percentiles (ms) of requests finished within the TTFT
@@ -64,14 +39,14 @@ class MetricsHistory {
 
   // One finished request: its time to first token and whether it was a hit.
   void observe_request(int64_t now_ms, double ttft_ms, bool hit);
-  // Appends the sample for `counters` read at now_ms (dropping the oldest when
+  // Appends the sample for `stats` read at now_ms (dropping the oldest when
   // full) and returns it. The first call has zero deltas (it sets the base).
-  HistorySample record(int64_t now_ms, const CounterSnapshot& counters);
+  HistorySample record(int64_t now_ms, const StatsSnapshot& stats);
   // Samples with t_ms > after_ms, oldest first.
   std::vector<HistorySample> since(int64_t after_ms) const;
   std::optional<HistorySample> latest() const;
-  // The counters of the latest record() (cumulative); nullopt before the first.
-  std::optional<CounterSnapshot> last_counters() const;
+  // The stats of the latest record() (cumulative); nullopt before the first.
+  std::optional<StatsSnapshot> last_stats() const;
   // Requests observed since construction, with and without cached tokens.
   int64_t requests_hit_total() const;
   int64_t requests_miss_total() const;
@@ -91,7 +66,7 @@ class MetricsHistory {
   mutable std::mutex mu_;
   std::vector<HistorySample> ring_;  // (<= capacity_) samples; ring_[head_] is the oldest when full
   size_t head_ = 0;
-  std::optional<CounterSnapshot> previous_;
+  std::optional<StatsSnapshot> previous_;
   int64_t previous_t_ms_ = 0;
   std::deque<Observation> observations_;  // finished requests, oldest first
   int64_t requests_hit_total_ = 0;

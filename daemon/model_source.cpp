@@ -1,4 +1,4 @@
-// Model path resolution and the built-in demo model.
+// Model path resolution: the bundled stories260K and the built-in demo model.
 #include "daemon/model_source.h"
 
 #include <cstdlib>
@@ -6,7 +6,16 @@
 
 #include "engine/model/model_presets.h"
 
+// CMake sets it to the source tree's models/ folder; without it, the working directory's.
+#ifndef PREFIXD_MODELS_DIR
+#define PREFIXD_MODELS_DIR "models"
+#endif
+
 namespace prefixd {
+
+std::string bundled_model_path() {
+  return std::string(PREFIXD_MODELS_DIR) + "/" + kDefaultModel + ".gguf";
+}
 
 std::string default_cache_dir() {
   if (const char* d = std::getenv("PREFIXD_CACHE_DIR"); d && *d) return d;
@@ -16,6 +25,16 @@ std::string default_cache_dir() {
 }
 
 Result<std::string> resolve_model_path(const std::string& model_arg, const std::string& cache_dir) {
+  if (model_arg == kDefaultModel) {
+    std::string path = bundled_model_path();
+    if (!std::filesystem::exists(path)) {
+      return Status::error(std::string("the bundled model ") + kDefaultModel +
+                           " (the default --model) is missing: expected '" + path +
+                           "' (models/ in the source tree prefixd was built from); restore that "
+                           "file, or pass --model FILE.gguf or --model demo");
+    }
+    return path;
+  }
   if (model_arg != "demo" && model_arg.rfind("preset:", 0) != 0) {
     if (!std::filesystem::exists(model_arg)) {
       return Status::error("model file '" + model_arg + "' does not exist");

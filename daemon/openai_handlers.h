@@ -1,25 +1,23 @@
-// The OpenAI-compatible generation endpoints: POST /v1/completions and
-// POST /v1/chat/completions, plain JSON or server-sent events. Handlers run
-// on HTTP worker threads: they validate, submit to the engine and read the
-// request's channel; they never touch the model.
+// The OpenAI-compatible endpoints: POST /v1/completions and
+// /v1/chat/completions (plain JSON or server-sent events), GET /v1/models,
+// POST /tokenize and /detokenize. Handlers run on HTTP worker threads: they
+// validate, submit to the engine and read the request's channel; they never
+// touch the model.
 #pragma once
 
 #include <httplib.h>
 
-#include <nlohmann/json.hpp>
-
 #include "daemon/daemon_context.h"
-#include "engine/request.h"
 
 namespace prefixd {
 
-// Answers one generation request (chat selects the endpoint's shapes).
 // Streaming answers keep a reference to `ctx`, which must outlive the server.
-void handle_generation(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res,
-                       bool chat);
+void handle_completions(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res);
+void handle_chat_completions(DaemonContext& ctx, const httplib::Request& req,
+                             httplib::Response& res);
 
-// The `usage` and `prefix_cache` objects of a response.
-nlohmann::json usage_json(const Usage& u);
-nlohmann::json prefix_cache_json(const Usage& u);
+void handle_models(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res);
+void handle_tokenize(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res);
+void handle_detokenize(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res);
 
 }  // namespace prefixd

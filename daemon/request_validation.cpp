@@ -15,11 +15,11 @@ namespace {
 using nlohmann::json;
 
 ApiError type_error(const std::string& field, const std::string& expected) {
-  return ApiError::invalid("'" + field + "' must be " + expected, field, "invalid_type");
+  return ApiError::bad_request(field, "'" + field + "' must be " + expected, "invalid_type");
 }
 
 ApiError value_error(const std::string& field, const std::string& message) {
-  return ApiError::invalid(message, field, "invalid_value");
+  return ApiError::bad_request(field, message, "invalid_value");
 }
 
 // Reads an optional number field (null counts as absent).
@@ -66,10 +66,11 @@ std::optional<ApiError> check_ids(const std::vector<int32_t>& ids, const ModelIn
                                   const std::string& field) {
   for (size_t i = 0; i < ids.size(); ++i) {
     if (ids[i] < 0 || ids[i] >= m.n_vocab) {
-      return ApiError::invalid("token id " + std::to_string(ids[i]) + " at " + field + "[" +
-                                   std::to_string(i) + "] is outside the vocabulary (0.." +
-                                   std::to_string(m.n_vocab - 1) + ")",
-                               field, "invalid_token_id");
+      return ApiError::bad_request(field,
+                                   "token id " + std::to_string(ids[i]) + " at " + field + "[" +
+                                       std::to_string(i) + "] is outside the vocabulary (0.." +
+                                       std::to_string(m.n_vocab - 1) + ")",
+                                   "invalid_token_id");
     }
   }
   return std::nullopt;
@@ -88,10 +89,11 @@ std::optional<ApiError> parse_id_array(const json& arr, const ModelInfo& m,
     }
     if (v.is_number_unsigned() ? v.get<uint64_t>() > static_cast<uint64_t>(INT32_MAX)
                                : (v.get<int64_t>() < INT32_MIN || v.get<int64_t>() > INT32_MAX)) {
-      return ApiError::invalid("token id " + v.dump() + " at " + field + "[" + std::to_string(i) +
-                                   "] is outside the vocabulary (0.." +
-                                   std::to_string(m.n_vocab - 1) + ")",
-                               field, "invalid_token_id");
+      return ApiError::bad_request(field,
+                                   "token id " + v.dump() + " at " + field + "[" +
+                                       std::to_string(i) + "] is outside the vocabulary (0.." +
+                                       std::to_string(m.n_vocab - 1) + ")",
+                                   "invalid_token_id");
     }
     out->push_back(static_cast<int32_t>(v.get<int64_t>()));
   }
@@ -103,26 +105,28 @@ std::optional<ApiError> parse_prompt(const json& body, const ModelInfo& m,
                                      std::vector<int32_t>* out) {
   auto it = body.find("prompt");
   if (it == body.end() || it->is_null())
-    return ApiError::invalid("'prompt' is required", "prompt", "missing_field");
+    return ApiError::bad_request("prompt", "'prompt' is required", "missing_field");
   const json* p = &*it;
   if (p->is_array() && p->size() == 1 && ((*p)[0].is_string() || (*p)[0].is_array())) p = &(*p)[0];
   if (p->is_string()) {
     const std::string text = p->get<std::string>();
-    if (text.empty()) return ApiError::invalid("'prompt' is empty", "prompt", "empty_prompt");
+    if (text.empty()) return ApiError::bad_request("prompt", "'prompt' is empty", "empty_prompt");
     if (!m.tokenizer) {
-      return ApiError::invalid("the model has no tokenizer; send 'prompt' as an array of token ids",
-                               "prompt", "no_tokenizer");
+      return ApiError::bad_request(
+          "prompt", "the model has no tokenizer; send 'prompt' as an array of token ids",
+          "no_tokenizer");
     }
     *out = m.tokenizer->encode(text, /*add_special=*/true, /*parse_special=*/true);
     return check_ids(*out, m, "prompt");
   }
   if (p->is_array()) {
     if (!p->empty() && ((*p)[0].is_string() || (*p)[0].is_array())) {
-      return ApiError::invalid(
+      return ApiError::bad_request(
+          "prompt",
           "only one prompt per request is supported (got " + std::to_string(p->size()) + ")",
-          "prompt", "unsupported_value");
+          "unsupported_value");
     }
-    if (p->empty()) return ApiError::invalid("'prompt' is empty", "prompt", "empty_prompt");
+    if (p->empty()) return ApiError::bad_request("prompt", "'prompt' is empty", "empty_prompt");
     return parse_id_array(*p, m, "prompt", out);
   }
   return type_error("prompt", "a string or an array of integer token ids");
@@ -133,10 +137,10 @@ std::optional<ApiError> parse_messages(const json& body, const ModelInfo& m,
                                        std::vector<int32_t>* out) {
   auto it = body.find("messages");
   if (it == body.end() || it->is_null()) {
-    return ApiError::invalid("'messages' is required", "messages", "missing_field");
+    return ApiError::bad_request("messages", "'messages' is required", "missing_field");
   }
   if (!it->is_array()) return type_error("messages", "an array of messages");
-  if (it->empty()) return ApiError::invalid("'messages' is empty", "messages", "empty_prompt");
+  if (it->empty()) return ApiError::bad_request("messages", "'messages' is empty", "empty_prompt");
   std::vector<ChatMessage> messages;
   for (size_t i = 0; i < it->size(); ++i) {
     const json& msg = (*it)[i];
@@ -153,8 +157,8 @@ std::optional<ApiError> parse_messages(const json& body, const ModelInfo& m,
     auto c = msg.find("content");
     if (c == msg.end() || c->is_null()) {
       if (r != "assistant")
-        return ApiError::invalid(where + ".content is required", where + ".content",
-                                 "missing_field");
+        return ApiError::bad_request(where + ".content", where + ".content is required",
+                                     "missing_field");
     } else if (c->is_string()) {
       content = c->get<std::string>();
     } else if (c->is_array()) {
@@ -164,8 +168,9 @@ std::optional<ApiError> parse_messages(const json& body, const ModelInfo& m,
         const std::string pw = where + ".content[" + std::to_string(k) + "]";
         if (!part.is_object() || !part.contains("type") || part["type"] != "text" ||
             !part.contains("text") || !part["text"].is_string()) {
-          return ApiError::invalid(pw + " must be a text part {\"type\": \"text\", \"text\": str}",
-                                   pw, "unsupported_value");
+          return ApiError::bad_request(
+              pw, pw + " must be a text part {\"type\": \"text\", \"text\": str}",
+              "unsupported_value");
         }
         content += part["text"].get<std::string>();
       }
@@ -175,12 +180,14 @@ std::optional<ApiError> parse_messages(const json& body, const ModelInfo& m,
     messages.push_back(ChatMessage{r, content});
   }
   if (!m.tokenizer || !m.chat_template) {
-    return ApiError::invalid("the model has no tokenizer or chat template; use /v1/completions",
-                             "messages", "no_chat_template");
+    return ApiError::bad_request("messages",
+                                 "the model has no tokenizer or chat template; use /v1/completions",
+                                 "no_chat_template");
   }
   *out = m.chat_template->encode(*m.tokenizer, messages, /*add_generation_prompt=*/true);
   if (out->empty())
-    return ApiError::invalid("'messages' rendered to an empty prompt", "messages", "empty_prompt");
+    return ApiError::bad_request("messages", "'messages' rendered to an empty prompt",
+                                 "empty_prompt");
   return check_ids(*out, m, "messages");
 }
 
@@ -188,9 +195,9 @@ std::optional<ApiError> check_model(const json& body, const ModelInfo& m) {
   std::string model;
   if (auto e = get_string(body, "model", &model)) return e;
   if (!model.empty() && model != m.id) {
-    return ApiError{404,
-                    "the model '" + model + "' does not exist; this server serves '" + m.id + "'",
-                    "invalid_request_error", "model", "model_not_found"};
+    return ApiError::not_found(
+        "model", "the model '" + model + "' does not exist; this server serves '" + m.id + "'",
+        "model_not_found");
   }
   return std::nullopt;
 }
@@ -198,10 +205,11 @@ std::optional<ApiError> check_model(const json& body, const ModelInfo& m) {
 std::optional<ApiError> check_prompt_fits(size_t n_prompt, const ModelInfo& m,
                                           const std::string& param) {
   if (static_cast<int64_t>(n_prompt) >= m.n_ctx) {
-    return ApiError::invalid("the prompt has " + std::to_string(n_prompt) +
-                                 " tokens; the context length is " + std::to_string(m.n_ctx) +
-                                 " tokens, which leaves no room to generate",
-                             param, "context_length_exceeded");
+    return ApiError::bad_request(param,
+                                 "the prompt has " + std::to_string(n_prompt) +
+                                     " tokens; the context length is " + std::to_string(m.n_ctx) +
+                                     " tokens, which leaves no room to generate",
+                                 "context_length_exceeded");
   }
   return std::nullopt;
 }
@@ -219,11 +227,11 @@ ApiResult<json> parse_json_body(const std::string& body) {
     } catch (const json::exception& e) {
       detail = e.what();
     }
-    return ApiError::invalid("the body is not valid JSON" + (detail.empty() ? "" : ": " + detail),
-                             "", "invalid_json");
+    return ApiError::bad_request(
+        "", "the body is not valid JSON" + (detail.empty() ? "" : ": " + detail), "invalid_json");
   }
   if (!j.is_object())
-    return ApiError::invalid("the body must be a JSON object", "", "invalid_json");
+    return ApiError::bad_request("", "the body must be a JSON object", "invalid_json");
   return j;
 }
 
@@ -239,8 +247,8 @@ ApiResult<GenerationRequest> validate_generation(const json& body, const ModelIn
   int64_t n = 1;
   if (auto e = get_int(body, "n", &n)) return *e;
   if (n != 1)
-    return ApiError::invalid("only n = 1 is supported (got " + std::to_string(n) + ")", "n",
-                             "unsupported_value");
+    return ApiError::bad_request("n", "only n = 1 is supported (got " + std::to_string(n) + ")",
+                                 "unsupported_value");
   if (auto e = get_bool(body, "stream", &g.stream)) return *e;
   if (auto it = body.find("stream_options"); it != body.end() && !it->is_null()) {
     if (!it->is_object()) return type_error("stream_options", "an object");
@@ -284,8 +292,8 @@ ApiResult<GenerationRequest> validate_generation(const json& body, const ModelIn
     double p = 0;
     if (auto e = get_number(body, field, &p)) return *e;
     if (p != 0)
-      return ApiError::invalid(
-          std::string("'") + field + "' is not supported (use repetition_penalty)", field,
+      return ApiError::bad_request(
+          field, std::string("'") + field + "' is not supported (use repetition_penalty)",
           "unsupported_value");
   }
   if (auto it = body.find("seed"); it != body.end() && !it->is_null()) {
@@ -295,7 +303,7 @@ ApiResult<GenerationRequest> validate_generation(const json& body, const ModelIn
     s.has_seed = true;
   }
   if (Status st = validate_sampling_params(s); !st.ok()) {
-    return ApiError::invalid(st.message(), "", "invalid_value");
+    return ApiError::bad_request("", st.message(), "invalid_value");
   }
   if (auto it = body.find("stop"); it != body.end() && !it->is_null()) {
     if (it->is_string()) {
@@ -319,7 +327,7 @@ ApiResult<GenerationRequest> validate_generation(const json& body, const ModelIn
   if (auto e = get_bool(body, "ignore_eos", &r.ignore_eos)) return *e;
   if (auto it = body.find("logprobs");
       it != body.end() && !it->is_null() && !(it->is_boolean() && !it->get<bool>())) {
-    return ApiError::invalid("'logprobs' is not supported", "logprobs", "unsupported_value");
+    return ApiError::bad_request("logprobs", "'logprobs' is not supported", "unsupported_value");
   }
 
   if (chat) {
@@ -334,11 +342,12 @@ ApiResult<GenerationRequest> validate_generation(const json& body, const ModelIn
     // Completions default to 16 tokens; chat replies may use the rest of the context.
     max_tokens = chat ? m.n_ctx - n_prompt : std::min<int64_t>(16, m.n_ctx - n_prompt);
   } else if (n_prompt + max_tokens > m.n_ctx) {
-    return ApiError::invalid(
+    return ApiError::bad_request(
+        max_field,
         "the prompt has " + std::to_string(n_prompt) + " tokens and " + max_field + " is " +
             std::to_string(max_tokens) + "; together " + std::to_string(n_prompt + max_tokens) +
             " tokens exceed the context length of " + std::to_string(m.n_ctx) + " tokens",
-        max_field, "context_length_exceeded");
+        "context_length_exceeded");
   }
   r.max_tokens = static_cast<int32_t>(max_tokens);
   return g;
@@ -351,8 +360,8 @@ ApiResult<PromptRequest> validate_prompt_body(const json& body, const ModelInfo&
   const bool has_messages = body.contains("messages") && !body["messages"].is_null();
   const bool has_prompt = body.contains("prompt") && !body["prompt"].is_null();
   if (has_messages == has_prompt) {
-    return ApiError::invalid("give exactly one of 'prompt' and 'messages'",
-                             has_prompt ? "messages" : "prompt", "missing_field");
+    return ApiError::bad_request(has_prompt ? "messages" : "prompt",
+                                 "give exactly one of 'prompt' and 'messages'", "missing_field");
   }
   if (has_messages) {
     if (auto e = parse_messages(body, m, &p.prompt)) return *e;
@@ -360,10 +369,11 @@ ApiResult<PromptRequest> validate_prompt_body(const json& body, const ModelInfo&
     if (auto e = parse_prompt(body, m, &p.prompt)) return *e;
   }
   if (static_cast<int64_t>(p.prompt.size()) > m.n_ctx) {
-    return ApiError::invalid("the prompt has " + std::to_string(p.prompt.size()) +
-                                 " tokens, more than the context length of " +
-                                 std::to_string(m.n_ctx),
-                             has_messages ? "messages" : "prompt", "context_length_exceeded");
+    return ApiError::bad_request(has_messages ? "messages" : "prompt",
+                                 "the prompt has " + std::to_string(p.prompt.size()) +
+                                     " tokens, more than the context length of " +
+                                     std::to_string(m.n_ctx),
+                                 "context_length_exceeded");
   }
   return p;
 }
@@ -371,25 +381,25 @@ ApiResult<PromptRequest> validate_prompt_body(const json& body, const ModelInfo&
 ApiResult<std::vector<int32_t>> validate_tokenize(const json& body, const ModelInfo& m) {
   auto it = body.find("content");
   if (it == body.end() || it->is_null())
-    return ApiError::invalid("'content' is required", "content", "missing_field");
+    return ApiError::bad_request("content", "'content' is required", "missing_field");
   if (!it->is_string()) return type_error("content", "a string");
   bool add_special = false, parse_special = true;
   if (auto e = get_bool(body, "add_special", &add_special)) return *e;
   if (auto e = get_bool(body, "parse_special", &parse_special)) return *e;
   if (!m.tokenizer)
-    return ApiError::invalid("the model has no tokenizer", "content", "no_tokenizer");
+    return ApiError::bad_request("content", "the model has no tokenizer", "no_tokenizer");
   return m.tokenizer->encode(it->get<std::string>(), add_special, parse_special);
 }
 
 ApiResult<std::vector<int32_t>> validate_detokenize(const json& body, const ModelInfo& m) {
   auto it = body.find("tokens");
   if (it == body.end() || it->is_null())
-    return ApiError::invalid("'tokens' is required", "tokens", "missing_field");
+    return ApiError::bad_request("tokens", "'tokens' is required", "missing_field");
   if (!it->is_array()) return type_error("tokens", "an array of integer token ids");
   std::vector<int32_t> ids;
   if (auto e = parse_id_array(*it, m, "tokens", &ids)) return *e;
   if (!m.tokenizer)
-    return ApiError::invalid("the model has no tokenizer", "tokens", "no_tokenizer");
+    return ApiError::bad_request("tokens", "the model has no tokenizer", "no_tokenizer");
   return ids;
 }
 

@@ -85,7 +85,9 @@ Status ServerOptions::validate() {
 void register_server_flags(CLI::App& app, ServerOptions& o) {
   app.add_option("--host", o.host, "address to listen on")->capture_default_str();
   app.add_option("--port", o.port, "TCP port (0 = any free port)")->capture_default_str();
-  app.add_option("--model,-m", o.model, "GGUF file, `demo`, or preset:NAME[:f32|f16|bf16]")
+  app.add_option("--model,-m", o.model,
+                 "GGUF file, `stories260K` (bundled), `demo` (has a chat template), or "
+                 "preset:NAME[:f32|f16|bf16]")
       ->capture_default_str();
   app.add_option("--cache-dir", o.cache_dir, "where generated models are kept")
       ->capture_default_str();

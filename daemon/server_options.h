@@ -8,6 +8,7 @@
 
 #include "common/result.h"
 #include "daemon/cpu_isa_option.h"
+#include "daemon/model_source.h"
 
 namespace CLI {
 class App;
@@ -27,7 +28,7 @@ struct ServerOptions {
   double shutdown_grace_s = 10;        // on SIGINT/SIGTERM: time in-flight requests get to finish
 
   // Model and engine.
-  std::string model = "demo";            // GGUF path, `demo`, or preset:NAME[:dtype]
+  std::string model = kDefaultModel;     // GGUF path, stories260K, demo, or preset:NAME[:dtype]
   std::string cache_dir;                 // where generated models live (default_cache_dir())
   std::string backend = "auto";          // cpu | cuda | auto
   int32_t n_threads = 2;                 // compute threads of the CPU backend

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/hash128.h"
 #include "common/result.h"
 #include "engine/model/model.h"
 #include "engine/request.h"
@@ -31,9 +32,12 @@ struct EngineOptions {
   int32_t max_batch_tokens = 512;        // tokens per forward pass (chunked prefill budget)
   int32_t max_running = 64;              // sequences in one batch at most
   int32_t max_pinned_blocks = 0;         // 0 = a quarter of the pool
-  std::array<uint8_t, 16> deployment_secret{};  // part of every namespace seed
-  uint64_t model_fingerprint_lo = 0;     // model fingerprint, part of every namespace seed
-  uint64_t model_fingerprint_hi = 0;
+  // Parts of every namespace seed (engine/kv/block_hash.h). With tiers they
+  // must equal the TierManager's (its options' model_fingerprint and its
+  // deployment_secret()), or no block would ever be found there: create()
+  // refuses a mismatch.
+  Hash128 model_fingerprint;
+  std::array<uint8_t, 16> deployment_secret{};
   // Chains found below the device: kAuto restores when the estimated restore
   // time beats recomputing (RestorePolicy); kAlways / kNever force a path.
   enum class RestoreMode : uint8_t { kAuto, kAlways, kNever } restore_mode = RestoreMode::kAuto;
@@ -47,6 +51,10 @@ struct EngineOptions {
   KvGeometry pool_geometry(const ModelConfig& model) const;
   // The geometry of the tier records of that pool (TierManagerOptions::geometry).
   BlockGeometry record_geometry(const ModelConfig& model) const;
+  // Whether `tiers` can serve an engine with these options: the same record
+  // geometry, model fingerprint and deployment secret. The error names the
+  // first that differs.
+  Status check_tiers(const ModelConfig& model, const TierManager& tiers) const;
 };
 
 // Figures for /v1/cache/stats and /metrics (a consistent snapshot).
@@ -90,12 +98,12 @@ struct PinResult {
 class Engine {
  public:
   // `model` and `tiers` (may be null) must outlive the engine. `tokenizer`
-  // (may be null) is used for stop strings and streamed text.
+  // (may be null) is used for stop strings and streamed text. Fails on
+  // invalid options and on tiers that fail options.check_tiers().
   static Result<std::unique_ptr<Engine>> create(const Model& model, const Tokenizer* tokenizer,
                                                 TierManager* tiers, const EngineOptions& options);
   ~Engine();  // stops the thread; pending requests finish with kCancelled
 
-  const ModelConfig& model_config() const;
   const EngineOptions& options() const;
 
   // Queues a request; its events arrive on the returned channel. The request

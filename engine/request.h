@@ -34,7 +34,6 @@ struct Request {
 };
 
 enum class FinishReason : uint8_t { kNone, kStop, kLength, kCancelled, kError };
-const char* finish_reason_name(FinishReason r);
 
 // Where a request's prompt tokens came from, and how long each phase took.
 struct Usage {

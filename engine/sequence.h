@@ -1,8 +1,10 @@
 // One request's life inside the engine: its tokens, its block table, how
-// much of it is computed and published, and its per-request sampling and
-// text state. Owned and touched by the engine thread only.
+// much of it is computed and published, where its cached prompt tokens came
+// from, and its per-request sampling and text state. Owned and touched by the
+// engine thread only.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -26,6 +28,72 @@ enum class SeqState : uint8_t {
 
 using Clock = std::chrono::steady_clock;
 
+inline double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+// Prompt tokens found in each tier, summed over requests (EngineStats).
+struct CachedTokenTotals {
+  int64_t device = 0;
+  int64_t host = 0;
+  int64_t disk = 0;
+};
+
+// The cache split of a sequence's latest admission: how many of its prompt
+// tokens were matched in the device pool and how many were restored from host
+// RAM or from disk. The one place where those figures are worked out: the
+// scheduler records each admission and onboarding here, report() writes the
+// split into the request's Usage when it starts computing, and commit() adds
+// it, once, to the engine's totals when the prompt is done (at the first
+// token, or at the end for prefetches and cancellations). A preempted
+// sequence is admitted again before its first token; its usage then reports
+// the latest admission.
+struct CacheSplit {
+  bool admitted = false;              // admitted at least once
+  bool committed = false;             // added to the totals; usage final
+  int32_t device_blocks = 0;          // matched in the pool at this admission
+  int32_t restored_blocks = 0;        // onboarded from the tiers at this admission
+  int32_t restored_host_blocks = 0;   // of which from host RAM (the rest from disk)
+  const char* admission_path = "none";  // "none", or "recompute" when the tiers held
+                                        // blocks and recomputing them was chosen
+
+  // A new admission that matched `n_device_blocks` in the pool.
+  void admit(int32_t n_device_blocks, const char* path) {
+    admitted = true;
+    device_blocks = n_device_blocks;
+    restored_blocks = restored_host_blocks = 0;
+    admission_path = path;
+  }
+  // The tiers brought `n_blocks` leading blocks; up to `n_from_host` from host RAM.
+  void restored(int32_t n_blocks, int32_t n_from_host) {
+    restored_blocks = n_blocks;
+    restored_host_blocks = std::min(n_from_host, n_blocks);
+  }
+  // The sequence starts computing at `cached_tokens` (its device and restored
+  // blocks, less a last block or token it recomputes): writes the split into
+  // `usage`, unless the usage is already final.
+  void report(int32_t cached_tokens, int32_t block_size, Usage& usage) const {
+    if (committed) return;
+    const int32_t device = std::min(cached_tokens, device_blocks * block_size);
+    const int32_t below = cached_tokens - device;
+    // Restored tokens keep their host/disk split (the last block may be recomputed).
+    const int32_t host = std::min(restored_host_blocks * block_size, below);
+    usage.device_tokens = device;
+    usage.host_tokens = host;
+    usage.disk_tokens = below - host;
+    usage.cached_tokens = cached_tokens;
+    usage.restore_path = restored_blocks > 0 ? "restore" : admission_path;
+  }
+  // Adds the usage's split to `totals`, once, if the sequence was admitted.
+  void commit(const Usage& usage, CachedTokenTotals& totals) {
+    if (committed || !admitted) return;
+    committed = true;
+    totals.device += usage.device_tokens;
+    totals.host += usage.host_tokens;
+    totals.disk += usage.disk_tokens;
+  }
+};
+
 struct Sequence {
   uint64_t id = 0;
   uint64_t admit_order = 0;            // larger = admitted later (preemption victim order)
@@ -37,7 +105,7 @@ struct Sequence {
   int32_t n_prompt = 0;
   int32_t n_computed = 0;              // leading tokens whose K/V are in the pool
   std::vector<int32_t> block_table;    // logical block -> pool block id
-  uint64_t seed = 0;                   // namespace seed of its blocks (includes cache_salt)
+  uint64_t namespace_seed = 0;         // of its blocks (includes cache_salt)
   std::vector<BlockHash> hashes;       // chain hashes of its full blocks, computed as they fill
   int32_t n_published = 0;             // leading blocks published (or shared from the index)
   int32_t target_tokens = 0;           // computed tokens at which it is complete (prefetch)
@@ -49,15 +117,7 @@ struct Sequence {
   bool recomputing = false;            // preempted after generating; recomputing its known tokens
 
   Usage usage;
-  bool first_admission_done = false;
-  // The cache split of the latest admission. It becomes the request's usage
-  // (and is added to the engine's counters) once, when the prompt is done:
-  // at the first token, or at the end for prefetches and cancellations.
-  bool cache_usage_committed = false;
-  int32_t adm_host_tokens = 0;         // restored from host RAM at this admission
-  int32_t adm_disk_tokens = 0;         // restored from disk at this admission
-  const char* adm_restore_path = "none";
-  int32_t n_device_matched = 0;        // kLoading: blocks matched in the pool
+  CacheSplit cache;                    // where its cached prompt tokens came from
   Clock::time_point t_submit{}, t_admit{}, t_loading_start{}, t_first_token{};
 };
 

@@ -10,29 +10,23 @@
 #include <span>
 #include <string>
 
+#include "common/hash128.h"
 #include "common/result.h"
 
 namespace prefixd {
-
-// A 128-bit hash (XXH3-128: lo = low64, hi = high64).
-struct Hash128 {
-  uint64_t lo = 0;
-  uint64_t hi = 0;
-  friend bool operator==(const Hash128&, const Hash128&) = default;
-};
 
 // Identifies a block in the host and disk tiers: the namespace seed of the
 // request (model, dtype, block size, deployment secret and cache salt mixed
 // into one u64) and the block's chain hash.
 struct BlockKey {
-  uint64_t namespace_id = 0;
+  uint64_t namespace_seed = 0;
   Hash128 block_hash;
   friend bool operator==(const BlockKey&, const BlockKey&) = default;
 };
 
 struct BlockKeyHasher {
   size_t operator()(const BlockKey& k) const {
-    return static_cast<size_t>(k.block_hash.lo ^ (k.namespace_id * 0x9E3779B97F4A7C15ull));
+    return static_cast<size_t>(k.block_hash.lo ^ (k.namespace_seed * 0x9E3779B97F4A7C15ull));
   }
 };
 
@@ -64,7 +58,7 @@ struct BlockGeometry {
 // Everything a record says about itself besides its token ids and payload.
 struct BlockRecordInfo {
   Hash128 model_fingerprint;  // hash of the model file (metadata + tensors)
-  uint64_t namespace_seed = 0;  // == BlockKey::namespace_id
+  uint64_t namespace_seed = 0;  // == BlockKey::namespace_seed
   BlockGeometry geometry;
   Hash128 block_hash;
   Hash128 parent_hash;  // 16 zero bytes for the first block of a prompt

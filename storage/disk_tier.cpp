@@ -71,7 +71,7 @@ size_t DiskTier::KeyHasher::operator()(const Key& k) const {
 
 DiskTier::Key DiskTier::encode_key(const BlockKey& key) {
   Key k;
-  put_be64(k.data(), key.namespace_id);
+  put_be64(k.data(), key.namespace_seed);
   put_be64(k.data() + 8, key.block_hash.hi);
   put_be64(k.data() + 16, key.block_hash.lo);
   return k;
@@ -318,7 +318,7 @@ RecordPtr DiskTier::get(const BlockKey& key, const RecordExpectations* expected)
           ? check_block_record(record->data(), record->size(), *expected, &view)
           : check_block_record_integrity(record->data(), record->size(), &view);
   if (check == RecordCheck::kOk &&
-      (view.info.namespace_seed != key.namespace_id || view.info.block_hash != key.block_hash)) {
+      (view.info.namespace_seed != key.namespace_seed || view.info.block_hash != key.block_hash)) {
     check = RecordCheck::kBlockHash;
   }
   std::lock_guard<std::mutex> write_lock(write_mu_);

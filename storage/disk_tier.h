@@ -54,7 +54,7 @@ struct DiskTierStats {
 // Layout: column family "default" (blob files) maps key -> record bytes;
 // "access" maps key -> (last-access sequence u64 LE, record bytes u64 LE);
 // "meta" holds the deployment secret and the layout version. Keys are
-// namespace id (8 bytes big-endian) || block hash (hi then lo, 8 bytes
+// namespace seed (8 bytes big-endian) || block hash (hi then lo, 8 bytes
 // big-endian each). atomic_flush keeps the three families consistent with the
 // WAL off: a crash loses recent writes, never half of one.
 class DiskTier {

@@ -1,5 +1,5 @@
 // HostTier: the host-RAM tier. A byte-bounded LRU of block records keyed by
-// (namespace id, block hash); evicted records go to a callback (the tier
+// (namespace seed, block hash); evicted records go to a callback (the tier
 // manager offloads them to disk).
 #pragma once
 

@@ -85,7 +85,7 @@ TierManager::~TierManager() {
   disk_.reset();  // flushes and closes
 }
 
-std::shared_ptr<RecordBuffer> TierManager::start_record(uint64_t namespace_id,
+std::shared_ptr<RecordBuffer> TierManager::start_record(uint64_t namespace_seed,
                                                         const Hash128& block_hash,
                                                         const Hash128& parent_hash,
                                                         std::span<const int32_t> token_ids) const {
@@ -93,7 +93,7 @@ std::shared_ptr<RecordBuffer> TierManager::start_record(uint64_t namespace_id,
                 "start_record needs block_size token ids");
   BlockRecordInfo info;
   info.model_fingerprint = options_.model_fingerprint;
-  info.namespace_seed = namespace_id;
+  info.namespace_seed = namespace_seed;
   info.geometry = options_.geometry;
   info.block_hash = block_hash;
   info.parent_hash = parent_hash;
@@ -136,7 +136,7 @@ RecordExpectations TierManager::expectations(const ChainQuery& query, size_t i) 
   const size_t block_size = static_cast<size_t>(options_.geometry.block_size);
   RecordExpectations e;
   e.info.model_fingerprint = options_.model_fingerprint;
-  e.info.namespace_seed = query.namespace_id;
+  e.info.namespace_seed = query.namespace_seed;
   e.info.geometry = options_.geometry;
   e.info.block_hash = query.hashes[i];
   e.info.parent_hash = i == 0 ? query.first_parent : query.hashes[i - 1];
@@ -150,7 +150,7 @@ ChainLookup TierManager::lookup_chain(const ChainQuery& query) const {
                 "ChainQuery needs block_size token ids per hash");
   ChainLookup out;
   for (size_t i = 0; i < query.hashes.size(); ++i) {
-    const BlockKey key{query.namespace_id, query.hashes[i]};
+    const BlockKey key{query.namespace_seed, query.hashes[i]};
     RecordPtr rec = host_->peek(key);
     if (rec != nullptr) {
       const RecordExpectations e = expectations(query, i);
@@ -179,7 +179,7 @@ void TierManager::request_onboard(uint64_t request_id, ChainQuery query) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++counters_.onboard_requests;
-    onboard_queue_.push_back(OnboardJob{request_id, std::move(query), now_s()});
+    onboard_queue_.push_back(OnboardJob{request_id, std::move(query)});
   }
   work_cv_.notify_all();  // threads differ in the jobs they take
 }
@@ -277,7 +277,7 @@ void TierManager::run_onboard(OnboardJob& job) {
   c.n_requested = static_cast<int32_t>(job.query.hashes.size());
   c.records.reserve(job.query.hashes.size());
   for (size_t i = 0; i < job.query.hashes.size(); ++i) {
-    const BlockKey key{job.query.namespace_id, job.query.hashes[i]};
+    const BlockKey key{job.query.namespace_seed, job.query.hashes[i]};
     const RecordExpectations e = expectations(job.query, i);
     const double t0 = now_s();
     RecordPtr rec = host_->lookup(key);
@@ -302,7 +302,6 @@ void TierManager::run_onboard(OnboardJob& job) {
     c.disk_bytes += rec->size();
     host_->insert(key, rec);  // onboard to host too; may push host records to disk
   }
-  c.elapsed_s = now_s() - job.enqueue_time_s;
   {
     std::lock_guard<std::mutex> lock(mu_);
     counters_.onboard_host_blocks += c.n_from_host;

@@ -56,7 +56,7 @@ enum class OffloadReason : uint8_t {
 
 // A run of consecutive blocks of one prompt, starting at any block of it.
 struct ChainQuery {
-  uint64_t namespace_id = 0;
+  uint64_t namespace_seed = 0;     // the request's (BlockKey::namespace_seed)
   Hash128 first_parent;            // parent hash of hashes[0]; zeros for a prompt's first block
   std::vector<Hash128> hashes;     // [n_blocks]
   std::vector<int32_t> token_ids;  // [n_blocks * block_size]
@@ -81,7 +81,6 @@ struct OnboardCompletion {
   uint64_t disk_bytes = 0;    // bytes of records read from disk
   double host_seconds = 0;    // time spent on host records (lookup + checks)
   double disk_seconds = 0;    // time spent reading and checking disk records
-  double elapsed_s = 0;       // from request_onboard() to the completion being posted
 };
 
 struct TierManagerStats {
@@ -109,9 +108,9 @@ struct TierManagerStats {
 // shutdown. Records handed in or out are immutable and shared.
 //
 // Typical engine use:
-//   publish:  rec = tm.start_record(ns, hash, parent, tokens);
+//   publish:  rec = tm.start_record(namespace_seed, hash, parent, tokens);
 //             backend.read_block(pool, id, block_record_payload(*rec));
-//             seal_block_record(*rec);  tm.offload({ns, hash}, rec, kPublished);
+//             seal_block_record(*rec);  tm.offload({namespace_seed, hash}, rec, kPublished);
 //   evict:    the same record (or a new one) with OffloadReason::kEvicted.
 //   admit:    auto found = tm.lookup_chain(q);   // cheap, for routing and admission
 //             tm.request_onboard(req_id, q);     // request waits in `loading`
@@ -126,6 +125,8 @@ class TierManager {
   TierManager& operator=(const TierManager&) = delete;
 
   const BlockGeometry& geometry() const { return options_.geometry; }
+  // The model fingerprint every record carries (TierManagerOptions).
+  const Hash128& model_fingerprint() const { return options_.model_fingerprint; }
   WritePolicy write_policy() const { return options_.write_policy; }
   uint64_t record_bytes() const { return block_record_bytes(options_.geometry); }
   bool has_disk() const { return disk_ != nullptr; }
@@ -135,7 +136,7 @@ class TierManager {
   // A record buffer (from the allocator) with header and tokens written; the
   // caller fills block_record_payload() and calls seal_block_record().
   // token_ids: [block_size]. nullptr if the allocator fails.
-  std::shared_ptr<RecordBuffer> start_record(uint64_t namespace_id, const Hash128& block_hash,
+  std::shared_ptr<RecordBuffer> start_record(uint64_t namespace_seed, const Hash128& block_hash,
                                              const Hash128& parent_hash,
                                              std::span<const int32_t> token_ids) const;
 
@@ -182,7 +183,6 @@ class TierManager {
   struct OnboardJob {
     uint64_t request_id = 0;
     ChainQuery query;
-    double enqueue_time_s = 0;
   };
 
   explicit TierManager(const TierManagerOptions& options);

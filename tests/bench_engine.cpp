@@ -258,6 +258,7 @@ int main(int argc, char** argv) {
       for (int rep = 0; rep < reps; ++rep) {
         prepare();
         EngineOptions o = opts;
+        o.model_fingerprint = tiers->model_fingerprint();
         o.deployment_secret = tiers->deployment_secret();
         EngineUnderTest fresh(path, o, tiers.get(), threads, isa.value());
         // Warm the restore policy's prefill estimate as a running daemon would have.
@@ -277,6 +278,7 @@ int main(int argc, char** argv) {
     };
     {
       EngineOptions o = opts;
+      o.model_fingerprint = tiers->model_fingerprint();
       o.deployment_secret = tiers->deployment_secret();
       EngineUnderTest first(path, o, tiers.get(), threads, isa.value());
       Collected r = first.run(greedy_request(prompt(), n_out));

@@ -168,7 +168,7 @@ int main(int argc, char** argv) {
     o.disk = d;
     auto tm = std::move(TierManager::create(o)).value();
     ChainQuery q;
-    q.namespace_id = kNs;
+    q.namespace_seed = kNs;
     q.hashes.assign(blocks.hashes.begin(), blocks.hashes.begin() + 125);
     q.token_ids.assign(blocks.tokens.begin(), blocks.tokens.begin() + 125 * 16);
     for (const char* from : {"disk", "host"}) {

@@ -42,10 +42,10 @@ BlockManager make_manager(int32_t n_blocks, int32_t max_pinned = 4,
 
 // A sequence as the scheduler would hold it: allocates and fills its blocks,
 // publishing each as ready. Returns the block table (ref 1 each).
-std::vector<int32_t> prefill(BlockManager& bm, const std::vector<int32_t>& tokens, uint64_t seed,
-                             BlockHashFn fn = xxh3_block_hash) {
-  const auto hashes = hash_blocks(tokens, kB, seed, fn);
-  MatchResult m = bm.match(seed, hashes, tokens);
+std::vector<int32_t> prefill(BlockManager& bm, const std::vector<int32_t>& tokens,
+                             uint64_t namespace_seed, BlockHashFn fn = xxh3_block_hash) {
+  const auto hashes = hash_blocks(tokens, kB, namespace_seed, fn);
+  MatchResult m = bm.match(namespace_seed, hashes, tokens);
   bm.acquire(m.block_ids);
   std::vector<int32_t> table = m.block_ids;
   const int32_t n_total = static_cast<int32_t>((tokens.size() + kB - 1) / kB);
@@ -54,7 +54,7 @@ std::vector<int32_t> prefill(BlockManager& bm, const std::vector<int32_t>& token
   bool chain_ok = true;
   for (size_t i = m.block_ids.size(); i < hashes.size() && chain_ok; ++i) {
     PublishInfo info;
-    info.seed = seed;
+    info.namespace_seed = namespace_seed;
     info.hash = hashes[i];
     info.parent_hash = i == 0 ? kRootParentHash : hashes[i - 1];
     info.parent_block = i == 0 ? -1 : table[i - 1];
@@ -71,9 +71,9 @@ std::vector<int32_t> seq_tokens(int n, int32_t start) {
 }
 
 PublishInfo info_for(const std::vector<int32_t>& tokens, const std::vector<BlockHash>& hashes,
-                     size_t i, uint64_t seed, int32_t parent_block) {
+                     size_t i, uint64_t namespace_seed, int32_t parent_block) {
   PublishInfo info;
-  info.seed = seed;
+  info.namespace_seed = namespace_seed;
   info.hash = hashes[i];
   info.parent_hash = i == 0 ? kRootParentHash : hashes[i - 1];
   info.parent_block = parent_block;
@@ -107,8 +107,8 @@ TEST_CASE("published blocks stay findable after release and match verifies them"
   const auto tokens = seq_tokens(10, 100);  // 2 full blocks + 2 tokens
   auto table = prefill(bm, tokens, 1);
   REQUIRE(table.size() == 3);
-  CHECK(bm.is_ready(table[0]));
-  CHECK(bm.is_ready(table[1]));
+  CHECK(bm.is_indexed(table[0]));
+  CHECK(bm.is_indexed(table[1]));
   CHECK_FALSE(bm.is_indexed(table[2]));  // partial block stays private
   bm.release(table);
   auto s = bm.stats();
@@ -119,7 +119,6 @@ TEST_CASE("published blocks stay findable after release and match verifies them"
   const auto hashes = hash_blocks(tokens, kB, 1);
   MatchResult m = bm.match(1, hashes, tokens);
   CHECK(m.block_ids == std::vector<int32_t>{table[0], table[1]});
-  CHECK_FALSE(m.next_pending);
   bm.acquire(m.block_ids);
   CHECK(bm.ref_count(table[0]) == 1);
   CHECK(bm.stats().blocks_cached == 0);
@@ -150,7 +149,7 @@ TEST_CASE("a different namespace seed never matches") {
   const auto tokens = seq_tokens(8, 0);
   bm.release(prefill(bm, tokens, 1));
   CHECK(bm.match(2, hash_blocks(tokens, kB, 2), tokens).n_ready() == 0);
-  // Same hashes presented with the wrong seed: rejected by verification.
+  // Same hashes presented with the wrong namespace seed: rejected by verification.
   CHECK(bm.match(2, hash_blocks(tokens, kB, 1), tokens).n_ready() == 0);
   CHECK(bm.stats().verify_failures == 1);
   CHECK(bm.match(1, hash_blocks(tokens, kB, 1), tokens).n_ready() == 2);
@@ -165,7 +164,6 @@ TEST_CASE("a hash collision with different tokens is a miss") {
   CHECK(hb == hash_blocks(a, kB, 1, constant_hash));
   MatchResult m = bm.match(1, hb, b);
   CHECK(m.n_ready() == 0);
-  CHECK_FALSE(m.next_pending);
   CHECK(bm.stats().verify_failures == 1);
   // Publishing b's block under the taken hash reports a collision and keeps it private.
   auto own = bm.allocate(1);
@@ -242,7 +240,6 @@ TEST_CASE("publishing the same content twice reports the existing block") {
   PublishResult r = bm.publish(b[0], info_for(tokens, h, 0, 1, -1));
   CHECK(r.outcome == PublishOutcome::kDuplicate);
   CHECK(r.existing_block == a[0]);
-  CHECK(r.existing_ready);
   CHECK(bm.stats().publish_duplicates == 1);
   // The caller switches to the existing block and frees its copy.
   bm.acquire(std::vector<int32_t>{a[0]});
@@ -348,53 +345,6 @@ TEST_CASE("evicting a chain's head drops its cached descendants") {
   bm.release(y);
 }
 
-TEST_CASE("pending blocks are reported by match and become matchable when ready") {
-  BlockManager bm = make_manager(8);
-  const auto tokens = seq_tokens(12, 0);
-  const auto h = hash_blocks(tokens, kB, 1);
-  auto t = bm.allocate(3);
-  REQUIRE(bm.publish(t[0], info_for(tokens, h, 0, 1, -1), /*ready=*/false).outcome ==
-          PublishOutcome::kPublished);
-  REQUIRE(bm.publish(t[1], info_for(tokens, h, 1, 1, t[0]), false).outcome ==
-          PublishOutcome::kPublished);
-  REQUIRE(bm.publish(t[2], info_for(tokens, h, 2, 1, t[1]), false).outcome ==
-          PublishOutcome::kPublished);
-  CHECK(bm.stats().blocks_pending == 3);
-  MatchResult m = bm.match(1, h, tokens);
-  CHECK(m.n_ready() == 0);
-  CHECK(m.next_pending);
-  CHECK(m.pending_block == t[0]);
-  bm.mark_ready(t[0]);
-  m = bm.match(1, h, tokens);
-  CHECK(m.n_ready() == 1);
-  CHECK(m.next_pending);
-  CHECK(m.pending_block == t[1]);
-  // A pending block with different tokens under the same hash is not reported.
-  auto other = tokens;
-  other[5] = 77;
-  m = bm.match(1, h, other);
-  CHECK(m.n_ready() == 1);
-  CHECK_FALSE(m.next_pending);
-  // A duplicate publish of a pending hash reports it as not ready.
-  auto dup = bm.allocate(1);
-  PublishResult r = bm.publish(dup[0], info_for(tokens, h, 1, 1, t[0]));
-  CHECK(r.outcome == PublishOutcome::kDuplicate);
-  CHECK(r.existing_block == t[1]);
-  CHECK_FALSE(r.existing_ready);
-  bm.release(dup);
-  CHECK(bm.check_invariants().ok());
-  // The owner is cancelled: its pending blocks leave the index, the ready one stays cached.
-  bm.release(t);
-  auto s = bm.stats();
-  CHECK(s.blocks_pending == 0);
-  CHECK(s.blocks_cached == 1);
-  CHECK(s.blocks_free == 7);
-  m = bm.match(1, h, tokens);
-  CHECK(m.n_ready() == 1);
-  CHECK_FALSE(m.next_pending);
-  CHECK(bm.check_invariants().ok());
-}
-
 TEST_CASE("pinned blocks are never evicted and the pin cap holds") {
   std::vector<int32_t> evicted;
   BlockManager bm = make_manager(4, 2, [&](int32_t id, const BlockMeta&) { evicted.push_back(id); });
@@ -479,12 +429,12 @@ TEST_CASE("clear drops unreferenced cached blocks and keeps referenced ones") {
 namespace {
 
 struct SimSeq {
-  uint64_t seed = 0;
+  uint64_t namespace_seed = 0;
   std::vector<int32_t> tokens;
   std::vector<BlockHash> hashes;
   std::vector<int32_t> table;   // block ids, one reference each
   int32_t n_computed = 0;       // blocks whose content is valid
-  std::vector<bool> indexed;    // [n_full]: published by this sequence (pending or ready)
+  std::vector<bool> indexed;    // [n_full]: matched or published by this sequence
   bool chain_broken = false;    // a publish failed: later blocks are not published
 };
 
@@ -537,7 +487,6 @@ class Simulation {
     auto s = bm_.stats();
     CHECK(s.blocks_used == 0);
     CHECK(s.blocks_pinned == 0);
-    CHECK(s.blocks_pending == 0);
     CHECK(s.blocks_free + s.blocks_cached == s.blocks_total);
     bm_.clear();
     CHECK(bm_.stats().blocks_free == s.blocks_total);
@@ -546,7 +495,6 @@ class Simulation {
 
   int64_t n_evicted() const { return n_evicted_; }
   int64_t n_reused_blocks() const { return n_reused_; }
-  int64_t n_pending_seen() const { return n_pending_seen_; }
   const BlockManager& manager() const { return bm_; }
 
  private:
@@ -556,7 +504,7 @@ class Simulation {
   // token up to the end of the block (what its KV depends on).
   static std::vector<int32_t> expected_content(const SimSeq& s, size_t i, int32_t b) {
     std::vector<int32_t> c;
-    c.push_back(static_cast<int32_t>(s.seed));
+    c.push_back(static_cast<int32_t>(s.namespace_seed));
     const size_t end = std::min(s.tokens.size(), (i + 1) * static_cast<size_t>(b));
     c.insert(c.end(), s.tokens.begin(), s.tokens.begin() + static_cast<ptrdiff_t>(end));
     return c;
@@ -574,22 +522,17 @@ class Simulation {
   void submit() {
     if (seqs_.size() >= 6) return;
     SimSeq s;
-    s.seed = static_cast<uint64_t>(pick(1, 2));
+    s.namespace_seed = static_cast<uint64_t>(pick(1, 2));
     const auto& tmpl = templates_[static_cast<size_t>(pick(0, 3))];
     const int n_shared = pick(0, 24);
     s.tokens.assign(tmpl.begin(), tmpl.begin() + n_shared);
     const int n_tail = pick(n_shared == 0 ? 1 : 0, 8);
     for (int i = 0; i < n_tail; ++i) s.tokens.push_back(pick(0, 2));
-    s.hashes = hash_blocks(s.tokens, b_, s.seed, fn_);
-    MatchResult m = bm_.match(s.seed, s.hashes, s.tokens);
+    s.hashes = hash_blocks(s.tokens, b_, s.namespace_seed, fn_);
+    MatchResult m = bm_.match(s.namespace_seed, s.hashes, s.tokens);
     for (size_t i = 0; i < m.block_ids.size(); ++i) {
       // A verified hit must hold exactly this sequence's prefix.
       REQUIRE(content_[m.block_ids[i]] == expected_content(s, i, b_));
-    }
-    if (m.next_pending) {
-      ++n_pending_seen_;
-      REQUIRE(intended_[m.pending_block] == expected_content(s, m.block_ids.size(), b_));
-      if (pick(0, 1) == 0) return;  // the scheduler would wait for it
     }
     bm_.acquire(m.block_ids);
     s.table = m.block_ids;
@@ -611,29 +554,23 @@ class Simulation {
     }
     s.indexed.assign(s.hashes.size(), false);
     for (size_t i = 0; i < m.block_ids.size(); ++i) s.indexed[i] = true;
-    if (pick(0, 1) == 0) {
-      // Reserve the whole uncached chain as pending (in-flight coalescing).
-      for (size_t i = m.block_ids.size(); i < s.hashes.size() && !s.chain_broken; ++i) {
-        publish(s, i, /*ready=*/false);
-      }
-    }
     seqs_.push_back(std::move(s));
   }
 
-  void publish(SimSeq& s, size_t i, bool ready) {
+  void publish(SimSeq& s, size_t i) {
     PublishInfo info;
-    info.seed = s.seed;
+    info.namespace_seed = s.namespace_seed;
     info.hash = s.hashes[i];
     info.parent_hash = i == 0 ? kRootParentHash : s.hashes[i - 1];
     info.parent_block = i == 0 ? -1 : s.table[i - 1];
     info.tokens = std::span<const int32_t>(s.tokens).subspan(i * b_, b_);
-    PublishResult r = bm_.publish(s.table[i], info, ready);
+    PublishResult r = bm_.publish(s.table[i], info);
     if (r.outcome == PublishOutcome::kPublished) {
       s.indexed[i] = true;
       intended_[s.table[i]] = expected_content(s, i, b_);
       return;
     }
-    if (r.outcome == PublishOutcome::kDuplicate && r.existing_ready && ready) {
+    if (r.outcome == PublishOutcome::kDuplicate) {
       // Switch to the shared copy: same content by verification.
       REQUIRE(content_[r.existing_block] == expected_content(s, i, b_));
       const std::vector<int32_t> existing{r.existing_block};
@@ -657,11 +594,7 @@ class Simulation {
     content_[id] = expected_content(s, i, b_);  // the forward pass writes the KV
     ++s.n_computed;
     if (i >= s.hashes.size()) return;  // partial block: never published
-    if (s.indexed[i]) {
-      if (!bm_.is_ready(id)) bm_.mark_ready(id);
-    } else if (!s.chain_broken) {
-      publish(s, i, /*ready=*/true);
-    }
+    if (!s.indexed[i] && !s.chain_broken) publish(s, i);
   }
 
   void finish(bool require_done) {
@@ -674,10 +607,10 @@ class Simulation {
 
   void pin_random() {
     const auto& tmpl = templates_[static_cast<size_t>(pick(0, 3))];
-    const uint64_t seed = static_cast<uint64_t>(pick(1, 2));
+    const uint64_t namespace_seed = static_cast<uint64_t>(pick(1, 2));
     const int n = pick(1, 24);
     std::vector<int32_t> tokens(tmpl.begin(), tmpl.begin() + n);
-    MatchResult m = bm_.match(seed, hash_blocks(tokens, b_, seed, fn_), tokens);
+    MatchResult m = bm_.match(namespace_seed, hash_blocks(tokens, b_, namespace_seed, fn_), tokens);
     if (m.block_ids.empty()) return;
     int32_t n_new = 0;
     for (int32_t id : m.block_ids) n_new += bm_.meta(id).pinned == 0 ? 1 : 0;
@@ -690,7 +623,7 @@ class Simulation {
   void unpin_random() {
     if (pins_.empty()) return;
     const size_t k = static_cast<size_t>(pick(0, static_cast<int>(pins_.size()) - 1));
-    for (int32_t id : pins_[k]) REQUIRE(bm_.is_ready(id));  // pinned blocks never leave
+    for (int32_t id : pins_[k]) REQUIRE(bm_.is_indexed(id));  // pinned blocks never leave
     REQUIRE(bm_.unpin(pins_[k]).ok());
     pins_.erase(pins_.begin() + static_cast<ptrdiff_t>(k));
   }
@@ -718,9 +651,9 @@ class Simulation {
     const Status st = bm_.check_invariants(&refs);
     INFO(st.message());
     REQUIRE(st.ok());
-    // Every ready indexed block holds the content it was published for.
+    // Every indexed block holds the content it was published for.
     for (int32_t id = 0; id < bm_.n_blocks(); ++id) {
-      if (bm_.is_indexed(id) && bm_.is_ready(id)) {
+      if (bm_.is_indexed(id)) {
         REQUIRE(content_[id] == intended_[id]);
       }
     }
@@ -730,32 +663,29 @@ class Simulation {
   BlockHashFn fn_;
   int32_t b_;
   BlockManager bm_;
-  std::vector<std::vector<int32_t>> content_;   // [n_blocks] simulated KV: seed + prefix tokens
+  std::vector<std::vector<int32_t>> content_;   // [n_blocks] simulated KV: namespace seed + prefix tokens
   std::vector<std::vector<int32_t>> intended_;  // [n_blocks] content promised at publish
   std::vector<std::vector<int32_t>> templates_;
   std::vector<SimSeq> seqs_;
   std::vector<std::vector<int32_t>> pins_;
   int64_t n_evicted_ = 0;
   int64_t n_reused_ = 0;
-  int64_t n_pending_seen_ = 0;
 };
 
 }  // namespace
 
 TEST_CASE("randomized operations keep every invariant with colliding hashes") {
-  int64_t evicted = 0, reused = 0, pending = 0, verify_failures = 0;
+  int64_t evicted = 0, reused = 0, verify_failures = 0;
   for (uint32_t rng_seed = 1; rng_seed <= 8; ++rng_seed) {
     Simulation sim(rng_seed, colliding_hash, 24, 3);
     sim.run(4000);
     evicted += sim.n_evicted();
     reused += sim.n_reused_blocks();
-    pending += sim.n_pending_seen();
     verify_failures += sim.manager().stats().verify_failures;
   }
   // The run exercised the interesting paths.
   CHECK(evicted > 100);
   CHECK(reused > 100);
-  CHECK(pending > 10);
   CHECK(verify_failures > 100);
 }
 

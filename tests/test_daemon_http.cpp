@@ -129,6 +129,27 @@ TEST_CASE("greedy completion of 'Once upon a time' on stories260K is the referen
   CHECK(d->stop() == 0);
 }
 
+TEST_CASE("without --model the daemon serves the bundled stories260K: the README's request") {
+  // Only --threads (and the helper's --port 0 --cache-dir): the model and every engine setting
+  // are the defaults, and the body is the README's first request (temperature 0: greedy).
+  auto d = start_or_fail({"--threads", "1"});
+  auto c = d->client();
+  HttpAnswer a =
+      post_json(*c, "/v1/completions",
+                json{{"prompt", "Once upon a time"}, {"max_tokens", 16}, {"temperature", 0}});
+  REQUIRE(a.status == 200);
+  CHECK(a.body["model"] == "stories260K");
+  const std::string text = a.body["choices"][0]["text"].get<std::string>();
+  CHECK_MESSAGE(text.rfind(", there was a little girl named Lily", 0) == 0, text);
+  CHECK(std::string("Once upon a time") + text ==
+        std::string(kStoriesReference).substr(0, 16 + text.size()));
+  CHECK(a.body["usage"]["completion_tokens"] == 16);
+  HttpAnswer m = get(*c, "/v1/models");
+  REQUIRE(m.status == 200);
+  CHECK(m.body["data"][0]["id"] == "stories260K");
+  CHECK(d->stop() == 0);
+}
+
 TEST_CASE("models, tokenize, detokenize and health endpoints") {
   auto d = start_or_fail(stories_args());
   auto c = d->client();

@@ -1,16 +1,29 @@
 // Unit tests of the daemon's pure parts: request validation (JSON body ->
 // engine Request or ApiError), server option validation, the CPU instruction
-// set option, the admission gate and the Prometheus exposition.
+// set option, the admission gate, the Prometheus exposition, the route table,
+// the completion fold and envelope, ApiError's factories and the one
+// StatsSnapshot behind /metrics, /v1/cache/stats and the dashboard.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <CLI/CLI.hpp>
+#include <fstream>
+#include <iterator>
+#include <set>
+#include <sstream>
 
+#include "daemon/cache_handlers.h"
+#include "daemon/completion_response.h"
 #include "daemon/cpu_isa_option.h"
 #include "daemon/daemon_context.h"
+#include "daemon/dashboard.h"
+#include "daemon/generate_command.h"
 #include "daemon/metrics.h"
+#include "daemon/model_source.h"
 #include "daemon/request_validation.h"
+#include "daemon/routes.h"
 #include "daemon/server_options.h"
+#include "daemon/stats_snapshot.h"
 #include "engine/model/gguf.h"
 #include "engine/text/tokenizer.h"
 
@@ -201,6 +214,29 @@ TEST_CASE("ServerOptions::validate checks every range and name") {
   CHECK(d.log_level == LogLevel::kDebug);
 }
 
+TEST_CASE("without --model, serve and generate use the bundled stories260K in models/") {
+  CHECK(ServerOptions{}.model == "stories260K");
+  CHECK(GenerateOptions{}.model == "stories260K");
+  const std::string bundled = std::string(PREFIXD_SOURCE_DIR) + "/models/stories260K.gguf";
+  CHECK(bundled_model_path() == bundled);
+  // The name resolves to the bundled file without touching the cache directory.
+  Result<std::string> path = resolve_model_path("stories260K", "/nonexistent/prefixd-cache");
+  REQUIRE_MESSAGE(path.ok(), path.message());
+  CHECK(*path == bundled);
+  // It is the shared test model, byte for byte.
+  auto read_all = [](const std::string& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string bytes = read_all(bundled);
+  CHECK(bytes.size() == 1185376);
+  CHECK(bytes == read_all(std::string(PREFIXD_SHARED_DIR) + "/models/stories260K.gguf"));
+  // Any other name is still a path, and a missing path is an error naming it.
+  Result<std::string> missing = resolve_model_path("no-such-model.gguf", "/nonexistent");
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.message() == "model file 'no-such-model.gguf' does not exist");
+}
+
 TEST_CASE("--cpu-isa wins over PREFIXD_CPU_ISA, which wins over auto; validate resolves it") {
   auto parsed = [](const std::string& command_line, const char* env) {
     CLI::App app;
@@ -307,14 +343,15 @@ TEST_CASE("Metrics exposition carries counters, tier labels and request outcomes
   m.count_request(RequestOutcome::kCompleted);
   m.count_request(RequestOutcome::kCompleted);
   m.count_request(RequestOutcome::kCancelled);
-  MetricsSnapshot s;
+  StatsSnapshot s;
   s.prompt_tokens = 100;
-  s.cached_tokens_device = 32;
-  s.cached_tokens_host = 16;
+  s.device.cached_tokens = 32;
+  s.host.cached_tokens = 16;
   s.generated_tokens = 9;
-  s.pool_capacity_bytes = 4096;
+  s.device.capacity_bytes = 4096;
   s.running = 2;
-  const std::string text = m.render(s);
+  const BuildInfo build;
+  const std::string text = m.render(s, build);
   CHECK(
       text.find("# TYPE prefixd_prompt_tokens_total counter\nprefixd_prompt_tokens_total 100\n") !=
       std::string::npos);
@@ -326,18 +363,266 @@ TEST_CASE("Metrics exposition carries counters, tier labels and request outcomes
   CHECK(text.find("# TYPE prefixd_ttft_seconds histogram\n") != std::string::npos);
   CHECK(text.find("prefixd_evictions_total{tier=\"host\"}") == std::string::npos);  // no host tier
   s.has_host_tier = true;
-  s.host_evictions = 3;
-  CHECK(m.render(s).find("prefixd_evictions_total{tier=\"host\"} 3\n") != std::string::npos);
+  s.host.evictions = 3;
+  CHECK(m.render(s, build).find("prefixd_evictions_total{tier=\"host\"} 3\n") != std::string::npos);
   CHECK(m.requests(RequestOutcome::kCompleted) == 2);
 }
 
 TEST_CASE("Metrics exposition carries prefixd_build_info (backend, CPU instruction set)") {
   Metrics m;
-  MetricsSnapshot s;
-  s.backend_name = "cpu";
-  s.cpu_isa_name = "avx2";
-  CHECK(m.render(s).find("# TYPE prefixd_build_info gauge\n"
-                         "prefixd_build_info{cpu_isa=\"avx2\",backend=\"cpu\"} 1\n") !=
+  StatsSnapshot s;
+  BuildInfo build;
+  build.backend_name = "cpu";
+  build.cpu_isa_name = "avx2";
+  CHECK(m.render(s, build).find("# TYPE prefixd_build_info gauge\n"
+                                "prefixd_build_info{cpu_isa=\"avx2\",backend=\"cpu\"} 1\n") !=
         std::string::npos);
-  CHECK(m.render(s).find("# HELP prefixd_build_info ") != std::string::npos);
+  CHECK(m.render(s, build).find("# HELP prefixd_build_info ") != std::string::npos);
+}
+
+TEST_CASE("the route table: one row per method and path, all in api.md, /health the only public") {
+  auto method_name = [](Method m) {
+    return m == Method::kGet ? "GET" : m == Method::kPost ? "POST" : "DELETE";
+  };
+  std::ifstream in(std::string(PREFIXD_SOURCE_DIR) + "/daemon/api.md");
+  std::stringstream api_md;
+  api_md << in.rdbuf();
+  REQUIRE(!api_md.str().empty());
+  std::set<std::string> seen;
+  std::vector<std::string> public_paths, counted_paths, httplib_body_paths;
+  for (const Route& r : routes()) {
+    const std::string endpoint = std::string(method_name(r.method)) + " " + r.path;
+    CHECK_MESSAGE(seen.insert(endpoint).second, endpoint);
+    CHECK_MESSAGE(api_md.str().find(endpoint) != std::string::npos, endpoint);
+    const bool has_handler = r.handler != nullptr;
+    CHECK_MESSAGE(has_handler, endpoint);
+    if (r.access == Access::kPublic) public_paths.push_back(r.path);
+    if ((r.flags & kCountsRequests) != 0) counted_paths.push_back(r.path);
+    if ((r.flags & kHttplibBody) != 0) httplib_body_paths.push_back(r.path);
+  }
+  CHECK(seen.size() == 18);
+  CHECK(public_paths == std::vector<std::string>{"/health"});
+  CHECK(counted_paths == std::vector<std::string>{"/v1/completions", "/v1/chat/completions"});
+  CHECK(httplib_body_paths ==
+        std::vector<std::string>{"/v1/cache/prefixes/pin", "/v1/cache/prefixes/unpin"});
+}
+
+TEST_CASE("ApiError factories: status, type, param and code of each") {
+  auto check = [](const ApiError& e, int status, const char* type, const char* param,
+                  const char* code) {
+    CHECK(e.status == status);
+    CHECK(e.type == type);
+    CHECK(e.param == param);
+    CHECK(e.code == code);
+  };
+  check(ApiError::bad_request("n", "m", "unsupported_value"), 400, "invalid_request_error", "n",
+        "unsupported_value");
+  check(ApiError::unauthorized("m"), 401, "authentication_error", "", "invalid_api_key");
+  check(ApiError::not_found("", "m"), 404, "invalid_request_error", "", "not_found");
+  check(ApiError::not_found("model", "m", "model_not_found"), 404, "invalid_request_error", "model",
+        "model_not_found");
+  check(ApiError::conflict("id", "m", "pin_failed"), 409, "invalid_request_error", "id",
+        "pin_failed");
+  check(ApiError::payload_too_large(65536), 413, "invalid_request_error", "", "request_too_large");
+  CHECK(ApiError::payload_too_large(65536).message ==
+        "the request body is larger than the limit of 65536 bytes");
+  check(ApiError::unsupported_media_type("m"), 415, "invalid_request_error", "",
+        "unsupported_media_type");
+  check(ApiError::too_many_requests("m"), 429, "rate_limit_error", "", "queue_full");
+  check(ApiError::internal_error("m"), 500, "server_error", "", "");
+  check(ApiError::service_unavailable("m"), 503, "unavailable", "", "shutting_down");
+  check(ApiError::from_status(400), 400, "invalid_request_error", "", "");
+  check(ApiError::from_status(502), 502, "server_error", "", "");
+  CHECK(ApiError::from_status(502).message == "HTTP error 502");
+  const json j = ApiError::bad_request("", "bad", "invalid_json").to_json();
+  CHECK(j == json{{"error",
+                   {{"message", "bad"},
+                    {"type", "invalid_request_error"},
+                    {"param", nullptr},
+                    {"code", "invalid_json"}}}});
+}
+
+namespace {
+
+EngineEvent token_event(int32_t token, const std::string& text) {
+  EngineEvent e;
+  e.type = EngineEvent::Type::kToken;
+  e.token = token;
+  e.text = text;
+  return e;
+}
+
+EngineEvent finished_event(FinishReason finish, const std::string& held_back_text = "") {
+  EngineEvent e;
+  e.type = EngineEvent::Type::kFinished;
+  e.finish = finish;
+  e.text = held_back_text;
+  e.usage.prompt_tokens = 4;
+  e.usage.completion_tokens = 3;
+  e.usage.cached_tokens = 2;
+  return e;
+}
+
+}  // namespace
+
+TEST_CASE("one fold for both deliveries: a stream's chunks add up to the whole answer") {
+  const std::vector<EngineEvent> wakeup1 = {token_event(5, "Once"), token_event(6, "")};
+  const std::vector<EngineEvent> wakeup2 = {token_event(7, " upon"),
+                                            finished_event(FinishReason::kLength, " a"),
+                                            token_event(8, " never folded")};
+  for (const bool chat : {false, true}) {
+    CAPTURE(chat);
+    const CompletionHead head{"id-1", 1700000000, "m", chat};
+    CompletionFold whole;
+    CHECK(whole.add(wakeup1) == 2);
+    CHECK(whole.add(wakeup2) == 2);  // stops at the event that ends the request
+    CHECK(whole.add(wakeup2) == 0);
+    CHECK(whole.finished);
+    CHECK(whole.text == "Once upon a");
+    CHECK(whole.token_ids == std::vector<int32_t>{5, 6, 7});
+    CHECK(whole.outcome() == RequestOutcome::kCompleted);
+    CHECK_FALSE(completion_error(whole, Delivery::kWhole).has_value());
+    CHECK_FALSE(completion_error(whole, Delivery::kStream).has_value());
+
+    const json w = completion_json(head, whole);
+    CHECK(w["id"] == "id-1");
+    CHECK(w["created"] == 1700000000);
+    CHECK(w["model"] == "m");
+    CHECK(w["object"] == (chat ? "chat.completion" : "text_completion"));
+    const json& choice = w["choices"][0];
+    CHECK(choice["finish_reason"] == "length");
+    CHECK(choice["logprobs"].is_null());
+    CHECK(choice["token_ids"] == json{5, 6, 7});
+    if (chat) {
+      CHECK(choice["message"] == json{{"role", "assistant"}, {"content", "Once upon a"}});
+    } else {
+      CHECK(choice["text"] == "Once upon a");
+    }
+    CHECK(w["usage"]["total_tokens"] == 7);
+    CHECK(w["usage"]["prompt_tokens_details"]["cached_tokens"] == 2);
+    CHECK(w["prefix_cache"]["cached_tokens"] == 2);
+
+    // The chunks a stream sends for the same events carry the same text.
+    std::string streamed;
+    for (const EngineEvent& e : {wakeup1[0], wakeup1[1], wakeup2[0]}) {
+      const json c = chunk_json(head, e.text, {&e.token, 1});
+      CHECK(c["object"] == (chat ? "chat.completion.chunk" : "text_completion"));
+      CHECK(c["choices"][0]["finish_reason"].is_null());
+      streamed += chat ? c["choices"][0]["delta"].value("content", "")
+                       : c["choices"][0]["text"].get<std::string>();
+    }
+    streamed += wakeup2[1].text;
+    CHECK(streamed == whole.text);
+    const json last = chunk_json(head, "", {}, whole.finish);
+    CHECK(last["choices"][0]["finish_reason"] == "length");
+    CHECK(last["id"] == w["id"]);
+    const json usage = usage_chunk_json(head, whole.usage);
+    CHECK(usage["choices"] == json::array());
+    CHECK(usage["usage"] == w["usage"]);
+    CHECK(usage["prefix_cache"] == w["prefix_cache"]);
+  }
+  const json role = role_chunk_json(CompletionHead{"id-2", 0, "m", true});
+  CHECK(role["choices"][0]["delta"] == json{{"role", "assistant"}, {"content", ""}});
+}
+
+TEST_CASE("a failed request answers 500 and a cancelled one 503 (no code inside a stream)") {
+  EngineEvent error;
+  error.type = EngineEvent::Type::kError;
+  error.error = "out of blocks";
+  CompletionFold failed;
+  failed.add(std::vector<EngineEvent>{token_event(1, "x"), error});
+  CHECK(failed.failed);
+  CHECK(failed.outcome() == RequestOutcome::kError);
+  for (const Delivery d : {Delivery::kWhole, Delivery::kStream}) {
+    std::optional<ApiError> e = completion_error(failed, d);
+    REQUIRE(e.has_value());
+    CHECK(e->status == 500);
+    CHECK(e->type == "server_error");
+    CHECK(e->message == "the engine failed this request: out of blocks");
+  }
+  CompletionFold engine_error;
+  engine_error.add(std::vector<EngineEvent>{finished_event(FinishReason::kError)});
+  CHECK(completion_error(engine_error, Delivery::kWhole)->message ==
+        "the engine failed this request");
+
+  CompletionFold cancelled;
+  cancelled.add(std::vector<EngineEvent>{finished_event(FinishReason::kCancelled)});
+  CHECK(cancelled.outcome() == RequestOutcome::kCancelled);
+  std::optional<ApiError> whole = completion_error(cancelled, Delivery::kWhole);
+  std::optional<ApiError> stream = completion_error(cancelled, Delivery::kStream);
+  REQUIRE(whole.has_value());
+  REQUIRE(stream.has_value());
+  CHECK(whole->status == 503);
+  CHECK(whole->code == "shutting_down");
+  CHECK(stream->status == 503);
+  CHECK(stream->code.empty());
+  CHECK(stream->message == "the request was cancelled (server shutting down)");
+}
+
+TEST_CASE("one StatsSnapshot feeds /metrics, /v1/cache/stats and the dashboard alike") {
+  StatsSnapshot s;
+  s.has_host_tier = true;
+  s.has_disk_tier = true;
+  s.device = TierFigures{4096, 1024, 3, 10, 2, 1, 32, 0, 0, 0};
+  s.host = TierFigures{8192, 2048, 5, 4, 6, 7, 16, 9, 900, 8};
+  s.disk = TierFigures{16384, 512, 1, 1, 3, 2, 8, 11, 1100, 12};
+  s.pool_blocks_pinned = 2;
+  s.prompt_tokens = 100;
+  s.prefill_tokens = 44;
+  s.generated_tokens = 9;
+  s.onboard_bytes = 2000;
+  s.running = 1;
+  s.waiting = 2;
+  CHECK(s.cached_tokens() == 56);
+
+  const std::string text = Metrics().render(s, BuildInfo{});
+  CHECK(text.find("prefixd_evictions_total{tier=\"host\"} 7\n") != std::string::npos);
+  CHECK(text.find("prefixd_offload_blocks_total{tier=\"disk\"} 11\n") != std::string::npos);
+  CHECK(text.find("prefixd_onboard_blocks_total{tier=\"host\"} 8\n") != std::string::npos);
+  CHECK(text.find("prefixd_tier_used_bytes{tier=\"host\"} 2048\n") != std::string::npos);
+  CHECK(text.find("prefixd_pool_capacity_bytes 4096\n") != std::string::npos);
+
+  const json stats = cache_stats_json(s, 16);
+  CHECK(stats["block_size"] == 16);
+  CHECK(stats["tokens_saved"] == 56);
+  CHECK(stats["cached_tokens"] == json{{"device", 32}, {"host", 16}, {"disk", 8}});
+  CHECK(stats["tiers"]["host"] == json{{"capacity_bytes", 8192},
+                                       {"used_bytes", 2048},
+                                       {"blocks", 5},
+                                       {"hits", 4},
+                                       {"misses", 6},
+                                       {"evictions", 7}});
+  CHECK(stats["tiers"]["device"]["blocks_pinned"] == 2);
+  CHECK(stats["requests_waiting"] == 2);
+
+  HistorySample sample;
+  sample.delta = s;
+  const json row = history_sample_json(sample);
+  CHECK(row["evictions"] == json{{"device", 1}, {"host", 7}, {"disk", 2}});
+  CHECK(row["occupancy"]["host"] == json{{"used_bytes", 2048}, {"capacity_bytes", 8192}});
+  CHECK(row["onboard_blocks"] == 20);
+  CHECK(row["offload_blocks"] == 20);
+  CHECK(row["offload_bytes"] == 2000);
+  CHECK(row["pinned_blocks"] == 2);
+}
+
+TEST_CASE("stats_delta: counters become increases (never negative), gauges stay as they are") {
+  StatsSnapshot before, now;
+  before.prompt_tokens = 100;
+  before.host.evictions = 5;
+  before.host.used_bytes = 4096;
+  before.disk.offload_bytes = 10;
+  now.prompt_tokens = 160;
+  now.host.evictions = 4;  // went backwards (never expected): reads as 0
+  now.host.used_bytes = 1024;
+  now.disk.offload_bytes = 30;
+  now.running = 3;
+  now.has_host_tier = true;
+  const StatsSnapshot d = stats_delta(now, before);
+  CHECK(d.prompt_tokens == 60);
+  CHECK(d.host.evictions == 0);
+  CHECK(d.host.used_bytes == 1024);
+  CHECK(d.disk.offload_bytes == 20);
+  CHECK(d.running == 3);
+  CHECK(d.has_host_tier);
 }

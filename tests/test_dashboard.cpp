@@ -189,42 +189,42 @@ TEST_CASE("nearest-rank percentiles") {
 
 TEST_CASE("metrics history: the first sample sets the base, later ones carry deltas and gauges") {
   MetricsHistory h(8, 10000);
-  CounterSnapshot c;
+  StatsSnapshot c;
   c.prompt_tokens = 100;
-  c.cached_tokens_device = 40;
+  c.device.cached_tokens = 40;
   c.running = 2;
-  c.device_used_bytes = 4096;
+  c.device.used_bytes = 4096;
   HistorySample s0 = h.record(1000, c);
   CHECK(s0.interval_ms == 0);
   CHECK(s0.delta.prompt_tokens == 0);
-  CHECK(s0.delta.cached_tokens_device == 0);
+  CHECK(s0.delta.device.cached_tokens == 0);
   CHECK(s0.delta.running == 2);
-  CHECK(s0.delta.device_used_bytes == 4096);
+  CHECK(s0.delta.device.used_bytes == 4096);
 
   c.prompt_tokens = 250;
-  c.cached_tokens_device = 100;
-  c.cached_tokens_host = 30;
-  c.evictions_device = 3;
+  c.device.cached_tokens = 100;
+  c.host.cached_tokens = 30;
+  c.device.evictions = 3;
   c.running = 1;
   c.waiting = 4;
   HistorySample s1 = h.record(2000, c);
   CHECK(s1.interval_ms == 1000);
   CHECK(s1.delta.prompt_tokens == 150);
-  CHECK(s1.delta.cached_tokens_device == 60);
-  CHECK(s1.delta.cached_tokens_host == 30);
-  CHECK(s1.delta.evictions_device == 3);
+  CHECK(s1.delta.device.cached_tokens == 60);
+  CHECK(s1.delta.host.cached_tokens == 30);
+  CHECK(s1.delta.device.evictions == 3);
   CHECK(s1.delta.running == 1);
   CHECK(s1.delta.waiting == 4);
 
   c.prompt_tokens = 10;  // a counter that went backwards (never expected) reads as 0
   HistorySample s2 = h.record(3000, c);
   CHECK(s2.delta.prompt_tokens == 0);
-  CHECK(h.last_counters()->prompt_tokens == 10);
+  CHECK(h.last_stats()->prompt_tokens == 10);
 }
 
 TEST_CASE("metrics history: bounded ring keeps the newest samples, oldest first") {
   MetricsHistory h(3, 10000);
-  CounterSnapshot c;
+  StatsSnapshot c;
   for (int i = 1; i <= 5; ++i) {
     c.prompt_tokens = i * 10;
     h.record(i * 1000, c);
@@ -247,7 +247,7 @@ TEST_CASE("metrics history: bounded ring keeps the newest samples, oldest first"
 TEST_CASE(
     "metrics history: TTFT percentiles by hit and miss over the window, requests per interval") {
   MetricsHistory h(16, 10000);
-  CounterSnapshot c;
+  StatsSnapshot c;
   h.record(1000, c);
   for (int i = 1; i <= 20; ++i) h.observe_request(1500, i, /*hit=*/true);
   h.observe_request(1600, 300, /*hit=*/false);
@@ -280,9 +280,9 @@ TEST_CASE("history sample JSON: hit ratio by tier from token deltas, null withou
   s.interval_ms = 1000;
   CHECK(history_sample_json(s)["hit_ratio"].is_null());
   s.delta.prompt_tokens = 200;
-  s.delta.cached_tokens_device = 100;
-  s.delta.cached_tokens_host = 50;
-  s.delta.cached_tokens_disk = 10;
+  s.delta.device.cached_tokens = 100;
+  s.delta.host.cached_tokens = 50;
+  s.delta.disk.cached_tokens = 10;
   s.ttft_hit_p50_ms = 12.5;
   auto j = history_sample_json(s);
   CHECK(j["hit_ratio"]["device"].get<double>() == doctest::Approx(0.5));

@@ -3,29 +3,17 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
-#include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "storage/disk_tier.h"
+#include "tests/temp_dir.h"
 
 using namespace prefixd;
+using prefixd::testing::TempDir;
 
 namespace {
-
-// A fresh directory under /tmp, removed at scope exit.
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/prefixd_disk_tier_XXXXXX";
-    const char* p = mkdtemp(tmpl);
-    REQUIRE(p != nullptr);
-    path = p;
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-};
 
 const Hash128 kFingerprint{0x0123456789ABCDEFull, 0xFEDCBA9876543210ull};
 const BlockGeometry kGeom{4, 2, 2, 8, kKvDtypeF16};  // 512-byte payload, 640-byte record
@@ -36,7 +24,7 @@ struct TestBlock {
   Hash128 parent;
   RecordPtr record;
   RecordExpectations expect() const {
-    BlockRecordInfo info{kFingerprint, key.namespace_id, kGeom, key.block_hash, parent};
+    BlockRecordInfo info{kFingerprint, key.namespace_seed, kGeom, key.block_hash, parent};
     return RecordExpectations{info, tokens};
   }
 };

@@ -2,7 +2,8 @@
 // cache clears on a small pool (so blocks are evicted and sequences
 // preempted), with the engine checking after every step that ref counts equal
 // the live block-table references and that index, LRU and free list agree.
-// Every request that is not cancelled must produce the reference output.
+// Every request that is not cancelled must produce the reference output; with
+// tiers below the pool, some prompt tokens must really come back from them.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
@@ -62,6 +63,7 @@ void run_stress(TierManager* tiers, uint32_t seed, int n_rounds) {
   small.max_pinned_blocks = 4;
   small.check_invariants_each_step = true;
   if (tiers != nullptr) {
+    small.model_fingerprint = tiers->model_fingerprint();
     small.deployment_secret = tiers->deployment_secret();
     small.restore_mode = EngineOptions::RestoreMode::kAlways;
   }
@@ -69,6 +71,7 @@ void run_stress(TierManager* tiers, uint32_t seed, int n_rounds) {
 
   std::mt19937 rng(seed * 7 + 1);
   int64_t n_ops = 0, n_checked = 0, n_cancelled = 0;
+  int64_t n_host_tokens = 0, n_disk_tokens = 0;  // restored, over the checked requests
   for (int round = 0; round < n_rounds; ++round) {
     struct Live {
       size_t prompt;
@@ -109,6 +112,8 @@ void run_stress(TierManager* tiers, uint32_t seed, int n_rounds) {
                               << c.usage.host_tokens << ", disk " << c.usage.disk_tokens << "), prefilled "
                               << c.usage.prefill_tokens << ", path " << c.usage.restore_path);
       CHECK(c.usage.prefill_tokens + c.usage.cached_tokens >= static_cast<int32_t>(prompts[l.prompt].size()));
+      n_host_tokens += c.usage.host_tokens;
+      n_disk_tokens += c.usage.disk_tokens;
       ++n_checked;
     }
   }
@@ -117,9 +122,19 @@ void run_stress(TierManager* tiers, uint32_t seed, int n_rounds) {
   CHECK(s.running == 0);
   CHECK(s.waiting == 0);
   CHECK(s.device_evictions > 0);   // the pool really was too small
+  if (tiers != nullptr) {
+    // The tiers were exercised: outputs were checked with blocks restored from them.
+    CHECK(n_host_tokens + n_disk_tokens > 0);
+    CHECK(s.cached_tokens_host + s.cached_tokens_disk >= n_host_tokens + n_disk_tokens);
+  } else {
+    CHECK(n_host_tokens + n_disk_tokens == 0);
+  }
   MESSAGE("operations " << n_ops << ", outputs checked " << n_checked << ", cancelled " << n_cancelled
                         << ", evictions " << s.device_evictions << ", preemptions " << s.preemptions
-                        << ", cached tokens " << s.cached_tokens_device + s.cached_tokens_host + s.cached_tokens_disk);
+                        << ", cached tokens device " << s.cached_tokens_device << ", host "
+                        << s.cached_tokens_host << ", disk " << s.cached_tokens_disk
+                        << "; restored in checked outputs: host " << n_host_tokens << ", disk "
+                        << n_disk_tokens);
 }
 
 }  // namespace

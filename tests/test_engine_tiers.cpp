@@ -21,17 +21,17 @@ const Hash128 kFingerprint{0x1234, 0x5678};
 
 EngineOptions engine_options(const TierManager& tm, size_t pool_bytes = 64ull << 20) {
   EngineOptions o = f32_engine_options(pool_bytes);
-  o.model_fingerprint_lo = kFingerprint.lo;
-  o.model_fingerprint_hi = kFingerprint.hi;
+  o.model_fingerprint = tm.model_fingerprint();
   o.deployment_secret = tm.deployment_secret();
   o.restore_mode = EngineOptions::RestoreMode::kAlways;
   return o;
 }
 
 std::unique_ptr<TierManager> make_tiers(const std::string& model_file, const std::string* disk_dir,
-                                        WritePolicy policy, uint64_t host_bytes = 256ull << 20) {
+                                        WritePolicy policy, uint64_t host_bytes = 256ull << 20,
+                                        Hash128 fingerprint = kFingerprint) {
   TierManagerOptions o;
-  o.model_fingerprint = kFingerprint;
+  o.model_fingerprint = fingerprint;
   o.geometry = f32_engine_options().record_geometry(model_config_of(model_file));
   o.host_capacity_bytes = host_bytes;
   o.write_policy = policy;
@@ -195,7 +195,7 @@ TEST_CASE("restore_mode never recomputes and says so; another fingerprint finds 
   const GoldenCase& c = longest_case(g);
   const int32_t n = static_cast<int32_t>(c.ids.size());
   TempDir dir;
-  auto tiers = make_tiers(g.model_file, &dir.path, WritePolicy::kWriteThrough);
+  std::unique_ptr<TierManager> tiers = make_tiers(g.model_file, &dir.path, WritePolicy::kWriteThrough);
   Request req = greedy_request(c.ids, 6);
   Collected cold;
   {
@@ -214,14 +214,55 @@ TEST_CASE("restore_mode never recomputes and says so; another fingerprint finds 
     CHECK(r.ids == cold.ids);
   }
   {
-    EngineOptions o = engine_options(*tiers);
-    o.model_fingerprint_lo ^= 1;  // a different model file
-    EngineUnderTest e(g.model_file, o, tiers.get());
+    // A different model file over the same disk directory: its tiers carry
+    // its fingerprint, and the engine takes the same one (create() refuses
+    // a mismatch, below).
+    tiers->wait_idle();
+    tiers.reset();  // closes the database
+    auto other = make_tiers(g.model_file, &dir.path, WritePolicy::kWriteThrough, 256ull << 20,
+                            Hash128{kFingerprint.lo ^ 1, kFingerprint.hi});
+    REQUIRE(other->stats().disk.blocks > 0);  // the first model's records are there
+    EngineUnderTest e(g.model_file, engine_options(*other), other.get());
     Collected r = e.run(req);
     CHECK(r.usage.cached_tokens == 0);
     CHECK(r.ids == cold.ids);
     CHECK(e.engine->lookup(c.ids, "").cached_tokens() > 0);  // its own blocks are now cached
   }
+}
+
+TEST_CASE("an engine refuses tiers whose model fingerprint or deployment secret differs from its own") {
+  GoldenModel g = load_golden("stories260K", 1e-3f);
+  auto tiers = make_tiers(g.model_file, nullptr, WritePolicy::kWriteThrough);
+  auto file = GgufFile::open(g.model_file).value();
+  auto backend = make_cpu_backend(1);
+  auto model = Model::load(file, *backend).value();
+  const EngineOptions good = engine_options(*tiers);
+  REQUIRE(Engine::create(*model, nullptr, tiers.get(), good).ok());
+  {
+    EngineOptions o = good;
+    o.model_fingerprint.lo ^= 1;  // the engine was told of another model file
+    auto e = Engine::create(*model, nullptr, tiers.get(), o);
+    REQUIRE_FALSE(e.ok());
+    CHECK(e.message().find("model fingerprint") != std::string::npos);
+    CHECK(e.message().find(kFingerprint.hex()) != std::string::npos);
+    CHECK(e.message().find(o.model_fingerprint.hex()) != std::string::npos);
+    o.model_fingerprint = Hash128{};  // left unset
+    CHECK_FALSE(Engine::create(*model, nullptr, tiers.get(), o).ok());
+  }
+  {
+    EngineOptions o = good;
+    o.deployment_secret[7] ^= 1;
+    auto e = Engine::create(*model, nullptr, tiers.get(), o);
+    REQUIRE_FALSE(e.ok());
+    CHECK(e.message().find("deployment secret") != std::string::npos);
+    o.deployment_secret = {};  // left unset
+    CHECK_FALSE(Engine::create(*model, nullptr, tiers.get(), o).ok());
+  }
+  // Without tiers the engine's namespace is its own business.
+  EngineOptions o = good;
+  o.model_fingerprint = Hash128{};
+  o.deployment_secret = {};
+  CHECK(Engine::create(*model, nullptr, nullptr, o).ok());
 }
 
 TEST_CASE("an engine refuses tiers whose record geometry differs from its pool") {

@@ -133,7 +133,7 @@ std::vector<uint8_t> small_model(float rope_base, const std::string& name, uint8
   return w.to_bytes();
 }
 
-Fingerprint128 fp_of(const std::vector<uint8_t>& bytes) {
+Hash128 fp_of(const std::vector<uint8_t>& bytes) {
   auto f = GgufFile::parse(bytes.data(), bytes.size());
   REQUIRE_MESSAGE(f.ok(), f.message());
   return compute_model_fingerprint(**f);
@@ -231,6 +231,16 @@ TEST_CASE("the same preset written twice is byte-identical and matches the recor
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("the fingerprints of the shared real and converted model files are the recorded ones") {
+  // Recorded once: files written by other tools (llama.cpp's converter), so every metadata value
+  // type they use (string, f32 and i32 arrays, u32, f32) goes through the fingerprint's encoding.
+  const std::string models = std::string(PREFIXD_SHARED_DIR) + "/models/";
+  CHECK(fp_of(read_all(models + "stories260K.gguf")).hex() == "2f3bca576f28414020d6e0015c6775ce");
+  CHECK(fp_of(read_all(models + "rand-mqa-f16.gguf")).hex() == "51a1e637b3cdb0a9d45b48f6c084ff81");
+  CHECK(fp_of(read_all(models + "rand-qwen2-bf16.gguf")).hex() ==
+        "8a70d81734b8796538f1e87432da5c22");
+}
+
 TEST_CASE("the synthetic vocabulary has unique pieces, byte tokens and SPM word prefixes") {
   for (bool chatml : {false, true}) {
     for (int32_t n : {1024, 4096, 32000, 49152}) {
@@ -281,7 +291,7 @@ TEST_CASE("the synthetic vocabulary has unique pieces, byte tokens and SPM word 
 
 TEST_CASE("fingerprint changes with any weight byte or shaping metadata, not with names") {
   const std::vector<uint8_t> base = small_model(10000.0f, "one", 0x11);
-  const Fingerprint128 fp = fp_of(base);
+  const Hash128 fp = fp_of(base);
   CHECK(fp.hex().size() == 32);
   CHECK(fp_of(small_model(10000.0f, "one", 0x11)) == fp);          // identical bytes
   CHECK(fp_of(small_model(10000.0f, "two", 0x11)) == fp);          // general.name, general.url
@@ -323,7 +333,7 @@ TEST_CASE("fingerprint cache is written, used on the next call and invalidated b
   write_all(model, small_model(10000.0f, "m", 0x21));
   auto f = GgufFile::open(model);
   REQUIRE(f.ok());
-  const Fingerprint128 real = compute_model_fingerprint(**f);
+  const Hash128 real = compute_model_fingerprint(**f);
 
   auto first = model_fingerprint(**f, cache);
   REQUIRE(first.ok());

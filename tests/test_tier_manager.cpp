@@ -5,29 +5,18 @@
 
 #include <atomic>
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "storage/tier_manager.h"
+#include "tests/temp_dir.h"
 
 using namespace prefixd;
+using prefixd::testing::TempDir;
 
 namespace {
-
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/prefixd_tier_manager_XXXXXX";
-    const char* p = mkdtemp(tmpl);
-    REQUIRE(p != nullptr);
-    path = p;
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-};
 
 const Hash128 kFingerprint{42, 43};
 const BlockGeometry kGeom{4, 2, 2, 8, kKvDtypeF16};  // 640-byte records
@@ -42,7 +31,7 @@ struct Chain {
 
 Chain make_chain(const TierManager& tm, int n_blocks, int32_t first_token = 100) {
   Chain c;
-  c.query.namespace_id = kNs;
+  c.query.namespace_seed = kNs;
   Hash128 parent{};
   for (int i = 0; i < n_blocks; ++i) {
     const Hash128 h{parent.lo * 31 + 1000 + static_cast<uint64_t>(first_token + i),
@@ -173,7 +162,7 @@ TEST_CASE("lookup_chain_counts_leading_blocks_by_tier") {
   CHECK(tm->lookup_chain(wrong).n_blocks == 0);
   // A chain that starts mid-prompt carries its first parent.
   ChainQuery tail;
-  tail.namespace_id = kNs;
+  tail.namespace_seed = kNs;
   tail.first_parent = c.query.hashes[1];
   tail.hashes = {c.query.hashes[2], c.query.hashes[3]};
   tail.token_ids.assign(c.query.token_ids.begin() + 8, c.query.token_ids.end());

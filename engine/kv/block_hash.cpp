@@ -50,27 +50,27 @@ uint64_t namespace_seed(const Hash128& model_fingerprint, uint8_t kv_dtype, int3
   return XXH3_64bits(buf.data(), buf.size());
 }
 
-BlockHash xxh3_block_hash(const void* data, size_t n_bytes, uint64_t seed) {
-  const XXH128_hash_t h = XXH3_128bits_withSeed(data, n_bytes, seed);
+BlockHash xxh3_block_hash(const void* data, size_t n_bytes, uint64_t namespace_seed) {
+  const XXH128_hash_t h = XXH3_128bits_withSeed(data, n_bytes, namespace_seed);
   return BlockHash{h.low64, h.high64};
 }
 
-BlockHash hash_block(const BlockHash& parent, std::span<const int32_t> block_tokens, uint64_t seed,
-                     BlockHashFn fn) {
+BlockHash hash_block(const BlockHash& parent, std::span<const int32_t> block_tokens,
+                     uint64_t namespace_seed, BlockHashFn fn) {
   constexpr size_t kStackTokens = 256;
   const size_t n_bytes = 16 + 4 * block_tokens.size();
   if (block_tokens.size() <= kStackTokens) {
     uint8_t buf[16 + 4 * kStackTokens];  // (16 + 4 * n_tokens) bytes: parent ‖ tokens
     fill_block_input(buf, parent, block_tokens);
-    return fn(buf, n_bytes, seed);
+    return fn(buf, n_bytes, namespace_seed);
   }
   std::vector<uint8_t> buf(n_bytes);  // (16 + 4 * n_tokens) bytes: parent ‖ tokens
   fill_block_input(buf.data(), parent, block_tokens);
-  return fn(buf.data(), n_bytes, seed);
+  return fn(buf.data(), n_bytes, namespace_seed);
 }
 
 void extend_block_hashes(std::vector<BlockHash>& hashes, std::span<const int32_t> tokens,
-                         int32_t block_size, uint64_t seed, BlockHashFn fn) {
+                         int32_t block_size, uint64_t namespace_seed, BlockHashFn fn) {
   PREFIXD_CHECK(block_size > 0, "block_size must be positive");
   const size_t bs = static_cast<size_t>(block_size);
   const size_t n_full = tokens.size() / bs;
@@ -81,14 +81,14 @@ void extend_block_hashes(std::vector<BlockHash>& hashes, std::span<const int32_t
   for (size_t i = hashes.size(); i < n_full; ++i) {
     const BlockHash parent = i == 0 ? kRootParentHash : hashes[i - 1];
     fill_block_input(buf.data(), parent, tokens.subspan(i * bs, bs));
-    hashes.push_back(fn(buf.data(), buf.size(), seed));
+    hashes.push_back(fn(buf.data(), buf.size(), namespace_seed));
   }
 }
 
 std::vector<BlockHash> hash_blocks(std::span<const int32_t> tokens, int32_t block_size,
-                                   uint64_t seed, BlockHashFn fn) {
+                                   uint64_t namespace_seed, BlockHashFn fn) {
   std::vector<BlockHash> hashes;
-  extend_block_hashes(hashes, tokens, block_size, seed, fn);
+  extend_block_hashes(hashes, tokens, block_size, namespace_seed, fn);
   return hashes;
 }
 

@@ -10,19 +10,14 @@
 #include <string_view>
 #include <vector>
 
-#include "storage/block_record.h"
+#include "common/hash128.h"
 
 namespace prefixd {
 
-// A block's chain hash. The same type as the tiers' Hash128 (lo = low 64 bits
-// of XXH3-128, hi = high 64 bits), so keys pass between engine and storage
-// unchanged.
+// A block's chain hash: the name says its role, the type is the project's one
+// 128-bit hash (common/hash128.h), so keys pass between engine and storage
+// unchanged. Unordered containers key it with Hash128Hasher.
 using BlockHash = Hash128;
-
-// Hash functor for unordered containers keyed by BlockHash.
-struct BlockHashHasher {
-  size_t operator()(const BlockHash& h) const { return static_cast<size_t>(h.lo ^ (h.hi >> 7)); }
-};
 
 // The 16 zero bytes that stand for the parent of a prompt's first block.
 constexpr BlockHash kRootParentHash{};
@@ -38,26 +33,27 @@ uint64_t namespace_seed(const Hash128& model_fingerprint, uint8_t kv_dtype, int3
 // The function that hashes one block's input bytes with the namespace seed.
 // Injectable so tests can force collisions. A plain function pointer: it sits
 // in the hot loop of hash_blocks.
-using BlockHashFn = BlockHash (*)(const void* data, size_t n_bytes, uint64_t seed);
+using BlockHashFn = BlockHash (*)(const void* data, size_t n_bytes, uint64_t namespace_seed);
 
-// The production hash: XXH3_128bits_withSeed.
-BlockHash xxh3_block_hash(const void* data, size_t n_bytes, uint64_t seed);
+// The production hash: XXH3_128bits_withSeed, seeded with the namespace seed.
+BlockHash xxh3_block_hash(const void* data, size_t n_bytes, uint64_t namespace_seed);
 
-// Hash of one block: fn(parent ‖ tokens, seed), where parent is written as
-// lo (u64 LE) then hi (u64 LE) and each token as an int32 LE.
-BlockHash hash_block(const BlockHash& parent, std::span<const int32_t> block_tokens, uint64_t seed,
-                     BlockHashFn fn = xxh3_block_hash);
+// Hash of one block: fn(parent ‖ tokens, namespace_seed), where parent is
+// written as lo (u64 LE) then hi (u64 LE) and each token as an int32 LE.
+BlockHash hash_block(const BlockHash& parent, std::span<const int32_t> block_tokens,
+                     uint64_t namespace_seed, BlockHashFn fn = xxh3_block_hash);
 
 // Chain hashes of the full blocks of `tokens`: result[i] covers tokens
 // [i*block_size, (i+1)*block_size) and chains result[i-1] (kRootParentHash
 // for i = 0). A trailing partial block is not hashed.
 std::vector<BlockHash> hash_blocks(std::span<const int32_t> tokens, int32_t block_size,
-                                   uint64_t seed, BlockHashFn fn = xxh3_block_hash);
+                                   uint64_t namespace_seed, BlockHashFn fn = xxh3_block_hash);
 
 // Extends `hashes` (the chain hashes of the first hashes.size() blocks of
 // `tokens`) with the hashes of every further full block of `tokens`. For a
 // sequence whose tokens grow (decode), this hashes only the new blocks.
 void extend_block_hashes(std::vector<BlockHash>& hashes, std::span<const int32_t> tokens,
-                         int32_t block_size, uint64_t seed, BlockHashFn fn = xxh3_block_hash);
+                         int32_t block_size, uint64_t namespace_seed,
+                         BlockHashFn fn = xxh3_block_hash);
 
 }  // namespace prefixd

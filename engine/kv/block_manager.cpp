@@ -65,7 +65,7 @@ void BlockManager::lru_remove(int32_t block_id) {
 
 // --- lookup --------------------------------------------------------------------
 
-MatchResult BlockManager::match(uint64_t seed, std::span<const BlockHash> hashes,
+MatchResult BlockManager::match(uint64_t namespace_seed, std::span<const BlockHash> hashes,
                                 std::span<const int32_t> tokens) {
   const size_t bs = static_cast<size_t>(options_.block_size);
   PREFIXD_CHECK(tokens.size() >= hashes.size() * bs, "match: fewer tokens than hashed blocks");
@@ -79,16 +79,11 @@ MatchResult BlockManager::match(uint64_t seed, std::span<const BlockHash> hashes
     const Block& b = blocks_[id];
     const BlockHash& want_parent = i == 0 ? kRootParentHash : hashes[i - 1];
     const bool verified =
-        b.seed == seed && b.hash == hashes[i] && b.parent_hash == want_parent &&
+        b.namespace_seed == namespace_seed && b.hash == hashes[i] && b.parent_hash == want_parent &&
         b.parent_block == prev_id &&
         std::memcmp(tokens_of(id).data(), tokens.data() + i * bs, bs * sizeof(int32_t)) == 0;
     if (!verified) {
       ++counters_.verify_failures;
-      break;
-    }
-    if (b.state == State::kPending) {
-      r.next_pending = true;
-      r.pending_block = id;
       break;
     }
     r.block_ids.push_back(id);
@@ -149,10 +144,6 @@ void BlockManager::release(std::span<const int32_t> block_ids) {
         b.state = State::kFree;
         free_list_.push_back(id);
         break;
-      case State::kPending:
-        // Nobody will finish it: its content is incomplete.
-        unindex_subtree(id, /*evicting=*/false);
-        break;
       case State::kReady:
         b.last_use = ++tick_;
         if (b.pinned == 0) lru_push_front(id);
@@ -188,7 +179,7 @@ void BlockManager::unindex_one(int32_t block_id, bool evicting) {
   b.parent_block = -1;
   b.hash = BlockHash{};
   b.parent_hash = BlockHash{};
-  b.seed = 0;
+  b.namespace_seed = 0;
   if (reclaim) {
     if (b.in_lru) lru_remove(block_id);
     if (evicting) ++counters_.evictions;
@@ -221,7 +212,7 @@ void BlockManager::evict_one() {
 
 // --- publishing -------------------------------------------------------------------
 
-PublishResult BlockManager::publish(int32_t block_id, const PublishInfo& info, bool ready) {
+PublishResult BlockManager::publish(int32_t block_id, const PublishInfo& info) {
   check_id(block_id);
   Block& b = blocks_[block_id];
   PREFIXD_CHECK(b.state == State::kPrivate && b.ref > 0,
@@ -245,8 +236,6 @@ PublishResult BlockManager::publish(int32_t block_id, const PublishInfo& info, b
       r.outcome = PublishOutcome::kParentMissing;
       return r;
     }
-    PREFIXD_CHECK(!ready || p.state == State::kReady,
-                  "publish: a ready block needs a ready parent (mark the parent ready first)");
   }
 
   auto it = index_.find(info.hash);
@@ -254,12 +243,11 @@ PublishResult BlockManager::publish(int32_t block_id, const PublishInfo& info, b
     const int32_t existing = it->second;
     const Block& e = blocks_[existing];
     r.existing_block = existing;
-    const bool same = e.seed == info.seed && e.parent_hash == info.parent_hash &&
+    const bool same = e.namespace_seed == info.namespace_seed && e.parent_hash == info.parent_hash &&
                       e.parent_block == info.parent_block &&
                       std::equal(info.tokens.begin(), info.tokens.end(), tokens_of(existing).begin());
     if (same) {
       r.outcome = PublishOutcome::kDuplicate;
-      r.existing_ready = e.state == State::kReady;
       ++counters_.publish_duplicates;
     } else {
       r.outcome = PublishOutcome::kCollision;
@@ -269,31 +257,17 @@ PublishResult BlockManager::publish(int32_t block_id, const PublishInfo& info, b
   }
 
   index_.emplace(info.hash, block_id);
-  b.state = ready ? State::kReady : State::kPending;
+  b.state = State::kReady;
   b.hash = info.hash;
   b.parent_hash = info.parent_hash;
   b.parent_block = info.parent_block;
-  b.seed = info.seed;
+  b.namespace_seed = info.namespace_seed;
   b.last_use = ++tick_;
   b.children.clear();
   std::copy(info.tokens.begin(), info.tokens.end(),
             tokens_.begin() + static_cast<ptrdiff_t>(block_id) * options_.block_size);
   if (info.parent_block >= 0) blocks_[info.parent_block].children.push_back(block_id);
   return r;
-}
-
-void BlockManager::mark_ready(int32_t block_id) {
-  check_id(block_id);
-  Block& b = blocks_[block_id];
-  PREFIXD_CHECK(b.state == State::kPending, "mark_ready: block is not pending");
-  PREFIXD_CHECK(b.parent_block < 0 || blocks_[b.parent_block].state == State::kReady,
-                "mark_ready: parent is not ready (mark blocks ready in chain order)");
-  b.state = State::kReady;
-}
-
-bool BlockManager::is_ready(int32_t block_id) const {
-  check_id(block_id);
-  return blocks_[block_id].state == State::kReady;
 }
 
 bool BlockManager::is_indexed(int32_t block_id) const {
@@ -387,7 +361,7 @@ BlockMeta BlockManager::meta(int32_t block_id) const {
   m.hash = b.hash;
   m.parent_hash = b.parent_hash;
   m.parent_block = b.parent_block;
-  m.seed = b.seed;
+  m.namespace_seed = b.namespace_seed;
   m.last_use = b.last_use;
   m.pinned = b.pinned;
   m.tokens = tokens_of(block_id);
@@ -397,12 +371,11 @@ BlockMeta BlockManager::meta(int32_t block_id) const {
 BlockManagerStats BlockManager::stats() const {
   BlockManagerStats s = counters_;
   s.blocks_total = options_.n_blocks;
-  s.blocks_used = s.blocks_cached = s.blocks_pinned = s.blocks_pending = 0;
+  s.blocks_used = s.blocks_cached = s.blocks_pinned = 0;
   for (const Block& b : blocks_) {
     if (b.ref > 0) ++s.blocks_used;
     if (b.ref == 0 && indexed(b)) ++s.blocks_cached;
     if (b.pinned > 0) ++s.blocks_pinned;
-    if (b.state == State::kPending) ++s.blocks_pending;
   }
   s.blocks_free = static_cast<int32_t>(free_list_.size());
   return s;
@@ -461,10 +434,6 @@ Status BlockManager::check_invariants(const std::vector<int32_t>* expected_refs)
         if (b.ref == 0) return fail(id, "private without references (leaked)");
         if (b.pinned != 0 || b.in_lru) return fail(id, "private but pinned or cached");
         break;
-      case State::kPending:
-        if (b.ref == 0) return fail(id, "pending without an owner");
-        if (b.pinned != 0 || b.in_lru) return fail(id, "pending but pinned or cached");
-        break;
       case State::kReady: {
         const bool should_be_in_lru = b.ref == 0 && b.pinned == 0;
         if (b.in_lru != should_be_in_lru) {
@@ -490,7 +459,6 @@ Status BlockManager::check_invariants(const std::vector<int32_t>* expected_refs)
       if (std::count(p.children.begin(), p.children.end(), id) != 1) {
         return fail(id, "parent does not list the block as a child exactly once");
       }
-      if (b.state == State::kReady && p.state != State::kReady) return fail(id, "ready block with a pending parent");
       if (b.pinned > 0 && p.pinned == 0) return fail(id, "pinned block with an unpinned parent");
     }
     for (int32_t c : b.children) {

@@ -9,16 +9,21 @@
 // Block states:
 //   free     ref 0, not indexed, on the free list (content meaningless)
 //   private  ref > 0, not indexed (being filled, or a duplicate/collision copy)
-//   pending  ref > 0, indexed, content being computed by its owner; match()
-//            reports it so a second request can wait instead of recomputing
 //   ready    indexed with immutable content; referenced (ref > 0), pinned
 //            (ref 0, pin > 0, never evicted) or cached (ref 0, pin 0, in LRU)
+// A block is published (private -> ready) only once its K/V are written, so
+// everything the index holds is complete. Requests that arrive while another
+// is still computing the same blocks wait for them in the scheduler (its
+// in-flight map, engine/scheduler.h), not here: the index has no "being
+// computed" state. (It had one, used only by tests, beside the map the engine
+// used; dropping it was the smaller change of the two, and a waiting request
+// then holds no block at all.)
 //
 // Index invariants: an indexed block's parent (parent_block) is indexed and
-// is what the index holds for parent_hash; a ready block's parent is ready;
-// pins are prefix-closed (pin() takes whole chains from the root). Evicting or
-// dropping a block also drops its indexed descendants (they are unreachable
-// without it), so the tail of a chain never outlives its head in the index.
+// is what the index holds for parent_hash; pins are prefix-closed (pin() takes
+// whole chains from the root). Evicting or dropping a block also drops its
+// indexed descendants (they are unreachable without it), so the tail of a
+// chain never outlives its head in the index.
 #pragma once
 
 #include <cstdint>
@@ -38,7 +43,7 @@ struct BlockMeta {
   BlockHash hash;
   BlockHash parent_hash;           // kRootParentHash for a prompt's first block
   int32_t parent_block = -1;       // block id of the parent; -1 for a first block
-  uint64_t seed = 0;               // namespace seed the hash was computed with
+  uint64_t namespace_seed = 0;     // the hash was computed with it
   uint64_t last_use = 0;           // manager tick of the last release / publish
   int32_t pinned = 0;              // pin count
   std::span<const int32_t> tokens; // (block_size) int32 token ids of the block
@@ -53,15 +58,14 @@ struct BlockManagerOptions {
 // Counters and a snapshot of the block states.
 struct BlockManagerStats {
   int32_t blocks_total = 0;
-  int32_t blocks_used = 0;     // ref > 0 (private, pending or ready)
+  int32_t blocks_used = 0;     // ref > 0 (private or ready)
   int32_t blocks_cached = 0;   // ref 0 and indexed (pinned ones included)
   int32_t blocks_free = 0;     // on the free list
   int32_t blocks_pinned = 0;   // pin > 0
-  int32_t blocks_pending = 0;  // indexed, being computed
   int64_t hits = 0;            // blocks matched (count_lookup)
   int64_t misses = 0;          // blocks looked up and not matched (count_lookup)
   int64_t evictions = 0;       // cached blocks reclaimed for reuse (on_evict calls)
-  int64_t verify_failures = 0; // index hits rejected by token/parent/seed checks
+  int64_t verify_failures = 0; // index hits rejected by token/parent/namespace checks
   int64_t publish_duplicates = 0;  // publish() found the same content already indexed
   int64_t publish_collisions = 0;  // publish() found the hash taken by other content
 };
@@ -70,17 +74,15 @@ struct BlockManagerStats {
 // are valid until the next mutating call; acquire() them at once.
 struct MatchResult {
   std::vector<int32_t> block_ids;  // [n_ready] verified ready blocks, in chain order
-  bool next_pending = false;       // block n_ready is indexed, verified and being computed
-  int32_t pending_block = -1;      // its id when next_pending
   int32_t n_ready() const { return static_cast<int32_t>(block_ids.size()); }
 };
 
 // What a publish() call found.
 enum class PublishOutcome : uint8_t {
-  kPublished,      // the block is now indexed (ready or pending)
+  kPublished,      // the block is now indexed (ready)
   kDuplicate,      // the hash is indexed by another block with the same tokens, parent
-                   // and seed (existing_block); this block stays private. The caller
-                   // may acquire existing_block (once ready) and release its own.
+                   // and namespace seed (existing_block); this block stays private.
+                   // The caller may acquire existing_block and release its own.
   kCollision,      // the hash is indexed by another block with different content; this
                    // block stays private (and its chain below cannot be published)
   kParentMissing,  // parent_block is not the indexed block for parent_hash (or not
@@ -90,12 +92,11 @@ enum class PublishOutcome : uint8_t {
 struct PublishResult {
   PublishOutcome outcome = PublishOutcome::kPublished;
   int32_t existing_block = -1;     // kDuplicate / kCollision: the indexed block
-  bool existing_ready = false;     // kDuplicate: whether existing_block is ready
 };
 
-// What a caller says about a filled (or being-filled) private block.
+// What a caller says about a filled private block.
 struct PublishInfo {
-  uint64_t seed = 0;
+  uint64_t namespace_seed = 0;
   BlockHash hash;
   BlockHash parent_hash;            // kRootParentHash for a first block
   int32_t parent_block = -1;        // the caller's block for the parent; -1 for a first block
@@ -115,13 +116,13 @@ class BlockManager {
   void set_on_evict(EvictFn on_evict) { on_evict_ = std::move(on_evict); }
 
   // --- lookup ---------------------------------------------------------------
-  // Walks `hashes` (chain hashes of the prompt's full blocks with namespace
-  // `seed`) and returns the leading blocks that are indexed, ready and
-  // verified: same seed, same token ids (tokens covers at least
+  // Walks `hashes` (chain hashes of the prompt's full blocks under
+  // `namespace_seed`) and returns the leading blocks that are indexed and
+  // verified: same namespace seed, same token ids (tokens covers at least
   // hashes.size() * block_size ids), same parent hash and parent block as the
   // block matched before. A hash hit that fails verification is a miss.
   // Does not change ref counts or LRU order (a later acquire() does).
-  MatchResult match(uint64_t seed, std::span<const BlockHash> hashes,
+  MatchResult match(uint64_t namespace_seed, std::span<const BlockHash> hashes,
                     std::span<const int32_t> tokens);
   // Adds to the hit/miss counters (the engine calls it once per admission,
   // not for read-only lookups).
@@ -141,21 +142,14 @@ class BlockManager {
   std::vector<int32_t> allocate(int32_t n);
   // ref - 1 on each block, last to first (so a chain's tail enters the LRU
   // older than its head). At ref 0: private blocks return to the free list;
-  // pending blocks are dropped from the index (their content is incomplete)
-  // with their indexed descendants; ready blocks stay findable (LRU, or
-  // pinned).
+  // ready blocks stay findable (LRU, or pinned).
   void release(std::span<const int32_t> block_ids);
 
   // --- publishing -----------------------------------------------------------
-  // Makes a referenced private block findable under info.hash, as ready
-  // (content complete) or pending (being computed; mark_ready() later).
-  // A ready publish requires a ready parent. The block is not modified when
-  // the outcome is not kPublished.
-  PublishResult publish(int32_t block_id, const PublishInfo& info, bool ready = true);
-  // pending -> ready, once its owner has written the block's KV. Requires the
-  // parent to be ready.
-  void mark_ready(int32_t block_id);
-  bool is_ready(int32_t block_id) const;
+  // Makes a referenced private block, whose K/V are written, findable under
+  // info.hash (ready). The block is not modified when the outcome is not
+  // kPublished.
+  PublishResult publish(int32_t block_id, const PublishInfo& info);
   bool is_indexed(int32_t block_id) const;
 
   // --- pinning --------------------------------------------------------------
@@ -182,7 +176,7 @@ class BlockManager {
   Status check_invariants(const std::vector<int32_t>* expected_refs = nullptr) const;
 
  private:
-  enum class State : uint8_t { kFree, kPrivate, kPending, kReady };
+  enum class State : uint8_t { kFree, kPrivate, kReady };
 
   struct Block {
     State state = State::kFree;
@@ -194,14 +188,12 @@ class BlockManager {
     BlockHash hash;
     BlockHash parent_hash;
     int32_t parent_block = -1;
-    uint64_t seed = 0;
+    uint64_t namespace_seed = 0;
     uint64_t last_use = 0;
     std::vector<int32_t> children;  // indexed blocks whose parent_block is this one
   };
 
-  bool indexed(const Block& b) const {
-    return b.state == State::kPending || b.state == State::kReady;
-  }
+  bool indexed(const Block& b) const { return b.state == State::kReady; }
   std::span<const int32_t> tokens_of(int32_t block_id) const;
   void check_id(int32_t block_id) const;
 
@@ -219,7 +211,7 @@ class BlockManager {
   std::vector<Block> blocks_;              // [n_blocks]
   std::vector<int32_t> tokens_;            // (n_blocks, block_size) int32 token ids of indexed blocks
   std::vector<int32_t> free_list_;         // stack of free block ids (back is taken first)
-  std::unordered_map<BlockHash, int32_t, BlockHashHasher> index_;  // hash -> block id
+  std::unordered_map<BlockHash, int32_t, Hash128Hasher> index_;  // hash -> block id
   int32_t lru_head_ = -1;                  // newest cached block
   int32_t lru_tail_ = -1;                  // oldest cached block (evicted first)
   int32_t lru_size_ = 0;

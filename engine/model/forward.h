@@ -21,9 +21,6 @@ class ForwardPass {
   ForwardPass(const ForwardPass&) = delete;
   ForwardPass& operator=(const ForwardPass&) = delete;
 
-  int32_t max_tokens() const { return max_tokens_; }
-  int32_t max_outputs() const { return max_outputs_; }
-
   // Runs the batch. `batch.output_rows` selects the rows whose logits are
   // returned in `logits_out`: (output_rows.size(), n_vocab) f32, host memory.
   void run(const Batch& batch, KvPool& pool, std::vector<float>* logits_out);

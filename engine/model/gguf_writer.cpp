@@ -23,38 +23,6 @@ void put(std::vector<uint8_t>& out, T v) {
   out.insert(out.end(), b, b + sizeof(T));
 }
 
-void put_string(std::vector<uint8_t>& out, const std::string& s) {
-  put<uint64_t>(out, s.size());
-  out.insert(out.end(), s.begin(), s.end());
-}
-
-// The value alone (no type tag); arrays carry their element type and count.
-void put_value(std::vector<uint8_t>& out, const GgufValue& v) {
-  switch (v.type) {
-    case GgufType::UINT8: put<uint8_t>(out, static_cast<uint8_t>(v.u)); return;
-    case GgufType::INT8: put<int8_t>(out, static_cast<int8_t>(v.i)); return;
-    case GgufType::UINT16: put<uint16_t>(out, static_cast<uint16_t>(v.u)); return;
-    case GgufType::INT16: put<int16_t>(out, static_cast<int16_t>(v.i)); return;
-    case GgufType::UINT32: put<uint32_t>(out, static_cast<uint32_t>(v.u)); return;
-    case GgufType::INT32: put<int32_t>(out, static_cast<int32_t>(v.i)); return;
-    case GgufType::UINT64: put<uint64_t>(out, v.u); return;
-    case GgufType::INT64: put<int64_t>(out, v.i); return;
-    case GgufType::FLOAT32: put<float>(out, static_cast<float>(v.f)); return;
-    case GgufType::FLOAT64: put<double>(out, v.f); return;
-    case GgufType::BOOL: put<uint8_t>(out, v.u != 0 ? 1 : 0); return;
-    case GgufType::STRING: put_string(out, v.str); return;
-    case GgufType::ARRAY:
-      put<uint32_t>(out, static_cast<uint32_t>(v.elem_type));
-      put<uint64_t>(out, v.array.size());
-      for (const GgufValue& e : v.array) {
-        PREFIXD_CHECK(e.type == v.elem_type, "GGUF array element type differs from elem_type");
-        put_value(out, e);
-      }
-      return;
-  }
-  PREFIXD_CHECK(false, "unknown GgufType in GgufWriter");
-}
-
 uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
 GgufValue scalar(GgufType t) {
@@ -85,6 +53,37 @@ Status write_all(int fd, const uint8_t* p, size_t n, const std::string& path) {
 }
 
 }  // namespace
+
+void append_gguf_string(std::vector<uint8_t>& out, const std::string& s) {
+  put<uint64_t>(out, s.size());
+  out.insert(out.end(), s.begin(), s.end());
+}
+
+void append_gguf_value(std::vector<uint8_t>& out, const GgufValue& v) {
+  switch (v.type) {
+    case GgufType::UINT8: put<uint8_t>(out, static_cast<uint8_t>(v.u)); return;
+    case GgufType::INT8: put<int8_t>(out, static_cast<int8_t>(v.i)); return;
+    case GgufType::UINT16: put<uint16_t>(out, static_cast<uint16_t>(v.u)); return;
+    case GgufType::INT16: put<int16_t>(out, static_cast<int16_t>(v.i)); return;
+    case GgufType::UINT32: put<uint32_t>(out, static_cast<uint32_t>(v.u)); return;
+    case GgufType::INT32: put<int32_t>(out, static_cast<int32_t>(v.i)); return;
+    case GgufType::UINT64: put<uint64_t>(out, v.u); return;
+    case GgufType::INT64: put<int64_t>(out, v.i); return;
+    case GgufType::FLOAT32: put<float>(out, static_cast<float>(v.f)); return;
+    case GgufType::FLOAT64: put<double>(out, v.f); return;
+    case GgufType::BOOL: put<uint8_t>(out, v.u != 0 ? 1 : 0); return;
+    case GgufType::STRING: append_gguf_string(out, v.str); return;
+    case GgufType::ARRAY:
+      put<uint32_t>(out, static_cast<uint32_t>(v.elem_type));
+      put<uint64_t>(out, v.array.size());
+      for (const GgufValue& e : v.array) {
+        PREFIXD_CHECK(e.type == v.elem_type, "GGUF array element type differs from elem_type");
+        append_gguf_value(out, e);
+      }
+      return;
+  }
+  PREFIXD_CHECK(false, "unknown GgufType in append_gguf_value");
+}
 
 GgufWriter::GgufWriter(uint32_t version, uint64_t alignment)
     : version_(version), alignment_(alignment) {
@@ -199,13 +198,13 @@ std::vector<uint8_t> serialise_header(uint32_t version, uint64_t alignment,
   put<uint64_t>(out, names.size());
   put<uint64_t>(out, kv.size());
   for (const auto& [k, v] : kv) {
-    put_string(out, k);
+    append_gguf_string(out, k);
     put<uint32_t>(out, static_cast<uint32_t>(v.type));
-    put_value(out, v);
+    append_gguf_value(out, v);
   }
   uint64_t offset = 0;
   for (size_t t = 0; t < names.size(); ++t) {
-    put_string(out, names[t]);
+    append_gguf_string(out, names[t]);
     put<uint32_t>(out, static_cast<uint32_t>(dims[t]->size()));
     for (int64_t d : *dims[t]) put<uint64_t>(out, static_cast<uint64_t>(d));
     put<uint32_t>(out, static_cast<uint32_t>(types[t]));

@@ -12,6 +12,15 @@
 
 namespace prefixd {
 
+// The GGUF encoding of a string: u64 length, then the bytes. Appended to `out`.
+void append_gguf_string(std::vector<uint8_t>& out, const std::string& s);
+
+// The GGUF encoding of a value without its type tag (little-endian); an array
+// carries its element type (u32) and count (u64), then each element. The
+// writer and the model fingerprint both encode values with it. Aborts on an
+// array element whose type differs from the array's elem_type.
+void append_gguf_value(std::vector<uint8_t>& out, const GgufValue& value);
+
 class GgufWriter {
  public:
   explicit GgufWriter(uint32_t version = 3, uint64_t alignment = 32);

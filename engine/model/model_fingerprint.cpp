@@ -17,6 +17,8 @@
 #include <filesystem>
 #include <vector>
 
+#include "engine/model/gguf_writer.h"
+
 namespace prefixd {
 namespace {
 
@@ -28,34 +30,6 @@ void put(std::vector<uint8_t>& out, T v) {
   uint8_t b[sizeof(T)];
   std::memcpy(b, &v, sizeof(T));
   out.insert(out.end(), b, b + sizeof(T));
-}
-
-void put_string(std::vector<uint8_t>& out, const std::string& s) {
-  put<uint64_t>(out, s.size());
-  out.insert(out.end(), s.begin(), s.end());
-}
-
-// The GGUF encoding of a value (no type tag), as the writer produces it.
-void put_value(std::vector<uint8_t>& out, const GgufValue& v) {
-  switch (v.type) {
-    case GgufType::UINT8: put<uint8_t>(out, static_cast<uint8_t>(v.u)); return;
-    case GgufType::INT8: put<int8_t>(out, static_cast<int8_t>(v.i)); return;
-    case GgufType::UINT16: put<uint16_t>(out, static_cast<uint16_t>(v.u)); return;
-    case GgufType::INT16: put<int16_t>(out, static_cast<int16_t>(v.i)); return;
-    case GgufType::UINT32: put<uint32_t>(out, static_cast<uint32_t>(v.u)); return;
-    case GgufType::INT32: put<int32_t>(out, static_cast<int32_t>(v.i)); return;
-    case GgufType::UINT64: put<uint64_t>(out, v.u); return;
-    case GgufType::INT64: put<int64_t>(out, v.i); return;
-    case GgufType::FLOAT32: put<float>(out, static_cast<float>(v.f)); return;
-    case GgufType::FLOAT64: put<double>(out, v.f); return;
-    case GgufType::BOOL: put<uint8_t>(out, v.u != 0 ? 1 : 0); return;
-    case GgufType::STRING: put_string(out, v.str); return;
-    case GgufType::ARRAY:
-      put<uint32_t>(out, static_cast<uint32_t>(v.elem_type));
-      put<uint64_t>(out, v.array.size());
-      for (const GgufValue& e : v.array) put_value(out, e);
-      return;
-  }
 }
 
 struct FileIdentity {
@@ -110,7 +84,7 @@ bool parse_hex64(const std::string& s, uint64_t* out) {
   return true;
 }
 
-bool read_cache(const std::string& file, const FileIdentity& id, Fingerprint128* fp) {
+bool read_cache(const std::string& file, const FileIdentity& id, Hash128* fp) {
   FILE* f = std::fopen(file.c_str(), "rb");
   if (f == nullptr) return false;
   std::string text;
@@ -128,7 +102,7 @@ bool read_cache(const std::string& file, const FileIdentity& id, Fingerprint128*
 }
 
 void write_cache(const std::string& cache_dir, const std::string& file, const FileIdentity& id,
-                 const Fingerprint128& fp) {
+                 const Hash128& fp) {
   std::error_code ec;
   std::filesystem::create_directories(cache_dir + "/fingerprints", ec);
   if (ec) return;
@@ -144,19 +118,12 @@ void write_cache(const std::string& cache_dir, const std::string& file, const Fi
 
 }  // namespace
 
-std::string Fingerprint128::hex() const {
-  char buf[40];
-  std::snprintf(buf, sizeof(buf), "%016llx%016llx", static_cast<unsigned long long>(hi),
-                static_cast<unsigned long long>(lo));
-  return buf;
-}
-
 bool fingerprint_hashes_key(const std::string& key) {
   if (key.rfind("general.", 0) != 0) return true;
   return key == "general.architecture" || key == "general.alignment";
 }
 
-Fingerprint128 compute_model_fingerprint(const GgufFile& file) {
+Hash128 compute_model_fingerprint(const GgufFile& file) {
   XXH3_state_t* state = XXH3_createState();
   PREFIXD_CHECK(state != nullptr, "XXH3_createState failed");
   XXH3_128bits_reset(state);
@@ -166,15 +133,15 @@ Fingerprint128 compute_model_fingerprint(const GgufFile& file) {
   put<uint64_t>(buf, file.alignment());
   for (const auto& [key, value] : file.metadata()) {
     if (!fingerprint_hashes_key(key)) continue;
-    put_string(buf, key);
+    append_gguf_string(buf, key);
     put<uint32_t>(buf, static_cast<uint32_t>(value.type));
-    put_value(buf, value);
+    append_gguf_value(buf, value);  // the writer's encoding
   }
   put<uint64_t>(buf, file.tensors().size());
   XXH3_128bits_update(state, buf.data(), buf.size());
   for (const GgufTensorInfo& t : file.tensors()) {
     buf.clear();
-    put_string(buf, t.name);
+    append_gguf_string(buf, t.name);
     put<uint32_t>(buf, static_cast<uint32_t>(t.dims.size()));
     for (int64_t d : t.dims) put<uint64_t>(buf, static_cast<uint64_t>(d));
     put<uint32_t>(buf, static_cast<uint32_t>(t.type));
@@ -184,20 +151,20 @@ Fingerprint128 compute_model_fingerprint(const GgufFile& file) {
   }
   XXH128_hash_t h = XXH3_128bits_digest(state);
   XXH3_freeState(state);
-  return Fingerprint128{h.low64, h.high64};
+  return Hash128{h.low64, h.high64};
 }
 
-Result<Fingerprint128> model_fingerprint(const GgufFile& file, const std::string& cache_dir) {
+Result<Hash128> model_fingerprint(const GgufFile& file, const std::string& cache_dir) {
   FileIdentity id;
   const bool cacheable = !cache_dir.empty() && identify(file.path(), &id) &&
                          id.size_bytes == file.size_bytes();
   std::string cache_file;
   if (cacheable) {
     cache_file = cache_file_path(cache_dir, id);
-    Fingerprint128 fp;
+    Hash128 fp;
     if (read_cache(cache_file, id, &fp)) return fp;
   }
-  Fingerprint128 fp = compute_model_fingerprint(file);
+  Hash128 fp = compute_model_fingerprint(file);
   if (cacheable) write_cache(cache_dir, cache_file, id, fp);
   return fp;
 }

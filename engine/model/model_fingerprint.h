@@ -6,18 +6,11 @@
 #include <cstdint>
 #include <string>
 
+#include "common/hash128.h"
 #include "common/result.h"
 #include "engine/model/gguf.h"
 
 namespace prefixd {
-
-struct Fingerprint128 {
-  uint64_t lo = 0;  // low 64 bits of XXH3-128
-  uint64_t hi = 0;  // high 64 bits
-  // 32 lowercase hex digits, hi first (XXH128's canonical big-endian form).
-  std::string hex() const;
-  bool operator==(const Fingerprint128&) const = default;
-};
 
 // What is hashed, in order (all integers little-endian):
 //   "prefixd-model-fingerprint-v1" | file version (u32) | alignment (u64)
@@ -41,9 +34,9 @@ bool fingerprint_hashes_key(const std::string& key);
 // it instead of hashing. A missing or unwritable cache dir only disables
 // caching. Fails only if the file's tensors cannot be read (never, for a
 // parsed GgufFile). Thread-safe (cache writes are atomic renames).
-Result<Fingerprint128> model_fingerprint(const GgufFile& file, const std::string& cache_dir);
+Result<Hash128> model_fingerprint(const GgufFile& file, const std::string& cache_dir);
 
 // The fingerprint computed from the file's bytes, without any cache.
-Fingerprint128 compute_model_fingerprint(const GgufFile& file);
+Hash128 compute_model_fingerprint(const GgufFile& file);
 
 }  // namespace prefixd

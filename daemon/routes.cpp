@@ -1,0 +1,221 @@
+// The route table, then how it is installed: the API-key check before
+// routing, the JSON body reader of POST routes, and JSON answers for the
+// errors httplib produces itself and for exceptions.
+#include "daemon/routes.h"
+
+#include <cstdlib>
+#include <exception>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "daemon/api_error.h"
+#include "daemon/cache_handlers.h"
+#include "daemon/dashboard_handlers.h"
+#include "daemon/http_util.h"
+#include "daemon/metrics.h"
+#include "daemon/monitoring_handlers.h"
+#include "daemon/openai_handlers.h"
+
+namespace prefixd {
+namespace {
+
+using enum Method;
+using enum Access;
+using HandlerResponse = httplib::Server::HandlerResponse;
+
+// clang-format off
+constexpr Route kRoutes[] = {
+    // method path                         handler                   access   flags
+    {kGet,    "/health",                   handle_health,            kPublic},
+    {kGet,    "/metrics",                  handle_metrics,           kKey},
+    // OpenAI-compatible (openai_handlers.h).
+    {kGet,    "/v1/models",                handle_models,            kKey},
+    {kPost,   "/v1/completions",           handle_completions,       kKey,    kCountsRequests},
+    {kPost,   "/v1/chat/completions",      handle_chat_completions,  kKey,    kCountsRequests},
+    {kPost,   "/tokenize",                 handle_tokenize,          kKey},
+    {kPost,   "/detokenize",               handle_detokenize,        kKey},
+    // The prefix cache (cache_handlers.h).
+    {kGet,    "/v1/cache/stats",           handle_cache_stats,       kKey},
+    {kPost,   "/v1/cache/lookup",          handle_cache_lookup,      kKey},
+    {kPost,   "/v1/cache/prefetch",        handle_cache_prefetch,    kKey},
+    {kPost,   "/v1/cache/pin",             handle_cache_pin,         kKey},
+    {kPost,   "/v1/cache/unpin",           handle_cache_unpin,       kKey},
+    {kDelete, "/v1/cache",                 handle_cache_clear,       kKey},
+    // The dashboard (dashboard_handlers.h).
+    {kGet,    "/dashboard",                handle_dashboard_page,    kKey},
+    {kGet,    "/v1/cache/history",         handle_cache_history,     kKey},
+    {kGet,    "/v1/cache/prefixes",        handle_cache_prefixes,    kKey},
+    {kPost,   "/v1/cache/prefixes/pin",    handle_prefix_pin,        kKey,    kHttplibBody},
+    {kPost,   "/v1/cache/prefixes/unpin",  handle_prefix_unpin,      kKey,    kHttplibBody},
+};
+// clang-format on
+
+// Whether a request for `path` needs no key: some public route has that
+// path. By path alone, whatever the method, because the check runs before
+// routing: a wrong method on a public path gets its 404, not a 401.
+bool is_public(std::string_view path) {
+  for (const Route& r : kRoutes) {
+    if (path == r.path && r.access == kPublic) return true;
+  }
+  return false;
+}
+
+// Whether some route with `path` (whatever its method) has `flag`.
+bool any_route_has(std::string_view path, uint8_t flag) {
+  for (const Route& r : kRoutes) {
+    if (path == r.path && (r.flags & flag) != 0) return true;
+  }
+  return false;
+}
+
+// Constant-time comparison of the presented and the configured key.
+bool keys_equal(const std::string& a, const std::string& b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  const std::string& ref = a.size() == b.size() ? b : a;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ ref[i]);
+  return diff == 0;
+}
+
+// Before routing: a request for a route that needs the key gets 401 without it.
+HandlerResponse check_key(const ServerOptions& o, const httplib::Request& req,
+                          httplib::Response& res) {
+  if (o.api_key.empty() || is_public(req.path)) return HandlerResponse::Unhandled;
+  const std::string auth = req.get_header_value("Authorization");
+  const std::string prefix = "Bearer ";
+  if (auth.size() > prefix.size() && auth.compare(0, prefix.size(), prefix) == 0 &&
+      keys_equal(auth.substr(prefix.size()), o.api_key)) {
+    return HandlerResponse::Unhandled;
+  }
+  res.set_header("WWW-Authenticate", "Bearer");
+  send_error(
+      res, ApiError::unauthorized(auth.empty() ? "missing API key: send 'Authorization: Bearer KEY'"
+                                               : "invalid API key"));
+  return HandlerResponse::Handled;
+}
+
+// Errors httplib produces itself (no route, body too large, bad request
+// line) get the JSON error shape; answers that already have a body keep it.
+HandlerResponse answer_http_error(DaemonContext& ctx, const ServerOptions& o,
+                                  const httplib::Request& req, httplib::Response& res) {
+  if (!res.body.empty()) return HandlerResponse::Unhandled;
+  // e.g. a generation request refused with 413 before its handler ran
+  if (any_route_has(req.path, kCountsRequests)) {
+    ctx.metrics->count_request(RequestOutcome::kInvalid);
+  }
+  if (res.status == 404) {
+    send_error(res, ApiError::not_found("", "no endpoint " + req.method + " " + req.path));
+  } else if (res.status == 413) {
+    send_error(res, ApiError::payload_too_large(o.max_body_bytes));
+  } else {
+    send_error(res, ApiError::from_status(res.status));
+  }
+  return HandlerResponse::Handled;
+}
+
+void answer_exception(const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+  std::string what = "internal error";
+  try {
+    if (ep) std::rethrow_exception(ep);
+  } catch (const std::exception& e) {
+    what = std::string("internal error: ") + e.what();
+  } catch (...) {
+  }
+  send_error(res, ApiError::internal_error(what));
+}
+
+// Reads a POST body as JSON text of any content type (httplib would cap
+// bodies sent as application/x-www-form-urlencoded, what `curl -d` sends, at
+// 8 KiB and parse them as form fields). On failure answers 415, 400 or 413
+// itself and returns nullopt.
+std::optional<std::string> read_body(const httplib::Request& req,
+                                     const httplib::ContentReader& reader, int64_t max_body_bytes,
+                                     httplib::Response& res) {
+  if (req.is_multipart_form_data()) {
+    send_error(res,
+               ApiError::unsupported_media_type("multipart bodies are not accepted; send JSON"));
+    return std::nullopt;
+  }
+  std::string body;
+  bool too_large = false;
+  const size_t limit = static_cast<size_t>(max_body_bytes);
+  const bool read_ok = reader([&](const char* data, size_t n) {
+    if (body.size() + n > limit) {
+      too_large = true;
+      return false;
+    }
+    body.append(data, n);
+    return true;
+  });
+  // httplib refuses a declared Content-Length above its limit without
+  // calling the receiver.
+  if (!read_ok &&
+      std::strtoull(req.get_header_value("Content-Length").c_str(), nullptr, 10) > limit)
+    too_large = true;
+  if (!read_ok && !too_large) {
+    send_error(res,
+               ApiError::bad_request("", "the request body could not be read", "invalid_body"));
+    return std::nullopt;
+  }
+  if (too_large) {
+    send_error(res, ApiError::payload_too_large(max_body_bytes));
+    return std::nullopt;
+  }
+  return body;
+}
+
+void install_route(httplib::Server& h, DaemonContext& ctx, const ServerOptions& o,
+                   const Route& route) {
+  DaemonContext* c = &ctx;
+  const Handler handler = route.handler;
+  auto plain = [c, handler](const httplib::Request& req, httplib::Response& res) {
+    handler(*c, req, res);
+  };
+  switch (route.method) {
+    case kGet:
+      h.Get(route.path, plain);
+      return;
+    case kDelete:
+      h.Delete(route.path, plain);
+      return;
+    case kPost:
+      if ((route.flags & kHttplibBody) != 0) {
+        h.Post(route.path, plain);
+        return;
+      }
+      h.Post(route.path, [c, handler, max_body_bytes = o.max_body_bytes,
+                          counted = (route.flags & kCountsRequests) != 0](
+                             const httplib::Request& req, httplib::Response& res,
+                             const httplib::ContentReader& reader) {
+        std::optional<std::string> body = read_body(req, reader, max_body_bytes, res);
+        if (!body) {
+          if (counted) c->metrics->count_request(RequestOutcome::kInvalid);
+          return;
+        }
+        httplib::Request with_body = req;
+        with_body.body = std::move(*body);
+        handler(*c, with_body, res);
+      });
+      return;
+  }
+}
+
+}  // namespace
+
+std::span<const Route> routes() { return kRoutes; }
+
+void install_routes(httplib::Server& http, DaemonContext& ctx, const ServerOptions& options) {
+  const ServerOptions* o = &options;
+  DaemonContext* c = &ctx;
+  http.set_pre_routing_handler(
+      [o](const httplib::Request& req, httplib::Response& res) { return check_key(*o, req, res); });
+  for (const Route& route : kRoutes) install_route(http, ctx, options, route);
+  http.set_error_handler(httplib::Server::HandlerWithResponse(
+      [c, o](const httplib::Request& req, httplib::Response& res) {
+        return answer_http_error(*c, *o, req, res);
+      }));
+  http.set_exception_handler(answer_exception);
+  if (!options.api_key.empty()) http.set_post_routing_handler(answer_dashboard_login);
+}
+
+}  // namespace prefixd

@@ -1,0 +1,68 @@
+// StatsSnapshot: the engine's and the cache tiers' figures read at one
+// instant. It is the one source of GET /metrics, GET /v1/cache/stats and the
+// dashboard's history; each maps its output from it.
+#pragma once
+
+#include <cstdint>
+
+namespace prefixd {
+
+class Engine;
+class TierManager;
+
+// What one tier (device pool, host RAM, disk) reports. A tier that is off
+// reports zeros.
+struct TierFigures {
+  // Gauges.
+  int64_t capacity_bytes = 0;
+  int64_t used_bytes = 0;  // device: blocks referenced or cached
+  int64_t blocks = 0;      // blocks held (device: referenced + cached)
+  // Counters (monotonic).
+  int64_t hits = 0;            // block lookups that found the block in this tier
+  int64_t misses = 0;          // ... and that did not
+  int64_t evictions = 0;       // blocks pushed out by capacity
+  int64_t cached_tokens = 0;   // prompt tokens reused from this tier
+  int64_t offload_blocks = 0;  // host, disk: blocks newly written down into this tier
+  int64_t offload_bytes = 0;
+  int64_t onboard_blocks = 0;  // host, disk: blocks restored from this tier into the pool
+};
+
+struct StatsSnapshot {
+  TierFigures device;
+  TierFigures host;
+  TierFigures disk;
+  bool has_host_tier = false;  // a host tier (and maybe a disk tier) is configured
+  bool has_disk_tier = false;
+
+  // The device pool in blocks (gauges).
+  int32_t pool_blocks_total = 0;
+  int32_t pool_blocks_referenced = 0;  // referenced by a running sequence
+  int32_t pool_blocks_cached = 0;      // unreferenced, findable
+  int32_t pool_blocks_pinned = 0;
+
+  // Counters.
+  int64_t prompt_tokens = 0;   // prompt tokens of admitted requests
+  int64_t prefill_tokens = 0;  // prompt tokens computed by prefill
+  int64_t generated_tokens = 0;
+  int64_t onboard_bytes = 0;    // bytes restored from host and disk together
+  int64_t corrupt_records = 0;  // disk records that failed a check (deleted, a miss)
+
+  // Gauges.
+  int32_t running = 0;  // requests running in the engine
+  int32_t waiting = 0;  // requests waiting for admission or for onboarding
+
+  // Prompt tokens reused from any tier.
+  int64_t cached_tokens() const {
+    return device.cached_tokens + host.cached_tokens + disk.cached_tokens;
+  }
+};
+
+// Reads the engine's figures and, when `tiers` is not null, the host and disk
+// tiers'. Any thread (both stats() calls are thread-safe).
+StatsSnapshot read_stats(Engine& engine, const TierManager* tiers);
+
+// The change from `before` to `now`: counters are the increase (never
+// negative), gauges and the tier flags are those of `now`.
+StatsSnapshot stats_delta(const StatsSnapshot& now, const StatsSnapshot& before);
+
+}  // namespace prefixd

@@ -1,0 +1,333 @@
+// Scheduler: admission, batch planning and preemption over Sequences and the
+// BlockManager. See scheduler.h for the contract.
+#include "engine/scheduler.h"
+
+#include <algorithm>
+#include <string>
+
+namespace prefixd {
+
+Scheduler::Scheduler(const SchedulerOptions& options, BlockManager& blocks, SchedulerHooks hooks)
+    : options_(options), blocks_(blocks), hooks_(std::move(hooks)) {
+  PREFIXD_CHECK(options_.block_size == blocks_.block_size(),
+                "scheduler and block manager block sizes differ");
+  PREFIXD_CHECK(options_.max_batch_tokens >= 1 && options_.max_running >= 1,
+                "scheduler limits must be >= 1");
+  PREFIXD_CHECK(static_cast<bool>(hooks_.copy_block), "scheduler needs a copy_block hook");
+  PREFIXD_CHECK(!hooks_.offer || hooks_.onboard, "a scheduler with tiers needs an onboard hook");
+}
+
+void Scheduler::add(std::unique_ptr<Sequence> seq) {
+  seq->state = SeqState::kWaiting;
+  waiting_.push_back(std::move(seq));
+}
+
+// ---- admission ----------------------------------------------------------------
+
+void Scheduler::admit(Clock::time_point now) {
+  for (size_t i = 0; i < waiting_.size();) {
+    if (static_cast<int32_t>(running_.size()) >= options_.max_running) return;
+    if (try_admit(*waiting_[i], now)) {
+      running_.push_back(std::move(waiting_[i]));
+      waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {
+      ++i;
+    }
+  }
+}
+
+bool Scheduler::try_admit(Sequence& s, Clock::time_point now) {
+  const int32_t B = options_.block_size;
+  const bool first_admission = !s.cache.admitted;
+  if (first_admission) {
+    s.tokens = s.request.prompt;
+    s.n_prompt = static_cast<int32_t>(s.tokens.size());
+    s.usage.prompt_tokens = s.n_prompt;
+  }
+  // Hashes of every full block of the known tokens.
+  const int32_t n_full = static_cast<int32_t>(s.tokens.size()) / B;
+  extend_block_hashes(s.hashes, s.tokens, B, s.namespace_seed);
+  MatchResult m = blocks_.match(s.namespace_seed, s.hashes, s.tokens);
+  const int32_t k = m.n_ready();
+  // In-flight coalescing: another sequence is computing our next block.
+  if (k < n_full) {
+    auto it = inflight_.find(s.hashes[k]);
+    if (it != inflight_.end() && it->second != s.id) return false;
+  }
+  // Below the device: the chain's continuation in host RAM or on disk.
+  int32_t n_below = 0;
+  const char* path = "none";
+  if (hooks_.offer && k < n_full) {
+    const TierOffer offer = hooks_.offer(s, k, n_full);
+    if (offer.n_blocks > 0) {
+      if (offer.restore) {
+        n_below = offer.n_blocks;
+      } else {
+        path = "recompute";
+      }
+    }
+  }
+  blocks_.count_lookup(k, n_full - k);
+  // Take the matched blocks first: acquiring them takes them off the LRU,
+  // which shrinks what an allocation may evict.
+  blocks_.acquire(m.block_ids);
+  if (n_below > 0 && !blocks_.can_allocate(n_below + 1)) n_below = 0;
+  s.block_table = m.block_ids;
+  s.n_published = k;
+  s.admit_order = ++admit_counter_;
+  s.t_admit = now;
+  for (int32_t i = k; i < n_full; ++i) inflight_.emplace(s.hashes[i], s.id);
+  if (first_admission) {
+    s.usage.queue_ms = ms_between(s.t_submit, now);
+    stats_.prompt_tokens += s.n_prompt;
+  }
+  s.cache.admit(k, path);
+  if (n_below > 0) {
+    // Reserve pool blocks for the chain and wait in `loading` for the tiers.
+    std::vector<int32_t> reserved = blocks_.allocate(n_below);
+    s.block_table.insert(s.block_table.end(), reserved.begin(), reserved.end());
+    s.state = SeqState::kLoading;
+    s.t_loading_start = now;
+    hooks_.onboard(s, k, k + n_below);
+    return true;
+  }
+  start_running(s, k, /*n_restored=*/0);
+  return true;
+}
+
+void Scheduler::onboarded(Sequence& s, int32_t n_restored, int32_t n_from_host) {
+  PREFIXD_CHECK(s.state == SeqState::kLoading, "onboarded: sequence is not loading");
+  const int32_t k = s.cache.device_blocks;
+  const int32_t v = n_restored;
+  PREFIXD_CHECK(v >= 0 && k + v <= static_cast<int32_t>(s.block_table.size()),
+                "onboarded: more blocks than were reserved");
+  // Reserved blocks the tiers could not fill go back.
+  std::vector<int32_t> unused(s.block_table.begin() + k + v, s.block_table.end());
+  blocks_.release(unused);
+  s.block_table.resize(static_cast<size_t>(k + v));
+  s.n_computed = (k + v) * options_.block_size;
+  s.cache.restored(v, n_from_host);
+  publish_full_blocks(s);
+  start_running(s, k, v);
+}
+
+// The sequence's first n_device + n_restored blocks (device matched, then
+// restored) are in its block table and published: it computes from there.
+void Scheduler::start_running(Sequence& s, int32_t n_device, int32_t n_restored) {
+  const int32_t B = options_.block_size;
+  const bool prefetch = s.request.kind == RequestKind::kPrefetch;
+  const int32_t n_cached_blocks = n_device + n_restored;
+  int32_t cached = n_cached_blocks * B;
+  if (!prefetch && cached >= static_cast<int32_t>(s.tokens.size())) {
+    // The last token is always computed. The shared last block is copied
+    // into a private one, where it is recomputed: shared blocks are never written.
+    cached = static_cast<int32_t>(s.tokens.size()) - 1;
+    if (blocks_.can_allocate(1)) {
+      int32_t shared = s.block_table[n_cached_blocks - 1];
+      int32_t priv = blocks_.allocate(1).front();
+      hooks_.copy_block(shared, priv);
+      blocks_.release(std::span<const int32_t>(&shared, 1));
+      s.block_table[n_cached_blocks - 1] = priv;
+      s.n_published = n_cached_blocks - 1;
+    } else {
+      // No block to copy into: recompute the whole last block instead.
+      int32_t shared = s.block_table.back();
+      blocks_.release(std::span<const int32_t>(&shared, 1));
+      s.block_table.pop_back();
+      s.n_published = n_cached_blocks - 1;
+      cached = (n_cached_blocks - 1) * B;
+    }
+  }
+  s.n_computed = cached;
+  s.cache.report(cached, B, s.usage);
+  s.state = SeqState::kRunning;
+  s.target_tokens = prefetch ? (s.n_prompt / B) * B : static_cast<int32_t>(s.tokens.size());
+}
+
+// ---- publishing -------------------------------------------------------------------
+
+void Scheduler::advance(Sequence& s, int32_t n_tokens) {
+  s.n_computed += n_tokens;
+  if (s.recomputing && s.n_computed == static_cast<int32_t>(s.tokens.size())) s.recomputing = false;
+  publish_full_blocks(s);
+}
+
+void Scheduler::publish_full_blocks(Sequence& s) {
+  const int32_t B = options_.block_size;
+  const int32_t n_full = s.n_computed / B;
+  while (s.n_published < n_full) {
+    const int32_t i = s.n_published;
+    if (static_cast<int32_t>(s.hashes.size()) < n_full) {
+      extend_block_hashes(s.hashes, std::span<const int32_t>(s.tokens.data(), n_full * B), B,
+                          s.namespace_seed);
+    }
+    PublishInfo info;
+    info.namespace_seed = s.namespace_seed;
+    info.hash = s.hashes[i];
+    info.parent_hash = i == 0 ? kRootParentHash : s.hashes[i - 1];
+    info.parent_block = i == 0 ? -1 : s.block_table[i - 1];
+    info.tokens = std::span<const int32_t>(s.tokens.data() + i * B, B);
+    PublishResult r = blocks_.publish(s.block_table[i], info);
+    if (r.outcome == PublishOutcome::kDuplicate) {
+      // Someone else published the same block: share theirs, drop our copy,
+      // so the rest of our chain can be published under it.
+      const int32_t mine = s.block_table[i];
+      blocks_.acquire(std::span<const int32_t>(&r.existing_block, 1));
+      blocks_.release(std::span<const int32_t>(&mine, 1));
+      s.block_table[i] = r.existing_block;
+    }
+    auto it = inflight_.find(s.hashes[i]);
+    if (it != inflight_.end() && it->second == s.id) inflight_.erase(it);
+    if (r.outcome == PublishOutcome::kPublished && hooks_.published) hooks_.published(s, i);
+    s.n_published++;
+  }
+}
+
+// ---- batch planning -----------------------------------------------------------------
+
+StepPlan Scheduler::plan_step() {
+  const int32_t B = options_.block_size;
+  StepPlan plan;
+  int32_t budget = options_.max_batch_tokens;
+  // Decode steps first (one token each), then prefill chunks, oldest first.
+  std::vector<Sequence*> order;
+  for (auto& r : running_) {
+    if (r->state == SeqState::kRunning) order.push_back(r.get());
+  }
+  std::stable_sort(order.begin(), order.end(), [](const Sequence* a, const Sequence* b) {
+    const bool da = a->n_generated > 0 && a->target_tokens - a->n_computed == 1;
+    const bool db = b->n_generated > 0 && b->target_tokens - b->n_computed == 1;
+    if (da != db) return da;
+    return a->admit_order < b->admit_order;
+  });
+  for (Sequence* s : order) {
+    if (budget == 0) break;
+    if (s->state != SeqState::kRunning) continue;  // preempted during this loop
+    const int32_t remaining = s->target_tokens - s->n_computed;
+    if (remaining <= 0) {
+      plan.completed.push_back(s);  // prefetch already complete
+      continue;
+    }
+    int32_t n = std::min(remaining, budget);
+    // Blocks for the new positions; preempt newer sequences when short.
+    int32_t need = (s->n_computed + n + B - 1) / B - static_cast<int32_t>(s->block_table.size());
+    while (need > 0 && !blocks_.can_allocate(need)) {
+      Sequence* victim = preemption_victim(*s, plan.chunks);
+      if (victim == nullptr) break;
+      preempt(*victim);
+    }
+    if (need > 0 && !blocks_.can_allocate(need)) {
+      // Shrink the chunk to the blocks we can get.
+      const int32_t avail = blocks_.n_allocatable();
+      n = std::min(n, (static_cast<int32_t>(s->block_table.size()) + avail) * B - s->n_computed);
+      if (n <= 0) {
+        // Alone in the engine and still short: the pool (less its pins) is
+        // too small for it. Otherwise others hold blocks (loading ones
+        // cannot be preempted): it steps back and is re-admitted later.
+        if (plan.chunks.empty() && running_.size() == 1) {
+          plan.too_big.push_back(s);
+        } else if (plan.chunks.empty()) {
+          preempt(*s);
+        }
+        continue;
+      }
+      need = (s->n_computed + n + B - 1) / B - static_cast<int32_t>(s->block_table.size());
+    }
+    if (need > 0) {
+      std::vector<int32_t> fresh = blocks_.allocate(need);
+      s->block_table.insert(s->block_table.end(), fresh.begin(), fresh.end());
+    }
+    const bool is_decode = n == 1 && s->n_generated > 0 && remaining == 1 && !s->recomputing;
+    plan.chunks.push_back(ScheduledChunk{s, n, is_decode, -1});
+    budget -= n;
+  }
+  int32_t row = 0;
+  for (ScheduledChunk& c : plan.chunks) {
+    const bool completes = c.seq->n_computed + c.n_tokens == c.seq->target_tokens;
+    if (completes && c.seq->request.kind == RequestKind::kGenerate) c.logits_row = row++;
+  }
+  return plan;
+}
+
+// The preemption victim for `s`: the newest running sequence admitted after
+// it that is not already in this pass's plan (its K/V writes are batched
+// into blocks it holds; freeing them now would let others reuse them).
+Sequence* Scheduler::preemption_victim(const Sequence& s,
+                                       const std::vector<ScheduledChunk>& planned) const {
+  Sequence* best = nullptr;
+  for (const auto& r : running_) {
+    if (r.get() == &s || r->state != SeqState::kRunning) continue;
+    const bool is_planned = std::any_of(planned.begin(), planned.end(),
+                                        [&](const ScheduledChunk& c) { return c.seq == r.get(); });
+    if (is_planned) continue;
+    if (r->admit_order < s.admit_order) continue;  // never preempt older work for newer
+    if (!best || r->admit_order > best->admit_order) best = r.get();
+  }
+  return best;
+}
+
+// Frees a running sequence's blocks and queues it (first) for recomputation.
+void Scheduler::preempt(Sequence& s) {
+  drop_inflight(s);
+  blocks_.release(s.block_table);
+  s.block_table.clear();
+  s.n_computed = 0;
+  s.n_published = 0;
+  s.recomputing = s.n_generated > 0;
+  s.state = SeqState::kWaiting;
+  stats_.preemptions++;
+  for (size_t i = 0; i < running_.size(); ++i) {
+    if (running_[i].get() == &s) {
+      waiting_.push_front(std::move(running_[i]));
+      running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
+      return;
+    }
+  }
+}
+
+void Scheduler::drop_inflight(const Sequence& s) {
+  for (auto it = inflight_.begin(); it != inflight_.end();) {
+    it = it->second == s.id ? inflight_.erase(it) : std::next(it);
+  }
+}
+
+// ---- lifecycle ------------------------------------------------------------------------
+
+void Scheduler::remove(Sequence& s) {
+  drop_inflight(s);
+  blocks_.release(s.block_table);
+  s.block_table.clear();
+  s.state = SeqState::kFinished;
+  for (size_t i = 0; i < running_.size(); ++i) {
+    if (running_[i].get() == &s) {
+      running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
+      return;
+    }
+  }
+  for (size_t i = 0; i < waiting_.size(); ++i) {
+    if (waiting_[i].get() == &s) {
+      waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(i));
+      return;
+    }
+  }
+}
+
+Sequence* Scheduler::find_loading(uint64_t id) const {
+  for (const auto& r : running_) {
+    if (r->id == id && r->state == SeqState::kLoading) return r.get();
+  }
+  return nullptr;
+}
+
+Status Scheduler::check_invariants() const {
+  std::vector<int32_t> refs(static_cast<size_t>(blocks_.n_blocks()), 0);
+  for (const auto& r : running_) {
+    for (int32_t id : r->block_table) refs[static_cast<size_t>(id)]++;
+  }
+  for (const auto& w : waiting_) {
+    for (int32_t id : w->block_table) refs[static_cast<size_t>(id)]++;
+  }
+  return blocks_.check_invariants(&refs);
+}
+
+}  // namespace prefixd

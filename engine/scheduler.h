@@ -1,0 +1,167 @@
+// Scheduler: admission (prefix match in the device pool, in-flight
+// coalescing, the tiers' offer), batch planning (decode steps first, then
+// prefill chunks of the oldest sequences, within max_batch_tokens) and
+// preemption (the newest sequence gives its blocks back when the pool runs
+// out), over Sequences and the BlockManager.
+//
+// A plain object: no model, no I/O, no threads, no clock (time comes in as a
+// parameter). What it needs from the world outside (copying a pool block,
+// asking the tiers, offloading a published block) goes through SchedulerHooks,
+// so tests drive it with plain functions. Thread-safety: none; one thread
+// owns it (the engine thread).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "common/hash128.h"
+#include "common/result.h"
+#include "engine/kv/block_manager.h"
+#include "engine/sequence.h"
+
+namespace prefixd {
+
+struct SchedulerOptions {
+  int32_t block_size = 16;         // tokens per block (the BlockManager's)
+  int32_t max_batch_tokens = 512;  // tokens per forward pass (chunked prefill budget)
+  int32_t max_running = 64;        // admitted sequences (running or loading) at most
+};
+
+// What the tiers below the pool hold of blocks [from, to) of a sequence's
+// chain, and whether restoring them beats recomputing them.
+struct TierOffer {
+  int32_t n_blocks = 0;  // leading blocks of the range the tiers hold
+  bool restore = false;  // restore them (else they are recomputed)
+};
+
+// What the scheduler asks of its owner (the engine: the backend and the
+// tiers; tests: plain functions). copy_block is required; the others may be
+// empty (no tiers; nothing to do on publish).
+struct SchedulerHooks {
+  // Copies one pool block's K/V into another (the shared last block of a
+  // wholly cached prompt goes to a private block where its last token is
+  // recomputed: shared blocks are never written).
+  std::function<void(int32_t src_block, int32_t dst_block)> copy_block;
+  // The tiers' offer for blocks [from_block, to_block) of the sequence's
+  // chain (the blocks before from_block are matched in the pool). Empty: no tiers.
+  std::function<TierOffer(const Sequence& seq, int32_t from_block, int32_t to_block)> offer;
+  // Starts onboarding blocks [from_block, to_block) of the chain into the
+  // pool blocks reserved for them (seq.block_table[from_block .. to_block)).
+  // The owner calls onboarded() when the tiers answer. Required with `offer`.
+  std::function<void(const Sequence& seq, int32_t from_block, int32_t to_block)> onboard;
+  // A block of the sequence (seq.block_table[block_index], hash
+  // seq.hashes[block_index]) has just been published in the index under its
+  // own id (not a duplicate of another): e.g. a write-through offload.
+  std::function<void(const Sequence& seq, int32_t block_index)> published;
+};
+
+// One sequence's share of a forward pass: its known tokens
+// [n_computed, n_computed + n_tokens), at those positions.
+struct ScheduledChunk {
+  Sequence* seq = nullptr;
+  int32_t n_tokens = 0;
+  bool is_decode = false;   // the one token sampled last step (not counted as prefill)
+  int32_t logits_row = -1;  // its row of the pass's logits when it completes a
+                            // generate request's known tokens (then sample), else -1
+};
+
+// The plan of one step.
+struct StepPlan {
+  // Batch order: decode steps, then prefill chunks, oldest first.
+  std::vector<ScheduledChunk> chunks;
+  std::vector<Sequence*> completed;  // prefetches with nothing left to compute: to finish
+  std::vector<Sequence*> too_big;    // alone in the engine and still short of blocks: the pool
+                                     // (less its pins) cannot hold it; to fail
+};
+
+struct SchedulerStats {
+  int64_t prompt_tokens = 0;  // prompt tokens of admitted requests (counted at first admission)
+  int64_t preemptions = 0;
+};
+
+class Scheduler {
+ public:
+  // `blocks` must outlive the scheduler; its block size is options.block_size.
+  Scheduler(const SchedulerOptions& options, BlockManager& blocks, SchedulerHooks hooks);
+
+  // Queues a new sequence at the back of the waiting queue. Its id (unique),
+  // request and namespace_seed are set; the rest is the scheduler's to fill.
+  void add(std::unique_ptr<Sequence> seq);
+
+  // Admits waiting sequences, in queue order, while fewer than max_running
+  // are admitted. An admitted sequence takes the leading blocks of its chain
+  // found in the pool; when the tiers offer to restore the rest of the chain
+  // (and the pool has room), it reserves blocks for them, goes kLoading and
+  // hooks.onboard is called; otherwise it runs from its pool blocks.
+  //
+  // In-flight coalescing: a sequence whose next uncached block another
+  // admitted sequence is computing stays waiting (sequences behind it may
+  // pass), and is admitted once that block is published, sharing it. The
+  // scheduler keeps these blocks in its own map (hash -> the sequence
+  // computing it) rather than as "pending" entries of the BlockManager's
+  // index: a waiting sequence then holds no blocks and no references, and the
+  // index only ever holds complete blocks.
+  void admit(Clock::time_point now);
+
+  // The tiers wrote `n_restored` leading blocks of a loading sequence's
+  // offered range into its reserved blocks, `n_from_host` of them from host
+  // RAM: returns the reserved blocks left unfilled, publishes the restored
+  // ones and starts the sequence running after them.
+  void onboarded(Sequence& seq, int32_t n_restored, int32_t n_from_host);
+
+  // Plans the next forward pass: decode steps first, then prefill chunks of
+  // the oldest sequences, within max_batch_tokens, allocating the blocks each
+  // chunk writes. When the pool runs out, the newest running sequence
+  // admitted after the one being planned (and not already planned) is
+  // preempted: its blocks are released and it goes back to the front of the
+  // waiting queue, to be recomputed. A chunk shrinks to the blocks it can
+  // get; a sequence that gets none steps back (preempted) unless it is alone,
+  // in which case it is reported too big.
+  StepPlan plan_step();
+
+  // A forward pass computed the chunk's `n_tokens`: advances the sequence
+  // and publishes its newly filled blocks.
+  void advance(Sequence& seq, int32_t n_tokens);
+
+  // Releases the sequence's blocks and destroys it (finished, failed or cancelled).
+  void remove(Sequence& seq);
+
+  // The admitted sequence `id` waiting for its onboarding, or nullptr (it was
+  // cancelled or removed meanwhile).
+  Sequence* find_loading(uint64_t id) const;
+  // Not admitted (or preempted), in admission order.
+  const std::deque<std::unique_ptr<Sequence>>& waiting() const { return waiting_; }
+  // Admitted: kRunning or kLoading, in admission order.
+  const std::vector<std::unique_ptr<Sequence>>& running() const { return running_; }
+  const SchedulerStats& stats() const { return stats_; }
+
+  // The BlockManager's own invariants, and that each block's ref count equals
+  // the references held by the sequences' block tables.
+  Status check_invariants() const;
+
+ private:
+  bool try_admit(Sequence& seq, Clock::time_point now);
+  // Starts computing after the first n_device + n_restored blocks of the table.
+  void start_running(Sequence& seq, int32_t n_device, int32_t n_restored);
+  void publish_full_blocks(Sequence& seq);
+  Sequence* preemption_victim(const Sequence& seq,
+                              const std::vector<ScheduledChunk>& planned) const;
+  void preempt(Sequence& seq);
+  void drop_inflight(const Sequence& seq);
+
+  SchedulerOptions options_;
+  BlockManager& blocks_;
+  SchedulerHooks hooks_;
+  std::deque<std::unique_ptr<Sequence>> waiting_;
+  std::vector<std::unique_ptr<Sequence>> running_;
+  // In-flight blocks: hash of a block being computed -> the sequence computing it.
+  std::unordered_map<BlockHash, uint64_t, Hash128Hasher> inflight_;
+  uint64_t admit_counter_ = 0;
+  SchedulerStats stats_;
+};
+
+}  // namespace prefixd
