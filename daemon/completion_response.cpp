@@ -38,12 +38,19 @@ size_t CompletionFold::add(std::span<const EngineEvent> events) {
     switch (e.type) {
       case EngineEvent::Type::kToken:
         token_ids.push_back(e.token);
+        text_offsets.push_back(text_chars);
+        text_chars += utf8_chars(e.text);
         text += e.text;
+        if (e.logprobs) logprobs.push_back(*e.logprobs);
+        break;
+      case EngineEvent::Type::kPromptLogprobs:
+        prompt_logprobs = e.prompt_logprobs;
         break;
       case EngineEvent::Type::kFinished:
         finished = true;
         finish = e.finish;
         usage = e.usage;
+        text_chars += utf8_chars(e.text);
         text += e.text;
         break;
       case EngineEvent::Type::kError:
@@ -75,16 +82,69 @@ std::optional<ApiError> completion_error(const CompletionFold& fold, Delivery de
   }
 }
 
+namespace {
+
+// The echoed prompt's logprobs items: none for the first token, then
+// fold.prompt_logprobs (as far as they came).
+std::vector<LogprobsItem> prompt_items(const EchoedPrompt& echo, const CompletionFold& fold) {
+  std::vector<LogprobsItem> items;
+  for (size_t i = 0; i < echo.ids.size(); ++i) {
+    const PositionLogprobs* lp =
+        i >= 1 && i - 1 < fold.prompt_logprobs.size() ? &fold.prompt_logprobs[i - 1] : nullptr;
+    items.push_back(LogprobsItem{echo.ids[i], lp, echo.text_offsets[i]});
+  }
+  return items;
+}
+
+// Generated tokens [first, first + n) as logprobs items.
+void append_token_items(const CompletionHead& head, const CompletionFold& fold, size_t first,
+                        size_t n, std::vector<LogprobsItem>* items) {
+  const int32_t offset0 = head.echo ? utf8_chars(head.echo->text) : 0;
+  for (size_t i = first; i < first + n && i < fold.token_ids.size(); ++i) {
+    const PositionLogprobs* lp = i < fold.logprobs.size() ? &fold.logprobs[i] : nullptr;
+    items->push_back(LogprobsItem{fold.token_ids[i], lp, offset0 + fold.text_offsets[i]});
+  }
+}
+
+json logprobs_json(const CompletionHead& head, const std::vector<LogprobsItem>& items) {
+  return head.chat ? chat_logprobs_json(items, head.tokens)
+                   : completion_logprobs_json(items, head.tokens);
+}
+
+}  // namespace
+
+json tokens_logprobs_json(const CompletionHead& head, const CompletionFold& fold, size_t first,
+                          size_t n) {
+  if (!head.logprobs) return nullptr;
+  std::vector<LogprobsItem> items;
+  append_token_items(head, fold, first, n, &items);
+  return logprobs_json(head, items);
+}
+
+json echo_chunk_json(const CompletionHead& head, const CompletionFold& fold) {
+  json logprobs = nullptr;
+  if (head.logprobs)
+    logprobs = completion_logprobs_json(prompt_items(*head.echo, fold), head.tokens);
+  return chunk_json(head, head.echo->text, {}, std::nullopt, std::move(logprobs));
+}
+
 json completion_json(const CompletionHead& head, const CompletionFold& fold) {
   json choice;
   choice["index"] = 0;
   if (head.chat) {
     choice["message"] = {{"role", "assistant"}, {"content", fold.text}};
   } else {
-    choice["text"] = fold.text;
+    choice["text"] = head.echo ? head.echo->text + fold.text : fold.text;
   }
   choice["finish_reason"] = finish_name(fold.finish);
-  choice["logprobs"] = nullptr;
+  if (head.logprobs) {
+    std::vector<LogprobsItem> items;
+    if (head.echo && !head.chat) items = prompt_items(*head.echo, fold);
+    append_token_items(head, fold, 0, fold.token_ids.size(), &items);
+    choice["logprobs"] = logprobs_json(head, items);
+  } else {
+    choice["logprobs"] = nullptr;
+  }
   choice["token_ids"] = fold.token_ids;
   json out = envelope(head, whole_object(head), json::array({choice}));
   out["usage"] = usage_json(fold.usage);
@@ -93,7 +153,8 @@ json completion_json(const CompletionHead& head, const CompletionFold& fold) {
 }
 
 json chunk_json(const CompletionHead& head, std::string_view text,
-                std::span<const int32_t> token_ids, std::optional<FinishReason> finish) {
+                std::span<const int32_t> token_ids, std::optional<FinishReason> finish,
+                json logprobs) {
   json choice;
   choice["index"] = 0;
   if (head.chat) {
@@ -104,7 +165,7 @@ json chunk_json(const CompletionHead& head, std::string_view text,
     choice["text"] = std::string(text);
     choice["token_ids"] = std::vector<int32_t>(token_ids.begin(), token_ids.end());
   }
-  choice["logprobs"] = nullptr;
+  choice["logprobs"] = std::move(logprobs);
   choice["finish_reason"] = finish ? json(finish_name(*finish)) : json(nullptr);
   return envelope(head, chunk_object(head), json::array({choice}));
 }

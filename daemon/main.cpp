@@ -1,6 +1,7 @@
 // prefixd: the command line. With no subcommand it serves HTTP (flags in
 // daemon/server_options.cpp); `prefixd generate` runs one prompt;
-// `prefixd gen-model` writes a generated test model.
+// `prefixd gen-model` writes a generated test model; `prefixd quantize`
+// quantizes a model file.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -9,9 +10,11 @@
 
 #include "daemon/generate_command.h"
 #include "daemon/model_source.h"
+#include "daemon/quantize_command.h"
 #include "daemon/server.h"
 #include "daemon/server_options.h"
 #include "engine/model/model_presets.h"
+#include "engine/model/quant_mix.h"
 
 namespace {
 
@@ -66,9 +69,18 @@ int main(int argc, char** argv) {
 
   std::string preset, dtype = "bf16", out;
   CLI::App* gm = app.add_subcommand("gen-model", "write a generated test model (deterministic weights)");
-  gm->add_option("--preset", preset, "tiny, smol-135m, demo")->required();
-  gm->add_option("--dtype", dtype, "f32, f16, bf16")->check(CLI::IsMember({"f32", "f16", "bf16"}))->capture_default_str();
+  gm->add_option("--preset", preset, "tiny, smol-135m, demo, llama-245m")->required();
+  gm->add_option("--dtype", dtype,
+                 "f32, f16, bf16, or a quantization: " + prefixd::quant_mix_names())
+      ->capture_default_str();
   gm->add_option("--out,-o", out, "output path")->required();
+
+  prefixd::QuantizeOptions quant;
+  CLI::App* qz = app.add_subcommand("quantize", "quantize a GGUF model (llama.cpp's mixes)");
+  qz->add_option("input", quant.in_path, "GGUF model to read (F32, F16, BF16 or quantized)")
+      ->required();
+  qz->add_option("output", quant.out_path, "GGUF model to write")->required();
+  qz->add_option("type", quant.type_name, prefixd::quant_mix_names() + " (any case)")->required();
 
   CLI11_PARSE(app, argc, argv);
   // Environment variables count only where the flag was not given.
@@ -86,10 +98,9 @@ int main(int argc, char** argv) {
     }
     return prefixd::run_generate(gen);
   }
+  if (qz->parsed()) return prefixd::run_quantize(quant);
   if (gm->parsed()) {
-    prefixd::WeightType t = dtype == "f32" ? prefixd::WeightType::F32
-                            : dtype == "f16" ? prefixd::WeightType::F16 : prefixd::WeightType::BF16;
-    prefixd::Status s = prefixd::write_preset_model(preset, t, out);
+    prefixd::Status s = prefixd::write_preset_model(preset, dtype, out);
     if (!s.ok()) {
       std::fprintf(stderr, "prefixd gen-model: %s\n", s.message().c_str());
       return 1;

@@ -93,6 +93,10 @@ struct StreamState {
   Timing timing;
   CompletionFold fold;
   bool role_sent = false;
+  bool echo_sent = false;         // completions with echo: the prompt chunk went out
+  size_t n_tokens_rendered = 0;   // token events rendered so far (their index in the fold)
+  size_t logprobs_sent = 0;       // chat: tokens whose logprobs went out (a token whose text
+                                  // is held back sends its logprobs with the next text)
   bool counted = false;
   SteadyClock::time_point t_last_write;
 
@@ -108,18 +112,45 @@ struct StreamState {
       role_sent = true;
     }
     const size_t n_folded = fold_wakeup(fold, timing, *ctx->metrics, events);
+    // Echo without logprobs: the prompt goes first (with logprobs it waits
+    // for the prompt's logprobs event).
+    if (head.echo && !head.logprobs && !echo_sent && n_folded > 0) {
+      append_event(out, echo_chunk_json(head, fold));
+      echo_sent = true;
+    }
     for (size_t i = 0; i < n_folded; ++i) render_event(events[i], out);
   }
 
-  // One folded event: a token chunk, or the end (last chunk, usage chunk or
-  // error event, then [DONE]).
-  void render_event(const EngineEvent& e, std::string* out) const {
-    if (e.type == EngineEvent::Type::kToken) {
-      if (!head.chat || !e.text.empty()) append_event(out, chunk_json(head, e.text, {&e.token, 1}));
+  // The logprobs of the tokens rendered but not yet sent (chat), now sent.
+  json take_pending_logprobs() {
+    json lp = tokens_logprobs_json(head, fold, logprobs_sent, n_tokens_rendered - logprobs_sent);
+    logprobs_sent = n_tokens_rendered;
+    return lp;
+  }
+
+  // One folded event: the echoed prompt, a token chunk, or the end (last
+  // chunk, usage chunk or error event, then [DONE]).
+  void render_event(const EngineEvent& e, std::string* out) {
+    if (e.type == EngineEvent::Type::kPromptLogprobs) {
+      if (head.echo && !echo_sent) append_event(out, echo_chunk_json(head, fold));
+      echo_sent = true;
       return;
     }
-    if (e.type == EngineEvent::Type::kFinished && !e.text.empty())
-      append_event(out, chunk_json(head, e.text, {}));
+    if (e.type == EngineEvent::Type::kToken) {
+      const size_t index = n_tokens_rendered++;
+      if (!head.chat) {
+        append_event(out, chunk_json(head, e.text, {&e.token, 1}, std::nullopt,
+                                     tokens_logprobs_json(head, fold, index, 1)));
+        logprobs_sent = n_tokens_rendered;
+      } else if (!e.text.empty()) {
+        append_event(out, chunk_json(head, e.text, {&e.token, 1}, std::nullopt,
+                                     take_pending_logprobs()));
+      }
+      return;
+    }
+    const bool pending = logprobs_sent < n_tokens_rendered;
+    if (e.type == EngineEvent::Type::kFinished && (!e.text.empty() || pending))
+      append_event(out, chunk_json(head, e.text, {}, std::nullopt, take_pending_logprobs()));
     if (std::optional<ApiError> err = completion_error(fold, Delivery::kStream)) {
       append_event(out, err->to_json());
     } else {
@@ -219,6 +250,10 @@ void handle_generation(DaemonContext& ctx, const httplib::Request& req, httplib:
   head.created = static_cast<int64_t>(std::time(nullptr));
   head.model = g.model;
   head.chat = chat;
+  head.logprobs = g.request.logprobs.sampled;
+  head.tokens = TokenWriter{ctx.model.tokenizer, g.tokens_as_ids};
+  if (g.echo)
+    head.echo = std::make_shared<EchoedPrompt>(echo_prompt(g.request.prompt, ctx.model.tokenizer));
   std::shared_ptr<RequestChannel> channel = ctx.engine->submit(g.request);
   if (g.stream) {
     return answer_stream(ctx, std::move(g), head, std::move(channel), std::move(ticket), timing,

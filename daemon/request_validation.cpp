@@ -191,6 +191,58 @@ std::optional<ApiError> parse_messages(const json& body, const ModelInfo& m,
   return check_ids(*out, m, "messages");
 }
 
+// An optional integer field in [0, kMaxTopLogprobs]; *present tells whether it was given.
+std::optional<ApiError> get_top_count(const json& body, const char* field, int32_t* out,
+                                      bool* present) {
+  auto it = body.find(field);
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  const std::string range = "an integer from 0 to " + std::to_string(kMaxTopLogprobs);
+  if (!it->is_number_integer()) return type_error(field, range);
+  const bool in_range = it->is_number_unsigned()
+                            ? it->get<uint64_t>() <= static_cast<uint64_t>(kMaxTopLogprobs)
+                            : (it->get<int64_t>() >= 0 && it->get<int64_t>() <= kMaxTopLogprobs);
+  if (!in_range)
+    return value_error(field, std::string("'") + field + "' must be " + range + " (got " +
+                                  it->dump() + ")");
+  *out = static_cast<int32_t>(it->get<int64_t>());
+  *present = true;
+  return std::nullopt;
+}
+
+// logprobs, top_logprobs, echo and return_tokens_as_token_ids. Completions:
+// `logprobs` is the number of alternatives (0..20) and `echo` puts the
+// prompt first; chat: `logprobs` is a boolean and `top_logprobs` (0..20, only
+// with it) the number of alternatives.
+std::optional<ApiError> parse_logprobs(const json& body, bool chat, GenerationRequest* g) {
+  LogprobsOptions& lp = g->request.logprobs;
+  if (auto e = get_bool(body, "return_tokens_as_token_ids", &g->tokens_as_ids)) return e;
+  if (chat) {
+    if (auto e = get_bool(body, "logprobs", &lp.sampled)) return e;
+    bool has_top = false;
+    if (auto e = get_top_count(body, "top_logprobs", &lp.top_n, &has_top)) return e;
+    if (has_top && !lp.sampled)
+      return ApiError::bad_request("top_logprobs", "'top_logprobs' needs 'logprobs': true",
+                                   "invalid_value");
+    bool echo = false;
+    if (auto e = get_bool(body, "echo", &echo)) return e;
+    if (echo)
+      return ApiError::bad_request("echo", "'echo' is only supported on /v1/completions",
+                                   "unsupported_value");
+    return std::nullopt;
+  }
+  if (body.contains("top_logprobs") && !body["top_logprobs"].is_null()) {
+    return ApiError::bad_request(
+        "top_logprobs",
+        "'top_logprobs' is a chat completions field; on /v1/completions 'logprobs' (0.." +
+            std::to_string(kMaxTopLogprobs) + ") is the number of alternatives",
+        "unsupported_value");
+  }
+  if (auto e = get_top_count(body, "logprobs", &lp.top_n, &lp.sampled)) return e;
+  if (auto e = get_bool(body, "echo", &g->echo)) return e;
+  lp.prompt = lp.sampled && g->echo;
+  return std::nullopt;
+}
+
 std::optional<ApiError> check_model(const json& body, const ModelInfo& m) {
   std::string model;
   if (auto e = get_string(body, "model", &model)) return e;
@@ -202,13 +254,17 @@ std::optional<ApiError> check_model(const json& body, const ModelInfo& m) {
   return std::nullopt;
 }
 
+// A prompt must leave room for one generated token, unless nothing is
+// generated (max_tokens 0: echo scoring).
 std::optional<ApiError> check_prompt_fits(size_t n_prompt, const ModelInfo& m,
-                                          const std::string& param) {
-  if (static_cast<int64_t>(n_prompt) >= m.n_ctx) {
+                                          const std::string& param, bool generates) {
+  if (static_cast<int64_t>(n_prompt) > m.n_ctx ||
+      (generates && static_cast<int64_t>(n_prompt) == m.n_ctx)) {
     return ApiError::bad_request(param,
                                  "the prompt has " + std::to_string(n_prompt) +
                                      " tokens; the context length is " + std::to_string(m.n_ctx) +
-                                     " tokens, which leaves no room to generate",
+                                     (generates ? " tokens, which leaves no room to generate"
+                                                : " tokens"),
                                  "context_length_exceeded");
   }
   return std::nullopt;
@@ -265,8 +321,12 @@ ApiResult<GenerationRequest> validate_generation(const json& body, const ModelIn
     max_field = "max_completion_tokens";
     if (auto e = get_int(body, "max_completion_tokens", &max_tokens, &has_max_tokens)) return *e;
   }
-  if (has_max_tokens && max_tokens < 1) {
-    return value_error(max_field, std::string("'") + max_field + "' must be at least 1 (got " +
+  if (auto e = parse_logprobs(body, chat, &g)) return *e;
+  // max_tokens 0 with echo scores the prompt (its logprobs) and generates nothing.
+  if (has_max_tokens && max_tokens < (g.echo ? 0 : 1)) {
+    return value_error(max_field, std::string("'") + max_field + "' must be at least " +
+                                      (g.echo ? "0" : chat ? "1" : "1 (0 only with echo: true)") +
+                                      " (got " +
                                       std::to_string(max_tokens) + ")");
   }
 
@@ -325,10 +385,6 @@ ApiResult<GenerationRequest> validate_generation(const json& body, const ModelIn
   if (auto e = get_string(body, "user", &user)) return *e;
   if (auto e = get_string(body, "cache_salt", &r.cache_salt)) return *e;
   if (auto e = get_bool(body, "ignore_eos", &r.ignore_eos)) return *e;
-  if (auto it = body.find("logprobs");
-      it != body.end() && !it->is_null() && !(it->is_boolean() && !it->get<bool>())) {
-    return ApiError::bad_request("logprobs", "'logprobs' is not supported", "unsupported_value");
-  }
 
   if (chat) {
     if (auto e = parse_messages(body, m, &r.prompt)) return *e;
@@ -336,7 +392,9 @@ ApiResult<GenerationRequest> validate_generation(const json& body, const ModelIn
     if (auto e = parse_prompt(body, m, &r.prompt)) return *e;
   }
   const std::string prompt_param = chat ? "messages" : "prompt";
-  if (auto e = check_prompt_fits(r.prompt.size(), m, prompt_param)) return *e;
+  if (auto e = check_prompt_fits(r.prompt.size(), m, prompt_param,
+                                 /*generates=*/!(has_max_tokens && max_tokens == 0)))
+    return *e;
   const int64_t n_prompt = static_cast<int64_t>(r.prompt.size());
   if (!has_max_tokens) {
     // Completions default to 16 tokens; chat replies may use the rest of the context.

@@ -35,10 +35,13 @@ using ApiResult = std::variant<T, ApiError>;
 
 // A validated /v1/completions or /v1/chat/completions request.
 struct GenerationRequest {
-  Request request;  // kind kGenerate; prompt ids in vocabulary, fits the context
+  Request request;  // kind kGenerate; prompt ids in vocabulary, fits the context;
+                    // request.logprobs says whether logprobs are returned
   bool chat = false;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  bool echo = false;           // completions: the prompt leads the text (and the logprobs)
+  bool tokens_as_ids = false;  // return_tokens_as_token_ids: tokens written "token_id:N"
   std::string model;           // echoed in the response (the served id)
 };
 

@@ -16,6 +16,7 @@
 #include "engine/batch_builder.h"
 #include "engine/kv/block_hash.h"
 #include "engine/kv/block_manager.h"
+#include "engine/logprobs.h"
 #include "engine/model/forward.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
@@ -35,6 +36,10 @@ Status EngineOptions::validate(const ModelConfig& model) const {
   }
   if (max_batch_tokens < 1) return Status::error("max batch tokens must be >= 1");
   if (max_running < 1) return Status::error("max running sequences must be >= 1");
+  if (max_prompt_logits_rows < 1 || max_prompt_logits_rows > 4096) {
+    return Status::error("max prompt logits rows " + std::to_string(max_prompt_logits_rows) +
+                         " is out of range (1..4096)");
+  }
   const KvGeometry g = pool_geometry(model);
   const size_t n_blocks = kv_pool_bytes / g.block_bytes();
   if (n_blocks < 2) {
@@ -97,9 +102,11 @@ class Engine::Impl {
         blocks_(BlockManagerOptions{pool.geom.n_blocks, opts.block_size,
                                     opts.max_pinned_blocks > 0 ? opts.max_pinned_blocks
                                                                : std::max(1, pool.geom.n_blocks / 4)}),
-        scheduler_(SchedulerOptions{opts.block_size, opts.max_batch_tokens, opts.max_running}, blocks_,
-                   scheduler_hooks()),
-        fwd_(model, opts.max_batch_tokens, opts.max_running),
+        scheduler_(SchedulerOptions{opts.block_size, opts.max_batch_tokens, opts.max_running,
+                                    opts.max_prompt_logits_rows},
+                   blocks_, scheduler_hooks()),
+        // Logits rows: one per sequence that samples, plus the prompt-logprobs rows.
+        fwd_(model, opts.max_batch_tokens, opts.max_running + opts.max_prompt_logits_rows),
         builder_(opts.block_size),
         restore_(RestorePolicyOptions{tiers ? tiers->record_bytes() : 1}) {
     if (tiers_) {
@@ -277,8 +284,11 @@ class Engine::Impl {
     builder_.clear();
     for (const ScheduledChunk& c : plan.chunks) {
       const Sequence& s = *c.seq;
+      const LogitsWanted wanted = c.all_logits_row >= 0 ? LogitsWanted::kAll
+                                  : c.logits_row >= 0   ? LogitsWanted::kLast
+                                                        : LogitsWanted::kNone;
       builder_.add(std::span<const int32_t>(s.tokens.data() + s.n_computed, c.n_tokens), s.n_computed,
-                   s.block_table, c.logits_row >= 0 ? LogitsWanted::kLast : LogitsWanted::kNone);
+                   s.block_table, wanted);
     }
     std::vector<float> logits;
     const auto t0 = Clock::now();
@@ -412,15 +422,48 @@ class Engine::Impl {
       s.usage.prefill_tokens += c.n_tokens;
       counters_.prefill_tokens += c.n_tokens;
     }
+    const int32_t pos0 = s.n_computed;
     scheduler_.advance(s, c.n_tokens);
     if (s.request.kind == RequestKind::kPrefetch) {
       if (s.n_computed >= s.target_tokens) finish(s, FinishReason::kStop);
       return;
     }
-    if (c.logits_row < 0) return;
     const int32_t n_vocab = model_.config().n_vocab;
+    if (c.all_logits_row >= 0) record_prompt_logprobs(s, pos0, c, logits, n_vocab);
+    if (c.logits_row < 0) return;
+    if (s.request.logprobs.prompt && !s.prompt_logprobs_sent) {
+      EngineEvent ev;
+      ev.type = EngineEvent::Type::kPromptLogprobs;
+      ev.prompt_logprobs = std::move(s.prompt_logprobs);
+      s.prompt_logprobs = {};
+      s.prompt_logprobs_sent = true;
+      s.channel->push(std::move(ev));
+    }
+    if (s.n_generated == 0 && s.request.max_tokens == 0) {
+      // Prompt only (scoring): the prompt's results are its first output.
+      const auto now = Clock::now();
+      s.usage.ttft_ms = ms_between(s.t_submit, now);
+      s.usage.prefill_ms = ms_between(s.t_admit, now);
+      finish(s, FinishReason::kLength);
+      return;
+    }
     const float* row = logits.data() + static_cast<size_t>(c.logits_row) * n_vocab;
     sample_and_emit(s, row, n_vocab);
+  }
+
+  // Logprobs of the prompt tokens that follow the chunk's positions
+  // [pos0, pos0 + n_tokens): position p's logits give token p + 1's. A
+  // position computed again (after a preemption) is not recorded twice.
+  void record_prompt_logprobs(Sequence& s, int32_t pos0, const ScheduledChunk& c,
+                              const std::vector<float>& logits, int32_t n_vocab) {
+    for (int32_t i = 0; i < c.n_tokens; ++i) {
+      const int32_t pos = pos0 + i;
+      if (pos + 1 >= s.n_prompt) break;
+      if (pos != static_cast<int32_t>(s.prompt_logprobs.size())) continue;
+      const float* row = logits.data() + static_cast<size_t>(c.all_logits_row + i) * n_vocab;
+      const int32_t next = s.tokens[static_cast<size_t>(pos) + 1];
+      s.prompt_logprobs.push_back(position_logprobs(row, n_vocab, next, s.request.logprobs.top_n));
+    }
   }
 
   void sample_and_emit(Sequence& s, const float* logits, int32_t n_vocab) {
@@ -445,6 +488,8 @@ class Engine::Impl {
     ev.type = EngineEvent::Type::kToken;
     ev.token = token;
     if (s.request.return_logits) ev.logits.assign(logits, logits + n_vocab);
+    if (s.request.logprobs.sampled)
+      ev.logprobs = position_logprobs(logits, n_vocab, token, s.request.logprobs.top_n);
     bool stopped = false;
     if (s.decoder) {
       std::string piece = s.decoder->push(token);

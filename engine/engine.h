@@ -32,6 +32,11 @@ struct EngineOptions {
   int32_t max_batch_tokens = 512;        // tokens per forward pass (chunked prefill budget)
   int32_t max_running = 64;              // sequences in one batch at most
   int32_t max_pinned_blocks = 0;         // 0 = a quarter of the pool
+  // Logits rows per forward pass for prompt logprobs (completions with echo
+  // and logprobs): bounds the pass's logits buffer ((max_running + this,
+  // n_vocab) f32) and the log-softmax work per step; longer prompts take
+  // several passes.
+  int32_t max_prompt_logits_rows = 64;
   // Parts of every namespace seed (engine/kv/block_hash.h). With tiers they
   // must equal the TierManager's (its options' model_fingerprint and its
   // deployment_secret()), or no block would ever be found there: create()

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/logprobs.h"
 #include "engine/sampler.h"
 
 namespace prefixd {
@@ -26,11 +27,13 @@ struct Request {
   RequestKind kind = RequestKind::kGenerate;
   std::vector<int32_t> prompt;          // token ids, already validated against the vocabulary
   SamplingParams sampling;
-  int32_t max_tokens = 16;              // generated tokens at most
+  int32_t max_tokens = 16;              // generated tokens at most; 0: compute the prompt only
+                                        // (with logprobs.prompt: score it), generate nothing
   std::vector<std::string> stop;        // stop strings (text)
   bool ignore_eos = false;
   std::string cache_salt;               // tenant isolation of cached blocks
-  bool return_logits = false;           // attach each sampled position's logits to its event (tests, logprobs)
+  bool return_logits = false;           // attach each sampled position's logits to its event
+  LogprobsOptions logprobs;             // token log-probabilities on the events (engine/logprobs.h)
 };
 
 enum class FinishReason : uint8_t { kNone, kStop, kLength, kCancelled, kError };
@@ -52,14 +55,19 @@ struct Usage {
   double decode_ms = 0;          // first token -> finish
 };
 
+// A request's events, in order: kPromptLogprobs (only with
+// Request::logprobs.prompt, once the whole prompt is computed), kToken per
+// generated token, then one kFinished or kError.
 struct EngineEvent {
-  enum class Type : uint8_t { kToken, kFinished, kError } type = Type::kToken;
+  enum class Type : uint8_t { kToken, kFinished, kError, kPromptLogprobs } type = Type::kToken;
   int32_t token = -1;      // kToken
   std::string text;        // kToken: text that became safe to emit (may be empty); kFinished: any held-back text
   FinishReason finish = FinishReason::kNone;  // kFinished
   Usage usage;             // kFinished
   std::string error;       // kError
   std::vector<float> logits;  // kToken with Request::return_logits: (n_vocab) f32 of the sampled position
+  std::optional<PositionLogprobs> logprobs;  // kToken with Request::logprobs.sampled
+  std::vector<PositionLogprobs> prompt_logprobs;  // kPromptLogprobs: (n_prompt - 1), tokens 1..
 };
 
 // A single-producer (engine) / single-consumer (HTTP worker) event queue plus

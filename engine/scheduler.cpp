@@ -11,7 +11,8 @@ Scheduler::Scheduler(const SchedulerOptions& options, BlockManager& blocks, Sche
     : options_(options), blocks_(blocks), hooks_(std::move(hooks)) {
   PREFIXD_CHECK(options_.block_size == blocks_.block_size(),
                 "scheduler and block manager block sizes differ");
-  PREFIXD_CHECK(options_.max_batch_tokens >= 1 && options_.max_running >= 1,
+  PREFIXD_CHECK(options_.max_batch_tokens >= 1 && options_.max_running >= 1 &&
+                    options_.max_prompt_logits_rows >= 1,
                 "scheduler limits must be >= 1");
   PREFIXD_CHECK(static_cast<bool>(hooks_.copy_block), "scheduler needs a copy_block hook");
   PREFIXD_CHECK(!hooks_.offer || hooks_.onboard, "a scheduler with tiers needs an onboard hook");
@@ -47,17 +48,21 @@ bool Scheduler::try_admit(Sequence& s, Clock::time_point now) {
   // Hashes of every full block of the known tokens.
   const int32_t n_full = static_cast<int32_t>(s.tokens.size()) / B;
   extend_block_hashes(s.hashes, s.tokens, B, s.namespace_seed);
-  MatchResult m = blocks_.match(s.namespace_seed, s.hashes, s.tokens);
+  // Prompt logprobs need the logits of every prompt position, which cached
+  // blocks do not have: such a sequence looks nothing up and computes all.
+  const bool whole_prompt = s.wants_prompt_logits();
+  MatchResult m =
+      whole_prompt ? MatchResult{} : blocks_.match(s.namespace_seed, s.hashes, s.tokens);
   const int32_t k = m.n_ready();
   // In-flight coalescing: another sequence is computing our next block.
-  if (k < n_full) {
+  if (k < n_full && !whole_prompt) {
     auto it = inflight_.find(s.hashes[k]);
     if (it != inflight_.end() && it->second != s.id) return false;
   }
   // Below the device: the chain's continuation in host RAM or on disk.
   int32_t n_below = 0;
   const char* path = "none";
-  if (hooks_.offer && k < n_full) {
+  if (hooks_.offer && k < n_full && !whole_prompt) {
     const TierOffer offer = hooks_.offer(s, k, n_full);
     if (offer.n_blocks > 0) {
       if (offer.restore) {
@@ -67,7 +72,7 @@ bool Scheduler::try_admit(Sequence& s, Clock::time_point now) {
       }
     }
   }
-  blocks_.count_lookup(k, n_full - k);
+  if (!whole_prompt) blocks_.count_lookup(k, n_full - k);
   // Take the matched blocks first: acquiring them takes them off the LRU,
   // which shrinks what an allocation may evict.
   blocks_.acquire(m.block_ids);
@@ -189,6 +194,7 @@ StepPlan Scheduler::plan_step() {
   const int32_t B = options_.block_size;
   StepPlan plan;
   int32_t budget = options_.max_batch_tokens;
+  int32_t prompt_rows_left = options_.max_prompt_logits_rows;
   // Decode steps first (one token each), then prefill chunks, oldest first.
   std::vector<Sequence*> order;
   for (auto& r : running_) {
@@ -209,6 +215,11 @@ StepPlan Scheduler::plan_step() {
       continue;
     }
     int32_t n = std::min(remaining, budget);
+    const bool all_logits = s->wants_prompt_logits();
+    if (all_logits) {
+      if (prompt_rows_left == 0) continue;  // next pass
+      n = std::min(n, prompt_rows_left);
+    }
     // Blocks for the new positions; preempt newer sequences when short.
     int32_t need = (s->n_computed + n + B - 1) / B - static_cast<int32_t>(s->block_table.size());
     while (need > 0 && !blocks_.can_allocate(need)) {
@@ -238,13 +249,19 @@ StepPlan Scheduler::plan_step() {
       s->block_table.insert(s->block_table.end(), fresh.begin(), fresh.end());
     }
     const bool is_decode = n == 1 && s->n_generated > 0 && remaining == 1 && !s->recomputing;
-    plan.chunks.push_back(ScheduledChunk{s, n, is_decode, -1});
+    plan.chunks.push_back(ScheduledChunk{s, n, is_decode, -1, all_logits ? 0 : -1});
     budget -= n;
+    if (all_logits) prompt_rows_left -= n;
   }
   int32_t row = 0;
   for (ScheduledChunk& c : plan.chunks) {
     const bool completes = c.seq->n_computed + c.n_tokens == c.seq->target_tokens;
-    if (completes && c.seq->request.kind == RequestKind::kGenerate) c.logits_row = row++;
+    if (c.all_logits_row >= 0) {
+      c.all_logits_row = row;
+      row += c.n_tokens;
+    }
+    if (completes && c.seq->request.kind == RequestKind::kGenerate)
+      c.logits_row = c.all_logits_row >= 0 ? row - 1 : row++;
   }
   return plan;
 }

@@ -29,6 +29,10 @@ struct SchedulerOptions {
   int32_t block_size = 16;         // tokens per block (the BlockManager's)
   int32_t max_batch_tokens = 512;  // tokens per forward pass (chunked prefill budget)
   int32_t max_running = 64;        // admitted sequences (running or loading) at most
+  // Logits rows per pass for sequences that want every prompt position's
+  // logits (prompt logprobs): their prefill chunks are cut to fit, so a pass
+  // has at most max_running + max_prompt_logits_rows logits rows.
+  int32_t max_prompt_logits_rows = 64;
 };
 
 // What the tiers below the pool hold of blocks [from, to) of a sequence's
@@ -67,6 +71,9 @@ struct ScheduledChunk {
   bool is_decode = false;   // the one token sampled last step (not counted as prefill)
   int32_t logits_row = -1;  // its row of the pass's logits when it completes a
                             // generate request's known tokens (then sample), else -1
+  int32_t all_logits_row = -1;  // when it wants every row's logits (prompt logprobs): the
+                                // row of its first token; its rows are [all_logits_row,
+                                // all_logits_row + n_tokens) (logits_row, if any, the last)
 };
 
 // The plan of one step.
@@ -96,7 +103,10 @@ class Scheduler {
   // are admitted. An admitted sequence takes the leading blocks of its chain
   // found in the pool; when the tiers offer to restore the rest of the chain
   // (and the pool has room), it reserves blocks for them, goes kLoading and
-  // hooks.onboard is called; otherwise it runs from its pool blocks.
+  // hooks.onboard is called; otherwise it runs from its pool blocks. A
+  // sequence that wants every prompt position's logits (prompt logprobs)
+  // matches nothing and computes its whole prompt; it still publishes its
+  // blocks (a duplicate of a cached block is shared, as for anyone).
   //
   // In-flight coalescing: a sequence whose next uncached block another
   // admitted sequence is computing stays waiting (sequences behind it may
@@ -114,7 +124,8 @@ class Scheduler {
   void onboarded(Sequence& seq, int32_t n_restored, int32_t n_from_host);
 
   // Plans the next forward pass: decode steps first, then prefill chunks of
-  // the oldest sequences, within max_batch_tokens, allocating the blocks each
+  // the oldest sequences, within max_batch_tokens (and, for sequences that
+  // want every row's logits, max_prompt_logits_rows), allocating the blocks each
   // chunk writes. When the pool runs out, the newest running sequence
   // admitted after the one being planned (and not already planned) is
   // preempted: its blocks are released and it goes back to the front of the

@@ -115,6 +115,12 @@ struct Sequence {
   std::unique_ptr<StopMatcher> stop;
   int32_t n_generated = 0;
   bool recomputing = false;            // preempted after generating; recomputing its known tokens
+  // Request::logprobs.prompt: logprobs of prompt tokens 1.. as their
+  // positions are computed (entry i from position i), sent once complete.
+  std::vector<PositionLogprobs> prompt_logprobs;
+  bool prompt_logprobs_sent = false;
+  // Needs the logits of every prompt position (computes its whole prompt).
+  bool wants_prompt_logits() const { return request.logprobs.prompt && !prompt_logprobs_sent; }
 
   Usage usage;
   CacheSplit cache;                    // where its cached prompt tokens came from

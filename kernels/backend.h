@@ -17,12 +17,13 @@
 
 #include "common/result.h"
 #include "kernels/dtype.h"
+#include "kernels/quant/weight_type.h"
 
 namespace prefixd {
 
 enum class RopeStyle : uint8_t {
   kNormal = 0,  // llama: rotates adjacent pairs (x[2i], x[2i+1])
-  kNeox = 1,    // qwen2/NeoX: rotates halves (x[i], x[i + rope_dim/2])
+  kNeox = 1,    // qwen2, qwen3 (NeoX): rotates halves (x[i], x[i + rope_dim/2])
 };
 
 // A weight matrix W of shape (rows = n_out, cols = n_in), stored as the backend
@@ -128,9 +129,12 @@ class Backend {
   // out (n) = silu(gate) * up, elementwise.
   virtual void swiglu(const float* gate, const float* up, float* out, int64_t n) = 0;
   // In place on x (n_tokens, n_heads, head_dim) at the batch's positions; the
-  // first rope_dim dims of each head rotate with theta_i = pos * base^(-2i/rope_dim).
+  // first rope_dim dims of each head rotate with
+  // theta_i = pos * base^(-2i/rope_dim) / freq_factors[i], as ggml's rope with
+  // frequency factors (Llama 3.1 scaling). freq_factors: (rope_dim / 2) f32 in
+  // host memory, read during the call only; nullptr means every factor is 1.
   virtual void rope(float* x, int32_t n_heads, int32_t head_dim, int32_t rope_dim, float base,
-                    RopeStyle style) = 0;
+                    const float* freq_factors, RopeStyle style) = 0;
   // Writes k, v (n_tokens, n_kv_heads * head_dim) f32 into the pool at the batch's slots.
   virtual void kv_store(KvPool& pool, int32_t layer, const float* k, const float* v) = 0;
   // Causal attention for every sequence of the batch, reading K/V of positions

@@ -17,9 +17,6 @@ namespace prefixd {
 // Storage type of a KV block or of a weight matrix held by a backend.
 enum class DType : uint8_t { F32 = 0, F16 = 1, BF16 = 2 };
 
-// Types a weight can arrive in from a model file.
-enum class WeightType : uint8_t { F32 = 0, F16 = 1, BF16 = 2, Q8_0 = 3 };
-
 inline size_t dtype_bytes(DType t) { return t == DType::F32 ? 4 : 2; }
 inline const char* dtype_name(DType t) {
   return t == DType::F32 ? "f32" : t == DType::F16 ? "f16" : "bf16";

@@ -1,12 +1,17 @@
 // Forward-pass benchmark (prints numbers; not a test): prefill tokens/s at 512
 // and 2048 prompt tokens (computed in chunks of --chunk tokens, like
 // llama-bench's ubatch) and decode tokens/s over 128 tokens from an empty
-// context, on generated models, like `llama-bench -p 512,2048 -n 128`.
+// context, on generated models or GGUF files, like `llama-bench -p 512,2048
+// -n 128`; also the file size and the resident memory the model's load added.
 //
 // Usage: bench_forward [--threads N] [--models smol-135m:f32,smol-135m:bf16,tiny:f32,tiny:bf16]
+//                      [--model FILE.gguf ...] (any GGUF; with --model, presets only if --models given)
 //                      [--reps R] [--chunk 512] [--kv f16]
 //                      [--cpu-isa auto|avx512bf16|avx512|avx2|portable (default $PREFIXD_CPU_ISA)]
+#include <unistd.h>
+
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -41,6 +46,16 @@ std::vector<std::string> split(const std::string& s, char sep) {
   return out;
 }
 
+// Resident set size of this process in MB (10^6 bytes), from /proc/self/statm.
+double resident_mb() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return 0;
+  long size = 0, resident = 0;
+  const int got = std::fscanf(f, "%ld %ld", &size, &resident);
+  std::fclose(f);
+  return got == 2 ? static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) / 1e6 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -50,10 +65,16 @@ int main(int argc, char** argv) {
   const char* isa_env = std::getenv("PREFIXD_CPU_ISA");
   std::string isa_name = isa_env != nullptr ? isa_env : "auto", isa_source = "PREFIXD_CPU_ISA";
   std::vector<int> prompt_lens = {512, 2048};
+  std::vector<std::string> files;  // --model FILE: any GGUF, in addition to the presets
+  bool models_given = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
     if (a == "--threads") threads = std::atoi(argv[i + 1]);
-    else if (a == "--models") models = argv[i + 1];
+    else if (a == "--model") files.push_back(argv[i + 1]);
+    else if (a == "--models") {
+      models = argv[i + 1];
+      models_given = true;
+    }
     else if (a == "--reps") reps = std::atoi(argv[i + 1]);
     else if (a == "--chunk") chunk = std::atoi(argv[i + 1]);
     else if (a == "--kv") kv_name = argv[i + 1];
@@ -71,25 +92,40 @@ int main(int argc, char** argv) {
   std::string dir = std::filesystem::temp_directory_path() / "prefixd-bench-models";
   std::filesystem::create_directories(dir);
   std::unique_ptr<Backend> backend = make_cpu_backend(threads, isa.value());
-  std::printf("%-16s %-6s %10s %10s %10s   (threads %d, kv %s, chunk %d, cpu_isa %s)\n", "model", "type",
-              "pp512", "pp2048", "tg128", threads, kv_name.c_str(), chunk, cpu::cpu_isa_name(isa.value()));
-  for (const std::string& spec : split(models, ',')) {
+  std::printf("%-24s %-8s %10s %10s %10s %9s %9s   (threads %d, kv %s, chunk %d, cpu_isa %s)\n", "model",
+              "type", "pp512", "pp2048", "tg128", "file_MB", "load_MB", threads, kv_name.c_str(), chunk,
+              cpu::cpu_isa_name(isa.value()));
+  // (label, type, path) of every model to run: presets written on first use, then files.
+  std::vector<std::array<std::string, 3>> runs;
+  for (const std::string& spec : files.empty() || models_given ? split(models, ',') : std::vector<std::string>{}) {
     std::vector<std::string> parts = split(spec, ':');
     std::string preset = parts[0], type = parts.size() > 1 ? parts[1] : "f32";
-    WeightType wt = type == "bf16" ? WeightType::BF16 : type == "f16" ? WeightType::F16 : WeightType::F32;
     std::string path = dir + "/" + preset + "-" + type + ".gguf";
     if (!std::filesystem::exists(path)) {
-      if (Status s = write_preset_model(preset, wt, path); !s.ok()) {
+      // f32, f16, bf16 or a quantization (q8_0, q4_k_m, ...: quant_mix.h), any case.
+      if (Status s = write_preset_model(preset, type, path); !s.ok()) {
         std::fprintf(stderr, "%s\n", s.message().c_str());
         return 1;
       }
     }
+    runs.push_back({preset, type, path});
+  }
+  for (const std::string& f : files) runs.push_back({std::filesystem::path(f).filename().string(), "file", f});
+  for (const auto& [preset, type, path] : runs) {
     auto file = GgufFile::open(path);
     if (!file.ok()) {
       std::fprintf(stderr, "%s\n", file.message().c_str());
       return 1;
     }
-    auto model = Model::load(file.value(), *backend).value();
+    const double rss_before = resident_mb();
+    auto loaded = Model::load(file.value(), *backend);
+    if (!loaded.ok()) {
+      std::fprintf(stderr, "%s: %s\n", path.c_str(), loaded.message().c_str());
+      return 1;
+    }
+    auto model = std::move(loaded.value());
+    const double load_mb = resident_mb() - rss_before;
+    const double file_mb = static_cast<double>(file.value()->size_bytes()) / 1e6;
     const ModelConfig& c = model->config();
     KvGeometry g;
     g.n_layers = c.n_layers;
@@ -137,8 +173,8 @@ int main(int argc, char** argv) {
       }
       results.push_back(128 / best);
     }
-    std::printf("%-16s %-6s %10.1f %10.1f %10.1f\n", preset.c_str(), type.c_str(), results[0], results[1],
-                results[2]);
+    std::printf("%-24s %-8s %10.1f %10.1f %10.1f %9.1f %9.1f\n", preset.c_str(), type.c_str(), results[0],
+                results[1], results[2], file_mb, load_mb);
     std::fflush(stdout);
     backend->free_kv_pool(pool);
   }

@@ -50,7 +50,10 @@ inline GoldenModel load_golden(const std::string& name, float logit_tol) {
   GoldenModel g;
   g.model_file = shared_path("models/" + name + ".gguf");
   g.logit_tol = logit_tol;
-  std::ifstream in(shared_path("models/golden/" + name + ".json"));
+  // "quant/rand-q-q4-0": model models/quant/rand-q-q4-0.gguf, reference models/quant/golden/.
+  const size_t slash = name.rfind('/');
+  const std::string dir = slash == std::string::npos ? "" : name.substr(0, slash + 1);
+  std::ifstream in(shared_path("models/" + dir + "golden/" + name.substr(slash + 1) + ".json"));
   g.raw = nlohmann::json::parse(in);
   g.n_vocab = g.raw["n_vocab"].get<int32_t>();
   for (const auto& c : g.raw["cases"]) {
@@ -72,9 +75,39 @@ inline GoldenModel load_golden(const std::string& name, float logit_tol) {
   return g;
 }
 
-// The three shared models with their README tolerances (F32 KV cache).
+// The twelve quantizations of models/quant/ (llama-quantize's files); the
+// README's tolerance for them is 0.4 (llama.cpp also quantizes activations).
+inline std::vector<std::pair<std::string, float>> quant_golden_models() {
+  std::vector<std::pair<std::string, float>> out;
+  for (const char* q : {"q4-0", "q4-1", "q5-0", "q5-1", "q8-0", "q2-k", "q3-k-m", "q4-k-m", "q5-k-m",
+                        "q6-k", "iq4-nl", "iq4-xs"}) {
+    out.emplace_back(std::string("quant/rand-q-") + q, 0.4f);
+  }
+  return out;
+}
+
+// The shared models with their README tolerances (F32 KV cache).
 inline std::vector<std::pair<std::string, float>> golden_models() {
-  return {{"stories260K", 1e-3f}, {"rand-mqa-f16", 2e-2f}, {"rand-qwen2-bf16", 0.15f}};
+  return {{"stories260K", 1e-3f},
+          {"rand-mqa-f16", 2e-2f},
+          {"rand-qwen2-bf16", 0.15f},
+          {"rand-llama3rope-f16", 2e-2f},
+          {"rand-qwen3-bf16", 0.15f}};
+}
+
+// golden_models() and quant_golden_models().
+inline std::vector<std::pair<std::string, float>> all_golden_models() {
+  std::vector<std::pair<std::string, float>> out = golden_models();
+  for (auto& m : quant_golden_models()) out.push_back(std::move(m));
+  return out;
+}
+
+// What the engine and tier tests run on: golden_models() plus the most common
+// quantized mix (Q4_K_M), so the cache paths are proven on block weights too.
+inline std::vector<std::pair<std::string, float>> engine_golden_models() {
+  std::vector<std::pair<std::string, float>> out = golden_models();
+  out.emplace_back("quant/rand-q-q4-k-m", 0.4f);
+  return out;
 }
 
 // Largest deviation of `logits` (n_vocab) from the reference at one position:

@@ -14,6 +14,8 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/dtype.h"
+#include "kernels/quant/dequantize.h"
+#include "tests/random_blocks.h"
 #include "tests/cpu_isa_under_test.h"
 
 namespace prefixd {
@@ -32,6 +34,13 @@ struct HostWeights {
   std::vector<uint8_t> bytes;
   std::vector<float> values;  // (rows, cols)
 };
+
+// F32, F16, BF16 and every block type.
+std::vector<WeightType> every_weight_type() {
+  std::vector<WeightType> out = {WeightType::F32, WeightType::F16, WeightType::BF16};
+  for (WeightType t : testing::block_weight_types()) out.push_back(t);
+  return out;
+}
 
 HostWeights make_weights(std::mt19937& rng, WeightType type, int64_t rows, int64_t cols) {
   HostWeights w;
@@ -54,6 +63,13 @@ HostWeights make_weights(std::mt19937& rng, WeightType type, int64_t rows, int64
       }
       break;
     }
+    default: {  // any block type: random blocks, values from the reference dequantizer
+      w.bytes = testing::random_weight_blocks(type, rows, cols, static_cast<uint32_t>(rng()));
+      const size_t row_bytes = weight_row_bytes(type, cols);
+      for (int64_t r = 0; r < rows; ++r)
+        quant::dequantize_row(type, w.bytes.data() + r * row_bytes, w.values.data() + r * cols, cols);
+      break;
+    }
     case WeightType::Q8_0: {
       REQUIRE(cols % 32 == 0);
       w.bytes.resize(n / 32 * 34);
@@ -73,15 +89,7 @@ HostWeights make_weights(std::mt19937& rng, WeightType type, int64_t rows, int64
   return w;
 }
 
-const char* type_name(WeightType t) {
-  switch (t) {
-    case WeightType::F32: return "F32";
-    case WeightType::F16: return "F16";
-    case WeightType::BF16: return "BF16";
-    case WeightType::Q8_0: return "Q8_0";
-  }
-  return "?";
-}
+const char* type_name(WeightType t) { return weight_type_name(t); }
 
 float* alloc_floats(Backend& be, const std::vector<float>& v) {
   auto* p = static_cast<float*>(be.alloc(v.size() * sizeof(float)));
@@ -147,9 +155,9 @@ TEST_CASE("matmul matches a double reference for every weight type and batch siz
   struct Shape {
     int64_t rows, cols;
   };
-  for (WeightType type : {WeightType::F32, WeightType::F16, WeightType::BF16, WeightType::Q8_0}) {
-    for (Shape s : {Shape{37, 96}, Shape{130, 200}, Shape{5, 33}, Shape{64, 576}}) {
-      if (type == WeightType::Q8_0 && s.cols % 32 != 0) continue;
+  for (WeightType type : every_weight_type()) {
+    for (Shape s : {Shape{37, 96}, Shape{130, 200}, Shape{5, 33}, Shape{64, 576}, Shape{40, 512}}) {
+      if (s.cols % weight_type_traits(type).block_elements != 0) continue;
       HostWeights hw = make_weights(rng, type, s.rows, s.cols);
       for (bool outlives : {false, true}) {
         auto w = be->upload_matrix(type, s.rows, s.cols, hw.bytes.data(), outlives);
@@ -193,9 +201,10 @@ TEST_CASE("matmul matches a double reference for every weight type and batch siz
 TEST_CASE("embed returns the exact rows of the table for every weight type") {
   auto be = make_cpu_backend(2, testing::isa_under_test());
   std::mt19937 rng(3);
-  const int64_t vocab = 50, dim = 64 + 7 * 0 + 32;
-  for (WeightType type : {WeightType::F32, WeightType::F16, WeightType::BF16, WeightType::Q8_0}) {
+  const int64_t vocab = 50, dim = 256;  // one super-block of the K formats
+  for (WeightType type : every_weight_type()) {
     CAPTURE(type_name(type));
+    if (dim % weight_type_traits(type).block_elements != 0) continue;
     HostWeights hw = make_weights(rng, type, vocab, dim);
     auto table = be->upload_matrix(type, vocab, dim, hw.bytes.data(), false);
     Batch b;
@@ -291,7 +300,7 @@ TEST_CASE("rope rotates the first rope_dim dims of every head in both styles") {
     const int64_t row = static_cast<int64_t>(c.n_heads) * c.head_dim;
     std::vector<float> x = random_floats(rng, n * row);
     float* dx = alloc_floats(*be, x);
-    be->rope(dx, c.n_heads, c.head_dim, c.rope_dim, c.base, c.style);
+    be->rope(dx, c.n_heads, c.head_dim, c.rope_dim, c.base, nullptr, c.style);
     for (int32_t t = 0; t < n; ++t)
       for (int32_t h = 0; h < c.n_heads; ++h) {
         const float* xi = x.data() + t * row + h * c.head_dim;
@@ -308,6 +317,47 @@ TEST_CASE("rope rotates the first rope_dim dims of every head in both styles") {
           REQUIRE(std::fabs(yo[bb] - r1) <= tol);
         }
         for (int32_t d = c.rope_dim; d < c.head_dim; ++d) REQUIRE(f32_bits(yo[d]) == f32_bits(xi[d]));
+      }
+    be->free(dx);
+  }
+}
+
+// Llama 3.1 scaling: pair i turns at pos * base^(-2i/rope_dim) / factor_i. The
+// batch's cached tables must follow the factors: without, with, then without.
+TEST_CASE("rope divides each pair's frequency by its factor, and the tables follow the factors") {
+  auto be = make_cpu_backend(2, testing::isa_under_test());
+  std::mt19937 rng(7);
+  const int32_t n_heads = 2, head_dim = 64, rope_dim = 64, half = rope_dim / 2;
+  const float base = 500000.0f;
+  std::vector<float> factors(half);
+  for (int32_t i = 0; i < half; ++i)
+    factors[i] = i < 12 ? 1.0f : i < 20 ? 1.0f + 0.5f * (i - 11) : 8.0f;
+  Batch b;
+  b.positions = {0, 1, 9, 130, 2047, 4000};
+  const int32_t n = static_cast<int32_t>(b.positions.size());
+  b.tokens.assign(n, 0);
+  b.slots.assign(n, 0);
+  be->prepare_batch(b, 16);
+  const int64_t row = static_cast<int64_t>(n_heads) * head_dim;
+  for (const float* ff : std::vector<const float*>{nullptr, factors.data(), nullptr}) {
+    std::vector<float> x = random_floats(rng, n * row);
+    float* dx = alloc_floats(*be, x);
+    be->rope(dx, n_heads, head_dim, rope_dim, base, ff, RopeStyle::kNormal);
+    for (int32_t t = 0; t < n; ++t)
+      for (int32_t h = 0; h < n_heads; ++h) {
+        const float* xi = x.data() + t * row + h * head_dim;
+        const float* yo = dx + t * row + h * head_dim;
+        for (int32_t i = 0; i < half; ++i) {
+          const double f = ff != nullptr ? ff[i] : 1.0;
+          const double theta =
+              b.positions[t] * std::pow(static_cast<double>(base), -2.0 * i / rope_dim) / f;
+          const double r0 = xi[2 * i] * std::cos(theta) - xi[2 * i + 1] * std::sin(theta);
+          const double r1 = xi[2 * i] * std::sin(theta) + xi[2 * i + 1] * std::cos(theta);
+          const double tol =
+              (std::fabs(xi[2 * i]) + std::fabs(xi[2 * i + 1])) * (theta * (i + 3) * 6e-8 + 1e-6);
+          REQUIRE(std::fabs(yo[2 * i] - r0) <= tol);
+          REQUIRE(std::fabs(yo[2 * i + 1] - r1) <= tol);
+        }
       }
     be->free(dx);
   }

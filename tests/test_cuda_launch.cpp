@@ -1,18 +1,24 @@
 // CPU-only checks of the CUDA backend's host-side arithmetic (kernels/cuda/
 // launch_config.h, kernels/op_math_ext.h): launch shapes for every test model
 // and preset, shared-memory limits, batch packing, workspace and pool sizes,
-// the dtype dispatch table, and the shared softmax/RoPE math. Runs everywhere.
+// the dtype dispatch table, the shared softmax/RoPE math, and the block-format
+// chunk decoding of the quantized-weight kernels against quant::dequantize_row.
+// Runs everywhere.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "engine/batch_builder.h"
 #include "kernels/cuda/launch_config.h"
+#include "kernels/cuda/quant_chunk.h"
 #include "kernels/op_math_ext.h"
+#include "kernels/quant/dequantize.h"
+#include "tests/random_blocks.h"
 
 using namespace prefixd;
 using namespace prefixd::cuda;
@@ -235,8 +241,24 @@ TEST_CASE("dtype dispatch table") {
   CHECK(gemm_dispatch(WeightType::F16).activation == DType::F16);
   CHECK(gemm_dispatch(WeightType::BF16).stored == DType::BF16);
   CHECK(gemm_dispatch(WeightType::BF16).activation == DType::BF16);
-  CHECK(gemm_dispatch(WeightType::Q8_0).stored == DType::F16);
-  CHECK(gemm_dispatch(WeightType::Q8_0).activation == DType::F16);
+  for (WeightType w : {WeightType::F32, WeightType::F16, WeightType::BF16}) {
+    CHECK(gemm_dispatch(w).supported);
+    CHECK_FALSE(gemm_dispatch(w).blocks);
+  }
+  // Every block (quantized) weight type: raw blocks on the device, F16 for prefill.
+  for (const WeightTypeTraits& t : kWeightTypes) {
+    CAPTURE(t.name);
+    const GemmDispatch g = gemm_dispatch(t.type);
+    CHECK(g.supported == t.weight);
+    if (!t.weight || t.block_elements == 1) continue;
+    CHECK(g.blocks);
+    CHECK(g.stored == DType::F16);
+    CHECK(g.activation == DType::F16);
+  }
+  CHECK(gemm_dispatch(WeightType::Q8_0).blocks);
+  CHECK_FALSE(gemm_dispatch(WeightType::Q8_1).supported);  // activation-only formats
+  CHECK_FALSE(gemm_dispatch(WeightType::Q8_K).supported);
+  CHECK_FALSE(gemm_dispatch(static_cast<WeightType>(99)).supported);
   CHECK(gemm_activation_bytes(7, 576, DType::F32) == 0);
   CHECK(gemm_activation_bytes(7, 576, DType::BF16) == 7 * 576 * 2);
 
@@ -262,24 +284,121 @@ TEST_CASE("dtype dispatch table") {
   CHECK(*seen.rbegin() == 11);
 }
 
-TEST_CASE("Q8_0 is dequantized to F16 as d * q rounded to nearest") {
-  std::vector<uint8_t> blocks(2 * op::kQ8_0BlockBytes);
-  const uint16_t d0 = f32_to_f16(0.5f), d1 = f32_to_f16(-0.013f);
-  blocks[0] = d0 & 0xff;
-  blocks[1] = d0 >> 8;
-  blocks[34] = d1 & 0xff;
-  blocks[35] = d1 >> 8;
-  for (int j = 0; j < 32; ++j) {
-    blocks[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(j * 8 - 128));
-    blocks[36 + j] = static_cast<uint8_t>(static_cast<int8_t>(127 - j));
+TEST_CASE("quantized matmul path, matvec variants and launch shapes") {
+  CHECK(quant_matmul_path(1) == QuantMatmulPath::kMatvec);
+  CHECK(quant_matmul_path(kMatvecMaxRows) == QuantMatmulPath::kMatvec);
+  CHECK(quant_matmul_path(kMatvecMaxRows + 1) == QuantMatmulPath::kDequantGemm);
+  CHECK(quant_matmul_path(2048) == QuantMatmulPath::kDequantGemm);
+  CHECK(matvec_rows_variant(0) == 0);
+  CHECK(matvec_rows_variant(1) == 1);
+  CHECK(matvec_rows_variant(2) == 2);
+  CHECK(matvec_rows_variant(3) == 4);
+  CHECK(matvec_rows_variant(4) == 4);
+  CHECK(matvec_rows_variant(5) == 8);
+  CHECK(matvec_rows_variant(8) == 8);
+  CHECK(matvec_rows_variant(9) == 0);
+  for (int64_t n = 1; n <= kMatvecMaxRows; ++n) CHECK(matvec_rows_variant(n) >= n);
+
+  const LaunchConfig mv = quant_matvec_launch(1026, 4096);  // 1026 rows, 4 per block
+  CHECK(mv.grid.x == 257);
+  CHECK(mv.block.x == kMatvecWarps * kWarpSize);
+  CHECK(quant_matvec_launch(0, 256).empty());
+  CHECK(quant_matvec_launch(10, 0).empty());
+  CHECK(dequantize_launch(256 * 1024).grid.x == 128);  // 32768 chunks of 8, 256 threads
+  CHECK(dequantize_launch(0).empty());
+  CHECK(embed_blocks_launch(9, 256).grid.x == 9);
+  CHECK(embed_blocks_launch(9, 256).block.x == 32);
+  for (const Shape& s : shapes()) {
+    CAPTURE(s.name);
+    for (int64_t rows : {int64_t(s.hidden), int64_t(s.n_ff), int64_t(s.n_vocab)}) {
+      check_fits(quant_matvec_launch(rows, s.hidden), "quant_matvec");
+      check_fits(dequantize_launch(rows * s.hidden), "dequantize");
+    }
+    check_fits(embed_blocks_launch(2048, s.hidden), "embed blocks");
   }
-  std::vector<uint16_t> out = dequantize_q8_0_to_f16(blocks.data(), 1, 64);
-  REQUIRE(out.size() == 64);
-  CHECK(f16_to_f32(out[0]) == -64.0f);
-  CHECK(f16_to_f32(out[31]) == 0.5f * (31 * 8 - 128));
-  for (int j = 0; j < 32; ++j) {
-    CHECK(out[32 + j] == f32_to_f16(f16_to_f32(d1) * static_cast<float>(127 - j)));
+  // Llama 3 8B's output projection: 128256 x 4096 rows of blocks.
+  check_fits(quant_matvec_launch(128256, 4096), "quant_matvec vocab");
+}
+
+TEST_CASE("prefill dequantization scratch: one slab for most matrices, slabs for the largest") {
+  // Everything up to kDequantScratchMaxBytes of F16 is one slab.
+  CHECK(dequant_slab_rows(11008, 4096) == 11008);  // 90 MB
+  CHECK(dequant_scratch_bytes(11008, 4096) == size_t(11008) * 4096 * 2);
+  CHECK(dequant_slab_rows(16384, 4096) == 16384);  // exactly 128 MiB
+  // A 128256 x 4096 output projection: 16384-row slabs (8 of them), 128 MiB.
+  CHECK(dequant_slab_rows(128256, 4096) == 16384);
+  CHECK(dequant_scratch_bytes(128256, 4096) == kDequantScratchMaxBytes);
+  // Slabs of a split matrix are multiples of 64 rows, never more than the cap.
+  const int64_t odd = dequant_slab_rows(100000, 3000);
+  CHECK(odd % kDequantSlabRowMultiple == 0);
+  CHECK(size_t(odd) * 3000 * 2 <= kDequantScratchMaxBytes);
+  CHECK(size_t(odd + kDequantSlabRowMultiple) * 3000 * 2 > kDequantScratchMaxBytes);
+  // At least one row even when a row alone is larger than the cap.
+  CHECK(dequant_slab_rows(4, 1000, 1024) == 1);
+  CHECK(dequant_slab_rows(100, 256, 10 * 512) == 10);  // fewer than 64 fit: not rounded
+  CHECK(dequant_slab_rows(0, 256) == 0);
+
+  CHECK(check_weight_shape(WeightType::Q4_K, 4, 512).ok());
+  CHECK(check_weight_shape(WeightType::Q4_0, 4, 96).ok());
+  CHECK(check_weight_shape(WeightType::F16, 3, 7).ok());
+  CHECK(check_weight_shape(WeightType::Q4_K, 4, 96).message().find("256") != std::string::npos);
+  CHECK_FALSE(check_weight_shape(WeightType::Q8_K, 4, 256).ok());
+  CHECK_FALSE(check_weight_shape(WeightType::Q4_0, 0, 32).ok());
+}
+
+TEST_CASE("IQ4_NL code book packed for the device equals quant::iq4nl_value") {
+  for (uint32_t i = 0; i < 16; ++i) {
+    CAPTURE(i);
+    CHECK(chunk::iq4nl(i) == quant::iq4nl_value(static_cast<int>(i)));
   }
+}
+
+TEST_CASE("chunk decoding of every block format equals quant::dequantize_row bit for bit") {
+  // The kernels' per-chunk decoding (kernels/cuda/quant_chunk.h), run on the
+  // host: chunk c of a block must give values 8c .. 8c + 7 of dequantize_row.
+  // Small scales, and scales spanning F16 from subnormal to large.
+  std::vector<WeightType> seen;
+  for (WeightType type : testing::block_weight_types()) {
+    for (auto [lo, hi] : {std::pair{1e-3f, 1e-2f}, std::pair{1e-7f, 3e4f}}) {
+      CAPTURE(weight_type_name(type));
+      CAPTURE(hi);
+      const int64_t rows = 3, cols = 512;
+      const std::vector<uint8_t> w = testing::random_weight_blocks(type, rows, cols, 7, lo, hi);
+      std::vector<float> want(rows * cols), got(rows * cols);  // (rows, cols) f32
+      const size_t row_bytes = weight_row_bytes(type, cols);
+      for (int64_t r = 0; r < rows; ++r)
+        quant::dequantize_row(type, w.data() + r * row_bytes, want.data() + r * cols, cols);
+      dispatch_block_type(type, [&](auto tag) {
+        using C = Chunks<decltype(tag)::value>;
+        constexpr int kChunksPerBlock = C::kBlockValues / kQuantChunkValues;
+        CHECK(C::kBlockValues == weight_type_traits(type).block_elements);
+        CHECK(C::kBlockBytes == weight_type_traits(type).block_bytes);
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t c = 0; c < cols / kQuantChunkValues; ++c) {
+            float v[8];
+            C::decode(w.data() + r * row_bytes + (c / kChunksPerBlock) * C::kBlockBytes,
+                      static_cast<int>(c % kChunksPerBlock), v);
+            std::memcpy(&got[r * cols + c * kQuantChunkValues], v, sizeof(v));
+          }
+        }
+      });
+      int64_t mismatches = 0, first = -1;
+      for (size_t i = 0; i < want.size(); ++i) {
+        if (std::memcmp(&want[i], &got[i], 4) != 0) {
+          if (first < 0) first = static_cast<int64_t>(i);
+          ++mismatches;
+        }
+      }
+      CHECK_MESSAGE(mismatches == 0, mismatches << " values differ, first at " << first << ": "
+                                                << (first >= 0 ? got[first] : 0.0f) << " vs "
+                                                << (first >= 0 ? want[first] : 0.0f));
+      bool finite = true;
+      for (float v : want) finite = finite && std::isfinite(v);
+      CHECK(finite);
+    }
+    seen.push_back(type);
+  }
+  CHECK(seen.size() == 12);
 }
 
 TEST_CASE("KV pool and block size arithmetic") {

@@ -1,7 +1,9 @@
 // GPU tests (ctest label gpu): every CUDA backend op against the CPU backend
-// (the reference), block transfers byte for byte, and the whole forward pass on
-// the golden models (against llama.cpp, against the CPU backend, and cached
-// prefix + suffix equal to the uncached pass). Exits 77 (skipped) when the
+// (the reference), the quantized-weight kernels of every block format against
+// quant::dequantize_row (random blocks and the quant/rand-q files), block
+// transfers byte for byte, and the whole forward pass on the golden models
+// (against llama.cpp, against the CPU backend, and cached prefix + suffix equal
+// to the uncached pass). Exits 77 (skipped) when the
 // build has no CUDA backend or make_cuda_backend fails (no driver or device).
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
@@ -9,11 +11,15 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <set>
 
+#include "kernels/quant/dequantize.h"
 #include "tests/golden.h"
+#include "tests/random_blocks.h"
 
 #if defined(PREFIXD_HAVE_CUDA)
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/launch_config.h"
 #endif
 
 using namespace prefixd;
@@ -91,9 +97,48 @@ std::vector<uint8_t> weight_bytes(WeightType type, const std::vector<float>& w) 
         }
       }
       break;
+    default:
+      FAIL("weight_bytes: no encoder for this type");
   }
   return out;
 }
+
+// (rows, cols) f32 = quant::dequantize_row of each row of `bytes`.
+std::vector<float> dequantized(WeightType type, const uint8_t* bytes, int64_t rows, int64_t cols) {
+  std::vector<float> out(static_cast<size_t>(rows * cols));  // (rows, cols) f32
+  const size_t row_bytes = weight_row_bytes(type, cols);
+  for (int64_t r = 0; r < rows; ++r)
+    quant::dequantize_row(type, bytes + r * row_bytes, out.data() + r * cols, cols);
+  return out;
+}
+
+// Largest |y - x · Wᵀ| over the listed rows of W, relative to sum_k |x_k w_k|
+// of its own dot product (the scale of any rounding in it). y (n, rows),
+// x (n, cols), w_rows[j] (cols) f32 = row rows_checked[j] of W.
+double matmul_rel_error(const std::vector<float>& y, const float* x,
+                        const std::vector<std::vector<float>>& w_rows,
+                        const std::vector<int64_t>& rows_checked, int64_t n, int64_t rows,
+                        int64_t cols) {
+  double worst = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    for (size_t j = 0; j < rows_checked.size(); ++j) {
+      double ref = 0, mag = 0;
+      for (int64_t k = 0; k < cols; ++k) {
+        ref += double(x[i * cols + k]) * w_rows[j][k];
+        mag += std::fabs(double(x[i * cols + k]) * w_rows[j][k]);
+      }
+      const double err = std::fabs(y[i * rows + rows_checked[j]] - ref) / std::max(mag, 1e-30);
+      worst = std::max(worst, err);
+    }
+  }
+  return worst;
+}
+
+// Decode (matvec over the blocks, F32 accumulation of exact weights) and
+// prefill (weights and activations rounded to F16 for the GEMM) bounds,
+// relative to sum |x w|.
+constexpr double kMatvecRelTol = 5e-5;
+constexpr double kDequantGemmRelTol = 2e-3;
 
 Batch one_seq_batch(int32_t n, int32_t pos0, const std::vector<int32_t>& table, int32_t block_size,
                     uint32_t seed, int32_t n_vocab) {
@@ -158,6 +203,132 @@ TEST_CASE("matmul matches the CPU backend for every weight type") {
   }
 }
 
+TEST_CASE("matmul over every block format matches a dequantize_row reference (decode, prefill)") {
+  std::unique_ptr<Backend> gpu = cuda_backend();
+  const int64_t rows = 70, cols = 512;  // 70 rows: the last thread block has two idle warps
+  std::vector<int64_t> all_rows(rows);
+  for (int64_t r = 0; r < rows; ++r) all_rows[r] = r;
+  for (WeightType type : block_weight_types()) {
+    CAPTURE(weight_type_name(type));
+    const std::vector<uint8_t> bytes = random_weight_blocks(type, rows, cols, 50);
+    const std::vector<float> w = dequantized(type, bytes.data(), rows, cols);
+    std::vector<std::vector<float>> w_rows(rows);
+    for (int64_t r = 0; r < rows; ++r)
+      w_rows[r].assign(w.begin() + r * cols, w.begin() + (r + 1) * cols);
+    auto m = gpu->upload_matrix(type, rows, cols, bytes.data(), false);
+    // n = 1, 3, 8: decode (matvec; 3 also with x not 16-byte aligned); 64: prefill.
+    using Case = std::pair<int64_t, int64_t>;  // (n, x offset in floats)
+    for (auto [n, x_offset] : {Case{1, 0}, Case{3, 0}, Case{3, 1}, Case{8, 0}, Case{64, 0}}) {
+      CAPTURE(n);
+      CAPTURE(x_offset);
+      const std::vector<float> x = random_vec(x_offset + n * cols, 51);
+      float* dx = put(*gpu, x);
+      float* dy = put(*gpu, std::vector<float>(n * rows));
+      gpu->matmul(*m, dx + x_offset, dy, n);
+      const std::vector<float> y = get(*gpu, dy, n * rows);
+      const double err = matmul_rel_error(y, x.data() + x_offset, w_rows, all_rows, n, rows, cols);
+      CHECK(err <= (n <= cuda::kMatvecMaxRows ? kMatvecRelTol : kDequantGemmRelTol));
+      gpu->free(dx);
+      gpu->free(dy);
+    }
+  }
+}
+
+TEST_CASE("prefill over a block matrix larger than the dequantization scratch runs slab by slab") {
+  std::unique_ptr<Backend> gpu = cuda_backend();
+  const int64_t cols = 2048;
+  const int64_t slab = cuda::dequant_slab_rows(1 << 30, cols);
+  const int64_t rows = 2 * slab + 232;  // three slabs, the last one short
+  REQUIRE(cuda::dequant_slab_rows(rows, cols) == slab);
+  const WeightType type = WeightType::Q4_0;
+  const std::vector<uint8_t> bytes = random_weight_blocks(type, rows, cols, 60);
+  auto m = gpu->upload_matrix(type, rows, cols, bytes.data(), false);
+  const int64_t n = 9;
+  const std::vector<float> x = random_vec(n * cols, 61);
+  float* dx = put(*gpu, x);
+  float* dy = put(*gpu, std::vector<float>(n * rows));
+  gpu->matmul(*m, dx, dy, n);
+  const std::vector<float> y = get(*gpu, dy, n * rows);
+  std::vector<int64_t> checked = {0, 1, slab - 1, slab, slab + 1, 2 * slab - 1, 2 * slab, rows - 1};
+  for (int64_t r = 3; r < rows; r += 997) checked.push_back(r);
+  std::vector<std::vector<float>> w_rows;
+  for (int64_t r : checked)
+    w_rows.push_back(dequantized(type, bytes.data() + r * weight_row_bytes(type, cols), 1, cols));
+  CHECK(matmul_rel_error(y, x.data(), w_rows, checked, n, rows, cols) <= kDequantGemmRelTol);
+  gpu->free(dx);
+  gpu->free(dy);
+}
+
+TEST_CASE("embedding rows of every block format equal dequantize_row bit for bit") {
+  std::unique_ptr<Backend> gpu = cuda_backend();
+  const int64_t vocab = 40, dim = 256;
+  for (WeightType type : block_weight_types()) {
+    CAPTURE(weight_type_name(type));
+    const std::vector<uint8_t> bytes = random_weight_blocks(type, vocab, dim, 70, 1e-7f, 3e4f);
+    const std::vector<float> w = dequantized(type, bytes.data(), vocab, dim);
+    const Batch batch = one_seq_batch(11, 0, {0}, 16, 71, static_cast<int32_t>(vocab));
+    auto m = gpu->upload_matrix(type, vocab, dim, bytes.data(), false);
+    gpu->prepare_batch(batch, 16);
+    float* e = put(*gpu, std::vector<float>(11 * dim));
+    gpu->embed(*m, e);
+    const std::vector<float> got = get(*gpu, e, 11 * dim);
+    std::vector<float> want;  // (11, dim) f32
+    for (int32_t t : batch.tokens)
+      want.insert(want.end(), w.begin() + t * dim, w.begin() + (t + 1) * dim);
+    // Exact: the kernels round every product and sum separately, as the host does.
+    CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+    gpu->free(e);
+  }
+}
+
+TEST_CASE("every block tensor of the quant/rand-q files: GPU rows and products match the host") {
+  std::unique_ptr<Backend> gpu = cuda_backend();
+  std::set<WeightType> covered;
+  for (const auto& [name, tol] : quant_golden_models()) {
+    auto file = GgufFile::open(shared_path("models/" + name + ".gguf"));
+    REQUIRE_MESSAGE(file.ok(), name);
+    for (const GgufTensorInfo& t : file.value()->tensors()) {
+      if (!is_block_type(t.type) || t.dims.size() != 2) continue;
+      CAPTURE(name);
+      CAPTURE(t.name);
+      const int64_t cols = t.dims[0], rows = t.dims[1];
+      covered.insert(t.type);
+      auto m = gpu->upload_matrix(t.type, rows, cols, t.data, true);
+      // Rows 0, 1 and the last through the embedding kernel: bit for bit.
+      BatchBuilder bb(16);
+      const std::vector<int32_t> tokens = {0, 1, static_cast<int32_t>(rows - 1)}, table = {0};
+      bb.add(tokens, 0, table, LogitsWanted::kAll);
+      gpu->prepare_batch(bb.batch(), 16);
+      float* e = put(*gpu, std::vector<float>(3 * cols));
+      gpu->embed(*m, e);
+      const std::vector<float> got = get(*gpu, e, 3 * cols);
+      gpu->free(e);
+      std::vector<float> want;  // (3, cols) f32
+      std::vector<std::vector<float>> w_rows;
+      std::vector<int64_t> checked = {0, 1, rows - 1};
+      for (int64_t r : checked) {
+        w_rows.push_back(dequantized(t.type, t.data + r * weight_row_bytes(t.type, cols), 1, cols));
+        want.insert(want.end(), w_rows.back().begin(), w_rows.back().end());
+      }
+      CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+      // Products on those rows, decode and prefill.
+      for (int64_t n : {2, 16}) {
+        CAPTURE(n);
+        const std::vector<float> x = random_vec(n * cols, 80);
+        float* dx = put(*gpu, x);
+        float* dy = put(*gpu, std::vector<float>(n * rows));
+        gpu->matmul(*m, dx, dy, n);
+        const std::vector<float> y = get(*gpu, dy, n * rows);
+        CHECK(matmul_rel_error(y, x.data(), w_rows, checked, n, rows, cols) <=
+              (n <= cuda::kMatvecMaxRows ? kMatvecRelTol : kDequantGemmRelTol));
+        gpu->free(dx);
+        gpu->free(dy);
+      }
+    }
+  }
+  CHECK(covered.size() == 12);  // every block format appears in some file
+}
+
 TEST_CASE("embedding lookup and output-row gather match the CPU backend") {
   Pair p;
   for (WeightType type : {WeightType::F32, WeightType::F16, WeightType::BF16, WeightType::Q8_0}) {
@@ -183,25 +354,30 @@ TEST_CASE("embedding lookup and output-row gather match the CPU backend") {
   }
 }
 
-TEST_CASE("rope (both styles, partial rotation, large positions) matches the CPU backend") {
+TEST_CASE("rope (both styles, partial rotation, frequency factors, large positions) matches CPU") {
   Pair p;
   for (RopeStyle style : {RopeStyle::kNormal, RopeStyle::kNeox}) {
     for (int32_t rope_dim : {64, 32}) {
-      const int32_t n_heads = 3, hd = 64, n = 20;
-      std::vector<int32_t> table(300);
-      for (int32_t t = 0; t < 300; ++t) table[t] = t;
-      Batch batch = one_seq_batch(n, 4000, table, 16, 30, 100);
-      std::vector<float> x = random_vec(size_t(n) * n_heads * hd, 31);
-      std::vector<float> out[2];
-      int i = 0;
-      for (Backend* b : {p.cpu.get(), p.gpu.get()}) {
-        b->prepare_batch(batch, 16);
-        float* dx = put(*b, x);
-        b->rope(dx, n_heads, hd, rope_dim, 500000.0f, style);
-        out[i++] = get(*b, dx, x.size());
-        b->free(dx);
+      for (bool with_factors : {false, true}) {
+        std::vector<float> factors(rope_dim / 2);  // (rope_dim / 2) f32, Llama 3.1 style
+        for (int32_t i = 0; i < rope_dim / 2; ++i) factors[i] = 1.0f + 0.25f * i;
+        const int32_t n_heads = 3, hd = 64, n = 20;
+        std::vector<int32_t> table(300);
+        for (int32_t t = 0; t < 300; ++t) table[t] = t;
+        Batch batch = one_seq_batch(n, 4000, table, 16, 30, 100);
+        std::vector<float> x = random_vec(size_t(n) * n_heads * hd, 31);
+        std::vector<float> out[2];
+        int i = 0;
+        for (Backend* b : {p.cpu.get(), p.gpu.get()}) {
+          b->prepare_batch(batch, 16);
+          float* dx = put(*b, x);
+          const float* ff = with_factors ? factors.data() : nullptr;
+          b->rope(dx, n_heads, hd, rope_dim, 500000.0f, ff, style);
+          out[i++] = get(*b, dx, x.size());
+          b->free(dx);
+        }
+        CHECK(max_abs_diff(out[0], out[1]) < 1e-5);
       }
-      CHECK(max_abs_diff(out[0], out[1]) < 1e-5);
     }
   }
 }
@@ -311,7 +487,7 @@ TEST_CASE("block copy, read and write round-trip byte for byte") {
 TEST_CASE("whole forward pass on the golden models: llama.cpp, CPU backend, cached == uncached") {
   std::unique_ptr<Backend> gpu = cuda_backend();
   std::unique_ptr<Backend> cpu = make_cpu_backend(2);
-  for (const auto& [name, tol] : golden_models()) {
+  for (const auto& [name, tol] : all_golden_models()) {  // F16/BF16/F32 and every quantization
     GoldenModel g = load_golden(name, tol);
     auto file = GgufFile::open(g.model_file);
     REQUIRE(file.ok());

@@ -22,7 +22,7 @@ EngineOptions f32_options(int32_t block_size = 16) {
 }  // namespace
 
 TEST_CASE("a cached prefix gives the same logits and greedy ids as computing everything") {
-  for (const auto& [name, tol] : golden_models()) {
+  for (const auto& [name, tol] : engine_golden_models()) {
     GoldenModel g = load_golden(name, tol);
     const GoldenCase& c = longest_case(g);
     const int32_t n = static_cast<int32_t>(c.ids.size());

@@ -59,7 +59,7 @@ double worst_logit_diff(const Collected& a, const Collected& b, int32_t n_vocab)
 }  // namespace
 
 TEST_CASE("write-through blocks come back from host, then from disk, with the cold outputs") {
-  for (const auto& [name, tol] : golden_models()) {
+  for (const auto& [name, tol] : engine_golden_models()) {
     CAPTURE(name);
     GoldenModel g = load_golden(name, tol);
     const GoldenCase& c = longest_case(g);

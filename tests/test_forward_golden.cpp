@@ -4,6 +4,12 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <set>
+
+#include "engine/model/gguf_writer.h"
 #include "tests/cpu_isa_under_test.h"
 #include "tests/golden.h"
 
@@ -48,7 +54,7 @@ void check_greedy(SequenceRunner& r, const GoldenModel& g, const GoldenCase& c,
 // --subcase=stories260K (under an emulator: tests/scripts/test_cpu_isa_qemu_haswell.sh,
 // tests/scripts/test_portable_aarch64.sh).
 TEST_CASE("full forward pass matches llama.cpp logits and greedy ids (F32 KV)") {
-  for (const auto& [name, tol] : golden_models()) {
+  for (const auto& [name, tol] : all_golden_models()) {
     SUBCASE(name.c_str()) {
       GoldenModel g = load_golden(name, tol);
       Loaded l = load(g);
@@ -72,7 +78,7 @@ TEST_CASE("full forward pass matches llama.cpp logits and greedy ids (F32 KV)") 
 }
 
 TEST_CASE("forward pass split at any point equals the whole pass (F32 KV)") {
-  for (const auto& [name, tol] : golden_models()) {
+  for (const auto& [name, tol] : all_golden_models()) {
     SUBCASE(name.c_str()) {
       GoldenModel g = load_golden(name, tol);
       Loaded l = load(g);
@@ -107,7 +113,7 @@ TEST_CASE("forward pass split at any point equals the whole pass (F32 KV)") {
 // stories260K, whose keys and queries are large, attention scores move by up
 // to ~0.15, so BF16 KV is held to 0.2 there and it is documented, not hidden.
 TEST_CASE("F16 and BF16 KV caches stay within the tolerance plus 5e-2 (BF16 on stories260K: 0.2)") {
-  for (const auto& [name, tol] : golden_models()) {
+  for (const auto& [name, tol] : all_golden_models()) {
     SUBCASE(name.c_str()) {
       GoldenModel g = load_golden(name, tol);
       Loaded l = load(g);
@@ -132,17 +138,172 @@ TEST_CASE("F16 and BF16 KV caches stay within the tolerance plus 5e-2 (BF16 on s
   }
 }
 
+namespace {
+
+// A copy of `src` re-encoded after `edit` (GgufWriter::set replaces a key),
+// without the tensors named in `drop`.
+std::vector<uint8_t> rewritten(const GgufFile& src, const std::function<void(GgufWriter&)>& edit,
+                               const std::set<std::string>& drop = {}) {
+  GgufWriter w(src.version(), src.alignment());
+  for (const auto& [key, value] : src.metadata()) w.set(key, value);
+  for (const GgufTensorInfo& t : src.tensors()) {
+    if (drop.count(t.name)) continue;
+    w.add_tensor(t.name, t.type, t.dims, std::vector<uint8_t>(t.data, t.data + t.n_bytes));
+  }
+  edit(w);
+  return w.to_bytes();
+}
+
+// Model::load's message for `bytes` (a well-formed GGUF), or "" when it loads.
+std::string load_message(const std::vector<uint8_t>& bytes) {
+  auto file = GgufFile::parse(bytes.data(), bytes.size());
+  REQUIRE_MESSAGE(file.ok(), file.message());
+  std::unique_ptr<Backend> backend = make_cpu_backend(1, isa_under_test());
+  auto model = Model::load(file.value(), *backend);
+  return model.ok() ? "" : model.message();
+}
+
+std::vector<uint8_t> f32_bytes(const std::vector<float>& v) {
+  std::vector<uint8_t> out(v.size() * sizeof(float));
+  std::memcpy(out.data(), v.data(), out.size());
+  return out;
+}
+
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+}  // namespace
+
+TEST_CASE("Llama 3.1 RoPE factors and qwen3 head sizes and norms are read from the files") {
+  auto llama3 = GgufFile::open(shared_path("models/rand-llama3rope-f16.gguf"));
+  REQUIRE(llama3.ok());
+  auto c = load_model_config(*llama3.value());
+  REQUIRE_MESSAGE(c.ok(), c.message());
+  CHECK(c->arch == Arch::kLlama);
+  CHECK(c->rope_style == RopeStyle::kNormal);
+  REQUIRE(c->rope_freq_factors.size() == 32);
+  // The README's scaling (factor 8, low 1, high 4, original context 8192) by
+  // the Llama 3.1 rule the converter applies.
+  for (int32_t i = 0; i < 32; ++i) {
+    const double wavelen = 2 * 3.14159265358979323846 * std::pow(500000.0, 2.0 * i / 64);
+    const double low_wavelen = 8192.0 / 1, high_wavelen = 8192.0 / 4;
+    double want = 1;
+    if (wavelen > low_wavelen) {
+      want = 8;
+    } else if (wavelen >= high_wavelen) {
+      const double smooth = (8192.0 / wavelen - 1) / (4 - 1);
+      want = 1 / ((1 - smooth) / 8 + smooth);
+    }
+    CAPTURE(i);
+    CHECK(c->rope_freq_factors[i] == doctest::Approx(want).epsilon(1e-6));
+  }
+
+  auto qwen3 = GgufFile::open(shared_path("models/rand-qwen3-bf16.gguf"));
+  REQUIRE(qwen3.ok());
+  auto q = load_model_config(*qwen3.value());
+  REQUIRE_MESSAGE(q.ok(), q.message());
+  CHECK(q->arch == Arch::kQwen3);
+  CHECK(q->rope_style == RopeStyle::kNeox);
+  CHECK(q->has_qk_norm);
+  CHECK_FALSE(q->has_qkv_bias);
+  CHECK(q->head_dim == 128);
+  CHECK(q->n_heads * q->head_dim == 512);
+  CHECK(q->n_embd == 256);
+  CHECK(q->rope_freq_factors.empty());
+}
+
 TEST_CASE("unsupported and malformed models are refused with a message") {
   auto file = GgufFile::open(shared_path("models/stories260K.gguf"));
   REQUIRE(file.ok());
-  std::unique_ptr<Backend> backend = make_cpu_backend(1, isa_under_test());
-  // A truncated copy of a real model file.
   const GgufFile& f = *file.value();
-  std::vector<uint8_t> bytes(f.bytes(), f.bytes() + f.size_bytes() / 2);
-  auto truncated = GgufFile::parse(bytes.data(), bytes.size());
-  REQUIRE_FALSE(truncated.ok());
-  CHECK(truncated.message().find("truncated") != std::string::npos);
-  CHECK(truncated.message().find("byte offset") != std::string::npos);
+
+  SUBCASE("a truncated copy of a real model file") {
+    std::vector<uint8_t> bytes(f.bytes(), f.bytes() + f.size_bytes() / 2);
+    auto truncated = GgufFile::parse(bytes.data(), bytes.size());
+    REQUIRE_FALSE(truncated.ok());
+    CHECK(contains(truncated.message(), "truncated"));
+    CHECK(contains(truncated.message(), "byte offset"));
+  }
+  SUBCASE("the unchanged copy loads (the refusals below are the edits')") {
+    CHECK(load_message(rewritten(f, [](GgufWriter&) {})) == "");
+  }
+  SUBCASE("an unsupported architecture") {
+    std::string m = load_message(
+        rewritten(f, [](GgufWriter& w) { w.set_string("general.architecture", "gemma2"); }));
+    CHECK(contains(m, "unsupported architecture 'gemma2'"));
+    CHECK(contains(m, "general.architecture"));
+  }
+  SUBCASE("YaRN RoPE scaling") {
+    std::string m = load_message(
+        rewritten(f, [](GgufWriter& w) { w.set_string("llama.rope.scaling.type", "yarn"); }));
+    CHECK(contains(m, "RoPE scaling 'yarn'"));
+    CHECK(contains(m, "llama.rope.scaling.type"));
+  }
+  SUBCASE("linear RoPE scaling by 4 (by 1 changes nothing and loads)") {
+    std::string m = load_message(rewritten(f, [](GgufWriter& w) {
+      w.set_string("llama.rope.scaling.type", "linear");
+      w.set_f32("llama.rope.scaling.factor", 4.0f);
+    }));
+    CHECK(contains(m, "RoPE scaling factor 4"));
+    CHECK(contains(m, "llama.rope.scaling.factor"));
+    CHECK(load_message(rewritten(f, [](GgufWriter& w) {
+            w.set_string("llama.rope.scaling.type", "linear");
+            w.set_f32("llama.rope.scaling.factor", 1.0f);
+          })) == "");
+  }
+  SUBCASE("the old linear scale key") {
+    std::string m = load_message(
+        rewritten(f, [](GgufWriter& w) { w.set_f32("llama.rope.scale_linear", 2.0f); }));
+    CHECK(contains(m, "llama.rope.scale_linear"));
+  }
+  SUBCASE("sliding-window attention") {
+    std::string m = load_message(
+        rewritten(f, [](GgufWriter& w) { w.set_u32("llama.attention.sliding_window", 4096); }));
+    CHECK(contains(m, "sliding-window attention"));
+    CHECK(contains(m, "llama.attention.sliding_window"));
+  }
+  SUBCASE("a mixture of experts, whatever the integer type") {
+    std::string m =
+        load_message(rewritten(f, [](GgufWriter& w) { w.set_i32("llama.expert_count", 8); }));
+    CHECK(contains(m, "mixture-of-experts"));
+    CHECK(contains(m, "llama.expert_count"));
+  }
+  SUBCASE("RoPE frequency factors of the wrong length, type or value") {
+    // stories260K: head size 8, so 4 factors.
+    std::string m = load_message(rewritten(f, [](GgufWriter& w) {
+      w.add_tensor("rope_freqs.weight", GgmlType::F32, {3}, f32_bytes({1, 2, 4}));
+    }));
+    CHECK(contains(m, "rope_freqs.weight"));
+    CHECK(contains(m, "[4]"));
+    m = load_message(rewritten(f, [](GgufWriter& w) {
+      w.add_tensor("rope_freqs.weight", GgmlType::F32, {4}, f32_bytes({1, 2, 0, 8}));
+    }));
+    CHECK(contains(m, "rope_freqs.weight"));
+    CHECK(contains(m, "value 2"));
+    CHECK(contains(m, "positive finite"));
+    m = load_message(rewritten(f, [](GgufWriter& w) {
+      w.add_tensor("rope_freqs.weight", GgmlType::F16, {4}, std::vector<uint8_t>(8, 0));
+    }));
+    CHECK(contains(m, "must be F32"));
+    CHECK(load_message(rewritten(f, [](GgufWriter& w) {
+            w.add_tensor("rope_freqs.weight", GgmlType::F32, {4}, f32_bytes({1, 1, 2, 8}));
+          })) == "");
+  }
+  SUBCASE("qwen3 without a per-head norm, or with RoPE frequency factors") {
+    auto q = GgufFile::open(shared_path("models/rand-qwen3-bf16.gguf"));
+    REQUIRE(q.ok());
+    std::string m =
+        load_message(rewritten(*q.value(), [](GgufWriter&) {}, {"blk.1.attn_k_norm.weight"}));
+    CHECK(contains(m, "blk.1.attn_k_norm.weight"));
+    CHECK(contains(m, "missing"));
+    m = load_message(rewritten(*q.value(), [](GgufWriter& w) {
+      w.add_tensor("rope_freqs.weight", GgmlType::F32, {64},
+                   f32_bytes(std::vector<float>(64, 1.0f)));
+    }));
+    CHECK(contains(m, "rope_freqs.weight"));
+    CHECK(contains(m, "llama only"));
+  }
 }
 
 int main(int argc, char** argv) { return prefixd::testing::run_for_cpu_isa(argc, argv); }

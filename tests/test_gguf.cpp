@@ -346,7 +346,12 @@ TEST_CASE("ggml_type_bytes and names of every supported type") {
   CHECK(ggml_type_bytes(GgmlType::BF16, 10) == 20);
   CHECK(ggml_type_bytes(GgmlType::Q8_0, 32) == 34);
   CHECK(ggml_type_bytes(GgmlType::Q8_0, 96) == 102);
-  CHECK(ggml_type_bytes(static_cast<GgmlType>(2), 32) == 0);
+  CHECK(ggml_type_bytes(GgmlType::Q4_0, 64) == 36);
+  CHECK(ggml_type_bytes(GgmlType::Q4_K, 512) == 288);
+  CHECK(ggml_type_bytes(GgmlType::Q6_K, 256) == 210);
+  CHECK(ggml_type_bytes(GgmlType::IQ4_XS, 256) == 136);
+  CHECK(std::string(ggml_type_name(GgmlType::Q5_K)) == "Q5_K");
+  CHECK(std::string(ggml_type_name(GgmlType::IQ4_NL)) == "IQ4_NL");
   CHECK(std::string(ggml_type_name(GgmlType::F32)) == "F32");
   CHECK(std::string(ggml_type_name(GgmlType::F16)) == "F16");
   CHECK(std::string(ggml_type_name(GgmlType::BF16)) == "BF16");
@@ -474,7 +479,8 @@ TEST_CASE("corrupt headers are refused with clear messages") {
     expect_error(b, {"out of range"});
   }
   SUBCASE("unknown tensor type") {
-    for (uint32_t t : {2u, 7u, 31u, 1000u}) {
+    // 4, 5: removed from ggml; 9: Q8_1 (activations only); 16: IQ2_XXS (not supported).
+    for (uint32_t t : {4u, 5u, 9u, 16u, 31u, 1000u}) {
       std::vector<uint8_t> b = good;
       size_t off = tensor_info_offset(b, "w.a") + 4 + 16;
       REQUIRE(peek<uint32_t>(b, off) == 0);
@@ -536,7 +542,7 @@ TEST_CASE("corrupt headers are refused with clear messages") {
     w.add_tensor("q", GgmlType::Q8_0, {64}, pattern(68, 0));
     std::vector<uint8_t> b = w.to_bytes();
     poke<uint64_t>(b, tensor_info_offset(b, "q") + 4, 48);
-    expect_error(b, {"Q8_0", "'q'", "multiple of 32"});
+    expect_error(b, {"Q8_0", "'q'", "48 elements", "multiple of its block of 32"});
   }
 }
 

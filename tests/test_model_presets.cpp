@@ -142,7 +142,7 @@ Hash128 fp_of(const std::vector<uint8_t>& bytes) {
 }  // namespace
 
 TEST_CASE("preset_spec knows the three presets and refuses others") {
-  CHECK(preset_names() == std::vector<std::string>{"tiny", "smol-135m", "demo"});
+  CHECK(preset_names() == std::vector<std::string>{"tiny", "smol-135m", "demo", "llama-245m"});
   PresetSpec tiny = *preset_spec("tiny");
   CHECK(tiny.n_embd == 256);
   CHECK(tiny.n_layers == 4);

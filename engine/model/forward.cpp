@@ -1,4 +1,4 @@
-// Llama/Qwen2 decoder: pre-norm attention and SwiGLU feed-forward blocks.
+// Llama/Qwen2/Qwen3 decoder: pre-norm attention and SwiGLU feed-forward blocks.
 #include "engine/model/forward.h"
 
 #include <cmath>
@@ -39,6 +39,7 @@ void ForwardPass::run(const Batch& batch, KvPool& pool, std::vector<float>* logi
   const int64_t q_dim = static_cast<int64_t>(c.n_heads) * c.head_dim;
   const int64_t kv_dim = static_cast<int64_t>(c.n_kv_heads) * c.head_dim;
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  const float* rope_factors = c.rope_freq_factors.empty() ? nullptr : c.rope_freq_factors.data();
 
   backend_.prepare_batch(batch, pool.geom.block_size);
   backend_.embed(model_.token_embd(), x_);
@@ -54,8 +55,13 @@ void ForwardPass::run(const Batch& batch, KvPool& pool, std::vector<float>* logi
       backend_.add_bias(k_, l.bk, n, kv_dim);
       backend_.add_bias(v_, l.bv, n, kv_dim);
     }
-    backend_.rope(q_, c.n_heads, c.head_dim, c.rope_dim, c.rope_base, c.rope_style);
-    backend_.rope(k_, c.n_kv_heads, c.head_dim, c.rope_dim, c.rope_base, c.rope_style);
+    if (c.has_qk_norm) {  // qwen3: each head's rows normalised on their own
+      backend_.rmsnorm(q_, l.attn_q_norm, q_, n * c.n_heads, c.head_dim, c.rms_eps);
+      backend_.rmsnorm(k_, l.attn_k_norm, k_, n * c.n_kv_heads, c.head_dim, c.rms_eps);
+    }
+    backend_.rope(q_, c.n_heads, c.head_dim, c.rope_dim, c.rope_base, rope_factors, c.rope_style);
+    backend_.rope(k_, c.n_kv_heads, c.head_dim, c.rope_dim, c.rope_base, rope_factors,
+                  c.rope_style);
     backend_.kv_store(pool, il, k_, v_);
     backend_.attention(pool, il, q_, attn_, c.n_heads, scale);
     backend_.matmul(*l.wo, attn_, proj_, n);

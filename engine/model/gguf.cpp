@@ -140,10 +140,6 @@ Status read_value(Cursor& c, GgufType type, GgufValue* v, const std::string& key
                        " for " + f);
 }
 
-bool valid_tensor_type(uint32_t t) {
-  return t == 0 || t == 1 || t == 8 || t == 30;
-}
-
 }  // namespace
 
 int64_t GgufTensorInfo::n_elements() const {
@@ -153,23 +149,18 @@ int64_t GgufTensorInfo::n_elements() const {
 }
 
 uint64_t ggml_type_bytes(GgmlType type, int64_t n) {
-  switch (type) {
-    case GgmlType::F32: return 4ull * n;
-    case GgmlType::F16: return 2ull * n;
-    case GgmlType::BF16: return 2ull * n;
-    case GgmlType::Q8_0: return static_cast<uint64_t>(n / 32) * 34ull;
-  }
-  return 0;
+  const WeightTypeTraits& t = weight_type_traits(type);
+  return static_cast<uint64_t>(n / t.block_elements) * static_cast<uint64_t>(t.block_bytes);
 }
 
-const char* ggml_type_name(GgmlType type) {
-  switch (type) {
-    case GgmlType::F32: return "F32";
-    case GgmlType::F16: return "F16";
-    case GgmlType::BF16: return "BF16";
-    case GgmlType::Q8_0: return "Q8_0";
-  }
-  return "unknown";
+const char* ggml_type_name(GgmlType type) { return weight_type_name(type); }
+
+void GgufFile::release_pages(const uint8_t* data, uint64_t n) const {
+  if (mapping_ == nullptr || n == 0) return;
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + page - 1) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + n) / page * page;
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 
 Result<std::shared_ptr<GgufFile>> GgufFile::open(const std::string& path) {
@@ -287,14 +278,21 @@ Status GgufFile::parse_all() {
     uint64_t type_off = c.pos();
     uint32_t type = 0;
     if (Status s = c.read(&type, "tensor type"); !s.ok()) return s;
-    if (!valid_tensor_type(type)) {
+    const WeightTypeTraits* traits = weight_type_traits(type);
+    if (traits == nullptr || !traits->weight) {
+      std::string supported;
+      for (const WeightTypeTraits& t : kWeightTypes) {
+        if (t.weight) supported += std::string(supported.empty() ? "" : ", ") + t.name;
+      }
       return Status::error("tensor '" + info.name + "' has unsupported type " + std::to_string(type) +
-                           " " + at("tensor type", type_off) + " (supported: F32, F16, BF16, Q8_0)");
+                           (traits ? std::string(" (") + traits->name + ")" : std::string()) + " " +
+                           at("tensor type", type_off) + " (supported: " + supported + ")");
     }
-    info.type = static_cast<GgmlType>(type);
-    if (info.type == GgmlType::Q8_0 && info.dims[0] % 32 != 0) {
-      return Status::error("Q8_0 tensor '" + info.name + "' has a row of " +
-                           std::to_string(info.dims[0]) + " elements, not a multiple of 32");
+    info.type = traits->type;
+    if (info.dims[0] % traits->block_elements != 0) {
+      return Status::error(std::string(traits->name) + " tensor '" + info.name + "' has a row of " +
+                           std::to_string(info.dims[0]) + " elements, not a multiple of its block of " +
+                           std::to_string(traits->block_elements));
     }
     uint64_t offset_off = c.pos();
     if (Status s = c.read(&info.offset, "tensor data offset"); !s.ok()) return s;

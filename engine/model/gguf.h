@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "kernels/quant/weight_type.h"
 
 namespace prefixd {
 
@@ -20,8 +21,8 @@ enum class GgufType : uint32_t {
   BOOL = 7, STRING = 8, ARRAY = 9, UINT64 = 10, INT64 = 11, FLOAT64 = 12,
 };
 
-// GGML tensor types this project reads (the numbers are GGML's).
-enum class GgmlType : uint32_t { F32 = 0, F16 = 1, Q8_0 = 8, BF16 = 30 };
+// GGML tensor types this project reads: the WeightType numbers are GGML's.
+using GgmlType = WeightType;
 
 // One metadata value. Scalars are widened: integers to int64/uint64, floats to
 // double, bool to uint64 0/1. Arrays keep their element type and elements.
@@ -46,7 +47,7 @@ struct GgufTensorInfo {
 };
 
 // Size in bytes of n elements of a tensor type (n must be a multiple of the
-// block size for quantized types). Returns 0 for unknown types.
+// block size for block types).
 uint64_t ggml_type_bytes(GgmlType type, int64_t n_elements);
 const char* ggml_type_name(GgmlType type);
 
@@ -81,6 +82,12 @@ class GgufFile {
   Result<std::vector<std::string>> get_string_array(std::string_view key) const;
   Result<std::vector<float>> get_float_array(std::string_view key) const;
   Result<std::vector<int64_t>> get_int_array(std::string_view key) const;
+
+  // Drops the mapping's resident pages that lie wholly inside [data, data + n)
+  // (a tensor already copied out): resident memory stays one copy of the
+  // weights. Later reads fault the pages back in from the file. No-op for
+  // parse()d bytes.
+  void release_pages(const uint8_t* data, uint64_t n) const;
 
   const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
   const GgufTensorInfo* find_tensor(std::string_view name) const;

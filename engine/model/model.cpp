@@ -4,19 +4,6 @@
 #include <cstring>
 
 namespace prefixd {
-namespace {
-
-Result<WeightType> weight_type(const GgufTensorInfo& t) {
-  switch (t.type) {
-    case GgmlType::F32: return WeightType::F32;
-    case GgmlType::F16: return WeightType::F16;
-    case GgmlType::BF16: return WeightType::BF16;
-    case GgmlType::Q8_0: return WeightType::Q8_0;
-  }
-  return Status::error("tensor '" + t.name + "' has unsupported type");
-}
-
-}  // namespace
 
 Result<std::unique_ptr<Model>> Model::load(std::shared_ptr<GgufFile> file, Backend& backend) {
   Result<ModelConfig> config = load_model_config(*file);
@@ -45,9 +32,9 @@ Result<std::unique_ptr<Matrix>> Model::matrix(const std::string& name, int64_t r
     return Status::error("tensor '" + name + "' has shape [" + got + "], expected [" +
                          std::to_string(cols) + ", " + std::to_string(rows) + "]");
   }
-  Result<WeightType> type = weight_type(*t);
-  if (!type.ok()) return type.status();
-  return backend_->upload_matrix(*type, rows, cols, t->data, /*host_data_outlives=*/true);
+  std::unique_ptr<Matrix> m = backend_->upload_matrix(t->type, rows, cols, t->data, /*host_data_outlives=*/true);
+  file_->release_pages(t->data, t->n_bytes);  // the backend holds its own copy
+  return m;
 }
 
 Result<float*> Model::vector(const std::string& name, int64_t n) {
@@ -99,6 +86,10 @@ Status Model::load_weights() {
       PREFIXD_TRY_ASSIGN(l.bq, vector(b + "attn_q.bias", q_dim));
       PREFIXD_TRY_ASSIGN(l.bk, vector(b + "attn_k.bias", kv_dim));
       PREFIXD_TRY_ASSIGN(l.bv, vector(b + "attn_v.bias", kv_dim));
+    }
+    if (c.has_qk_norm) {
+      PREFIXD_TRY_ASSIGN(l.attn_q_norm, vector(b + "attn_q_norm.weight", c.head_dim));
+      PREFIXD_TRY_ASSIGN(l.attn_k_norm, vector(b + "attn_k_norm.weight", c.head_dim));
     }
     PREFIXD_TRY_ASSIGN(l.ffn_norm, vector(b + "ffn_norm.weight", c.n_embd));
     PREFIXD_TRY_ASSIGN(l.w_gate, matrix(b + "ffn_gate.weight", c.n_ff, c.n_embd));

@@ -1,6 +1,10 @@
 // Reading and validating model hyper-parameters from GGUF metadata.
 #include "engine/model/model_config.h"
 
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
 namespace prefixd {
 namespace {
 
@@ -12,6 +16,80 @@ Result<int32_t> get_dim(const GgufFile& f, const std::string& key, int64_t max_v
                          " is out of range (1.." + std::to_string(max_value) + ")");
   }
   return static_cast<int32_t>(*v);
+}
+
+// A number as a person would write it: "4", "0.5", "1e-06".
+std::string number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", v);
+  return buf;
+}
+
+// A count-like metadata value that is set and above zero, whichever integer
+// type the writer chose.
+bool positive(const GgufValue* v) { return v != nullptr && (v->u > 0 || v->i > 0 || v->f > 0); }
+
+// RoPE scaling: only what changes no angle is accepted (type none, or linear
+// with factor 1, llama.cpp's default); Llama 3.1 scaling comes as the
+// rope_freqs.weight tensor instead (read_rope_freq_factors).
+Status check_rope_scaling(const GgufFile& f, const std::string& p) {
+  if (f.find(p + "rope.scaling.type")) {
+    Result<std::string> type = f.get_string(p + "rope.scaling.type");
+    if (!type.ok()) return type.status();
+    if (*type != "none" && *type != "linear") {
+      return Status::error("RoPE scaling '" + *type + "' (" + p +
+                           "rope.scaling.type) is not supported (supported: none, linear with "
+                           "factor 1, and Llama 3.1 frequency factors in rope_freqs.weight)");
+    }
+  }
+  for (const char* key : {"rope.scaling.factor", "rope.scale_linear"}) {
+    if (!f.find(p + key)) continue;
+    Result<double> factor = f.get_float(p + key);
+    if (!factor.ok()) return factor.status();
+    if (*factor != 0.0 && *factor != 1.0) {  // llama.cpp reads 0 as "no scaling"
+      return Status::error("RoPE scaling factor " + number(*factor) + " (" + p + key +
+                           ") is not supported (only 1)");
+    }
+  }
+  if (f.find(p + "rope.scaling.attn_factor")) {
+    Result<double> factor = f.get_float(p + "rope.scaling.attn_factor");
+    if (!factor.ok()) return factor.status();
+    if (*factor != 1.0) {
+      return Status::error("RoPE attention factor " + number(*factor) + " (" + p +
+                           "rope.scaling.attn_factor) is not supported (only 1)");
+    }
+  }
+  return Status();
+}
+
+// The optional rope_freqs.weight tensor: (rope_dim / 2) F32 factors, each
+// positive and finite; llama only (llama.cpp loads it for no other of ours).
+Status read_rope_freq_factors(const GgufFile& f, ModelConfig* c) {
+  const GgufTensorInfo* t = f.find_tensor("rope_freqs.weight");
+  if (t == nullptr) return Status();
+  if (c->arch != Arch::kLlama) {
+    return Status::error("RoPE frequency factors (tensor rope_freqs.weight) are supported for llama "
+                         "only, not '" + c->arch_name + "'");
+  }
+  const int32_t half = c->rope_dim / 2;
+  if (t->dims.size() != 1 || t->dims[0] != half) {
+    return Status::error("tensor 'rope_freqs.weight' must have shape [" + std::to_string(half) +
+                         "] (rope dimension count / 2)");
+  }
+  if (t->type != GgmlType::F32) {
+    return Status::error("tensor 'rope_freqs.weight' must be F32, not " +
+                         std::string(ggml_type_name(t->type)));
+  }
+  c->rope_freq_factors.resize(half);
+  std::memcpy(c->rope_freq_factors.data(), t->data, half * sizeof(float));
+  for (int32_t i = 0; i < half; ++i) {
+    const float v = c->rope_freq_factors[i];
+    if (!(std::isfinite(v) && v > 0.0f)) {
+      return Status::error("tensor 'rope_freqs.weight' value " + std::to_string(i) + " = " +
+                           number(v) + " is not a positive finite factor");
+    }
+  }
+  return Status();
 }
 
 }  // namespace
@@ -28,24 +106,23 @@ Result<ModelConfig> load_model_config(const GgufFile& f) {
     c.arch = Arch::kQwen2;
     c.rope_style = RopeStyle::kNeox;
     c.has_qkv_bias = true;
+  } else if (c.arch_name == "qwen3") {
+    c.arch = Arch::kQwen3;
+    c.rope_style = RopeStyle::kNeox;
+    c.has_qk_norm = true;
   } else {
     return Status::error("unsupported architecture '" + c.arch_name +
-                         "' (general.architecture); supported: llama, qwen2");
+                         "' (general.architecture); supported: llama, qwen2, qwen3");
   }
   if (Result<std::string> n = f.get_string("general.name"); n.ok()) c.name = *n;
   const std::string p = c.arch_name + ".";
 
   // Features this engine does not implement are refused, never ignored.
-  if (const GgufValue* e = f.find(p + "expert_count"); e && e->u > 0) {
+  if (positive(f.find(p + "expert_count"))) {
     return Status::error("mixture-of-experts models (" + p + "expert_count) are not supported");
   }
-  if (Result<std::string> s = f.get_string(p + "rope.scaling.type"); s.ok() && *s != "none") {
-    return Status::error("RoPE scaling '" + *s + "' (" + p + "rope.scaling.type) is not supported");
-  }
-  if (f.find_tensor("rope_freqs.weight") != nullptr) {
-    return Status::error("RoPE frequency factors (tensor rope_freqs.weight) are not supported");
-  }
-  if (const GgufValue* w = f.find(p + "attention.sliding_window"); w && w->u > 0) {
+  if (Status s = check_rope_scaling(f, p); !s.ok()) return s;
+  if (positive(f.find(p + "attention.sliding_window"))) {
     return Status::error("sliding-window attention (" + p + "attention.sliding_window) is not supported");
   }
 
@@ -105,6 +182,7 @@ Result<ModelConfig> load_model_config(const GgufFile& f) {
     if (!(*b > 1)) return Status::error(p + "rope.freq_base must be > 1");
     c.rope_base = static_cast<float>(*b);
   }
+  if (Status s = read_rope_freq_factors(f, &c); !s.ok()) return s;
 
   const GgufTensorInfo* embd = f.find_tensor("token_embd.weight");
   if (!embd) return Status::error("tensor 'token_embd.weight' is missing");

@@ -148,6 +148,7 @@ Hash128 compute_model_fingerprint(const GgufFile& file) {
     put<uint64_t>(buf, t.n_bytes);
     XXH3_128bits_update(state, buf.data(), buf.size());
     XXH3_128bits_update(state, t.data, t.n_bytes);
+    file.release_pages(t.data, t.n_bytes);  // hashing must not leave the file resident
   }
   XXH128_hash_t h = XXH3_128bits_digest(state);
   XXH3_freeState(state);

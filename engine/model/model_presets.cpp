@@ -13,6 +13,8 @@
 
 #include "engine/model/gguf.h"
 #include "engine/model/gguf_writer.h"
+#include "engine/model/quant_mix.h"
+#include "engine/model/quantize_model.h"
 
 namespace prefixd {
 namespace {
@@ -135,8 +137,8 @@ void fill_tensor(const WeightGen& gen, GgmlType type, uint64_t n, uint8_t* out) 
         for (uint64_t i = begin; i < end; ++i) p[i] = f32_to_bf16(gen(i));
         break;
       }
-      case GgmlType::Q8_0:
-        PREFIXD_CHECK(false, "the generator does not write Q8_0");
+      default:
+        PREFIXD_CHECK(false, "the generator writes F32, F16 or BF16 (then quantize_gguf)");
     }
   };
   unsigned n_threads = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
@@ -180,19 +182,14 @@ class VocabBuilder {
   int64_t n_normal_ = 0;
 };
 
-GgmlType ggml_type_for(WeightType t) {
-  switch (t) {
-    case WeightType::F32: return GgmlType::F32;
-    case WeightType::F16: return GgmlType::F16;
-    case WeightType::BF16: return GgmlType::BF16;
-    case WeightType::Q8_0: return GgmlType::Q8_0;
-  }
-  return GgmlType::F32;
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
 }
 
 }  // namespace
 
-std::vector<std::string> preset_names() { return {"tiny", "smol-135m", "demo"}; }
+std::vector<std::string> preset_names() { return {"tiny", "smol-135m", "demo", "llama-245m"}; }
 
 Result<PresetSpec> preset_spec(const std::string& preset) {
   PresetSpec s;
@@ -207,6 +204,9 @@ Result<PresetSpec> preset_spec(const std::string& preset) {
     s.n_embd = 256, s.n_layers = 4, s.n_heads = 8, s.n_kv_heads = 4, s.n_ff = 768;
     s.n_vocab = 4096, s.n_ctx = 4096, s.rope_base = 10000, s.tied_output = true;
     s.chat_template = true;
+  } else if (preset == "llama-245m") {  // every row a multiple of 256: K quantizations fit
+    s.n_embd = 1024, s.n_layers = 16, s.n_heads = 16, s.n_kv_heads = 4, s.n_ff = 2816;
+    s.n_vocab = 32000, s.n_ctx = 8192, s.rope_base = 500000, s.tied_output = false;
   } else {
     std::string known;
     for (const std::string& n : preset_names()) known += (known.empty() ? "" : ", ") + n;
@@ -279,18 +279,12 @@ std::vector<VocabPiece> synthetic_vocab(int32_t n_vocab, bool chatml) {
   return pieces;
 }
 
-Status write_preset_model(const std::string& preset, WeightType weight_type,
-                          const std::string& path) {
-  Result<PresetSpec> spec_r = preset_spec(preset);
-  if (!spec_r.ok()) return spec_r.status();
-  const PresetSpec& s = *spec_r;
-  if (weight_type == WeightType::Q8_0) {
-    return Status::error("generated models are F32, F16 or BF16; Q8_0 is not generated");
-  }
-  const GgmlType wtype = ggml_type_for(weight_type);
+namespace {
+
+// The whole preset model with matrices in `wtype` (F32, F16 or BF16).
+Status build_preset(const PresetSpec& s, WeightType wtype, GgufWriter& w) {
   const int32_t head_dim = s.head_dim();
 
-  GgufWriter w(3, 32);
   w.set_string("general.architecture", "llama");
   w.set_string("general.name", "prefixd-" + s.name);
   w.set_u32("llama.context_length", static_cast<uint32_t>(s.n_ctx));
@@ -303,9 +297,9 @@ Status write_preset_model(const std::string& preset, WeightType weight_type,
   w.set_f32("llama.rope.freq_base", s.rope_base);
   w.set_u32("llama.rope.dimension_count", static_cast<uint32_t>(head_dim));
   w.set_u32("llama.vocab_size", static_cast<uint32_t>(s.n_vocab));
-  w.set_u32("general.file_type", static_cast<uint32_t>(weight_type == WeightType::F32 ? 0
-                                                       : weight_type == WeightType::F16 ? 1
-                                                                                        : 32));
+  w.set_u32("general.file_type", static_cast<uint32_t>(wtype == WeightType::F32 ? 0
+                                                       : wtype == WeightType::F16 ? 1
+                                                                                  : 32));
 
   std::vector<VocabPiece> vocab = synthetic_vocab(s.n_vocab, s.chat_template);
   std::vector<std::string> texts;
@@ -367,7 +361,49 @@ Status write_preset_model(const std::string& preset, WeightType weight_type,
   }
   norm("output_norm.weight");
   if (!s.tied_output) matrix("output.weight", s.n_embd, s.n_vocab);
+  return Status();
+}
+
+}  // namespace
+
+Status write_preset_model(const std::string& preset, WeightType weight_type,
+                          const std::string& path) {
+  Result<PresetSpec> spec = preset_spec(preset);
+  if (!spec.ok()) return spec.status();
+  if (weight_type != WeightType::F32 && weight_type != WeightType::F16 &&
+      weight_type != WeightType::BF16) {
+    return Status::error(std::string("generated models are F32, F16 or BF16, not ") +
+                         weight_type_name(weight_type) + "; pass a quantization name (" +
+                         quant_mix_names() + ") to get a quantized preset");
+  }
+  GgufWriter w(3, 32);
+  if (Status st = build_preset(*spec, weight_type, w); !st.ok()) return st;
   return w.write_file(path);
+}
+
+Status write_preset_model(const std::string& preset, const std::string& type_name,
+                          const std::string& path) {
+  const std::string t = lower(type_name);
+  if (t == "f32") return write_preset_model(preset, WeightType::F32, path);
+  if (t == "f16") return write_preset_model(preset, WeightType::F16, path);
+  if (t == "bf16") return write_preset_model(preset, WeightType::BF16, path);
+  Result<QuantMix> mix = find_quant_mix(type_name);
+  if (!mix.ok()) {
+    return Status::error("unknown preset weight type '" + type_name +
+                         "' (accepted, any case: f32, f16, bf16, " + quant_mix_names() + ")");
+  }
+  Result<PresetSpec> spec = preset_spec(preset);
+  if (!spec.ok()) return spec.status();
+  // F32 in memory, then the same quantizer as `prefixd quantize`.
+  std::vector<uint8_t> f32_bytes;
+  {
+    GgufWriter w(3, 32);
+    if (Status st = build_preset(*spec, WeightType::F32, w); !st.ok()) return st;
+    f32_bytes = w.to_bytes();
+  }
+  Result<std::shared_ptr<GgufFile>> f32 = GgufFile::parse(f32_bytes.data(), f32_bytes.size());
+  if (!f32.ok()) return f32.status();
+  return quantize_gguf(**f32, path, mix->name, nullptr);
 }
 
 }  // namespace prefixd

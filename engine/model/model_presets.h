@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "common/result.h"
-#include "kernels/dtype.h"
+#include "kernels/quant/weight_type.h"
 
 namespace prefixd {
 
@@ -29,7 +29,9 @@ struct PresetSpec {
   int32_t head_dim() const { return n_embd / n_heads; }
 };
 
-// The presets: "tiny", "smol-135m", "demo".
+// The presets: "tiny", "smol-135m", "demo", "llama-245m" (1024 hidden, 16
+// layers, 16 heads / 4 KV heads, FFN 2816, vocab 32000, untied: every row a
+// multiple of 256, so the K quantizations need no fallback).
 std::vector<std::string> preset_names();
 // Fails for an unknown name (the message lists the known ones).
 Result<PresetSpec> preset_spec(const std::string& preset);
@@ -50,11 +52,18 @@ struct VocabPiece {
 std::vector<VocabPiece> synthetic_vocab(int32_t n_vocab, bool chatml);
 
 // Writes the preset as a GGUF v3 file at `path` (atomically). Matrices are
-// stored as `weight_type` (F32, F16 or BF16; Q8_0 is refused); norm weights
-// are always F32. Weights: ~N(0, 1/fan_in) from a counter-based splitmix64
-// generator, so the bytes do not depend on the thread count. Fills with all
-// hardware threads; safe to call from several threads at once.
+// stored as `weight_type` (F32, F16 or BF16; other types are refused); norm
+// weights are always F32. Weights: ~N(0, 1/fan_in) from a counter-based
+// splitmix64 generator, so the bytes do not depend on the thread count. Fills
+// with all hardware threads; safe to call from several threads at once.
 Status write_preset_model(const std::string& preset, WeightType weight_type,
+                          const std::string& path);
+
+// The same with the type named, any case: "f32", "f16", "bf16", or a
+// quantization mix (quant_mix.h: "q8_0", "q4_k_m", ...), which generates the
+// F32 model in memory and quantizes it with quantize_gguf (quantize_model.h),
+// exactly as `prefixd quantize` would the F32 file.
+Status write_preset_model(const std::string& preset, const std::string& type_name,
                           const std::string& path);
 
 }  // namespace prefixd

@@ -1,4 +1,4 @@
-// CpuBackend: host memory, weight upload (F16/Q8_0 -> F32, BF16 kept), batch
+// CpuBackend: host memory, weight upload (F32/BF16 packed, the rest kept as rows), batch
 // bookkeeping, KV pool allocation and block transfers. Ops live in their own files.
 #include "kernels/cpu/cpu_backend.h"
 
@@ -19,7 +19,10 @@ void* alloc_aligned(size_t n_bytes) {
 
 void free_aligned(void* ptr) { std::free(ptr); }
 
-CpuMatrix::~CpuMatrix() { free_aligned(packed); }
+CpuMatrix::~CpuMatrix() {
+  free_aligned(packed);
+  free_aligned(rows_data);
+}
 
 CpuBackend::CpuBackend(int n_threads, CpuIsa isa) : k_(cpu_kernels(isa)), pool_(n_threads) {}
 
@@ -31,53 +34,23 @@ void CpuBackend::download(void* dst_host, const void* src, size_t n_bytes) {
   std::memcpy(dst_host, src, n_bytes);
 }
 
-namespace {
-
-// One ggml Q8_0 block: 32 weights = f16 scale d and 32 int8 quants; w = d * q.
-constexpr int kQ8Block = 32;
-constexpr size_t kQ8BlockBytes = 2 + kQ8Block;
-
-void dequantize_q8_0(const uint8_t* src, float* dst, int64_t n) {
-  for (int64_t b = 0; b < n / kQ8Block; ++b) {
-    const uint8_t* blk = src + b * kQ8BlockBytes;
-    uint16_t d_bits;
-    std::memcpy(&d_bits, blk, 2);
-    const float d = f16_to_f32(d_bits);
-    const int8_t* q = reinterpret_cast<const int8_t*>(blk + 2);
-    for (int j = 0; j < kQ8Block; ++j) dst[b * kQ8Block + j] = d * static_cast<float>(q[j]);
-  }
-}
-
-}  // namespace
-
 std::unique_ptr<Matrix> CpuBackend::upload_matrix(WeightType type, int64_t rows, int64_t cols,
                                                   const void* host_data,
-                                                  bool /*host_data_outlives: always copied, packed*/) {
+                                                  bool /*host_data_outlives: always copied*/) {
   auto m = std::make_unique<CpuMatrix>();
   m->rows = rows;
   m->cols = cols;
   m->source_type = type;
-  const int64_t n = rows * cols;
-  switch (type) {
-    case WeightType::F32:
-      pack_matrix(*m, DType::F32, host_data);
-      break;
-    case WeightType::BF16:
-      pack_matrix(*m, DType::BF16, host_data);
-      break;
-    case WeightType::F16:
-    case WeightType::Q8_0: {
-      float* tmp = static_cast<float*>(alloc_aligned(n * sizeof(float)));  // (rows, cols) f32
-      if (type == WeightType::F16) {
-        k_.f16_to_f32_n(static_cast<const uint16_t*>(host_data), tmp, n);
-      } else {
-        PREFIXD_CHECK(cols % kQ8Block == 0, "Q8_0 rows must be whole blocks");
-        dequantize_q8_0(static_cast<const uint8_t*>(host_data), tmp, n);
-      }
-      pack_matrix(*m, DType::F32, tmp);
-      free_aligned(tmp);
-      break;
-    }
+  if (type == WeightType::F32) {
+    pack_matrix(*m, DType::F32, host_data);
+  } else if (type == WeightType::BF16) {
+    pack_matrix(*m, DType::BF16, host_data);
+  } else {
+    PREFIXD_CHECK(cols % weight_type_traits(type).block_elements == 0, "rows must be whole blocks");
+    m->row_bytes = weight_row_bytes(type, cols);
+    const size_t n_bytes = m->row_bytes * static_cast<size_t>(rows);
+    m->rows_data = static_cast<uint8_t*>(alloc_aligned(n_bytes));
+    std::memcpy(m->rows_data, host_data, n_bytes);
   }
   return m;
 }
@@ -150,8 +123,8 @@ void CpuBackend::swiglu(const float* gate, const float* up, float* out, int64_t 
 }
 
 void CpuBackend::rope(float* x, int32_t n_heads, int32_t head_dim, int32_t rope_dim, float base,
-                      RopeStyle style) {
-  cpu::rope(k_, pool_, batch_, x, n_heads, head_dim, rope_dim, base, style);
+                      const float* freq_factors, RopeStyle style) {
+  cpu::rope(k_, pool_, batch_, x, n_heads, head_dim, rope_dim, base, freq_factors, style);
 }
 
 void CpuBackend::kv_store(KvPool& pool, int32_t layer, const float* k, const float* v) {

@@ -15,16 +15,23 @@
 
 namespace prefixd::cpu {
 
-// A weight matrix as the CPU backend holds it: F32 (for F32/F16/Q8_0 sources)
-// or BF16 (for BF16 sources), packed into panels of 32 rows for the matmul
-// kernel (see gemm.cpp): F32 panel p = (cols, 32) holding rows [32p, 32p+32);
-// BF16 panel p = (ceil(cols/2), 32, 2), column pairs interleaved. Rows past
-// `rows` and the odd column pad are zero. Owns `packed`.
+// A weight matrix as the CPU backend holds it, in one of two layouts:
+// - panels (F32 and BF16 sources): packed into panels of 32 rows for the
+//   matmul kernel (see gemm.cpp): F32 panel p = (cols, 32) holding rows
+//   [32p, 32p+32); BF16 panel p = (ceil(cols/2), 32, 2), column pairs
+//   interleaved. Rows past `rows` and the odd column pad are zero.
+// - rows (F16 and every block type): the rows exactly as the file holds them,
+//   row_bytes each (a run of blocks), dequantized tile by tile as the matmul
+//   reads them: the weights stay in their own bits.
+// Owns `packed` / `rows_data`.
 class CpuMatrix : public Matrix {
  public:
   ~CpuMatrix() override;
-  DType dtype = DType::F32;  // F32 or BF16
-  void* packed = nullptr;    // ceil(rows/32) panels in dtype, 64-byte aligned
+  DType dtype = DType::F32;    // panels: F32 or BF16
+  void* packed = nullptr;      // panels: ceil(rows/32) panels in dtype, 64-byte aligned
+  uint8_t* rows_data = nullptr;  // rows: (rows, row_bytes), 64-byte aligned
+  size_t row_bytes = 0;
+  bool has_panels() const { return packed != nullptr; }
 };
 
 // gemm.cpp: fills m.packed (m.rows, m.cols must be set) from a row-major
@@ -43,10 +50,11 @@ struct CpuBatch {
   std::vector<int32_t> output_rows;   // [n_out]
   int32_t block_size = 0;
   // RoPE cos/sin per token, computed by the first rope() of a batch and reused
-  // by later calls with the same (rope_dim, base): [n_tokens][rope_dim/2] each.
+  // by later calls with the same (rope_dim, base, factors): [n_tokens][rope_dim/2] each.
   std::vector<float> rope_cos, rope_sin;
   int32_t rope_dim = -1;
   float rope_base = 0.0f;
+  std::vector<float> rope_factors;  // (rope_dim/2) f32 the tables used; empty: none
   int32_t n_tokens() const { return static_cast<int32_t>(tokens.size()); }
 };
 
@@ -70,7 +78,7 @@ void add_bias(const CpuKernels& k, ThreadPool& pool, float* y, const float* bias
 void swiglu(const CpuKernels& k, ThreadPool& pool, const float* gate, const float* up, float* out,
             int64_t n);
 void rope(const CpuKernels& k, ThreadPool& pool, CpuBatch& batch, float* x, int32_t n_heads,
-          int32_t head_dim, int32_t rope_dim, float base, RopeStyle style);
+          int32_t head_dim, int32_t rope_dim, float base, const float* freq_factors, RopeStyle style);
 void embed(ThreadPool& pool, const CpuBatch& batch, const CpuMatrix& table, float* out);
 // kv_cache.cpp: f32 rows -> pool dtype at the batch's slots.
 void kv_store(const CpuKernels& k, const CpuBatch& batch, KvPool& kv, int32_t layer, const float* key,
@@ -107,7 +115,7 @@ class CpuBackend : public Backend {
   void add(float* y, const float* x, int64_t n) override;
   void swiglu(const float* gate, const float* up, float* out, int64_t n) override;
   void rope(float* x, int32_t n_heads, int32_t head_dim, int32_t rope_dim, float base,
-            RopeStyle style) override;
+            const float* freq_factors, RopeStyle style) override;
   void kv_store(KvPool& pool, int32_t layer, const float* k, const float* v) override;
   void attention(const KvPool& pool, int32_t layer, const float* q, float* out, int32_t n_heads,
                  float scale) override;

@@ -29,6 +29,10 @@ struct GemmArgs {
   const uint16_t* xb = nullptr;  // (n, xb_stride) bf16, zero padded; only for gemm_bf16_x sets
   int64_t xb_stride = 0;
   float* y = nullptr;            // (n, rows) f32
+  // Matrices kept as rows (CpuMatrix's rows layout) instead of panels:
+  const uint8_t* rows_data = nullptr;  // (rows, row_bytes) in row_type
+  size_t row_bytes = 0;
+  WeightType row_type = WeightType::F32;
 };
 
 // One unit of attention work: up to attn_task_lanes consecutive flattened
@@ -58,11 +62,15 @@ struct CpuKernels {
   // BF16 panels read x as BF16 (the set has a BF16 dot product): the caller
   // converts x into GemmArgs::xb first.
   bool gemm_bf16_x;
-  // Floats of per-thread scratch gemm_panels needs for a matrix of `cols` columns.
+  // Floats of per-thread scratch gemm_panels and gemm_rows need for `cols` columns.
   size_t (*gemm_scratch_floats)(int64_t cols);
   // y rows [i0, i1) x output columns of panels [p0, p1).
   void (*gemm_panels)(const GemmArgs& a, int64_t p0, int64_t p1, int64_t i0, int64_t i1,
                       float* scratch);
+  // The same over a matrix kept as rows (F16 or a block type): each group of
+  // 32 rows is dequantized to F32 as the tiles read it.
+  void (*gemm_rows)(const GemmArgs& a, int64_t p0, int64_t p1, int64_t i0, int64_t i1,
+                    float* scratch);
 
   // --- attention ------------------------------------------------------------
   int32_t attn_task_lanes;  // (row, head) indices per task

@@ -79,22 +79,35 @@ void swiglu(const CpuKernels& k, ThreadPool& pool, const float* gate, const floa
 }
 
 void rope(const CpuKernels& k, ThreadPool& pool, CpuBatch& batch, float* x, int32_t n_heads, int32_t head_dim,
-          int32_t rope_dim, float base, RopeStyle style) {
+          int32_t rope_dim, float base, const float* freq_factors, RopeStyle style) {
   PREFIXD_CHECK(rope_dim > 0 && rope_dim % 2 == 0 && rope_dim <= head_dim, "bad rope_dim");
   const int32_t n_tok = batch.n_tokens();
   const int32_t half = rope_dim / 2;
-  if (batch.rope_dim != rope_dim || batch.rope_base != base) {
-    // Angles as llama.cpp computes them: theta_i = pos * scale^i, the power
-    // taken by repeated float multiplication with scale = base^(-2/rope_dim).
+  const bool same_factors =
+      freq_factors == nullptr
+          ? batch.rope_factors.empty()
+          : batch.rope_factors.size() == static_cast<size_t>(half) &&
+                std::memcmp(batch.rope_factors.data(), freq_factors, half * sizeof(float)) == 0;
+  if (batch.rope_dim != rope_dim || batch.rope_base != base || !same_factors) {
+    // Angles as llama.cpp computes them: theta_i = pos * scale^i / factor_i,
+    // the power taken by repeated float multiplication with
+    // scale = base^(-2/rope_dim), then divided by the pair's frequency factor.
     batch.rope_cos.resize(static_cast<size_t>(n_tok) * half);
     batch.rope_sin.resize(static_cast<size_t>(n_tok) * half);
+    if (freq_factors != nullptr) {
+      batch.rope_factors.assign(freq_factors, freq_factors + half);
+    } else {
+      batch.rope_factors.clear();
+    }
+    const float* ff = freq_factors;
     const float theta_scale = powf(base, -2.0f / static_cast<float>(rope_dim));
     parallel_rows(pool, n_tok, 64 * half, [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t) {
         float theta = static_cast<float>(batch.positions[t]);
         for (int32_t i = 0; i < half; ++i) {
-          batch.rope_cos[t * half + i] = cosf(theta);
-          batch.rope_sin[t * half + i] = sinf(theta);
+          const float angle = ff != nullptr ? theta / ff[i] : theta;
+          batch.rope_cos[t * half + i] = cosf(angle);
+          batch.rope_sin[t * half + i] = sinf(angle);
           theta *= theta_scale;
         }
       }

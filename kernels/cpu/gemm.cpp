@@ -1,12 +1,15 @@
-// Matrix products y (n, rows) = x (n, cols) · Wᵀ with W packed at upload into
-// panels of 32 output rows: F32 panels (cols, 32), BF16 panels (ceil(cols/2),
-// 32, 2) with column pairs interleaved. This file packs and splits the work
-// into tasks; the register tiles are the instruction set's (generic/gemm_tiles.h).
+// Matrix products y (n, rows) = x (n, cols) · Wᵀ. F32 and BF16 weights are
+// packed at upload into panels of 32 output rows: F32 panels (cols, 32), BF16
+// panels (ceil(cols/2), 32, 2) with column pairs interleaved; F16 and block
+// types stay rows in their own bits. This file packs and splits the work into
+// tasks; the kernels are the instruction set's (generic/gemm_tiles.h,
+// generic/quant_gemm.h).
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/quant/dequantize.h"
 
 namespace prefixd::cpu {
 
@@ -63,6 +66,10 @@ void pack_matrix(CpuMatrix& m, DType dtype, const void* row_major) {
 
 void matrix_row(const CpuMatrix& m, int64_t r, float* out) {
   const int64_t cols = m.cols;
+  if (!m.has_panels()) {
+    quant::dequantize_row(m.source_type, m.rows_data + r * m.row_bytes, out, cols);
+    return;
+  }
   if (m.dtype == DType::F32) {
     const float* p = static_cast<const float*>(m.packed) + (r / kPanel) * cols * kPanel + r % kPanel;
     for (int64_t c = 0; c < cols; ++c) out[c] = p[c * kPanel];
@@ -79,20 +86,36 @@ void matmul(const CpuKernels& k, ThreadPool& pool, const CpuMatrix& w, const flo
   const int64_t rows = w.rows, cols = w.cols;
   if (n <= 0) return;
   const int64_t n_panels = (rows + kPanel - 1) / kPanel;
-  const int64_t x_tasks = (n + kXChunk - 1) / kXChunk;
-  // Panels per task: about 8 tasks per thread in all.
-  const int64_t want_tasks = 8 * pool.n_threads();
-  int64_t per = (n_panels * x_tasks + want_tasks - 1) / want_tasks;
-  per = std::clamp<int64_t>(per, 1, n_panels);
-  const int64_t p_tasks = (n_panels + per - 1) / per;
-
   GemmArgs a;
-  a.packed = w.packed;
-  a.dtype = w.dtype;
   a.rows = rows;
   a.cols = cols;
   a.x = x;
   a.y = y;
+  const size_t scratch_floats = k.gemm_scratch_floats(cols);
+  const int64_t want_tasks = 8 * pool.n_threads();  // about 8 tasks per thread in all
+
+  if (!w.has_panels()) {
+    // Rows layout: every task takes all x rows, so each group of 32 weight
+    // rows is dequantized once per call.
+    a.rows_data = w.rows_data;
+    a.row_bytes = w.row_bytes;
+    a.row_type = w.source_type;
+    const int64_t per = std::clamp<int64_t>((n_panels + want_tasks - 1) / want_tasks, 1, n_panels);
+    pool.parallel_for((n_panels + per - 1) / per, [&](int64_t t, int) {
+      static thread_local std::vector<float> scratch;  // the set's per-thread scratch
+      if (scratch.size() < scratch_floats) scratch.resize(scratch_floats);
+      k.gemm_rows(a, t * per, std::min(n_panels, (t + 1) * per), 0, n, scratch.data());
+    });
+    return;
+  }
+
+  const int64_t x_tasks = (n + kXChunk - 1) / kXChunk;
+  // Panels per task: about 8 tasks per thread in all.
+  int64_t per = (n_panels * x_tasks + want_tasks - 1) / want_tasks;
+  per = std::clamp<int64_t>(per, 1, n_panels);
+  const int64_t p_tasks = (n_panels + per - 1) / per;
+  a.packed = w.packed;
+  a.dtype = w.dtype;
   // BF16 x for sets with a BF16 dot product: the caller thread's buffer,
   // shared with the workers by pointer.
   static thread_local std::vector<uint16_t> xb_buffer;  // (n, stride) bf16
@@ -103,7 +126,6 @@ void matmul(const CpuKernels& k, ThreadPool& pool, const CpuMatrix& w, const flo
     a.xb = xb_buffer.data();
     a.xb_stride = stride;
   }
-  const size_t scratch_floats = k.gemm_scratch_floats(cols);
   pool.parallel_for(p_tasks * x_tasks, [&](int64_t t, int) {
     static thread_local std::vector<float> scratch;  // the set's per-thread panel scratch
     if (scratch.size() < scratch_floats) scratch.resize(scratch_floats);

@@ -6,9 +6,11 @@
 #include <cuda_runtime.h>
 #include <cublas_v2.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/cuda/cuda_check.h"
@@ -22,14 +24,17 @@ namespace {
 using cuda::DeviceBatch;
 using cuda::PackedBatch;
 
-// A weight matrix in device memory, (rows, cols) row-major in `stored`.
+// A weight matrix in device memory, (rows, cols) row-major: elements of
+// `stored` (F32/F16/BF16), or the raw ggml rows of source_type (`blocks`).
 class CudaMatrix : public Matrix {
  public:
   ~CudaMatrix() override {
     if (data) PREFIXD_CUDA_CHECK(cudaFree(data));
   }
-  void* data = nullptr;  // device, (rows, cols) stored
-  DType stored = DType::F32;
+  // device: (rows, cols) in `stored`, or (rows) runs of weight_row_bytes(source_type, cols) bytes
+  void* data = nullptr;
+  DType stored = DType::F32;  // element type; blocks: F16, what prefill dequantizes to
+  bool blocks = false;        // raw ggml blocks of source_type, as in the file
 };
 
 cudaDataType_t cuda_type(DType t) {
@@ -52,9 +57,17 @@ struct DeviceScratch {
   size_t capacity_bytes = 0;
   void* ensure(size_t n_bytes, cudaStream_t stream) {
     if (n_bytes <= capacity_bytes) return ptr;
+    return grow_to(n_bytes + n_bytes / 2, stream);
+  }
+  // Grows to exactly n_bytes: a buffer sized once for its largest user.
+  void* reserve_exact(size_t n_bytes, cudaStream_t stream) {
+    if (n_bytes <= capacity_bytes) return ptr;
+    return grow_to(n_bytes, stream);
+  }
+  void* grow_to(size_t n_bytes, cudaStream_t stream) {
     PREFIXD_CUDA_CHECK(cudaStreamSynchronize(stream));
     if (ptr) PREFIXD_CUDA_CHECK(cudaFree(ptr));
-    capacity_bytes = n_bytes + n_bytes / 2;
+    capacity_bytes = n_bytes;
     PREFIXD_CUDA_CHECK(cudaMalloc(&ptr, capacity_bytes));
     return ptr;
   }
@@ -114,6 +127,7 @@ class CudaBackend final : public Backend {
     if (copy_stream_) cudaStreamSynchronize(copy_stream_);
     for (RopeTable& t : rope_tables_) cudaFree(t.inv_freq);
     act_scratch_.release();
+    dequant_scratch_.release();
     decode_ws_.release();
     batch_dev_.release();
     batch_host_.release();
@@ -177,21 +191,25 @@ class CudaBackend final : public Backend {
   std::unique_ptr<Matrix> upload_matrix(WeightType type, int64_t rows, int64_t cols,
                                         const void* host_data, bool host_data_outlives) override {
     activate();
-    PREFIXD_CHECK(rows > 0 && cols > 0 && rows <= INT_MAX && cols <= INT_MAX, "matrix shape");
+    PREFIXD_CHECK(rows <= INT_MAX && cols <= INT_MAX, "matrix shape");
+    const Status shape = cuda::check_weight_shape(type, rows, cols);
+    PREFIXD_CHECK(shape.ok(), shape.message().c_str());
+    const cuda::GemmDispatch g = cuda::gemm_dispatch(type);
     auto m = std::make_unique<CudaMatrix>();
     m->rows = rows;
     m->cols = cols;
     m->source_type = type;
-    m->stored = cuda::gemm_dispatch(type).stored;
-    const size_t n_bytes = static_cast<size_t>(rows * cols) * dtype_bytes(m->stored);
-    std::vector<uint16_t> dequant;  // (rows * cols) f16, Q8_0 only
-    const void* src = host_data;
-    if (type == WeightType::Q8_0) {
-      dequant = cuda::dequantize_q8_0_to_f16(static_cast<const uint8_t*>(host_data), rows, cols);
-      src = dequant.data();
-    }
+    m->stored = g.stored;
+    m->blocks = g.blocks;
+    // Block types are copied as they lie in the file; prefill dequantizes
+    // slabs of them into dequant_scratch_, reserved here so that its memory
+    // is taken at load time, before the KV pool is sized from what is free.
+    const size_t n_bytes = g.blocks ? static_cast<size_t>(rows) * weight_row_bytes(type, cols)
+                                    : static_cast<size_t>(rows * cols) * dtype_bytes(m->stored);
+    if (g.blocks) dequant_scratch_.reserve_exact(cuda::dequant_scratch_bytes(rows, cols), stream_);
     PREFIXD_CUDA_CHECK(cudaMalloc(&m->data, n_bytes));
-    PREFIXD_CUDA_CHECK(cudaMemcpyAsync(m->data, src, n_bytes, cudaMemcpyHostToDevice, stream_));
+    PREFIXD_CUDA_CHECK(
+        cudaMemcpyAsync(m->data, host_data, n_bytes, cudaMemcpyHostToDevice, stream_));
     PREFIXD_CUDA_CHECK(cudaStreamSynchronize(stream_));
     return m;
   }
@@ -260,7 +278,10 @@ class CudaBackend final : public Backend {
     activate();
     const auto& t = static_cast<const CudaMatrix&>(table);
     PREFIXD_CHECK(batch_.layout.max_token < t.rows, "token id beyond the embedding table");
-    cuda::launch_embed(t.data, t.stored, t.cols, batch_, out, stream_);
+    if (t.blocks)
+      cuda::launch_embed_blocks(t.data, t.source_type, t.cols, batch_, out, stream_);
+    else
+      cuda::launch_embed(t.data, t.stored, t.cols, batch_, out, stream_);
   }
 
   void rmsnorm(const float* x, const float* weight, float* out, int64_t n, int64_t dim,
@@ -274,6 +295,10 @@ class CudaBackend final : public Backend {
     if (n == 0) return;
     PREFIXD_CHECK(n <= INT_MAX, "GEMM batch too large");
     const auto& m = static_cast<const CudaMatrix&>(w);
+    if (m.blocks && cuda::quant_matmul_path(n) == cuda::QuantMatmulPath::kMatvec) {
+      cuda::launch_quant_matvec(m.data, m.source_type, m.rows, m.cols, x, y, n, stream_);
+      return;
+    }
     const DType act_type = cuda::gemm_dispatch(m.source_type).activation;
     const void* act = x;  // (n, cols) in act_type
     if (act_type != DType::F32) {
@@ -281,15 +306,22 @@ class CudaBackend final : public Backend {
       cuda::launch_convert_f32(x, scratch, act_type, n * m.cols, stream_);
       act = scratch;
     }
-    // Row-major y (n, rows) = x (n, cols) · Wᵀ is, column-major,
-    // yᵀ (rows, n) = op_T(W as (cols, rows)) · xᵀ (cols, n).
-    const float alpha = 1.0f, beta = 0.0f;
-    PREFIXD_CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(m.rows),
-                                      static_cast<int>(n), static_cast<int>(m.cols), &alpha, m.data,
-                                      cuda_type(m.stored), static_cast<int>(m.cols), act,
-                                      cuda_type(act_type), static_cast<int>(m.cols), &beta, y,
-                                      CUDA_R_32F, static_cast<int>(m.rows), CUBLAS_COMPUTE_32F,
-                                      CUBLAS_GEMM_DEFAULT));
+    if (!m.blocks) {
+      gemm(m.data, m.stored, m.rows, m.cols, act, act_type, n, y, m.rows);
+      return;
+    }
+    // Prefill over blocks: slabs of rows dequantized to F16 in the one
+    // scratch, a GEMM each into their columns of y (the stream orders a slab's
+    // GEMM before the next slab overwrites the scratch).
+    const int64_t slab = cuda::dequant_slab_rows(m.rows, m.cols);
+    PREFIXD_CHECK(dequant_scratch_.capacity_bytes >= cuda::dequant_scratch_bytes(m.rows, m.cols),
+                  "dequantization scratch smaller than reserved at upload");
+    auto* w16 = static_cast<uint16_t*>(dequant_scratch_.ptr);  // (slab, cols) f16
+    for (int64_t r0 = 0; r0 < m.rows; r0 += slab) {
+      const int64_t n_rows = std::min(slab, m.rows - r0);
+      cuda::launch_dequantize_f16(m.data, m.source_type, r0, n_rows, m.cols, w16, stream_);
+      gemm(w16, DType::F16, n_rows, m.cols, act, act_type, n, y + r0, m.rows);
+    }
   }
 
   void add_bias(float* y, const float* bias, int64_t n, int64_t dim) override {
@@ -306,11 +338,11 @@ class CudaBackend final : public Backend {
   }
 
   void rope(float* x, int32_t n_heads, int32_t head_dim, int32_t rope_dim, float base,
-            RopeStyle style) override {
+            const float* freq_factors, RopeStyle style) override {
     activate();
     PREFIXD_CHECK(rope_dim > 0 && rope_dim % 2 == 0 && rope_dim <= head_dim, "rope_dim");
-    cuda::launch_rope(x, batch_, n_heads, head_dim, rope_dim, inv_freq_table(rope_dim, base), style,
-                      stream_);
+    cuda::launch_rope(x, batch_, n_heads, head_dim, rope_dim,
+                      inv_freq_table(rope_dim, base, freq_factors), style, stream_);
   }
 
   void kv_store(KvPool& pool, int32_t layer, const float* k, const float* v) override {
@@ -418,25 +450,47 @@ class CudaBackend final : public Backend {
   struct RopeTable {
     int32_t rope_dim;
     float base;
-    double* inv_freq;  // device, (rope_dim / 2) f64
+    std::vector<float> factors;  // (rope_dim / 2) f32 frequency factors; empty: none
+    double* inv_freq;            // device, (rope_dim / 2) f64
   };
 
   void activate() const { PREFIXD_CUDA_CHECK(cudaSetDevice(device_)); }
 
-  // Inverse frequencies for (rope_dim, base), computed in double on the host
-  // once and kept on the device.
-  const double* inv_freq_table(int32_t rope_dim, float base) {
+  // y (n, ldy) f32, columns [0, rows) = act (n, cols) · Wᵀ, W (rows, cols)
+  // row-major in w_type. Column-major that is yᵀ (rows, n) = op_T(W as
+  // (cols, rows)) · actᵀ (cols, n), leading dimension ldy.
+  void gemm(const void* w, DType w_type, int64_t rows, int64_t cols, const void* act,
+            DType act_type, int64_t n, float* y, int64_t ldy) {
+    const float alpha = 1.0f, beta = 0.0f;
+    PREFIXD_CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(rows),
+                                      static_cast<int>(n), static_cast<int>(cols), &alpha, w,
+                                      cuda_type(w_type), static_cast<int>(cols), act,
+                                      cuda_type(act_type), static_cast<int>(cols), &beta, y,
+                                      CUDA_R_32F, static_cast<int>(ldy), CUBLAS_COMPUTE_32F,
+                                      CUBLAS_GEMM_DEFAULT));
+  }
+
+  // Inverse frequencies for (rope_dim, base, factors), each divided by its
+  // frequency factor, computed in double on the host once and kept on the device.
+  const double* inv_freq_table(int32_t rope_dim, float base, const float* freq_factors) {
+    const int32_t half = rope_dim / 2;
+    std::vector<float> factors;  // (half) f32; empty: none
+    if (freq_factors != nullptr) factors.assign(freq_factors, freq_factors + half);
     for (const RopeTable& t : rope_tables_)
-      if (t.rope_dim == rope_dim && t.base == base) return t.inv_freq;
-    std::vector<double> host(rope_dim / 2);  // (rope_dim / 2) f64
-    for (int32_t i = 0; i < rope_dim / 2; ++i) host[i] = op::rope_inv_freq(i, rope_dim, base);
-    RopeTable t{rope_dim, base, nullptr};
+      if (t.rope_dim == rope_dim && t.base == base && t.factors == factors) return t.inv_freq;
+    std::vector<double> host(half);  // (rope_dim / 2) f64
+    for (int32_t i = 0; i < half; ++i) {
+      host[i] = op::rope_inv_freq(i, rope_dim, base);
+      if (!factors.empty()) host[i] /= static_cast<double>(factors[i]);
+    }
+    RopeTable t{rope_dim, base, std::move(factors), nullptr};
     PREFIXD_CUDA_CHECK(cudaMalloc(&t.inv_freq, host.size() * sizeof(double)));
     PREFIXD_CUDA_CHECK(cudaMemcpyAsync(t.inv_freq, host.data(), host.size() * sizeof(double),
                                        cudaMemcpyHostToDevice, stream_));
     PREFIXD_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    rope_tables_.push_back(t);
-    return t.inv_freq;
+    double* inv_freq = t.inv_freq;
+    rope_tables_.push_back(std::move(t));
+    return inv_freq;
   }
 
   void check_pool_access(const KvPool& pool, int32_t layer) const {
@@ -462,6 +516,8 @@ class CudaBackend final : public Backend {
   PinnedScratch batch_host_;      // PackedBatch::words, pinned, int32
   DeviceScratch batch_dev_;       // PackedBatch::words, device, int32
   DeviceScratch act_scratch_;     // (n, cols) F16/BF16 GEMM input
+  DeviceScratch dequant_scratch_; // (slab rows, cols) f16: a block matrix's rows for prefill,
+                                  // sized at upload for the largest (dequant_scratch_bytes)
   DeviceScratch decode_ws_;       // (n_decode_seqs, n_heads, n_splits, head_dim + 2) f32
   PinnedScratch block_staging_;   // (geom.block_bytes()) one block, all layers, K then V
   std::vector<RopeTable> rope_tables_;

@@ -32,6 +32,22 @@ struct DeviceBatch {
 void launch_embed(const void* table, DType type, int64_t dim, const DeviceBatch& b, float* out,
                   cudaStream_t stream);
 
+// quant_dequantize.cu: out (n_tokens, cols) f32 = rows of `table` (n_vocab,
+// cols), raw ggml blocks of block type `type`, picked by the batch's tokens.
+void launch_embed_blocks(const void* table, WeightType type, int64_t cols, const DeviceBatch& b,
+                         float* out, cudaStream_t stream);
+
+// quant_dequantize.cu: out (n_rows, cols) f16 bits = rows [row0, row0 + n_rows)
+// of w (rows, cols), raw ggml blocks of block type `type`; out 16-byte aligned.
+void launch_dequantize_f16(const void* w, WeightType type, int64_t row0, int64_t n_rows,
+                           int64_t cols, uint16_t* out, cudaStream_t stream);
+
+// quant_matvec.cu: y (n, rows) f32 = x (n, cols) f32 · Wᵀ for 1 <= n <=
+// kMatvecMaxRows, W (rows, cols) raw ggml blocks of block type `type` read in
+// place (F32 accumulation).
+void launch_quant_matvec(const void* w, WeightType type, int64_t rows, int64_t cols, const float* x,
+                         float* y, int64_t n, cudaStream_t stream);
+
 // rmsnorm.cu: whether this binary holds kernel code for the current device
 // (cudaErrorNoKernelImageForDevice otherwise); never aborts.
 cudaError_t probe_kernel_image();

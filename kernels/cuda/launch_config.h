@@ -13,6 +13,7 @@
 #include "common/result.h"
 #include "kernels/backend.h"
 #include "kernels/dtype.h"
+#include "kernels/quant/weight_type.h"
 #include "kernels/op_math_ext.h"
 
 namespace prefixd::cuda {
@@ -320,21 +321,28 @@ inline PackedBatch pack_batch(const Batch& b, int32_t block_size) {
 
 // --- dtype dispatch --------------------------------------------------------------
 
-// How a weight type is held on the device and multiplied: the stored matrix
-// type, the type activations are converted to for cublasGemmEx (same as the
-// stored type), always F32 output and CUBLAS_COMPUTE_32F accumulation.
+// How a weight type is held on the device and multiplied. F32/F16/BF16: the
+// matrix in its own type, activations converted to it, one cublasGemmEx.
+// Block (quantized) types: the raw ggml rows as in the file; decode
+// (n <= kMatvecMaxRows) runs quant_matvec on them, prefill dequantizes slabs
+// of rows into the backend's F16 scratch and runs cublasGemmEx on each.
+// Always F32 output and CUBLAS_COMPUTE_32F accumulation.
 struct GemmDispatch {
-  DType stored = DType::F32;      // device matrix element type
+  bool supported = false;         // a weight type this backend takes
+  bool blocks = false;            // held as raw ggml blocks (see above)
+  DType stored = DType::F32;      // what cublasGemmEx reads: the matrix, or the F16 scratch
   DType activation = DType::F32;  // x converted to this before the GEMM
 };
 inline GemmDispatch gemm_dispatch(WeightType w) {
   switch (w) {
-    case WeightType::F32: return {DType::F32, DType::F32};
-    case WeightType::F16: return {DType::F16, DType::F16};
-    case WeightType::BF16: return {DType::BF16, DType::BF16};
-    case WeightType::Q8_0: return {DType::F16, DType::F16};  // dequantized at upload
+    case WeightType::F32: return {true, false, DType::F32, DType::F32};
+    case WeightType::F16: return {true, false, DType::F16, DType::F16};
+    case WeightType::BF16: return {true, false, DType::BF16, DType::BF16};
+    default: break;
   }
-  return {};
+  const WeightTypeTraits* t = weight_type_traits(static_cast<uint32_t>(w));
+  if (t == nullptr || !t->weight) return {};  // unknown, or activation-only (Q8_1, Q8_K)
+  return {true, true, DType::F16, DType::F16};
 }
 
 // Index of the attention kernel instantiation for (KV dtype, dims per lane):
@@ -351,21 +359,88 @@ inline size_t gemm_activation_bytes(int64_t n, int64_t cols, DType activation) {
   return activation == DType::F32 ? 0 : static_cast<size_t>(n) * cols * dtype_bytes(activation);
 }
 
-// Q8_0 weights are dequantized at upload to F16 (what the GEMM takes):
-// src (rows * cols / 32) blocks of 34 bytes -> (rows * cols) f16 bits.
-inline std::vector<uint16_t> dequantize_q8_0_to_f16(const uint8_t* src, int64_t rows, int64_t cols) {
-  PREFIXD_CHECK(cols % op::kQ8_0BlockValues == 0, "Q8_0 row length not a multiple of 32");
-  std::vector<uint16_t> out(static_cast<size_t>(rows * cols));
-  const int64_t n_blocks = rows * cols / op::kQ8_0BlockValues;
-  for (int64_t bi = 0; bi < n_blocks; ++bi) {
-    const uint8_t* blk = src + bi * op::kQ8_0BlockBytes;
-    const uint16_t d = static_cast<uint16_t>(blk[0] | (blk[1] << 8));  // little-endian f16
-    for (int32_t j = 0; j < op::kQ8_0BlockValues; ++j) {
-      const int8_t q = static_cast<int8_t>(blk[2 + j]);
-      out[bi * op::kQ8_0BlockValues + j] = f32_to_f16(op::q8_0_value(d, q));
-    }
-  }
-  return out;
+// --- weights kept as ggml blocks -------------------------------------------------
+// Kernels decode 8-value chunks of a block (quant_chunk.h, kQuantChunkValues).
+
+// Decode: quant_matvec reads the blocks directly, one warp per output row,
+// kMatvecWarps rows per thread block, for up to kMatvecMaxRows rows of x at
+// once (kernels instantiated for 1, 2, 4 and 8 rows, the unused ones masked).
+inline constexpr int32_t kMatvecWarps = 4;
+inline constexpr int32_t kMatvecMaxRows = 8;
+
+enum class QuantMatmulPath : uint8_t {
+  kMatvec,       // n <= kMatvecMaxRows: blocks read in place
+  kDequantGemm,  // larger n: F16 slabs in the scratch + cublasGemmEx
+};
+inline QuantMatmulPath quant_matmul_path(int64_t n) {
+  return n <= kMatvecMaxRows ? QuantMatmulPath::kMatvec : QuantMatmulPath::kDequantGemm;
+}
+
+// Rows of x the matvec kernel is instantiated for: the smallest of 1, 2, 4, 8
+// holding n; 0 outside [1, kMatvecMaxRows].
+inline int32_t matvec_rows_variant(int64_t n) {
+  if (n < 1 || n > kMatvecMaxRows) return 0;
+  return n == 1 ? 1 : n == 2 ? 2 : n <= 4 ? 4 : 8;
+}
+
+// grid (ceil(rows / kMatvecWarps)), block kMatvecWarps warps.
+inline LaunchConfig quant_matvec_launch(int64_t rows, int64_t cols) {
+  LaunchConfig c;
+  c.block.x = kMatvecWarps * kWarpSize;
+  c.grid.x = static_cast<uint32_t>(ceil_div(std::max<int64_t>(rows, 0), kMatvecWarps));
+  if (cols <= 0) c.grid.x = 0;
+  return c;
+}
+
+// Dequantization to F16: one thread per 8-value chunk, grid-stride.
+inline LaunchConfig dequantize_launch(int64_t n_values) { return elementwise_launch(n_values / 8); }
+
+// Embedding rows of a block table: one thread block per token, threads stride
+// over the row's 8-value chunks.
+inline LaunchConfig embed_blocks_launch(int64_t n_tokens, int64_t cols) {
+  return row_launch(n_tokens, cols / 8);
+}
+
+// Prefill dequantizes at most this many bytes of F16 rows at a time: the
+// backend's one scratch holds min(largest matrix, this) and larger matrices
+// (the output projection of a big vocabulary) run as several slab GEMMs.
+inline constexpr size_t kDequantScratchMaxBytes = size_t(128) << 20;
+inline constexpr int64_t kDequantSlabRowMultiple = 64;  // slabs of a split matrix
+
+// Rows of one dequantized slab of a (rows, cols) matrix: all of them when the
+// F16 copy fits in `max_bytes`, else the most that fit rounded down to a
+// multiple of kDequantSlabRowMultiple (at least one row).
+inline int64_t dequant_slab_rows(int64_t rows, int64_t cols,
+                                 size_t max_bytes = kDequantScratchMaxBytes) {
+  const size_t row_bytes = static_cast<size_t>(cols) * 2;
+  if (rows <= 0 || cols <= 0) return 0;
+  if (static_cast<size_t>(rows) * row_bytes <= max_bytes) return rows;
+  int64_t fit = static_cast<int64_t>(max_bytes / row_bytes);
+  if (fit >= kDequantSlabRowMultiple) fit -= fit % kDequantSlabRowMultiple;
+  return std::max<int64_t>(fit, 1);
+}
+
+// Bytes of F16 scratch a (rows, cols) block matrix needs for prefill.
+inline size_t dequant_scratch_bytes(int64_t rows, int64_t cols,
+                                    size_t max_bytes = kDequantScratchMaxBytes) {
+  return static_cast<size_t>(dequant_slab_rows(rows, cols, max_bytes)) *
+         static_cast<size_t>(cols) * 2;
+}
+
+// Whether a (rows, cols) matrix of `type` can be uploaded: a weight type this
+// backend takes and whole blocks per row.
+inline Status check_weight_shape(WeightType type, int64_t rows, int64_t cols) {
+  const GemmDispatch g = gemm_dispatch(type);
+  if (!g.supported)
+    return Status::error("weight type " + std::to_string(static_cast<uint32_t>(type)) +
+                         " is not supported by the CUDA backend");
+  if (rows <= 0 || cols <= 0) return Status::error("matrix has a non-positive dimension");
+  const int32_t block = weight_type_traits(type).block_elements;
+  if (cols % block != 0)
+    return Status::error(std::string(weight_type_name(type)) + " row of " +
+                         std::to_string(cols) + " values is not a whole number of " +
+                         std::to_string(block) + "-value blocks");
+  return Status::ok_status();
 }
 
 // --- pool sizing ---------------------------------------------------------------

@@ -1,7 +1,8 @@
 // RoPE in place on x (n_tokens, n_heads, head_dim) at the batch's positions.
 // One thread per rotated pair; the pair's indices come from op::rope_pair (both
 // conventions) and the angle from op::rope_cos_sin with a host-computed f64
-// inverse-frequency table (rope_dim / 2).
+// inverse-frequency table (rope_dim / 2) that already holds any frequency
+// factors (Llama 3.1 scaling: inv_freq_i = base^(-2i/rope_dim) / factor_i).
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/kernels.h"

@@ -1,6 +1,7 @@
 // libFuzzer target for the GGUF parser: parses arbitrary bytes, walks every
-// metadata value and reads every tensor byte (so AddressSanitizer checks the
-// bounds the parser promised), then checks that writing the parsed file back
+// metadata value, reads every tensor byte and dequantizes every tensor of
+// every weight type row by row (so AddressSanitizer checks the bounds the
+// parser promised, and the block decoders on arbitrary bits), then checks that writing the parsed file back
 // with GgufWriter is a fixed point (write -> parse -> write gives the same bytes).
 #include <cstddef>
 #include <cstdint>
@@ -10,6 +11,7 @@
 
 #include "engine/model/gguf.h"
 #include "engine/model/gguf_writer.h"
+#include "kernels/quant/dequantize.h"
 
 namespace {
 
@@ -64,6 +66,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     uint64_t h = 0;
     for (uint64_t i = 0; i < t.n_bytes; ++i) h += t.data[i];
     sink = sink + h;
+    // Every row through the block decoder (row = dims[0] values, a whole number of blocks).
+    const int64_t row = t.dims.empty() ? 1 : t.dims[0];
+    if (row % weight_type_traits(t.type).block_elements != 0) __builtin_trap();
+    if (row <= (1 << 16)) {
+      std::vector<float> out(static_cast<size_t>(row));
+      const size_t row_bytes = weight_row_bytes(t.type, row);
+      for (int64_t r = 0; r < t.n_elements() / row; ++r) {
+        quant::dequantize_row(t.type, t.data + r * row_bytes, out.data(), row);
+        sink = sink + static_cast<uint64_t>(out[0] != out[0]);
+      }
+    }
   }
   // Round trip: the writer's output parses, and rewriting it reproduces it exactly.
   std::vector<uint8_t> once = rewrite(f);

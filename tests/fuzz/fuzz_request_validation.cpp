@@ -74,10 +74,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (auto* e = std::get_if<ApiError>(&g)) {
       check_error(*e);
     } else {
-      const Request& r = std::get<GenerationRequest>(g).request;
+      const GenerationRequest& gr = std::get<GenerationRequest>(g);
+      const Request& r = gr.request;
       require(!r.prompt.empty(), "prompt not empty");
       check_ids(r.prompt);
-      require(r.max_tokens >= 1, "max_tokens >= 1");
+      require(r.max_tokens >= 1 || (gr.echo && r.max_tokens == 0),
+              "max_tokens >= 1 (0 only with echo)");
+      require(r.logprobs.top_n >= 0 && r.logprobs.top_n <= kMaxTopLogprobs, "top_n in 0..20");
+      require(!r.logprobs.prompt || (gr.echo && r.logprobs.sampled), "prompt logprobs only with echo");
       require(static_cast<int64_t>(r.prompt.size()) + r.max_tokens <= g_model.n_ctx,
               "prompt + max_tokens within the context");
     }

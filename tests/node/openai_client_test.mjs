@@ -1,6 +1,6 @@
 // Drives a running prefixd with the official `openai` npm client (installed in
 // tests/node/openai by tests/scripts/test_openai_client.sh): completions, chat,
-// streaming with usage, cached tokens on a repeated prefix, and errors.
+// streaming with usage, cached tokens on a repeated prefix, logprobs, and errors.
 // Usage: node openai_client_test.mjs PORT API_KEY MODEL_ID
 import assert from 'node:assert/strict';
 import { createRequire } from 'node:module';
@@ -116,6 +116,44 @@ await check('streamed chat concatenates to the plain content and ends with usage
   assert.equal(role, 'assistant');
   assert.equal(content, chatContent);
   checkUsage(usage, 8);
+});
+
+await check('completions with logprobs and echo return OpenAI\'s logprobs object', async () => {
+  const r = await client.completions.create({
+    model, prompt: 'Once upon a time', ...sampling, logprobs: 2, echo: true,
+  });
+  const lp = r.choices[0].logprobs;
+  const n = r.usage.prompt_tokens + r.usage.completion_tokens;
+  assert.equal(lp.tokens.length, n);
+  assert.equal(lp.token_logprobs.length, n);
+  assert.equal(lp.text_offset.length, n);
+  assert.equal(lp.token_logprobs[0], null);
+  assert.equal(lp.top_logprobs[0], null);
+  for (let i = 1; i < n; i++) {
+    assert.ok(lp.token_logprobs[i] <= 0);
+    const k = Object.keys(lp.top_logprobs[i]).length;
+    assert.ok(k === 2 || k === 3, `top_logprobs[${i}] has ${k} entries`);
+  }
+  assert.ok(r.choices[0].text.startsWith('Once upon a time'));
+});
+
+await check('chat with logprobs and top_logprobs returns logprobs.content', async () => {
+  const r = await client.chat.completions.create({ model, messages, ...sampling, logprobs: true, top_logprobs: 2 });
+  const content = r.choices[0].logprobs.content;
+  assert.equal(content.length, 8);
+  for (const e of content) {
+    assert.equal(typeof e.token, 'string');
+    assert.ok(e.logprob <= 0);
+    assert.equal(e.top_logprobs.length, 2);
+    assert.equal(e.top_logprobs[0].logprob, e.logprob);  // greedy: the chosen token is the best
+  }
+  assert.equal(r.choices[0].message.content, chatContent);
+});
+
+await check('logprobs above 20 is a 400 BadRequestError naming the field', async () => {
+  await assert.rejects(
+    client.completions.create({ model, prompt: 'Once upon a time', max_tokens: 2, logprobs: 21 }),
+    (e) => e instanceof OpenAI.BadRequestError && e.status === 400 && e.param === 'logprobs');
 });
 
 await check('an unknown model is a 404 APIError', async () => {

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Static checks of the CUDA backend that need nvcc but no GPU:
-#  1. the attention kernels (prefill, decode, decode reduce), compiled for sm_80
-#     and sm_90 with -Xptxas -v, use no local memory: 0 bytes stack frame and
-#     0 bytes of spill stores/loads (the documented allowance is zero);
+#  1. the attention kernels (prefill, decode, decode reduce) and the quantized
+#     weight kernels (matvec, dequantize, embed of every block format), compiled
+#     for sm_80 and sm_90 with -Xptxas -v, use no local memory: 0 bytes stack
+#     frame and 0 bytes of spill stores/loads (the documented allowance is zero);
 #  2. the built library holds sm_80 and sm_90 cubins for every kernel file
 #     (cuobjdump --list-elf when installed, else the .nv_fatbin entries are read
 #     directly with objcopy + od).
@@ -25,10 +26,11 @@ cuda_bin="$(dirname "$nvcc")"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
-# --- 1. register and local-memory use of the attention kernels ----------------
+# --- 1. register and local-memory use of the attention and quantized kernels ---
 fail=0
 printf '%-6s %5s %6s %8s %8s  %s\n' arch regs stack spill_st spill_ld kernel
-for src in kernels/cuda/attention_prefill.cu kernels/cuda/attention_decode.cu; do
+for src in kernels/cuda/attention_prefill.cu kernels/cuda/attention_decode.cu \
+           kernels/cuda/quant_matvec.cu kernels/cuda/quant_dequantize.cu; do
   if ! "$nvcc" -std=c++17 -O3 -I. -gencode arch=compute_80,code=sm_80 \
        -gencode arch=compute_90,code=sm_90 -Xptxas -v -c "$src" -o "$tmp/k.o" 2> "$tmp/ptxas.log"; then
     cat "$tmp/ptxas.log"
@@ -51,6 +53,7 @@ for src in kernels/cuda/attention_prefill.cu kernels/cuda/attention_decode.cu; d
     pretty="$(echo "$name" | c++filt 2>/dev/null || echo "$name")"
     pretty="$(echo "$pretty" | sed -e 's/prefixd::cuda::(anonymous namespace):://' \
       -e 's/(prefixd::DType)0/F32/; s/(prefixd::DType)1/F16/; s/(prefixd::DType)2/BF16/' \
+      -e 's/(prefixd::WeightType)/type /' \
       -e 's/^void //; s/(.*//')"
     printf '%-6s %5s %6s %8s %8s  %s\n' "$arch" "$regs" "$stack" "$st" "$ld" "$pretty"
     if [[ "$stack" != 0 || "$st" != 0 || "$ld" != 0 ]]; then
@@ -60,7 +63,7 @@ for src in kernels/cuda/attention_prefill.cu kernels/cuda/attention_decode.cu; d
   done < "$tmp/table"
 done
 if [[ $fail != 0 ]]; then exit 1; fi
-echo "ptxas: no spills or stack in the attention kernels (sm_80, sm_90)"
+echo "ptxas: no spills or stack in the attention and quantized kernels (sm_80, sm_90)"
 
 # --- 2. cubins for each architecture in the library ------------------------------
 lib="$build/kernels/cuda/libprefixd_kernels_cuda.a"

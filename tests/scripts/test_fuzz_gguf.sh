@@ -20,7 +20,7 @@ mkdir -p "$work/corpus"
 
 clang++ -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
   -I"$src_dir" "$src_dir/tests/fuzz/fuzz_gguf.cpp" "$src_dir/engine/model/gguf.cpp" \
-  "$src_dir/engine/model/gguf_writer.cpp" -o "$work/fuzz_gguf"
+  "$src_dir/engine/model/gguf_writer.cpp" "$src_dir/kernels/quant/dequantize.cpp" -o "$work/fuzz_gguf"
 
 # Seeds: small valid files written by GgufWriter.
 cat > "$work/make_seeds.cpp" <<'CPP'
@@ -68,6 +68,15 @@ int main(int argc, char** argv) {
     w.add_tensor("q", GgmlType::Q8_0, {32, 2}, std::vector<uint8_t>(68, 3));
     w.add_tensor("r", GgmlType::BF16, {2, 2, 2, 2}, std::vector<uint8_t>(32, 4));
     save(w, dir + "/seed_v2_align64");
+  }
+  {  // one small tensor of every weight type (two rows of one block each)
+    GgufWriter w(3);
+    for (const WeightTypeTraits& t : kWeightTypes) {
+      if (!t.weight) continue;
+      w.add_tensor(std::string("t.") + t.name, t.type, {t.block_elements, 2},
+                   std::vector<uint8_t>(2 * t.block_bytes, 0x5a));
+    }
+    save(w, dir + "/seed_every_type");
   }
   {  // metadata only, and an empty file
     GgufWriter w(3);

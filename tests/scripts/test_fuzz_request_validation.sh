@@ -31,6 +31,8 @@ seed '{"prompt": [[1, 2]], "cache_salt": "t", "model": "stories260K", "stream_op
 seed '{"content": "Lily and Tom", "add_special": true, "parse_special": false}'
 seed '{"tokens": [1, 2, 511, 512, -1]}'
 seed '{"prompt": "", "max_tokens": -1, "temperature": "hot", "top_p": 1e400}'
+seed '{"prompt": [1, 403], "echo": true, "logprobs": 5, "max_tokens": 0, "return_tokens_as_token_ids": true}'
+seed '{"messages": [{"role": "user", "content": "hi"}], "logprobs": true, "top_logprobs": 21}'
 
 seconds="${PREFIXD_FUZZ_SECONDS:-30}"
 PREFIXD_FUZZ_MODEL="$src_dir/../shared/models/stories260K.gguf" \

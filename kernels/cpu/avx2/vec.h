@@ -168,6 +168,28 @@ struct Vec {
     even = _mm256_castsi256_ps(_mm256_slli_epi32(u, 16));
     odd = _mm256_castsi256_ps(_mm256_and_si256(u, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
   }
+  // --- small integers of the block formats (N lanes of int32) ---------------
+  using QI = __m256i;
+  static PREFIXD_VEC_INLINE QI q_u8(const uint8_t* p) {  // N bytes, zero-extended
+    return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  }
+  static PREFIXD_VEC_INLINE QI q_i8(const int8_t* p) {  // N bytes, sign-extended
+    return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  }
+  static PREFIXD_VEC_INLINE QI q_and(QI a, int m) { return _mm256_and_si256(a, _mm256_set1_epi32(m)); }
+  static PREFIXD_VEC_INLINE QI q_or(QI a, QI b) { return _mm256_or_si256(a, b); }
+  static PREFIXD_VEC_INLINE QI q_sub(QI a, int c) { return _mm256_sub_epi32(a, _mm256_set1_epi32(c)); }
+  template <int S>
+  static PREFIXD_VEC_INLINE QI q_shr(QI a) { return _mm256_srli_epi32(a, S); }
+  template <int S>
+  static PREFIXD_VEC_INLINE QI q_shl(QI a) { return _mm256_slli_epi32(a, S); }
+  static PREFIXD_VEC_INLINE QI q_shr_n(QI a, int s) { return _mm256_srl_epi32(a, _mm_cvtsi32_si128(s)); }
+  // Lane i = bit (first + i) of word.
+  static PREFIXD_VEC_INLINE QI q_bits(uint32_t word, int first) {
+    const __m256i shift = _mm256_add_epi32(_mm256_set1_epi32(first), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    return _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(word)), shift), _mm256_set1_epi32(1));
+  }
+  static PREFIXD_VEC_INLINE T q_float(QI a) { return _mm256_cvtepi32_ps(a); }
 };
 
 }  // namespace prefixd::cpu::PREFIXD_ISA_NS

@@ -164,6 +164,29 @@ struct Vec {
     return _mm512_dpbf16_ps(acc, (__m512bh)_mm512_loadu_si512(w_pairs), (__m512bh)_mm512_set1_epi32(x_pair));
   }
 #endif
+  // --- small integers of the block formats (N lanes of int32) ---------------
+  using QI = __m512i;
+  static PREFIXD_VEC_INLINE QI q_u8(const uint8_t* p) {  // N bytes, zero-extended
+    return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static PREFIXD_VEC_INLINE QI q_i8(const int8_t* p) {  // N bytes, sign-extended
+    return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static PREFIXD_VEC_INLINE QI q_and(QI a, int m) { return _mm512_and_si512(a, _mm512_set1_epi32(m)); }
+  static PREFIXD_VEC_INLINE QI q_or(QI a, QI b) { return _mm512_or_si512(a, b); }
+  static PREFIXD_VEC_INLINE QI q_sub(QI a, int c) { return _mm512_sub_epi32(a, _mm512_set1_epi32(c)); }
+  template <int S>
+  static PREFIXD_VEC_INLINE QI q_shr(QI a) { return _mm512_srli_epi32(a, S); }
+  template <int S>
+  static PREFIXD_VEC_INLINE QI q_shl(QI a) { return _mm512_slli_epi32(a, S); }
+  static PREFIXD_VEC_INLINE QI q_shr_n(QI a, int s) { return _mm512_srl_epi32(a, _mm_cvtsi32_si128(s)); }
+  // Lane i = bit (first + i) of word.
+  static PREFIXD_VEC_INLINE QI q_bits(uint32_t word, int first) {
+    const __m512i shift = _mm512_add_epi32(
+        _mm512_set1_epi32(first), _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+    return _mm512_and_si512(_mm512_srlv_epi32(_mm512_set1_epi32(static_cast<int>(word)), shift), _mm512_set1_epi32(1));
+  }
+  static PREFIXD_VEC_INLINE T q_float(QI a) { return _mm512_cvtepi32_ps(a); }
 };
 
 }  // namespace prefixd::cpu::PREFIXD_ISA_NS

@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/generic/attention_task.h"
 #include "kernels/cpu/generic/gemm_tiles.h"
+#include "kernels/cpu/generic/quant_gemm.h"
 #include "kernels/cpu/generic/row_ops.h"
 
 namespace prefixd::cpu::PREFIXD_ISA_NS {
@@ -14,8 +15,9 @@ namespace prefixd::cpu::PREFIXD_ISA_NS {
 const CpuKernels kKernelSet = {
       CpuIsa::PREFIXD_ISA_ENUM,
       Vec::kHasBf16Dot,
-      gemm::scratch_floats,
+      qgemm::scratch_floats,  // covers gemm::scratch_floats too
       gemm::panels,
+      qgemm::rows,
       attn::kGroups * attn::kLanes,
       attn::scratch_floats,
       attn::run_task,

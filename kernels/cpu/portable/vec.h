@@ -130,6 +130,25 @@ struct Vec {
     std::memcpy(&even, &e, sizeof(even));
     std::memcpy(&odd, &o, sizeof(odd));
   }
+  // --- small integers of the block formats (N lanes of int32) ---------------
+  using QI = I;
+  static PREFIXD_VEC_INLINE QI q_u8(const uint8_t* p) { return QI{p[0], p[1], p[2], p[3]}; }
+  static PREFIXD_VEC_INLINE QI q_i8(const int8_t* p) { return QI{p[0], p[1], p[2], p[3]}; }
+  static PREFIXD_VEC_INLINE QI q_and(QI a, int m) { return a & m; }
+  static PREFIXD_VEC_INLINE QI q_or(QI a, QI b) { return a | b; }
+  static PREFIXD_VEC_INLINE QI q_sub(QI a, int c) { return a - c; }
+  // Shifts of non-negative lanes (every use here), so arithmetic equals logical.
+  template <int S>
+  static PREFIXD_VEC_INLINE QI q_shr(QI a) { return a >> S; }
+  template <int S>
+  static PREFIXD_VEC_INLINE QI q_shl(QI a) { return a << S; }
+  static PREFIXD_VEC_INLINE QI q_shr_n(QI a, int s) { return a >> s; }
+  // Lane i = bit (first + i) of word.
+  static PREFIXD_VEC_INLINE QI q_bits(uint32_t word, int first) {
+    const U w = U{word, word, word, word} >> (U{0, 1, 2, 3} + static_cast<uint32_t>(first));
+    return reinterpret_cast<const QI&>(w) & 1;
+  }
+  static PREFIXD_VEC_INLINE T q_float(QI a) { return __builtin_convertvector(a, T); }
 };
 
 }  // namespace prefixd::cpu::PREFIXD_ISA_NS

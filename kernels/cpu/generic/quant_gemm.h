@@ -1,0 +1,101 @@
+// Matrix products over weights kept in their own bits (F16 and the ggml block
+// types: CpuMatrix's rows layout), written once over a set's vector layer.
+// Two shapes, chosen by the number of x rows:
+// - many rows (prefill): a group of 32 weight rows is dequantized once into an
+//   F32 panel (cols, 32) in scratch, then the F32 register tiles of
+//   gemm_tiles.h run every x row over it; the dequantization is paid once per
+//   32 x 32 x rows of work.
+// - few rows (decode): 4 weight rows at a time are dequantized into an L1
+//   buffer and dotted with each x row; the weights stream from memory once.
+// Per-thread scratch: cols * (32 + 4) floats.
+// Included by kernels/cpu/<isa>/kernels.cpp only (through kernel_set.h).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/generic/gemm_tiles.h"
+#include "kernels/cpu/generic/dequant_rows.h"
+
+namespace prefixd::cpu::PREFIXD_ISA_NS {
+
+namespace qgemm {
+
+using V = typename Vec::T;
+constexpr int N = Vec::N;
+constexpr int64_t P = kGemmPanel;
+
+// x rows at or above which a group of weight rows is dequantized to a panel.
+constexpr int64_t kPanelRows = 16;
+// Weight rows dotted together in the decode shape.
+constexpr int kDotRows = 4;
+
+inline size_t scratch_floats(int64_t cols) { return static_cast<size_t>(cols) * (P + kDotRows); }
+
+// Weight rows [r0, r0 + valid) -> F32 panel (K, P) in `panel`; columns past
+// `valid` are zero. `row` is a K-float buffer.
+inline void dequant_panel(const GemmArgs& a, int64_t r0, int64_t valid, float* panel, float* row) {
+  const int64_t K = a.cols;
+  if (valid < P) {
+    for (int64_t k = 0; k < K; ++k) std::memset(panel + k * P + valid, 0, (P - valid) * sizeof(float));
+  }
+  for (int64_t r = 0; r < valid; ++r) {
+    dequant::row(a.row_type, a.rows_data + (r0 + r) * a.row_bytes, row, K);
+    for (int64_t k = 0; k < K; ++k) panel[k * P + r] = row[k];
+  }
+}
+
+// y[i][r0 + j] = dot(x_i, w_j) for j < m <= kDotRows, i in [0, n); w (kDotRows, K) f32.
+inline void dot_rows(const float* w, int m, const float* x, int64_t n, int64_t K, float* y, int64_t ldy) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float* xi = x + i * K;
+    V acc[kDotRows][2];
+#pragma GCC unroll 4
+    for (int j = 0; j < kDotRows; ++j) acc[j][0] = acc[j][1] = Vec::zero();
+    int64_t k = 0;
+    for (; k + 2 * N <= K; k += 2 * N) {
+      const V x0 = Vec::load(xi + k), x1 = Vec::load(xi + k + N);
+#pragma GCC unroll 4
+      for (int j = 0; j < kDotRows; ++j) {
+        acc[j][0] = Vec::fmadd(Vec::load(w + j * K + k), x0, acc[j][0]);
+        acc[j][1] = Vec::fmadd(Vec::load(w + j * K + k + N), x1, acc[j][1]);
+      }
+    }
+    for (; k < K; k += N) {
+      const V xv = Vec::load_n(xi + k, K - k);
+#pragma GCC unroll 4
+      for (int j = 0; j < kDotRows; ++j) acc[j][0] = Vec::fmadd(Vec::load_n(w + j * K + k, K - k), xv, acc[j][0]);
+    }
+    for (int j = 0; j < m; ++j) y[i * ldy + j] = Vec::reduce_add(Vec::add(acc[j][0], acc[j][1]));
+  }
+}
+
+// y rows [i0, i1) x output columns of the row groups (panels) [p0, p1).
+inline void rows(const GemmArgs& a, int64_t p0, int64_t p1, int64_t i0, int64_t i1, float* scratch) {
+  const int64_t K = a.cols;
+  const int64_t n_rows = i1 - i0;
+  float* panel = scratch;            // (K, P)
+  float* dequantized = scratch + K * P;  // (kDotRows, K)
+  for (int64_t p = p0; p < p1; ++p) {
+    const int64_t r_begin = p * P;
+    const int64_t valid = std::min(P, a.rows - r_begin);
+    float* y = a.y + i0 * a.rows + r_begin;
+    const float* x = a.x + i0 * K;
+    if (n_rows >= kPanelRows) {
+      dequant_panel(a, r_begin, valid, panel, dequantized);
+      gemm::f32_panel_rows(panel, x, K, y, a.rows, valid, n_rows);
+      continue;
+    }
+    for (int64_t r = 0; r < valid; r += kDotRows) {
+      const int m = static_cast<int>(std::min<int64_t>(kDotRows, valid - r));
+      for (int j = 0; j < m; ++j) dequant::row(a.row_type, a.rows_data + (r_begin + r + j) * a.row_bytes, dequantized + j * K, K);
+      dot_rows(dequantized, m, x, n_rows, K, y + r, a.rows);
+    }
+  }
+}
+
+}  // namespace qgemm
+
+}  // namespace prefixd::cpu::PREFIXD_ISA_NS
