@@ -5,7 +5,7 @@
 # (engine/{forward,model,model_config,gguf,batch_builder}.cpp: no xxhash, pcre2
 # or RocksDB needed) and tests/test_forward_golden.cpp itself with
 # aarch64-linux-gnu-g++, then runs it under qemu-aarch64 on the stories260K
-# golden cases (--subcase=stories260K) and checks that the set under test is
+# golden cases and the Q4_K_M file (--subcase=stories260K,quant/rand-q-q4-k-m) and checks that the set under test is
 # portable and that every golden check passes.
 # Build products go to BUILD_DIR/aarch64 (incremental: a Makefile with
 # dependency files, so a second run only relinks what changed).
@@ -41,8 +41,8 @@ fail() {
 
 # What the test needs, and nothing x86: the common CPU backend files, the
 # portable set, the forward pass and model loading.
-sources=(kernels/cpu/*.cpp engine/model/forward.cpp engine/model/model.cpp engine/model/model_config.cpp
-         engine/model/gguf.cpp engine/batch_builder.cpp tests/test_forward_golden.cpp)
+sources=(kernels/cpu/*.cpp kernels/quant/*.cpp engine/model/forward.cpp engine/model/model.cpp engine/model/model_config.cpp
+         engine/model/gguf.cpp engine/model/gguf_writer.cpp engine/batch_builder.cpp tests/test_forward_golden.cpp)
 for f in "${sources[@]}"; do [[ -f "$src_dir/$f" ]] || fail "missing source $f"; done
 
 # Written to Makefile.new and moved over Makefile only when it changed: every
@@ -83,7 +83,7 @@ echo "built in $((SECONDS - start)) s"
 log="$work/run.log"
 rc=0
 run_start=$SECONDS
-timeout 600 env -u PREFIXD_CPU_ISA qemu-aarch64 -L "$sysroot" "$binary" --subcase=stories260K >"$log" 2>&1 || rc=$?
+timeout 600 env -u PREFIXD_CPU_ISA qemu-aarch64 -L "$sysroot" "$binary" --subcase=stories260K,quant/rand-q-q4-k-m >"$log" 2>&1 || rc=$?
 ((rc != 124)) || fail "test_forward_golden under qemu-aarch64 ran past 600 s" "$log"
 ((rc == 0)) || fail "test_forward_golden under qemu-aarch64 exited $rc" "$log"
 line=$(grep -m1 '^CPU instruction set under test:' "$log" || true)
