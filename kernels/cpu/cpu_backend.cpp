@@ -8,11 +8,21 @@
 
 namespace prefixd::cpu {
 
-void* alloc_aligned(size_t n_bytes) {
-  size_t rounded = (n_bytes + 63) / 64 * 64;
-  if (rounded == 0) rounded = 64;
-  void* p = std::aligned_alloc(64, rounded);
+namespace {
+
+// 64-byte aligned, uninitialised; aborts on OOM. Sets *rounded to the size taken.
+void* alloc_aligned_raw(size_t n_bytes, size_t* rounded) {
+  *rounded = n_bytes == 0 ? 64 : (n_bytes + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, *rounded);
   PREFIXD_CHECK(p != nullptr, "host allocation failed");
+  return p;
+}
+
+}  // namespace
+
+void* alloc_aligned(size_t n_bytes) {
+  size_t rounded = 0;
+  void* p = alloc_aligned_raw(n_bytes, &rounded);
   std::memset(p, 0, rounded);
   return p;
 }
@@ -49,8 +59,11 @@ std::unique_ptr<Matrix> CpuBackend::upload_matrix(WeightType type, int64_t rows,
     PREFIXD_CHECK(cols % weight_type_traits(type).block_elements == 0, "rows must be whole blocks");
     m->row_bytes = weight_row_bytes(type, cols);
     const size_t n_bytes = m->row_bytes * static_cast<size_t>(rows);
-    m->rows_data = static_cast<uint8_t*>(alloc_aligned(n_bytes));
+    // Written once by the copy (no zeroing first: an 8 GB model would be written twice).
+    size_t rounded = 0;
+    m->rows_data = static_cast<uint8_t*>(alloc_aligned_raw(n_bytes, &rounded));
     std::memcpy(m->rows_data, host_data, n_bytes);
+    std::memset(m->rows_data + n_bytes, 0, rounded - n_bytes);
   }
   return m;
 }
