@@ -97,6 +97,9 @@ passed=$(sed -n 's/^\[doctest\] assertions: *[0-9]* | *\([0-9]*\) passed.*/\1/p'
 # The golden cases themselves ran (not only the model-free test case).
 grep -q 'MESSAGE: stories260K/.*max logit error' "$log" ||
   fail "no stories260K golden case ran (does --subcase=stories260K select nothing?)" "$log"
-if grep -q 'rand-' "$log"; then fail "models other than stories260K ran" "$log"; fi
+grep -q 'MESSAGE: quant/rand-q-q4-k-m/.*max logit error' "$log" ||
+  fail "no Q4_K_M golden case ran (does --subcase=quant/rand-q-q4-k-m select nothing?)" "$log"
+others=$(grep 'MESSAGE: .*max logit error' "$log" | grep -v -e 'MESSAGE: stories260K/' -e 'MESSAGE: quant/rand-q-q4-k-m/' || true)
+[[ -z "$others" ]] || fail "models other than stories260K and quant/rand-q-q4-k-m ran: $(head -n1 <<<"$others")" "$log"
 
-echo "ok: the portable set passes the stories260K goldens on aarch64 (run $((SECONDS - run_start)) s, total $((SECONDS - start)) s)"
+echo "ok: the portable set passes the stories260K and Q4_K_M goldens on aarch64 (run $((SECONDS - run_start)) s, total $((SECONDS - start)) s)"
