@@ -2,6 +2,7 @@
 // GFLOP/s (and weight GB/s for n=1) in F32 and BF16, and paged attention time
 // for causal prefill and decode with an F16 KV cache.
 // Usage: bench_cpu_kernels [n_threads (default 2)] [--cpu-isa auto|avx512bf16|avx512|avx2|portable]
+//        [--types F32,BF16,Q8_0,Q4_K,... (default F32,BF16; K formats on llama-245m shapes)] [--no-attention]
 //        (default $PREFIXD_CPU_ISA, else auto)
 #include <algorithm>
 #include <chrono>
@@ -17,6 +18,8 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/dtype.h"
+#include "kernels/quant/weight_type.h"
+#include "tests/random_blocks.h"
 
 namespace prefixd {
 namespace {
@@ -52,22 +55,29 @@ double best_time(Fn fn, double min_s = 0.3) {
   return best;
 }
 
-void bench_matmul(Backend& be) {
+void bench_matmul(Backend& be, const std::vector<WeightType>& types) {
   struct Shape {
     int64_t rows, cols;
     const char* what;
   };
-  const Shape shapes[] = {{576, 576, "q/o proj"}, {192, 576, "k/v proj"}, {1536, 576, "gate/up"},
-                          {576, 1536, "down"},    {49152, 576, "lm head"}};
+  // smol-135m's shapes; the K formats (256-value blocks) take llama-245m's.
+  const Shape smol[] = {{576, 576, "q/o proj"}, {192, 576, "k/v proj"}, {1536, 576, "gate/up"},
+                        {576, 1536, "down"},    {49152, 576, "lm head"}};
+  const Shape l245[] = {{1024, 1024, "q/o proj"}, {256, 1024, "k/v proj"}, {2816, 1024, "gate/up"},
+                        {1024, 2816, "down"},     {32000, 1024, "lm head"}};
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> d(-1, 1);
   std::printf("matmul y(n, rows) = x(n, cols) W^T, %d threads\n", be.n_threads());
   std::printf("%-6s %-9s %6s %6s %5s %10s %10s %9s\n", "type", "what", "rows", "cols", "n", "time_us",
               "GFLOP/s", "W GB/s");
-  for (WeightType type : {WeightType::F32, WeightType::BF16}) {  // NOLINT
-    for (const Shape& s : shapes) {
+  for (WeightType type : types) {
+    const bool k_format = weight_type_traits(type).block_elements == 256;
+    for (const Shape& s : k_format ? l245 : smol) {
       const int64_t nw = s.rows * s.cols;
       std::vector<uint8_t> bytes(nw * (type == WeightType::F32 ? 4 : 2));
+      if (type != WeightType::F32 && type != WeightType::BF16)
+        bytes = testing::random_weight_blocks(type, s.rows, s.cols, static_cast<uint32_t>(rng()));
+      else
       for (int64_t i = 0; i < nw; ++i) {
         const float v = d(rng) * 0.05f;
         if (type == WeightType::F32) std::memcpy(bytes.data() + 4 * i, &v, 4);
@@ -89,8 +99,7 @@ void bench_matmul(Backend& be) {
         });
         const double gflops = 2.0 * n * s.rows * s.cols / t * 1e-9;
         const double gbs = static_cast<double>(bytes.size()) / t * 1e-9;
-        std::printf("%-6s %-9s %6lld %6lld %5lld %10.1f %10.1f %9.1f\n",
-                    type == WeightType::F32 ? "f32" : "bf16", s.what, static_cast<long long>(s.rows),
+        std::printf("%-6s %-9s %6lld %6lld %5lld %10.1f %10.1f %9.1f\n", weight_type_name(type), s.what, static_cast<long long>(s.rows),
                     static_cast<long long>(s.cols), static_cast<long long>(n), t * 1e6, gflops, gbs);
         be.free(dx);
         be.free(dy);
@@ -173,8 +182,29 @@ int main(int argc, char** argv) {
   int n_threads = 2;
   const char* isa_env = std::getenv("PREFIXD_CPU_ISA");
   std::string isa_name = isa_env != nullptr ? isa_env : "auto";
+  std::vector<WeightType> types = {WeightType::F32, WeightType::BF16};
+  bool attention = true;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--cpu-isa") == 0 && i + 1 < argc) isa_name = argv[++i];
+    else if (std::strcmp(argv[i], "--types") == 0 && i + 1 < argc) {
+      types.clear();
+      std::string list = argv[++i];
+      for (size_t p = 0; p <= list.size();) {
+        const size_t e = std::min(list.find(',', p), list.size());
+        const std::string name = list.substr(p, e - p);
+        bool found = false;
+        for (const auto& t : kWeightTypes)
+          if (name == t.name && t.weight) {
+            types.push_back(t.type);
+            found = true;
+          }
+        if (!found) {
+          std::fprintf(stderr, "--types: unknown weight type '%s'\n", name.c_str());
+          return 2;
+        }
+        p = e + 1;
+      }
+    } else if (std::strcmp(argv[i], "--no-attention") == 0) attention = false;
     else n_threads = std::atoi(argv[i]);
   }
   Result<cpu::CpuIsa> isa = cpu::choose_cpu_isa(isa_name);
@@ -186,7 +216,8 @@ int main(int argc, char** argv) {
   g_cpu_time = n_threads == 1;
   std::printf("timing: best of repeated runs, %s; cpu_isa %s\n\n",
               g_cpu_time ? "thread CPU time (1 thread)" : "wall clock", cpu::cpu_isa_name(isa.value()));
-  bench_matmul(*be);
+  bench_matmul(*be, types);
+  if (!attention) return 0;
   std::printf("\nattention, 9 heads / 3 KV heads, head_dim 64, block 16, %d threads\n", n_threads);
   std::printf("%-8s %-5s %6s %6s %10s %9s\n", "case", "kv", "pos0", "n_q", "time_ms", "GFLOP/s");
   struct Case {

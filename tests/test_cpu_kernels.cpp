@@ -142,6 +142,21 @@ TEST_CASE("f32 to f16 and bf16 vector conversions match dtype.h on random and ed
   CHECK(badb == 0);
 }
 
+// x with every block of `block` values (32, or 256 for the K formats) replaced
+// by its 8-bit quantization q * d, as the int8 matmul sees it (cpu::XQ8Block,
+// cpu::XQ8KBlock: q = nearest-even(x / d), d = max|x| / 127).
+std::vector<float> quantize_x_q8_reference(const std::vector<float>& x, size_t block) {
+  std::vector<float> out(x.size());
+  for (size_t b = 0; b + block <= x.size(); b += block) {
+    float amax = 0.0f;
+    for (size_t j = 0; j < block; ++j) amax = std::fmax(amax, std::fabs(x[b + j]));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    for (size_t j = 0; j < block; ++j) out[b + j] = std::nearbyint(x[b + j] * id) * d;
+  }
+  return out;
+}
+
 // Dot-product tolerance for an f32 accumulation of `cols` terms.
 double dot_tol(const float* a, const float* b, int64_t cols) {
   double mag = 0;
@@ -180,6 +195,9 @@ TEST_CASE("matmul matches a double reference for every weight type and batch siz
           std::vector<float> xr = x;
           if (type == WeightType::BF16 && cpu::cpu_kernels(testing::isa_under_test()).gemm_bf16_x)
             for (auto& v : xr) v = bf16_to_f32(f32_to_bf16(v));
+          // Block types with integer products multiply x quantized to 8 bits.
+          if (cpu::int8_weight_type(type) && n < cpu::kInt8MaxRows)
+            xr = quantize_x_q8_reference(x, cpu::k_weight_type(type) ? 256 : 32);
           int64_t bad = 0;
           for (int64_t i = 0; i < n; ++i)
             for (int64_t r = 0; r < s.rows; ++r) {
@@ -195,6 +213,33 @@ TEST_CASE("matmul matches a double reference for every weight type and batch siz
         }
       }
     }
+  }
+}
+
+TEST_CASE("integer matmul rows do not depend on the batch: n rows at once equal each row alone, bit for bit") {
+  auto be = make_cpu_backend(2, testing::isa_under_test());
+  std::mt19937 rng(5);
+  const int64_t rows = 70, cols = 512, n = cpu::kInt8MaxRows - 1;
+  for (WeightType type : every_weight_type()) {
+    if (!cpu::int8_weight_type(type)) continue;
+    CAPTURE(type_name(type));
+    HostWeights hw = make_weights(rng, type, rows, cols);
+    auto w = be->upload_matrix(type, rows, cols, hw.bytes.data(), false);
+    std::vector<float> x = random_floats(rng, n * cols);
+    float* dx = alloc_floats(*be, x);
+    auto* dy = static_cast<float*>(be->alloc(n * rows * sizeof(float)));
+    be->matmul(*w, dx, dy, n);
+    std::vector<float> all(n * rows), one(rows);
+    be->download(all.data(), dy, all.size() * sizeof(float));
+    int64_t differ = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      be->matmul(*w, dx + i * cols, dy, 1);
+      be->download(one.data(), dy, one.size() * sizeof(float));
+      if (std::memcmp(one.data(), all.data() + i * rows, rows * sizeof(float)) != 0) ++differ;
+    }
+    CHECK(differ == 0);
+    be->free(dx);
+    be->free(dy);
   }
 }
 

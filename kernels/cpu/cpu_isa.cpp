@@ -9,6 +9,7 @@ namespace {
 struct Features {
   bool avx2 = false, fma = false, f16c = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false, avx512bf16 = false;
+  bool avx512vnni = false;
 };
 
 Features detect() {
@@ -26,6 +27,7 @@ Features detect() {
   f.avx512vl = __builtin_cpu_supports("avx512vl");
   f.avx512dq = __builtin_cpu_supports("avx512dq");
   f.avx512bf16 = __builtin_cpu_supports("avx512bf16");
+  f.avx512vnni = __builtin_cpu_supports("avx512vnni");
 #endif
   return f;
 }
@@ -68,7 +70,7 @@ bool cpu_supports(CpuIsa isa) {
 #if defined(__x86_64__)
     case CpuIsa::kAvx2: return avx2;
     case CpuIsa::kAvx512: return avx512;
-    case CpuIsa::kAvx512Bf16: return avx512 && f.avx512bf16;
+    case CpuIsa::kAvx512Bf16: return avx512 && f.avx512bf16 && f.avx512vnni;
 #else
     default: return false;  // x86 sets are not built for this architecture
 #endif
@@ -107,6 +109,7 @@ std::string cpu_feature_string() {
   add(f.avx512vl, "avx512vl");
   add(f.avx512dq, "avx512dq");
   add(f.avx512bf16, "avx512_bf16");
+  add(f.avx512vnni, "avx512_vnni");
   return s.empty() ? "none of avx2, fma, f16c, avx512*" : s;
 #elif defined(__aarch64__)
   return "aarch64 (only the portable set is built for this architecture)";

@@ -16,7 +16,7 @@ enum class CpuIsa : int {
   kPortable = 0,    // plain C++ the compiler vectorises for its baseline (any architecture)
   kAvx2 = 1,        // AVX2 + FMA + F16C (Haswell and later, AMD Zen 1-3)
   kAvx512 = 2,      // AVX-512 F/BW/VL/DQ (Skylake-SP, Ice Lake)
-  kAvx512Bf16 = 3,  // the above + AVX512_BF16 (Zen 4/5, Sapphire Rapids)
+  kAvx512Bf16 = 3,  // the above + AVX512_BF16 + AVX512_VNNI (Zen 4/5, Cooper Lake, Sapphire Rapids)
 };
 
 // "portable", "avx2", "avx512", "avx512bf16".

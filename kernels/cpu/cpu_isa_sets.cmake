@@ -20,5 +20,5 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
   prefixd_cpu_isa_set(avx2 kAvx2 ${CMAKE_SOURCE_DIR}/kernels/cpu/avx2/kernels.cpp ${PREFIXD_AVX2_FLAGS})
   prefixd_cpu_isa_set(avx512 kAvx512 ${CMAKE_SOURCE_DIR}/kernels/cpu/avx512/kernels.cpp ${PREFIXD_AVX512_FLAGS})
   prefixd_cpu_isa_set(avx512bf16 kAvx512Bf16 ${CMAKE_SOURCE_DIR}/kernels/cpu/avx512/kernels.cpp
-                      ${PREFIXD_AVX512_FLAGS} -mavx512bf16)
+                      ${PREFIXD_AVX512_FLAGS} -mavx512bf16 -mavx512vnni)
 endif()

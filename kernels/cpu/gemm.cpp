@@ -94,6 +94,38 @@ void matmul(const CpuKernels& k, ThreadPool& pool, const CpuMatrix& w, const flo
   const size_t scratch_floats = k.gemm_scratch_floats(cols);
   const int64_t want_tasks = 8 * pool.n_threads();  // about 8 tasks per thread in all
 
+  if (!w.has_panels() && int8_weight_type(w.source_type) && n < kInt8MaxRows) {
+    // Block weights with integer products: x quantized once (the caller
+    // thread's buffer, shared with the workers by pointer), then tasks over
+    // (32-row groups) x (x chunks).
+    // n < kInt8MaxRows: quantizing x is not worth a split.
+    if (k_weight_type(w.source_type)) {
+      static thread_local std::vector<XQ8KBlock> xqk_buffer;
+      const int64_t blocks = n * (cols / 256);
+      if (xqk_buffer.size() < static_cast<size_t>(blocks)) xqk_buffer.resize(blocks);
+      k.quantize_x_q8k(x, 0, n, cols, xqk_buffer.data());
+      a.xqk = xqk_buffer.data();
+    } else {
+      static thread_local std::vector<XQ8Block> xq_buffer;
+      const int64_t blocks = n * (cols / 32);
+      if (xq_buffer.size() < static_cast<size_t>(blocks)) xq_buffer.resize(blocks);
+      k.quantize_x_q8(x, 0, n, cols, xq_buffer.data());
+      a.xq = xq_buffer.data();
+    }
+    a.rows_data = w.rows_data;
+    a.row_bytes = w.row_bytes;
+    a.row_type = w.source_type;
+    const int64_t x_tasks = (n + kXChunk - 1) / kXChunk;
+    const int64_t per = std::clamp<int64_t>((n_panels * x_tasks + want_tasks - 1) / want_tasks, 1, n_panels);
+    const int64_t p_tasks = (n_panels + per - 1) / per;
+    pool.parallel_for(p_tasks * x_tasks, [&](int64_t t, int) {
+      const int64_t pt = t % p_tasks, xt = t / p_tasks;
+      const int64_t i0 = xt * kXChunk, i1 = std::min(n, i0 + kXChunk);
+      k.gemm_int8_rows(a, pt * per, std::min(n_panels, (pt + 1) * per), i0, i1);
+    });
+    return;
+  }
+
   if (!w.has_panels()) {
     // Rows layout: every task takes all x rows, so each group of 32 weight
     // rows is dequantized once per call.

@@ -190,3 +190,5 @@ struct Vec {
 };
 
 }  // namespace prefixd::cpu::PREFIXD_ISA_NS
+
+#include "kernels/cpu/avx2/int8_vec.h"

@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/generic/attention_task.h"
 #include "kernels/cpu/generic/gemm_tiles.h"
+#include "kernels/cpu/generic/int8_gemm.h"
 #include "kernels/cpu/generic/quant_gemm.h"
 #include "kernels/cpu/generic/row_ops.h"
 
@@ -18,6 +19,9 @@ const CpuKernels kKernelSet = {
       qgemm::scratch_floats,  // covers gemm::scratch_floats too
       gemm::panels,
       qgemm::rows,
+      i8gemm::rows,
+      i8gemm::quantize_x,
+      i8gemm::quantize_x_k,
       attn::kGroups * attn::kLanes,
       attn::scratch_floats,
       attn::run_task,

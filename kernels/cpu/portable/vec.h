@@ -152,3 +152,5 @@ struct Vec {
 };
 
 }  // namespace prefixd::cpu::PREFIXD_ISA_NS
+
+#include "kernels/cpu/portable/int8_vec.h"

@@ -1,0 +1,410 @@
+// Matrix products over block-format weights with the activations quantized to
+// 8 bits per 32 values (XQ8Block): every 32 weights are unpacked to bytes in
+// registers and multiplied with the activation bytes as integers (I8::dot), and
+// each product is scaled once per 32 by the weight's and the activation's scale
+// in floats. This is the arithmetic of llama.cpp's vec_dot kernels; it reads a
+// 4.5-bit weight as 4.5 bits, where dequantizing to F32 first costs a float
+// conversion, a multiply and a store per weight.
+//
+// Batch invariance: each output y[i][r] is accumulated in the same order (over
+// the row's blocks, then one fixed lane reduction) whatever the tile it falls in,
+// so a row's result does not depend on how many other rows were in the call —
+// a prompt prefilled whole or as a cached prefix plus a suffix gives the same
+// matmul outputs.
+//
+// Formats: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K (int8_type()); the others
+// take quant_gemm.h's dequantizing path.
+// Included by kernels/cpu/<isa>/kernels.cpp only (through kernel_set.h).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/quant/quant_blocks.h"
+
+namespace prefixd::cpu::PREFIXD_ISA_NS {
+
+namespace i8gemm {
+
+using B = typename I8::B;
+using F = typename I8::F;
+
+// --- activations --------------------------------------------------------------
+
+// Rows [r0, r1) of x (., cols) -> out (., cols / 32) blocks; cols is a multiple of 32.
+inline void quantize_x(const float* x, int64_t r0, int64_t r1, int64_t cols, XQ8Block* out) {
+  const int64_t nb = cols / 32;
+  for (int64_t r = r0; r < r1; ++r) {
+    for (int64_t b = 0; b < nb; ++b) {
+      XQ8Block& o = out[r * nb + b];
+      I8::quantize32(x + r * cols + b * 32, o.q, &o.d, o.sums);
+      o.ds = o.d * static_cast<float>(o.sums[0] + o.sums[1]);
+    }
+  }
+}
+
+// Rows [r0, r1) of x (., cols) -> out (., cols / 256) blocks; cols is a multiple of 256.
+inline void quantize_x_k(const float* x, int64_t r0, int64_t r1, int64_t cols, XQ8KBlock* out) {
+  const int64_t nb = cols / 256;
+  for (int64_t r = r0; r < r1; ++r) {
+    for (int64_t b = 0; b < nb; ++b) {
+      XQ8KBlock& o = out[r * nb + b];
+      I8::quantize256(x + r * cols + b * 256, o.q, &o.d, o.bsums);
+      for (int g = 0; g < 8; ++g) o.sums32[g] = static_cast<int16_t>(o.bsums[2 * g] + o.bsums[2 * g + 1]);
+    }
+  }
+}
+
+// How far ahead of the weights being multiplied the next ones are prefetched.
+constexpr size_t kPrefetchBytes = 4096;
+
+// --- weight formats -------------------------------------------------------------
+// --- 32-value formats (x as XQ8Block) ----------------------------------------------
+// Each format unpacks one block into kSub groups of 32 bytes `q` (signed weights
+// when kSigned, else unsigned), a float scale per group and, when kMin, the
+// group's constant term: value = scale * q + min.
+
+// Q4_0 and Q5_0 keep their values unsigned (0..15, 0..31): the offset of 8 or
+// 16 is a min of -8d or -16d, cheaper than signed bytes (vpabsb + vpsignb).
+struct FmtQ4_0 {
+  using Block = quant::BlockQ4_0;
+  static constexpr int kSub = 1;
+  static constexpr bool kSuper = false;
+  static constexpr bool kSigned = false, kMin = true;
+  static PREFIXD_VEC_INLINE void unpack(const Block& b, B* q, float* sc, float* mn) {
+    q[0] = I8::nibbles16(b.qs);
+    sc[0] = I8::half(b.d);
+    mn[0] = -8.0f * sc[0];
+  }
+};
+
+struct FmtQ4_1 {
+  using Block = quant::BlockQ4_1;
+  static constexpr int kSub = 1;
+  static constexpr bool kSuper = false;
+  static constexpr bool kSigned = false, kMin = true;
+  static PREFIXD_VEC_INLINE void unpack(const Block& b, B* q, float* sc, float* mn) {
+    q[0] = I8::nibbles16(b.qs);
+    sc[0] = I8::half(b.d);
+    mn[0] = I8::half(b.m);
+  }
+};
+
+struct FmtQ5_0 {
+  using Block = quant::BlockQ5_0;
+  static constexpr int kSub = 1;
+  static constexpr bool kSuper = false;
+  static constexpr bool kSigned = false, kMin = true;
+  static PREFIXD_VEC_INLINE void unpack(const Block& b, B* q, float* sc, float* mn) {
+    uint32_t qh;
+    std::memcpy(&qh, b.qh, 4);
+    q[0] = I8::or_(I8::nibbles16(b.qs), I8::bits32(qh, 0x10));
+    sc[0] = I8::half(b.d);
+    mn[0] = -16.0f * sc[0];
+  }
+};
+
+struct FmtQ5_1 {
+  using Block = quant::BlockQ5_1;
+  static constexpr int kSub = 1;
+  static constexpr bool kSuper = false;
+  static constexpr bool kSigned = false, kMin = true;
+  static PREFIXD_VEC_INLINE void unpack(const Block& b, B* q, float* sc, float* mn) {
+    uint32_t qh;
+    std::memcpy(&qh, b.qh, 4);
+    q[0] = I8::or_(I8::nibbles16(b.qs), I8::bits32(qh, 0x10));
+    sc[0] = I8::half(b.d);
+    mn[0] = I8::half(b.m);
+  }
+};
+
+struct FmtQ8_0 {
+  using Block = quant::BlockQ8_0;
+  static constexpr int kSub = 1;
+  static constexpr bool kSuper = false;
+  static constexpr bool kSigned = true, kMin = false;
+  static PREFIXD_VEC_INLINE void unpack(const Block& b, B* q, float* sc, float*) {
+    q[0] = I8::load(b.qs);
+    sc[0] = I8::half(b.d);
+  }
+};
+
+// --- K formats (x as XQ8KBlock) -------------------------------------------------
+// A 256-value super-block is 8 groups of 32: each group's integer products are
+// scaled by its 16-bit scale inside vpmaddwd and summed in int32 over the whole
+// super-block, then scaled once in floats by d(weight) * d(x). Mins (Q4_K, Q5_K)
+// and Q6_K's offset of 32 come from the activation sums per 32 or per 16.
+
+// vpshufb masks: kPickSame[k] puts 16-bit word k of each half in all 8 words of
+// that half; kPickPair[j] puts word 2j in the low half and word 2j + 1 in the high.
+struct PickMasks {
+  alignas(32) uint8_t same[8][32];
+  alignas(32) uint8_t pair[4][32];
+  constexpr PickMasks() : same{}, pair{} {
+    for (int k = 0; k < 8; ++k)
+      for (int j = 0; j < 32; ++j) same[k][j] = static_cast<uint8_t>(2 * k + (j & 1));
+    for (int p = 0; p < 4; ++p)
+      for (int j = 0; j < 32; ++j) pair[p][j] = static_cast<uint8_t>(2 * (2 * p + (j >= 16 ? 1 : 0)) + (j & 1));
+  }
+};
+inline constexpr PickMasks kPick{};
+
+// One K block unpacked: 8 groups of 32 unsigned bytes, their 16-bit scales
+// (scale(k)), and the block's constant term for an x block (extra(): to be
+// multiplied by x's d).
+struct KUnpacked {
+  B q[8];
+  B scales[2];        // 16-bit scales, the same 8 in both halves (Q6_K: [0] scales 0..7, [1] 8..15)
+  int16_t aux[16];    // Q4_K/Q5_K: the 8 mins; Q6_K: the 16 scales
+  float d, dmin;
+};
+
+// The 8 six-bit scales and mins of a Q4_K/Q5_K block (12 bytes, packed as
+// quant::scale_min_k4 reads them one by one), from four 32-bit words.
+PREFIXD_VEC_INLINE void scales_mins_k4(const uint8_t* packed, uint8_t* scales, uint8_t* mins) {
+  uint32_t u[3];
+  std::memcpy(u, packed, 12);
+  const uint32_t low6 = 0x3f3f3f3fu, low4 = 0x0f0f0f0fu, low2 = 0x03030303u;
+  const uint32_t sc[2] = {u[0] & low6, (u[2] & low4) | (((u[0] >> 6) & low2) << 4)};
+  const uint32_t mn[2] = {u[1] & low6, ((u[2] >> 4) & low4) | (((u[1] >> 6) & low2) << 4)};
+  std::memcpy(scales, sc, 8);
+  std::memcpy(mins, mn, 8);
+}
+
+struct FmtQ4_K {
+  using Block = quant::BlockQ4_K;
+  static constexpr bool kSuper = true;
+  static PREFIXD_VEC_INLINE void unpack(const Block& b, KUnpacked& u) {
+    u.d = I8::half(b.d);
+    u.dmin = I8::half(b.dmin);
+    for (int j = 0; j < 4; ++j) {
+      const B v = I8::load(b.qs + 32 * j);
+      u.q[2 * j] = I8::lo4(v);
+      u.q[2 * j + 1] = I8::hi4(v);
+    }
+    uint8_t sc[8], mn[8];
+    scales_mins_k4(b.scales, sc, mn);
+    u.scales[0] = I8::widen_u8x8(sc);
+    for (int k = 0; k < 8; ++k) u.aux[k] = mn[k];
+  }
+  static PREFIXD_VEC_INLINE B scale(const KUnpacked& u, int k) { return I8::shuffle(u.scales[0], kPick.same[k]); }
+  static PREFIXD_VEC_INLINE float extra(const KUnpacked& u, const XQ8KBlock& x) {
+    return -u.dmin * static_cast<float>(I8::dot_i16x8(u.aux, x.sums32));
+  }
+};
+
+struct FmtQ5_K {
+  using Block = quant::BlockQ5_K;
+  static constexpr bool kSuper = true;
+  static PREFIXD_VEC_INLINE void unpack(const Block& b, KUnpacked& u) {
+    u.d = I8::half(b.d);
+    u.dmin = I8::half(b.dmin);
+    const B h = I8::load(b.qh);
+    for (int j = 0; j < 4; ++j) {
+      const B v = I8::load(b.qs + 32 * j);
+      u.q[2 * j] = I8::or_(I8::lo4(v), I8::test(h, static_cast<uint8_t>(1u << (2 * j)), 0x10));
+      u.q[2 * j + 1] = I8::or_(I8::hi4(v), I8::test(h, static_cast<uint8_t>(2u << (2 * j)), 0x10));
+    }
+    uint8_t sc[8], mn[8];
+    scales_mins_k4(b.scales, sc, mn);
+    u.scales[0] = I8::widen_u8x8(sc);
+    for (int k = 0; k < 8; ++k) u.aux[k] = mn[k];
+  }
+  static PREFIXD_VEC_INLINE B scale(const KUnpacked& u, int k) { return I8::shuffle(u.scales[0], kPick.same[k]); }
+  static PREFIXD_VEC_INLINE float extra(const KUnpacked& u, const XQ8KBlock& x) {
+    return -u.dmin * static_cast<float>(I8::dot_i16x8(u.aux, x.sums32));
+  }
+};
+
+// Q6_K: values 0..63 kept unsigned; the offset of 32 is -32 * sum(scale * x sum) per 16.
+struct FmtQ6_K {
+  using Block = quant::BlockQ6_K;
+  static constexpr bool kSuper = true;
+  static PREFIXD_VEC_INLINE void unpack(const Block& b, KUnpacked& u) {
+    u.d = I8::half(b.d);
+    for (int half = 0; half < 2; ++half) {
+      const uint8_t* ql = b.ql + 64 * half;
+      const B a = I8::load(ql), c = I8::load(ql + 32), h = I8::load(b.qh + 32 * half);
+      B* o = u.q + 4 * half;
+      o[0] = I8::or_(I8::lo4(a), I8::template shl16<4>(I8::and_c(h, 3)));
+      o[1] = I8::or_(I8::lo4(c), I8::template shl16<4>(I8::and_c(I8::template shr16<2>(h), 3)));
+      o[2] = I8::or_(I8::hi4(a), I8::template shl16<4>(I8::and_c(I8::template shr16<4>(h), 3)));
+      o[3] = I8::or_(I8::hi4(c), I8::template shl16<4>(I8::and_c(I8::template shr16<6>(h), 3)));
+    }
+    u.scales[0] = I8::widen_i8x8(b.scales);
+    u.scales[1] = I8::widen_i8x8(b.scales + 8);
+    for (int j = 0; j < 16; ++j) u.aux[j] = b.scales[j];
+  }
+  // Group k: scales 2k (first 16 bytes) and 2k + 1 (last 16).
+  static PREFIXD_VEC_INLINE B scale(const KUnpacked& u, int k) { return I8::shuffle(u.scales[k / 4], kPick.pair[k % 4]); }
+  static PREFIXD_VEC_INLINE float extra(const KUnpacked& u, const XQ8KBlock& x) {
+    return -32.0f * u.d * static_cast<float>(I8::dot_i16x16(u.aux, x.bsums));
+  }
+};
+
+// y[i * ldy + m] for MR weight rows and NR activation rows of a K format.
+template <class Fmt, int MR, int NR>
+PREFIXD_VEC_INLINE void tile_k(const uint8_t* w, size_t row_bytes, const XQ8KBlock* x, int64_t x_stride,
+                               int64_t n_blocks, float* y, int64_t ldy) {
+  using Block = typename Fmt::Block;
+  F acc[MR][NR];
+  float extra[MR][NR];
+#pragma GCC unroll 4
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 4
+    for (int i = 0; i < NR; ++i) {
+      acc[m][i] = I8::zero();
+      extra[m][i] = 0.0f;
+    }
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    {
+      constexpr size_t kStep = MR * sizeof(Block);
+      const uint8_t* pf = w + kPrefetchBytes + static_cast<size_t>(b) * kStep;
+#pragma GCC unroll 16
+      for (size_t o = 0; o < kStep + 64; o += 64) __builtin_prefetch(pf + o);
+    }
+    KUnpacked u[MR];
+#pragma GCC unroll 4
+    for (int m = 0; m < MR; ++m) Fmt::unpack(reinterpret_cast<const Block*>(w + m * row_bytes)[b], u[m]);
+#pragma GCC unroll 4
+    for (int i = 0; i < NR; ++i) {
+      const XQ8KBlock& xb = x[i * x_stride + b];
+      typename I8::I isum[MR];
+#pragma GCC unroll 4
+      for (int m = 0; m < MR; ++m) isum[m] = I8::izero();
+#pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k) {
+        const B a = I8::load(xb.q + 32 * k);
+#pragma GCC unroll 4
+        for (int m = 0; m < MR; ++m) isum[m] = I8::dot_scaled(u[m].q[k], a, Fmt::scale(u[m], k), isum[m]);
+      }
+#pragma GCC unroll 4
+      for (int m = 0; m < MR; ++m) {
+        acc[m][i] = I8::fmadd(I8::to_float(isum[m]), I8::set1(u[m].d * xb.d), acc[m][i]);
+        extra[m][i] += xb.d * Fmt::extra(u[m], xb);
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 4
+    for (int i = 0; i < NR; ++i) y[i * ldy + m] = I8::reduce(acc[m][i]) + extra[m][i];
+}
+
+// --- tiles (32-value formats) ---------------------------------------------------
+
+// y[i * ldy + m] for MR weight rows (w, row_bytes apart) and NR activation rows
+// (x, x_stride blocks apart), over n_blocks blocks of the format.
+template <class Fmt, int MR, int NR>
+PREFIXD_VEC_INLINE void tile(const uint8_t* w, size_t row_bytes, const XQ8Block* x, int64_t x_stride,
+                             int64_t n_blocks, float* y, int64_t ldy) {
+  using Block = typename Fmt::Block;
+  constexpr int S = Fmt::kSub;
+  F acc[MR][NR];
+  float mins[MR][NR];
+#pragma GCC unroll 4
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 4
+    for (int i = 0; i < NR; ++i) {
+      acc[m][i] = I8::zero();
+      mins[m][i] = 0.0f;
+    }
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    B q[MR][S];
+    float sc[MR][S];
+    float mn[MR][S];
+    // The MR rows are one contiguous span, read as MR short streams that the
+    // hardware prefetcher does not follow: fetch the span kPrefetchBytes ahead
+    // linearly, in step with the blocks.
+    {
+      constexpr size_t kStep = MR * sizeof(Block);
+      const uint8_t* pf = w + kPrefetchBytes + static_cast<size_t>(b) * kStep;
+#pragma GCC unroll 16
+      for (size_t o = 0; o < kStep + 64; o += 64) __builtin_prefetch(pf + o);
+    }
+#pragma GCC unroll 4
+    for (int m = 0; m < MR; ++m) Fmt::unpack(reinterpret_cast<const Block*>(w + m * row_bytes)[b], q[m], sc[m], mn[m]);
+#pragma GCC unroll 8
+    for (int k = 0; k < S; ++k) {
+      B u[MR];
+#pragma GCC unroll 4
+      for (int m = 0; m < MR; ++m) u[m] = Fmt::kSigned ? I8::abs(q[m][k]) : q[m][k];
+#pragma GCC unroll 4
+      for (int i = 0; i < NR; ++i) {
+        const XQ8Block& xb = x[i * x_stride + b * S + k];
+        const B a = I8::load(xb.q);
+        const F xd = I8::set1(xb.d);
+#pragma GCC unroll 4
+        for (int m = 0; m < MR; ++m) {
+          const B s = Fmt::kSigned ? I8::sign(a, q[m][k]) : a;
+          acc[m][i] = I8::fmadd(I8::mul(I8::dot(u[m], s), xd), I8::set1(sc[m][k]), acc[m][i]);
+          if constexpr (Fmt::kMin) mins[m][i] += mn[m][k] * xb.ds;
+        }
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 4
+    for (int i = 0; i < NR; ++i) y[i * ldy + m] = I8::reduce(acc[m][i]) + mins[m][i];
+}
+
+// Weight rows [r0, r1) x activation rows [i0, i1): tiles of I8::kTileW rows by
+// I8::kTileX activations, the edges with narrower tiles.
+template <class Fmt, int MR, int NR>
+PREFIXD_VEC_INLINE void tile_any(const GemmArgs& a, int64_t r, int64_t i, float* y) {
+  const uint8_t* w = a.rows_data + r * a.row_bytes;
+  if constexpr (Fmt::kSuper) {
+    const int64_t stride = a.cols / 256;
+    tile_k<Fmt, MR, NR>(w, a.row_bytes, a.xqk + i * stride, stride, stride, y + r, a.rows);
+  } else {
+    const int64_t stride = a.cols / 32;
+    tile<Fmt, MR, NR>(w, a.row_bytes, a.xq + i * stride, stride, stride / Fmt::kSub, y + r, a.rows);
+  }
+}
+
+// Weight rows [r0, r1) x activation rows [i, i + NR): tiles of MR weight rows
+// (4 for a single activation row), the last rows one by one.
+template <class Fmt, int NR>
+inline void x_tile_rows(const GemmArgs& a, int64_t r0, int64_t r1, int64_t i) {
+  constexpr int MR = NR == 1 ? 4 : I8::kTileW;
+  float* y = a.y + i * a.rows;
+  int64_t r = r0;
+  for (; r + MR <= r1; r += MR) tile_any<Fmt, MR, NR>(a, r, i, y);
+  for (; r < r1; ++r) tile_any<Fmt, 1, NR>(a, r, i, y);
+}
+
+template <class Fmt>
+inline void run(const GemmArgs& a, int64_t r0, int64_t r1, int64_t i0, int64_t i1) {
+  constexpr int NR = I8::kTileX;
+  // Weight rows in groups that stay in L1 while every activation tile passes over them.
+  constexpr int64_t kRowGroup = 32;
+  for (int64_t g = r0; g < r1; g += kRowGroup) {
+    const int64_t g1 = std::min(r1, g + kRowGroup);
+    int64_t i = i0;
+    for (; i + NR <= i1; i += NR) x_tile_rows<Fmt, NR>(a, g, g1, i);
+    for (; i < i1; ++i) x_tile_rows<Fmt, 1>(a, g, g1, i);
+  }
+}
+
+// y rows [i0, i1) x output columns of the 32-row groups [p0, p1); a.xq holds x quantized.
+inline void rows(const GemmArgs& a, int64_t p0, int64_t p1, int64_t i0, int64_t i1) {
+  const int64_t r0 = p0 * kGemmPanel, r1 = std::min(a.rows, p1 * kGemmPanel);
+  switch (a.row_type) {
+    case WeightType::Q4_0: run<FmtQ4_0>(a, r0, r1, i0, i1); return;
+    case WeightType::Q4_1: run<FmtQ4_1>(a, r0, r1, i0, i1); return;
+    case WeightType::Q5_0: run<FmtQ5_0>(a, r0, r1, i0, i1); return;
+    case WeightType::Q5_1: run<FmtQ5_1>(a, r0, r1, i0, i1); return;
+    case WeightType::Q8_0: run<FmtQ8_0>(a, r0, r1, i0, i1); return;
+    case WeightType::Q4_K: run<FmtQ4_K>(a, r0, r1, i0, i1); return;
+    case WeightType::Q5_K: run<FmtQ5_K>(a, r0, r1, i0, i1); return;
+    case WeightType::Q6_K: run<FmtQ6_K>(a, r0, r1, i0, i1); return;
+    default: PREFIXD_CHECK(false, "not an int8 weight type");
+  }
+}
+
+}  // namespace i8gemm
+
+}  // namespace prefixd::cpu::PREFIXD_ISA_NS
