@@ -126,12 +126,21 @@ void matmul(const CpuKernels& k, ThreadPool& pool, const CpuMatrix& w, const flo
     return;
   }
 
+  static thread_local std::vector<uint16_t> xb_buffer;  // (n, stride) bf16, see below
   if (!w.has_panels()) {
     // Rows layout: every task takes all x rows, so each group of 32 weight
     // rows is dequantized once per call.
     a.rows_data = w.rows_data;
     a.row_bytes = w.row_bytes;
     a.row_type = w.source_type;
+    if (k.gemm_bf16_x && w.source_type != WeightType::F16 && n >= kInt8MaxRows) {
+      // Block formats dequantize to BF16 panels in these sets (quant_gemm.h).
+      const int64_t stride = (cols + 31) / 32 * 32;
+      if (xb_buffer.size() < static_cast<size_t>(n * stride)) xb_buffer.resize(n * stride);
+      convert_x_bf16(k, pool, x, n, cols, stride, xb_buffer.data());
+      a.xb = xb_buffer.data();
+      a.xb_stride = stride;
+    }
     const int64_t per = std::clamp<int64_t>((n_panels + want_tasks - 1) / want_tasks, 1, n_panels);
     pool.parallel_for((n_panels + per - 1) / per, [&](int64_t t, int) {
       static thread_local std::vector<float> scratch;  // the set's per-thread scratch
@@ -150,7 +159,6 @@ void matmul(const CpuKernels& k, ThreadPool& pool, const CpuMatrix& w, const flo
   a.dtype = w.dtype;
   // BF16 x for sets with a BF16 dot product: the caller thread's buffer,
   // shared with the workers by pointer.
-  static thread_local std::vector<uint16_t> xb_buffer;  // (n, stride) bf16
   if (w.dtype == DType::BF16 && k.gemm_bf16_x) {
     const int64_t stride = (cols + 31) / 32 * 32;
     if (xb_buffer.size() < static_cast<size_t>(n * stride)) xb_buffer.resize(n * stride);

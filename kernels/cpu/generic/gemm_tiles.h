@@ -192,6 +192,17 @@ inline void f32_panel_rows(const float* panel, const float* x, int64_t K, float*
   }
 }
 
+#if defined(__AVX512BF16__)
+// y (n_rows, valid) = xb (n_rows, 2*K2) bf16 · BF16 panelᵀ, in tiles of kTileRows rows.
+inline void bf16_dot_panel_rows(const uint16_t* panel, const uint16_t* xb, int64_t ldx, int64_t K2, float* y,
+                                int64_t ldy, int64_t valid, int64_t n_rows) {
+  for (int64_t i = 0; i < n_rows; i += kTileRows) {
+    const int m = static_cast<int>(std::min<int64_t>(kTileRows, n_rows - i));
+    with_rows<kTileRows>(m, [&]<int M>() { tile_bf16_dot<M>(panel, xb + i * ldx, ldx, K2, y + i * ldy, ldy, valid); });
+  }
+}
+#endif
+
 // x rows at or above which a BF16 panel is widened once instead of per tile.
 constexpr int64_t kWidenPanelRows = 8;
 
@@ -221,12 +232,7 @@ inline void panels(const GemmArgs& a, int64_t p0, int64_t p1, int64_t i0, int64_
     const int64_t K2 = (K + 1) / 2;
     const uint16_t* panel = static_cast<const uint16_t*>(a.packed) + p * K2 * P * 2;
 #if defined(__AVX512BF16__)
-    for (int64_t i = 0; i < n_rows; i += kTileRows) {
-      const int m = static_cast<int>(std::min<int64_t>(kTileRows, n_rows - i));
-      with_rows<kTileRows>(m, [&]<int M>() {
-        tile_bf16_dot<M>(panel, a.xb + (i0 + i) * a.xb_stride, a.xb_stride, K2, y + i * a.rows, a.rows, valid);
-      });
-    }
+    bf16_dot_panel_rows(panel, a.xb + i0 * a.xb_stride, a.xb_stride, K2, y, a.rows, valid, n_rows);
 #else
     if (n_rows >= kWidenPanelRows) {
       widen_panel(panel, K, scratch);

@@ -7,6 +7,9 @@
 //   32 x 32 x rows of work.
 // - few rows (decode): 4 weight rows at a time are dequantized into an L1
 //   buffer and dotted with each x row; the weights stream from memory once.
+// In sets with a BF16 dot product (avx512bf16) the block formats' panel is
+// rounded to BF16 instead and runs through the BF16 tiles, with x in BF16
+// (GemmArgs::xb), as BF16 weights do: twice the products per instruction.
 // Per-thread scratch: cols * (32 + 4) floats.
 // Included by kernels/cpu/<isa>/kernels.cpp only (through kernel_set.h).
 #pragma once
@@ -28,11 +31,19 @@ constexpr int N = Vec::N;
 constexpr int64_t P = kGemmPanel;
 
 // x rows at or above which a group of weight rows is dequantized to a panel.
-constexpr int64_t kPanelRows = 16;
+constexpr int64_t kPanelRows = kInt8MaxRows;  // the same split as gemm.cpp's
 // Weight rows dotted together in the decode shape.
 constexpr int kDotRows = 4;
 
 inline size_t scratch_floats(int64_t cols) { return static_cast<size_t>(cols) * (P + kDotRows); }
+
+// Block formats dequantize to BF16 panels for the BF16 dot product (F16 rows
+// keep F32 panels: BF16 would drop 3 of their mantissa bits).
+#if defined(__AVX512BF16__)
+inline bool bf16_panels(WeightType t) { return t != WeightType::F16; }
+#else
+inline bool bf16_panels(WeightType) { return false; }
+#endif
 
 // Weight rows [r0, r0 + valid) -> F32 panel (K, P) in `panel`; columns past
 // `valid` are zero. `row` is a K-float buffer.
@@ -44,6 +55,26 @@ inline void dequant_panel(const GemmArgs& a, int64_t r0, int64_t valid, float* p
   for (int64_t r = 0; r < valid; ++r) {
     dequant::row(a.row_type, a.rows_data + (r0 + r) * a.row_bytes, row, K);
     for (int64_t k = 0; k < K; ++k) panel[k * P + r] = row[k];
+  }
+}
+
+// Weight rows [r0, r0 + valid) -> BF16 panel (ceil(K/2), P, 2) in `panel`
+// (gemm_tiles.h's layout: column pairs interleaved), columns past `valid` and
+// an odd K's last pair partner zero. `row` holds K floats then K + 1 halves.
+inline void dequant_panel_bf16(const GemmArgs& a, int64_t r0, int64_t valid, uint16_t* panel, float* row) {
+  const int64_t K = a.cols, K2 = (K + 1) / 2;
+  uint16_t* half = reinterpret_cast<uint16_t*>(row + K);
+  half[K] = 0;
+  for (int64_t r = 0; r < P; ++r) {
+    if (r < valid) {
+      dequant::row(a.row_type, a.rows_data + (r0 + r) * a.row_bytes, row, K);
+      rows::f32_to_bf16_n(row, half, K);
+    }
+    for (int64_t k2 = 0; k2 < K2; ++k2) {
+      uint16_t* dst = panel + (k2 * P + r) * 2;
+      dst[0] = r < valid ? half[2 * k2] : 0;
+      dst[1] = r < valid ? half[2 * k2 + 1] : 0;
+    }
   }
 }
 
@@ -83,6 +114,16 @@ inline void rows(const GemmArgs& a, int64_t p0, int64_t p1, int64_t i0, int64_t 
     const int64_t valid = std::min(P, a.rows - r_begin);
     float* y = a.y + i0 * a.rows + r_begin;
     const float* x = a.x + i0 * K;
+    if (n_rows >= kPanelRows && bf16_panels(a.row_type)) {
+      auto* panel16 = reinterpret_cast<uint16_t*>(panel);  // (K2, P, 2): half the F32 panel's bytes
+      dequant_panel_bf16(a, r_begin, valid, panel16, dequantized);
+#if defined(__AVX512BF16__)
+      gemm::bf16_dot_panel_rows(panel16, a.xb + i0 * a.xb_stride, a.xb_stride, (K + 1) / 2, y, a.rows, valid, n_rows);
+#else
+      PREFIXD_CHECK(false, "BF16 panels without a BF16 dot product");  // bf16_panels() is false here
+#endif
+      continue;
+    }
     if (n_rows >= kPanelRows) {
       dequant_panel(a, r_begin, valid, panel, dequantized);
       gemm::f32_panel_rows(panel, x, K, y, a.rows, valid, n_rows);
