@@ -47,6 +47,14 @@ struct ApiError {
                 std::move(code));
   }
   // 413: the body is larger than --max-body-bytes.
+  static ApiError forbidden(std::string message, std::string code) {
+    return make(403, "permission_error", "", std::move(message), std::move(code));
+  }
+
+  static ApiError misdirected(std::string message) {
+    return make(421, "invalid_request_error", "", std::move(message), "host_not_allowed");
+  }
+
   static ApiError payload_too_large(int64_t limit_bytes) {
     return make(
         413, "invalid_request_error", "",

@@ -20,13 +20,14 @@ using nlohmann::json;
 // No fetches beyond this origin; everything the page needs is inline.
 const char* kContentSecurityPolicy =
     "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
-    "connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'";
+    "connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 void send_html(httplib::Response& res, const std::string& html, int status) {
   res.status = status;
   res.set_header("Cache-Control", "no-store");
   res.set_header("Content-Security-Policy", kContentSecurityPolicy);
   res.set_header("X-Content-Type-Options", "nosniff");
+  res.set_header("X-Frame-Options", "DENY");  // no framing: its pin buttons cannot be clickjacked
   res.set_content(html, "text/html; charset=utf-8");
 }
 

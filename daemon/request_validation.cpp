@@ -62,6 +62,21 @@ std::optional<ApiError> get_string(const json& body, const char* field, std::str
   return std::nullopt;
 }
 
+// `cache_salt`: an optional string of at most kMaxCacheSaltBytes bytes.
+std::optional<ApiError> get_cache_salt(const json& body, std::string* out) {
+  auto it = body.find("cache_salt");
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (!it->is_string()) return type_error("cache_salt", "a string");
+  const std::string& salt = it->get_ref<const std::string&>();
+  if (salt.size() > kMaxCacheSaltBytes) {
+    return value_error("cache_salt", "'cache_salt' is " + std::to_string(salt.size()) +
+                                         " bytes; at most " + std::to_string(kMaxCacheSaltBytes) +
+                                         " bytes are accepted");
+  }
+  *out = salt;
+  return std::nullopt;
+}
+
 std::optional<ApiError> check_ids(const std::vector<int32_t>& ids, const ModelInfo& m,
                                   const std::string& field) {
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -270,21 +285,98 @@ std::optional<ApiError> check_prompt_fits(size_t n_prompt, const ModelInfo& m,
   return std::nullopt;
 }
 
+// Builds the DOM of a request body from nlohmann's SAX events, refusing it
+// as soon as it crosses kMaxJsonDepth or kMaxJsonValues: the parser stops
+// there and the partial tree is dropped. (nlohmann's own limit hook, the
+// parse callback, is no use here: its parser rescans the enclosing container
+// at every object end, quadratic in `[{},{},...]`.)
+class JsonBodyBuilder final : public json::json_sax_t {
+ public:
+  explicit JsonBodyBuilder(json* root) : root_(root) {}
+
+  std::optional<ApiError> error;  // why parsing stopped, once it has
+
+  bool null() override { return add(nullptr) != nullptr; }
+  bool boolean(bool v) override { return add(v) != nullptr; }
+  bool number_integer(number_integer_t v) override { return add(v) != nullptr; }
+  bool number_unsigned(number_unsigned_t v) override { return add(v) != nullptr; }
+  bool number_float(number_float_t v, const string_t&) override { return add(v) != nullptr; }
+  bool string(string_t& v) override { return add(std::move(v)) != nullptr; }
+  bool binary(binary_t& v) override { return add(json::binary(std::move(v))) != nullptr; }
+  bool start_object(std::size_t) override { return open(json::value_t::object); }
+  bool key(string_t& k) override {
+    key_ = std::move(k);
+    return true;
+  }
+  bool end_object() override {
+    open_.pop_back();
+    return true;
+  }
+  bool start_array(std::size_t) override { return open(json::value_t::array); }
+  bool end_array() override {
+    open_.pop_back();
+    return true;
+  }
+  // Syntax errors carry their position; number overflow (1e400) is an out_of_range.
+  bool parse_error(std::size_t, const std::string&, const json::exception& e) override {
+    error = ApiError::bad_request("", std::string("the body is not valid JSON: ") + e.what(),
+                                  "invalid_json");
+    return false;
+  }
+
+ private:
+  // Counts v and places it in the innermost open container (under the last
+  // key in an object: a repeated key keeps its last value) or at the root.
+  // Null when v is one value too many.
+  json* add(json&& v) {
+    if (++n_values_ > kMaxJsonValues) {
+      error = ApiError::bad_request(
+          "", "the body is JSON with more than " + std::to_string(kMaxJsonValues) + " values",
+          "json_too_many_values");
+      return nullptr;
+    }
+    if (open_.empty()) {
+      *root_ = std::move(v);
+      return root_;
+    }
+    json& parent = *open_.back();
+    if (parent.is_array()) {
+      parent.push_back(std::move(v));
+      return &parent.back();
+    }
+    json& slot = parent[key_];
+    slot = std::move(v);
+    return &slot;
+  }
+  // A new array or object, open until its end event. Pointers into the open
+  // containers stay valid: only the innermost one grows.
+  bool open(json::value_t type) {
+    if (open_.size() >= static_cast<size_t>(kMaxJsonDepth)) {
+      error = ApiError::bad_request(
+          "", "the body has JSON nesting deeper than " + std::to_string(kMaxJsonDepth) + " levels",
+          "json_too_deep");
+      return false;
+    }
+    json* container = add(json(type));
+    if (container == nullptr) return false;
+    open_.push_back(container);
+    return true;
+  }
+
+  json* root_;
+  std::vector<json*> open_;  // the open arrays and objects, outermost first
+  string_t key_;             // the innermost object's current key
+  int64_t n_values_ = 0;
+};
+
 }  // namespace
 
 ApiResult<json> parse_json_body(const std::string& body) {
-  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) {
-    // Re-parse with exceptions on to obtain the position for the message.
-    std::string detail;
-    try {
-      json unused = json::parse(body);
-      (void)unused;
-    } catch (const json::exception& e) {
-      detail = e.what();
-    }
-    return ApiError::bad_request(
-        "", "the body is not valid JSON" + (detail.empty() ? "" : ": " + detail), "invalid_json");
+  json j;
+  JsonBodyBuilder builder(&j);
+  if (!json::sax_parse(body, &builder)) {
+    if (builder.error) return *builder.error;
+    return ApiError::bad_request("", "the body is not valid JSON", "invalid_json");
   }
   if (!j.is_object())
     return ApiError::bad_request("", "the body must be a JSON object", "invalid_json");
@@ -383,7 +475,7 @@ ApiResult<GenerationRequest> validate_generation(const json& body, const ModelIn
   }
   std::string user;
   if (auto e = get_string(body, "user", &user)) return *e;
-  if (auto e = get_string(body, "cache_salt", &r.cache_salt)) return *e;
+  if (auto e = get_cache_salt(body, &r.cache_salt)) return *e;
   if (auto e = get_bool(body, "ignore_eos", &r.ignore_eos)) return *e;
 
   if (chat) {
@@ -414,7 +506,7 @@ ApiResult<GenerationRequest> validate_generation(const json& body, const ModelIn
 ApiResult<PromptRequest> validate_prompt_body(const json& body, const ModelInfo& m) {
   PromptRequest p;
   if (auto e = check_model(body, m)) return *e;
-  if (auto e = get_string(body, "cache_salt", &p.cache_salt)) return *e;
+  if (auto e = get_cache_salt(body, &p.cache_salt)) return *e;
   const bool has_messages = body.contains("messages") && !body["messages"].is_null();
   const bool has_prompt = body.contains("prompt") && !body["prompt"].is_null();
   if (has_messages == has_prompt) {

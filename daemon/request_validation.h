@@ -45,7 +45,19 @@ struct GenerationRequest {
   std::string model;           // echoed in the response (the served id)
 };
 
-// Body -> JSON object; malformed JSON or a non-object gives 400.
+// Limits on a request body's JSON, enforced while it is parsed (before the
+// whole document is built), so a body within --max-body-bytes cannot grow
+// into a much larger tree: at most kMaxJsonDepth nested arrays/objects and
+// kMaxJsonValues values in all (every scalar, array and object counts one).
+// A token-id prompt of the longest context we serve is far below either.
+constexpr int kMaxJsonDepth = 64;
+constexpr int64_t kMaxJsonValues = 1'000'000;
+// `cache_salt` is kept beyond the request (the dashboard's prefix tracker
+// stores it with each tracked prefix), so its length is bounded.
+constexpr size_t kMaxCacheSaltBytes = 256;
+
+// Body -> JSON object, parsed once; malformed JSON, a non-object, nesting
+// deeper than kMaxJsonDepth or more than kMaxJsonValues values give 400.
 ApiResult<nlohmann::json> parse_json_body(const std::string& body);
 
 // /v1/completions (chat = false) or /v1/chat/completions (chat = true).

@@ -3,6 +3,8 @@
 // errors httplib produces itself and for exceptions.
 #include "daemon/routes.h"
 
+#include <cctype>
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <optional>
@@ -77,9 +79,20 @@ bool keys_equal(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
-// Before routing: a request for a route that needs the key gets 401 without it.
-HandlerResponse check_key(const ServerOptions& o, const httplib::Request& req,
-                          httplib::Response& res) {
+// Before routing: a Host that is not served gets 421, a foreign Origin 403
+// (request_origin.h), then a request for a route that needs the key gets 401
+// without it.
+HandlerResponse check_request(const ServerOptions& o, const httplib::Request& req,
+                              httplib::Response& res) {
+  const std::string host = req.get_header_value("Host");
+  if (auto refusal = check_host(o.origin_policy, host)) {
+    send_error(res, ApiError::misdirected(*refusal));
+    return HandlerResponse::Handled;
+  }
+  if (auto refusal = check_origin(o.origin_policy, req.get_header_value("Origin"), host)) {
+    send_error(res, ApiError::forbidden(*refusal, "origin_not_allowed"));
+    return HandlerResponse::Handled;
+  }
   if (o.api_key.empty() || is_public(req.path)) return HandlerResponse::Unhandled;
   const std::string auth = req.get_header_value("Authorization");
   const std::string prefix = "Bearer ";
@@ -113,29 +126,43 @@ HandlerResponse answer_http_error(DaemonContext& ctx, const ServerOptions& o,
   return HandlerResponse::Handled;
 }
 
-void answer_exception(const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-  std::string what = "internal error";
+// An exception out of a handler: the details go to the log, the client gets
+// only "internal error" (no library internals in answers).
+void answer_exception(const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
+  std::string what = "unknown exception";
   try {
     if (ep) std::rethrow_exception(ep);
   } catch (const std::exception& e) {
-    what = std::string("internal error: ") + e.what();
+    what = e.what();
   } catch (...) {
   }
-  send_error(res, ApiError::internal_error(what));
+  std::fprintf(stderr, "prefixd [error] %s %s: %s\n", req.method.c_str(), req.path.c_str(), what.c_str());
+  send_error(res, ApiError::internal_error("internal error"));
 }
 
-// Reads a POST body as JSON text of any content type (httplib would cap
-// bodies sent as application/x-www-form-urlencoded, what `curl -d` sends, at
-// 8 KiB and parse them as form fields). On failure answers 415, 400 or 413
-// itself and returns nullopt.
+// Whether the request says its body is JSON: `application/json`, with or
+// without parameters. Anything else gets 415, which also makes every
+// cross-site "simple" POST (text/plain, forms) fail: a browser must preflight
+// a JSON one, and the preflight is refused.
+bool json_content_type(const httplib::Request& req, httplib::Response& res) {
+  std::string type = req.get_header_value("Content-Type");
+  type = type.substr(0, type.find(';'));
+  while (!type.empty() && type.back() == ' ') type.pop_back();
+  for (char& ch : type) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (type == "application/json") return true;
+  send_error(res, ApiError::unsupported_media_type(
+                      "Content-Type '" + req.get_header_value("Content-Type") +
+                      "' is not accepted: send the body as application/json "
+                      "(curl: -H 'Content-Type: application/json')"));
+  return false;
+}
+
+// Reads a POST body (JSON: json_content_type) within the body limit. On
+// failure answers 415, 400 or 413 itself and returns nullopt.
 std::optional<std::string> read_body(const httplib::Request& req,
                                      const httplib::ContentReader& reader, int64_t max_body_bytes,
                                      httplib::Response& res) {
-  if (req.is_multipart_form_data()) {
-    send_error(res,
-               ApiError::unsupported_media_type("multipart bodies are not accepted; send JSON"));
-    return std::nullopt;
-  }
+  if (!json_content_type(req, res)) return std::nullopt;
   std::string body;
   bool too_large = false;
   const size_t limit = static_cast<size_t>(max_body_bytes);
@@ -180,7 +207,9 @@ void install_route(httplib::Server& h, DaemonContext& ctx, const ServerOptions& 
       return;
     case kPost:
       if ((route.flags & kHttplibBody) != 0) {
-        h.Post(route.path, plain);
+        h.Post(route.path, [c, handler](const httplib::Request& req, httplib::Response& res) {
+          if (json_content_type(req, res)) handler(*c, req, res);
+        });
         return;
       }
       h.Post(route.path, [c, handler, max_body_bytes = o.max_body_bytes,
@@ -208,7 +237,7 @@ void install_routes(httplib::Server& http, DaemonContext& ctx, const ServerOptio
   const ServerOptions* o = &options;
   DaemonContext* c = &ctx;
   http.set_pre_routing_handler(
-      [o](const httplib::Request& req, httplib::Response& res) { return check_key(*o, req, res); });
+      [o](const httplib::Request& req, httplib::Response& res) { return check_request(*o, req, res); });
   for (const Route& route : kRoutes) install_route(http, ctx, options, route);
   http.set_error_handler(httplib::Server::HandlerWithResponse(
       [c, o](const httplib::Request& req, httplib::Response& res) {

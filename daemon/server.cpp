@@ -291,6 +291,14 @@ Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
   s->engine = std::move(engine.value());
 
   fill_context(*s, backend_name);
+  if (o.api_key_source == "--api-key")
+    log_line(o, LogLevel::kWarn,
+             "--api-key is visible to every local user in the process list (ps, /proc/PID/cmdline); "
+             "prefer --api-key-file FILE or PREFIXD_API_KEY");
+  if ((o.host == "0.0.0.0" || o.host == "::") && o.allowed_hosts.empty())
+    log_line(o, LogLevel::kWarn,
+             "listening on every address: requests must name localhost, 127.0.0.1 or [::1] in Host "
+             "unless --allowed-hosts lists the names clients use");
   configure_http(*s);
   if (Status st = bind_port(*s); !st.ok()) return st;
   log_line(o, LogLevel::kInfo,

@@ -3,6 +3,9 @@
 
 #include <CLI/CLI.hpp>
 #include <cmath>
+#include <cstdlib>
+
+#include "daemon/secret_file.h"
 
 namespace prefixd {
 namespace {
@@ -79,6 +82,21 @@ Status ServerOptions::validate() {
     return Status::error("--log-level '" + log_level_name +
                          "' is not one of error, warn, info, debug");
   if (http_threads == 0) http_threads = max_concurrent_requests + max_queued_requests + 8;
+
+  if (!api_key.empty() && !api_key_file.empty())
+    return Status::error("--api-key and --api-key-file are both given: use one");
+  if (!api_key.empty()) {
+    api_key_source = "--api-key";
+  } else if (!api_key_file.empty()) {
+    Result<std::string> key = read_secret_file(api_key_file);
+    if (!key.ok()) return Status::error("--api-key-file: " + key.message());
+    api_key = key.value();
+    api_key_source = api_key_file;
+  } else if (const char* env = std::getenv("PREFIXD_API_KEY"); env != nullptr && *env != '\0') {
+    api_key = env;
+    api_key_source = "PREFIXD_API_KEY";
+  }
+  origin_policy = make_origin_policy(host, allowed_hosts, allowed_origins);
   return Status();
 }
 
@@ -115,7 +133,19 @@ void register_server_flags(CLI::App& app, ServerOptions& o) {
   app.add_option("--shutdown-grace-s", o.shutdown_grace_s,
                  "on SIGINT/SIGTERM, seconds in-flight requests get to finish")
       ->capture_default_str();
-  app.add_option("--api-key", o.api_key, "require `Authorization: Bearer KEY` (all but /health)");
+  app.add_option("--api-key", o.api_key,
+                 "require `Authorization: Bearer KEY` (all but /health); visible in the process "
+                 "list: prefer --api-key-file or PREFIXD_API_KEY");
+  app.add_option("--api-key-file", o.api_key_file,
+                 "read the API key from FILE (this user's, mode 0600 or stricter)");
+  app.add_option("--allowed-hosts", o.allowed_hosts,
+                 "Host names served besides the bind address, localhost, 127.0.0.1 and [::1] "
+                 "(comma-separated; '*' = any)")
+      ->delimiter(',');
+  app.add_option("--allowed-origins", o.allowed_origins,
+                 "browser Origins allowed to call the API besides the daemon's own "
+                 "(comma-separated, e.g. https://app.example; '*' = any)")
+      ->delimiter(',');
   app.add_option("--max-body-bytes", o.max_body_bytes, "largest accepted request body")
       ->capture_default_str();
   app.add_option("--chat-template", o.chat_template, "chat template name, overriding the model's");

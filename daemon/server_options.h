@@ -5,10 +5,12 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/result.h"
 #include "daemon/cpu_isa_option.h"
 #include "daemon/model_source.h"
+#include "daemon/request_origin.h"
 
 namespace CLI {
 class App;
@@ -23,6 +25,11 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int32_t port = 8080;                 // 0 = any free port (printed at start)
   std::string api_key;                 // empty = no auth; else `Authorization: Bearer KEY`
+  std::string api_key_file;            // --api-key-file: the key from a 0600 file
+  std::string api_key_source;          // where api_key came from: "--api-key", the file, PREFIXD_API_KEY
+  std::vector<std::string> allowed_hosts;    // --allowed-hosts, beyond the defaults ('*': any)
+  std::vector<std::string> allowed_origins;  // --allowed-origins ('*': any)
+  OriginPolicy origin_policy;                // derived from host and the two lists
   int64_t max_body_bytes = 8ll << 20;  // request bodies above this get 413
   int32_t http_threads = 0;            // 0 = max_concurrent + max_queued + 8
   double shutdown_grace_s = 10;        // on SIGINT/SIGTERM: time in-flight requests get to finish
@@ -54,7 +61,8 @@ struct ServerOptions {
   std::string log_level_name = "info";  // error | warn | info | debug
 
   // Checks ranges and names, fills derived fields (log_level, http_threads,
-  // cpu_isa).
+  // cpu_isa, origin_policy) and reads the API key from --api-key-file or
+  // PREFIXD_API_KEY when --api-key is not given.
   Status validate();
 
   size_t kv_pool_bytes() const { return static_cast<size_t>(kv_pool_mib) << 20; }

@@ -314,6 +314,22 @@ TEST_CASE("invalid requests get JSON errors with the right status, and the daemo
     check_error(post_raw(*c, "/v1/completions", "[1, 2]"), 400, "invalid_json", "");
     CHECK(metric(metrics_text(*c), "prefixd_requests_total{status=\"invalid\"}") == 2);
   }
+  SUBCASE("JSON nested deeper than 64 levels and an over-long cache_salt") {
+    // 60000 open brackets (within the 64 KiB body limit): refused at level 65.
+    HttpAnswer a = post_raw(*c, "/v1/completions", "{\"prompt\": " + std::string(60000, '[') + "0");
+    check_error(a, 400, "json_too_deep", "");
+    CHECK(a.body["error"]["message"] == "the body has JSON nesting deeper than 64 levels");
+    json b = completion("Once", 4);
+    b["cache_salt"] = std::string(1024, 's');
+    HttpAnswer salt = post_json(*c, "/v1/completions", b);
+    check_error(salt, 400, "invalid_value", "cache_salt");
+    CHECK(salt.body["error"]["message"] ==
+          "'cache_salt' is 1024 bytes; at most 256 bytes are accepted");
+    check_error(post_json(*c, "/v1/cache/lookup",
+                          json{{"prompt", "Once"}, {"cache_salt", std::string(257, 's')}}),
+                400, "invalid_value", "cache_salt");
+    CHECK(metric(metrics_text(*c), "prefixd_requests_total{status=\"invalid\"}") == 2);
+  }
   SUBCASE("wrong types") {
     json b = completion("Once", 4);
     b["max_tokens"] = "ten";
@@ -635,7 +651,7 @@ TEST_CASE("SIGTERM during a stream ends it and the daemon exits 0") {
   CHECK(s.data.back() == "[DONE]");
 }
 
-TEST_CASE("a JSON body sent as form-urlencoded (curl -d) is read as JSON beyond 8 KiB") {
+TEST_CASE("a JSON body sent as form-urlencoded (curl -d without -H) gets 415 naming application/json") {
   auto d = start_or_fail(stories_args());
   auto c = d->client();
   json ids = json::array({1, 403, 407, 261, 378});
@@ -643,8 +659,13 @@ TEST_CASE("a JSON body sent as form-urlencoded (curl -d) is read as JSON beyond 
   body.insert(1, std::string(20000, ' '));  // JSON whitespace: 20 KB body
   auto r = c->Post("/v1/completions", body, "application/x-www-form-urlencoded");
   REQUIRE(r);
-  CHECK(r->status == 200);
+  CHECK(r->status == 415);
   json j = json::parse(r->body, nullptr, false);
+  CHECK(j["error"]["message"].get<std::string>().find("application/json") != std::string::npos);
+  r = c->Post("/v1/completions", body, "application/json");
+  REQUIRE(r);
+  CHECK(r->status == 200);
+  j = json::parse(r->body, nullptr, false);
   CHECK(j["usage"]["completion_tokens"] == 4);
   CHECK(d->stop() == 0);
 }

@@ -62,6 +62,117 @@ TEST_CASE("parse_json_body refuses malformed JSON and non-objects") {
   CHECK(std::get<ApiError>(overflow).code == "invalid_json");
 }
 
+namespace {
+
+// The ApiError of a body that parse_json_body refuses.
+ApiError body_error(const std::string& body) {
+  auto r = parse_json_body(body);
+  REQUIRE(std::holds_alternative<ApiError>(r));
+  return std::get<ApiError>(r);
+}
+
+// `{"a": ` + levels - 1 arrays, closed: `levels` containers deep in all.
+std::string nested_body(int levels) {
+  return "{\"a\": " + std::string(static_cast<size_t>(levels - 1), '[') +
+         std::string(static_cast<size_t>(levels - 1), ']') + "}";
+}
+
+// `{"p": [0, 0, ...]}` with n zeros: n + 2 values (the object and the array count).
+std::string zeros_body(int64_t n) {
+  std::string b = "{\"p\": [";
+  b.reserve(static_cast<size_t>(2 * n + 16));
+  for (int64_t i = 0; i < n; ++i) b += i == 0 ? "0" : ",0";
+  return b + "]}";
+}
+
+}  // namespace
+
+TEST_CASE("parse_json_body refuses an 8 MiB deeply nested body once it is 64 levels deep") {
+  // {"a":[[[[... for 8 MiB, never closed: refused at the 65th level, not parsed further.
+  const std::string body = "{\"a\":" + std::string(8u << 20, '[');
+  ApiError e = body_error(body);
+  CHECK(e.status == 400);
+  CHECK(e.code == "json_too_deep");
+  CHECK(e.param.empty());
+  CHECK(e.message == "the body has JSON nesting deeper than 64 levels");
+  // Closed, the same depth is still refused before its syntax matters.
+  CHECK(body_error("{\"a\":" + std::string(100, '[') + std::string(100, ']') + "}").code ==
+        "json_too_deep");
+}
+
+TEST_CASE("parse_json_body accepts 64 levels of nesting and refuses 65") {
+  static_assert(kMaxJsonDepth == 64);
+  CHECK(std::holds_alternative<json>(parse_json_body(nested_body(64))));
+  ApiError e = body_error(nested_body(65));
+  CHECK(e.status == 400);
+  CHECK(e.message == "the body has JSON nesting deeper than 64 levels");
+  // Objects count as levels as arrays do.
+  std::string objects;
+  for (int i = 0; i < 65; ++i) objects += "{\"a\":";
+  objects += "1" + std::string(65, '}');
+  CHECK(body_error(objects).message == "the body has JSON nesting deeper than 64 levels");
+}
+
+TEST_CASE("parse_json_body accepts 1,000,000 values and refuses one more") {
+  static_assert(kMaxJsonValues == 1000000);
+  auto ok = parse_json_body(zeros_body(kMaxJsonValues - 2));
+  REQUIRE(std::holds_alternative<json>(ok));
+  CHECK(std::get<json>(ok)["p"].size() == static_cast<size_t>(kMaxJsonValues - 2));
+  ApiError e = body_error(zeros_body(kMaxJsonValues - 1));
+  CHECK(e.status == 400);
+  CHECK(e.code == "json_too_many_values");
+  CHECK(e.param.empty());
+  CHECK(e.message == "the body is JSON with more than 1000000 values");
+  // Empty containers are values too.
+  std::string empties = "{\"p\": [[]";
+  for (int64_t i = 1; i < kMaxJsonValues; ++i) empties += ",{}";
+  CHECK(body_error(empties + "]}").code == "json_too_many_values");
+}
+
+TEST_CASE("parse_json_body reports a syntax error with its position") {
+  ApiError e = body_error("{\"a\": ");
+  CHECK(e.status == 400);
+  CHECK(e.code == "invalid_json");
+  CHECK(e.message.rfind("the body is not valid JSON: [json.exception.parse_error.101] parse error "
+                        "at line 1, column 7",
+                        0) == 0);
+}
+
+TEST_CASE("cache_salt is at most 256 bytes") {
+  static_assert(kMaxCacheSaltBytes == 256);
+  const std::string salt_256(256, 's');
+  const std::string salt_1m(1u << 20, 's');
+  // Through the body parser, as the handlers call it.
+  auto generation = [](const std::string& salt) {
+    auto body = parse_json_body("{\"prompt\": [1, 2], \"cache_salt\": \"" + salt + "\"}");
+    REQUIRE(std::holds_alternative<json>(body));
+    return validate_generation(std::get<json>(body), ids_only_model(), false);
+  };
+  auto ok = generation(salt_256);
+  REQUIRE(std::holds_alternative<GenerationRequest>(ok));
+  CHECK(std::get<GenerationRequest>(ok).request.cache_salt == salt_256);
+  ApiError e = error_of(generation(salt_1m));
+  CHECK(e.status == 400);
+  CHECK(e.code == "invalid_value");
+  CHECK(e.param == "cache_salt");
+  CHECK(e.message == "'cache_salt' is 1048576 bytes; at most 256 bytes are accepted");
+  CHECK(error_of(generation(salt_256 + "s")).message ==
+        "'cache_salt' is 257 bytes; at most 256 bytes are accepted");
+
+  // The cache endpoints' bodies too.
+  auto p =
+      validate_prompt_body(json{{"prompt", {1, 2}}, {"cache_salt", salt_256}}, ids_only_model());
+  REQUIRE(std::holds_alternative<PromptRequest>(p));
+  CHECK(std::get<PromptRequest>(p).cache_salt == salt_256);
+  auto big =
+      validate_prompt_body(json{{"prompt", {1, 2}}, {"cache_salt", salt_1m}}, ids_only_model());
+  REQUIRE(std::holds_alternative<ApiError>(big));
+  CHECK(std::get<ApiError>(big).status == 400);
+  CHECK(std::get<ApiError>(big).param == "cache_salt");
+  CHECK(std::get<ApiError>(big).message ==
+        "'cache_salt' is 1048576 bytes; at most 256 bytes are accepted");
+}
+
 TEST_CASE("validate_generation maps OpenAI fields onto the engine Request") {
   json body = {{"prompt", {1, 2, 3}}, {"max_tokens", 7},
                {"temperature", 0.5},  {"top_p", 0.9},

@@ -546,6 +546,138 @@ TEST_CASE("corrupt headers are refused with clear messages") {
   }
 }
 
+// GGUF bytes written by hand (no GgufValue trees, so a test can declare
+// millions of elements without first building them): a v3 header and
+// metadata only; `n_kv` is patched in by bytes().
+struct RawGguf {
+  std::vector<uint8_t> out;
+  uint64_t n_kv = 0;
+
+  RawGguf() {
+    put<uint32_t>(0x46554747);  // "GGUF"
+    put<uint32_t>(3);
+    put<uint64_t>(0);  // tensors
+    put<uint64_t>(0);  // metadata count, set by bytes()
+  }
+  template <typename T>
+  void put(T v) {
+    const size_t at = out.size();
+    out.resize(at + sizeof(T));
+    std::memcpy(out.data() + at, &v, sizeof(T));
+  }
+  // Starts an array entry; returns the byte offset of its length field.
+  size_t begin_array(const std::string& key, GgufType elem, uint64_t n) {
+    ++n_kv;
+    append_gguf_string(out, key);
+    put<uint32_t>(static_cast<uint32_t>(GgufType::ARRAY));
+    put<uint32_t>(static_cast<uint32_t>(elem));
+    const size_t len_off = out.size();
+    put<uint64_t>(n);
+    return len_off;
+  }
+  // A uint8 array of n zero bytes; returns the offset of its length field.
+  size_t u8_array(const std::string& key, uint64_t n) {
+    const size_t len_off = begin_array(key, GgufType::UINT8, n);
+    out.resize(out.size() + n, 0);
+    return len_off;
+  }
+  std::vector<uint8_t> bytes() const {
+    std::vector<uint8_t> b = out;
+    std::memcpy(b.data() + 16, &n_kv, sizeof(n_kv));
+    return b;
+  }
+};
+
+TEST_CASE("a uint8 array that fits the file but not the metadata memory limit is refused") {
+  // 4 MiB of uint8 in the file passes the bytes-left check, but each element
+  // is a whole GgufValue in memory: 4 Mi x sizeof(GgufValue) is 384 MiB.
+  const uint64_t n = 4ull << 20;
+  RawGguf g;
+  const size_t len_off = g.u8_array("x.big", n);
+  const std::vector<uint8_t> b = g.bytes();
+  REQUIRE(n <= b.size() - len_off - 8);  // the bytes-left check passes
+  auto r = parse(b);
+  REQUIRE_FALSE(r.ok());
+  const std::string at = "(array length at byte offset " + std::to_string(len_off) + ")";
+  const std::string memory = std::to_string(n * sizeof(GgufValue)) + " bytes in memory (" +
+                             std::to_string(sizeof(GgufValue)) + " each)";
+  CHECK(r.message() == "metadata array 'x.big' declares 4194304 uint8 elements " + at +
+                           ", which take " + memory +
+                           ": the file's metadata would exceed its limit of 268435456 bytes "
+                           "(256 MiB)");
+
+  // A quarter of it (96 MiB in memory) still parses.
+  RawGguf small;
+  small.u8_array("x.big", n / 4);
+  auto ok = parse(small.bytes());
+  REQUIRE_MESSAGE(ok.ok(), ok.message());
+  CHECK((*ok)->find("x.big")->array.size() == n / 4);
+}
+
+TEST_CASE("the metadata memory limit is for the whole file, not each array") {
+  // Two arrays that each fit (1.4 Mi elements) but not together: the second is refused.
+  const uint64_t n = 1400ull << 10;
+  REQUIRE(n * sizeof(GgufValue) < (256ull << 20));
+  REQUIRE(2 * n * sizeof(GgufValue) > (256ull << 20));
+  RawGguf g;
+  g.u8_array("x.first", n);
+  const size_t second = g.u8_array("x.second", n);
+  auto r = parse(g.bytes());
+  REQUIRE_FALSE(r.ok());
+  const std::string head =
+      "metadata array 'x.second' declares 1433600 uint8 elements (array "
+      "length at byte offset " +
+      std::to_string(second) + ")";
+  CHECK(r.message().rfind(head, 0) == 0);
+  CHECK(r.message().find("268435456 bytes (256 MiB)") != std::string::npos);
+
+  // Nested: the elements of inner arrays count too.
+  RawGguf nested;
+  nested.begin_array("x.nested", GgufType::ARRAY, 2);
+  for (int k = 0; k < 2; ++k) {
+    nested.put<uint32_t>(static_cast<uint32_t>(GgufType::UINT8));
+    nested.put<uint64_t>(n);
+    nested.out.resize(nested.out.size() + n, 0);
+  }
+  auto rn = parse(nested.bytes());
+  REQUIRE_FALSE(rn.ok());
+  CHECK(rn.message().rfind("metadata array 'x.nested' declares 1433600 uint8 elements", 0) == 0);
+}
+
+TEST_CASE("a metadata count whose entries would exceed the metadata memory limit is refused") {
+  // 2,000,000 entries fit a 16 MiB file's bytes (8 each) but not 256 MiB of memory.
+  RawGguf g;
+  g.out.resize(g.out.size() + (16u << 20), 0);
+  std::vector<uint8_t> b = g.bytes();
+  poke<uint64_t>(b, 16, 2000000);
+  expect_error(b, {"metadata count 2000000 at byte offset 16 needs ",
+                   "bytes in memory: the file's metadata would exceed its limit of 268435456 "
+                   "bytes (256 MiB)"});
+}
+
+TEST_CASE("a 262144-token vocabulary with scores, token types and merges loads") {
+  const uint64_t n_vocab = 262144;
+  RawGguf g;
+  g.begin_array("tokenizer.ggml.tokens", GgufType::STRING, n_vocab);
+  for (uint64_t t = 0; t < n_vocab; ++t) append_gguf_string(g.out, "tok" + std::to_string(t));
+  g.begin_array("tokenizer.ggml.scores", GgufType::FLOAT32, n_vocab);
+  for (uint64_t t = 0; t < n_vocab; ++t) g.put<float>(-static_cast<float>(t));
+  g.begin_array("tokenizer.ggml.token_type", GgufType::INT32, n_vocab);
+  for (uint64_t t = 0; t < n_vocab; ++t) g.put<int32_t>(1);
+  g.begin_array("tokenizer.ggml.merges", GgufType::STRING, n_vocab);
+  for (uint64_t t = 0; t < n_vocab; ++t) append_gguf_string(g.out, "t " + std::to_string(t));
+  auto r = parse(g.bytes());
+  REQUIRE_MESSAGE(r.ok(), r.message());
+  const GgufFile& f = **r;
+  auto tokens = f.get_string_array("tokenizer.ggml.tokens");
+  REQUIRE(tokens.ok());
+  CHECK(tokens->size() == n_vocab);
+  CHECK(tokens->back() == "tok262143");
+  CHECK(f.get_float_array("tokenizer.ggml.scores")->size() == n_vocab);
+  CHECK(f.get_int_array("tokenizer.ggml.token_type")->size() == n_vocab);
+  CHECK(f.get_string_array("tokenizer.ggml.merges")->size() == n_vocab);
+}
+
 TEST_CASE("open reports a missing file and an empty file") {
   auto missing = GgufFile::open("/nonexistent/prefixd/model.gguf");
   REQUIRE_FALSE(missing.ok());

@@ -1,5 +1,6 @@
 // GGUF parsing: a cursor over untrusted bytes where every read checks bounds
-// and every failure names the field being read and its byte offset.
+// and every failure names the field being read and its byte offset. Counts
+// are checked against the memory they ask for, not only the bytes left.
 #include "engine/model/gguf.h"
 
 #include <fcntl.h>
@@ -20,14 +21,49 @@ constexpr uint64_t kMaxStringBytes = 1ull << 30;
 constexpr uint64_t kMaxArrayElements = 1ull << 32;
 constexpr uint32_t kMaxDims = 4;
 constexpr int kMaxArrayNesting = 4;
+// What one file's parsed metadata and tensor infos may take in memory. Counts
+// in the file are checked against it before anything is allocated: a count
+// that fits the bytes left can still ask for ~100 bytes per byte of file (a
+// uint8 array element is a whole GgufValue). A 262144-token vocabulary with
+// scores, token types and merges takes well under a third of it.
+constexpr uint64_t kMaxMetadataBytes = 256ull << 20;
+// A std::map index entry: the key, the index, three links and a colour.
+constexpr uint64_t kIndexEntryBytes =
+    sizeof(std::pair<const std::string, size_t>) + 4 * sizeof(void*);
+constexpr uint64_t kKvEntryBytes = sizeof(std::pair<std::string, GgufValue>) + kIndexEntryBytes;
+constexpr uint64_t kTensorInfoBytes =
+    sizeof(GgufTensorInfo) + kMaxDims * sizeof(int64_t) + kIndexEntryBytes;
 
 std::string at(const char* field, uint64_t offset) {
   return std::string(field) + " at byte offset " + std::to_string(offset);
 }
 
+std::string limit_text() {
+  return std::to_string(kMaxMetadataBytes) + " bytes (" + std::to_string(kMaxMetadataBytes >> 20) +
+         " MiB)";
+}
+
+// The in-memory bytes charged so far against kMaxMetadataBytes.
+class MemoryBudget {
+ public:
+  // Charges n items of item_bytes each; false (nothing charged) when the
+  // total would exceed the limit.
+  bool take(uint64_t n, uint64_t item_bytes) {
+    if (item_bytes != 0 && n > (kMaxMetadataBytes - used_bytes_) / item_bytes) return false;
+    used_bytes_ += n * item_bytes;
+    return true;
+  }
+
+ private:
+  uint64_t used_bytes_ = 0;
+};
+
 class Cursor {
  public:
-  Cursor(const uint8_t* data, size_t size) : data_(data), size_(size) {}
+  // Strings read are charged to `budget`.
+  Cursor(const uint8_t* data, size_t size, MemoryBudget* budget)
+      : data_(data), size_(size), budget_(budget) {}
+  MemoryBudget& budget() { return *budget_; }
   uint64_t pos() const { return pos_; }
   size_t size() const { return size_; }
 
@@ -52,6 +88,12 @@ class Cursor {
       return Status::error("string length " + std::to_string(n) + " of " + at(field, start) +
                            " exceeds the " + std::to_string(size_ - pos_) + " bytes left");
     }
+    if (!budget_->take(n, 1)) {
+      return Status::error(
+          "string length " + std::to_string(n) + " of " + at(field, start) +
+          " needs as many bytes in memory: the file's metadata would exceed its limit of " +
+          limit_text());
+    }
     out->assign(reinterpret_cast<const char*>(data_ + pos_), n);
     pos_ += n;
     return Status();
@@ -60,6 +102,7 @@ class Cursor {
  private:
   const uint8_t* data_;
   size_t size_;
+  MemoryBudget* budget_;
   uint64_t pos_ = 0;
 };
 
@@ -129,6 +172,15 @@ Status read_value(Cursor& c, GgufType type, GgufValue* v, const std::string& key
                              at(f, count_off) + " exceeds the bytes left in the file");
       }
       v->elem_type = static_cast<GgufType>(elem);
+      // Each element is a whole GgufValue in memory, whatever its size in the file.
+      if (!c.budget().take(n, sizeof(GgufValue))) {
+        return Status::error(
+            "metadata array '" + key + "' declares " + std::to_string(n) + " " +
+            type_name(v->elem_type) + " elements (" + at("array length", count_off) +
+            "), which take " + std::to_string(n * sizeof(GgufValue)) + " bytes in memory (" +
+            std::to_string(sizeof(GgufValue)) +
+            " each): the file's metadata would exceed its limit of " + limit_text());
+      }
       v->array.resize(n);
       for (uint64_t k = 0; k < n; ++k) {
         if (Status s = read_value(c, v->elem_type, &v->array[k], key, depth + 1); !s.ok()) return s;
@@ -201,7 +253,8 @@ GgufFile::~GgufFile() {
 }
 
 Status GgufFile::parse_all() {
-  Cursor c(data_, size_);
+  MemoryBudget budget;
+  Cursor c(data_, size_, &budget);
   uint32_t magic = 0;
   if (Status s = c.read(&magic, "magic"); !s.ok()) return s;
   if (magic != kMagic) return Status::error("not a GGUF file: bad magic at byte offset 0");
@@ -221,6 +274,12 @@ Status GgufFile::parse_all() {
   if (n_kv > size_ / 8) {
     return Status::error("metadata count " + std::to_string(n_kv) + " at byte offset 16 exceeds what a " +
                          std::to_string(size_) + "-byte file can hold");
+  }
+  if (!budget.take(n_kv, kKvEntryBytes)) {
+    return Status::error("metadata count " + std::to_string(n_kv) + " at byte offset 16 needs " +
+                         std::to_string(n_kv * kKvEntryBytes) +
+                         " bytes in memory: the file's metadata would exceed its limit of " +
+                         limit_text());
   }
   kv_.reserve(n_kv);
   for (uint64_t k = 0; k < n_kv; ++k) {
@@ -247,6 +306,12 @@ Status GgufFile::parse_all() {
       return Status::error("general.alignment must be a power-of-two uint32 <= 65536");
     }
     alignment_ = a->u;
+  }
+  if (!budget.take(n_tensors, kTensorInfoBytes)) {
+    return Status::error("tensor count " + std::to_string(n_tensors) + " at byte offset 8 needs " +
+                         std::to_string(n_tensors * kTensorInfoBytes) +
+                         " bytes in memory: the file's metadata would exceed its limit of " +
+                         limit_text());
   }
   tensors_.reserve(n_tensors);
   for (uint64_t t = 0; t < n_tensors; ++t) {
