@@ -1,19 +1,20 @@
 // Matrix products over block-format weights with the activations quantized to
-// 8 bits per 32 values (XQ8Block): every 32 weights are unpacked to bytes in
-// registers and multiplied with the activation bytes as integers (I8::dot), and
-// each product is scaled once per 32 by the weight's and the activation's scale
-// in floats. This is the arithmetic of llama.cpp's vec_dot kernels; it reads a
-// 4.5-bit weight as 4.5 bits, where dequantizing to F32 first costs a float
-// conversion, a multiply and a store per weight.
+// 8 bits: every 32 weights are unpacked to bytes in registers and multiplied
+// with the activation bytes as integers. The 32-value formats scale each
+// product once per 32 in floats (x quantized per 32: XQ8Block); the K formats
+// apply their group scales inside vpmaddwd and sum a 256-value super-block in
+// int32 before one float multiply (x quantized per 256: XQ8KBlock). This is the
+// arithmetic of llama.cpp's vec_dot kernels; it reads a 4.5-bit weight as 4.5
+// bits, where dequantizing to F32 first costs a conversion, a multiply and a
+// store per weight. gemm.cpp sends calls with fewer than kInt8MaxRows x rows
+// here (decode, short suffixes); longer ones take quant_gemm.h's panels.
 //
 // Batch invariance: each output y[i][r] is accumulated in the same order (over
-// the row's blocks, then one fixed lane reduction) whatever the tile it falls in,
-// so a row's result does not depend on how many other rows were in the call —
-// a prompt prefilled whole or as a cached prefix plus a suffix gives the same
-// matmul outputs.
+// the row's blocks, then one fixed lane reduction) whatever the tile it falls
+// in, so within this path a row's result does not depend on how many other
+// rows were in the call (decode alone or batched gives the same numbers).
 //
-// Formats: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K (int8_type()); the others
-// take quant_gemm.h's dequantizing path.
+// Formats: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K (int8_weight_type()).
 // Included by kernels/cpu/<isa>/kernels.cpp only (through kernel_set.h).
 #pragma once
 
