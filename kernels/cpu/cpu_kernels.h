@@ -24,11 +24,8 @@ constexpr int64_t kGemmPanel = 32;
 struct XQ8Block {
   int8_t q[32];
   float d;
-  float ds;          // d * (sums[0] + sums[1])
-  int16_t sums[2];   // sum of q over each half of 16
-  int32_t pad;
+  float ds;  // d * (sum of q): the formats' mins and offsets multiply it
 };
-static_assert(sizeof(XQ8Block) == 48);
 
 // 256 activations quantized to 8 bits for the K formats (one scale per 256, as
 // their super-blocks): q = nearest-even(x / d), d = max|x| / 127; the sums of q

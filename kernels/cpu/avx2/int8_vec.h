@@ -126,8 +126,8 @@ struct I8 {
   }
 
   // One block of 32 activations -> q (nearest-even of x / d), d = max|x| / 127, and
-  // the sums of q over each half. Bit-identical to the portable set's loop.
-  static PREFIXD_VEC_INLINE void quantize32(const float* x, int8_t* q, float* d_out, int16_t* sums) {
+  // the sum of q. Bit-identical to the portable set's loop.
+  static PREFIXD_VEC_INLINE void quantize32(const float* x, int8_t* q, float* d_out, int* sum) {
     const __m256 sign = _mm256_set1_ps(-0.0f);
     __m256 v[4];
     __m256 amax = _mm256_setzero_ps();
@@ -150,9 +150,7 @@ struct I8 {
     b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), b);
     *d_out = d;
-    const __m256i s = _mm256_add_epi32(i[0], i[1]), t = _mm256_add_epi32(i[2], i[3]);
-    sums[0] = static_cast<int16_t>(hsum_i32(s));
-    sums[1] = static_cast<int16_t>(hsum_i32(t));
+    *sum = hsum_i32(_mm256_add_epi32(_mm256_add_epi32(i[0], i[1]), _mm256_add_epi32(i[2], i[3])));
   }
 
   // 256 activations -> q, d = max|x| / 127 over all 256, and the sums of q per 16

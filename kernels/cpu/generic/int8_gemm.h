@@ -40,8 +40,9 @@ inline void quantize_x(const float* x, int64_t r0, int64_t r1, int64_t cols, XQ8
   for (int64_t r = r0; r < r1; ++r) {
     for (int64_t b = 0; b < nb; ++b) {
       XQ8Block& o = out[r * nb + b];
-      I8::quantize32(x + r * cols + b * 32, o.q, &o.d, o.sums);
-      o.ds = o.d * static_cast<float>(o.sums[0] + o.sums[1]);
+      int sum = 0;
+      I8::quantize32(x + r * cols + b * 32, o.q, &o.d, &sum);
+      o.ds = o.d * static_cast<float>(sum);
     }
   }
 }
@@ -174,17 +175,14 @@ PREFIXD_VEC_INLINE void scales_mins_k4(const uint8_t* packed, uint8_t* scales, u
   std::memcpy(mins, mn, 8);
 }
 
-struct FmtQ4_K {
-  using Block = quant::BlockQ4_K;
+// Q4_K and Q5_K share their scales and mins (scales_mins_k4) and how they
+// apply: the group scale inside vpmaddwd, the mins against x's sums per 32.
+struct ScaleMinK {
   static constexpr bool kSuper = true;
-  static PREFIXD_VEC_INLINE void unpack(const Block& b, KUnpacked& u) {
+  template <typename Block>
+  static PREFIXD_VEC_INLINE void unpack_scales(const Block& b, KUnpacked& u) {
     u.d = I8::half(b.d);
     u.dmin = I8::half(b.dmin);
-    for (int j = 0; j < 4; ++j) {
-      const B v = I8::load(b.qs + 32 * j);
-      u.q[2 * j] = I8::lo4(v);
-      u.q[2 * j + 1] = I8::hi4(v);
-    }
     uint8_t sc[8], mn[8];
     scales_mins_k4(b.scales, sc, mn);
     u.scales[0] = I8::widen_u8x8(sc);
@@ -196,26 +194,29 @@ struct FmtQ4_K {
   }
 };
 
-struct FmtQ5_K {
-  using Block = quant::BlockQ5_K;
-  static constexpr bool kSuper = true;
+struct FmtQ4_K : ScaleMinK {
+  using Block = quant::BlockQ4_K;
   static PREFIXD_VEC_INLINE void unpack(const Block& b, KUnpacked& u) {
-    u.d = I8::half(b.d);
-    u.dmin = I8::half(b.dmin);
+    for (int j = 0; j < 4; ++j) {
+      const B v = I8::load(b.qs + 32 * j);
+      u.q[2 * j] = I8::lo4(v);
+      u.q[2 * j + 1] = I8::hi4(v);
+    }
+    unpack_scales(b, u);
+  }
+};
+
+// Q5_K: Q4_K's nibbles with a fifth bit per value from qh.
+struct FmtQ5_K : ScaleMinK {
+  using Block = quant::BlockQ5_K;
+  static PREFIXD_VEC_INLINE void unpack(const Block& b, KUnpacked& u) {
     const B h = I8::load(b.qh);
     for (int j = 0; j < 4; ++j) {
       const B v = I8::load(b.qs + 32 * j);
       u.q[2 * j] = I8::or_(I8::lo4(v), I8::test(h, static_cast<uint8_t>(1u << (2 * j)), 0x10));
       u.q[2 * j + 1] = I8::or_(I8::hi4(v), I8::test(h, static_cast<uint8_t>(2u << (2 * j)), 0x10));
     }
-    uint8_t sc[8], mn[8];
-    scales_mins_k4(b.scales, sc, mn);
-    u.scales[0] = I8::widen_u8x8(sc);
-    for (int k = 0; k < 8; ++k) u.aux[k] = mn[k];
-  }
-  static PREFIXD_VEC_INLINE B scale(const KUnpacked& u, int k) { return I8::shuffle(u.scales[0], kPick.same[k]); }
-  static PREFIXD_VEC_INLINE float extra(const KUnpacked& u, const XQ8KBlock& x) {
-    return -u.dmin * static_cast<float>(I8::dot_i16x8(u.aux, x.sums32));
+    unpack_scales(b, u);
   }
 };
 

@@ -169,20 +169,19 @@ struct I8 {
     return t0 + t1;
   }
 
-  static PREFIXD_VEC_INLINE void quantize32(const float* x, int8_t* q, float* d_out, int16_t* sums) {
+  static PREFIXD_VEC_INLINE void quantize32(const float* x, int8_t* q, float* d_out, int* sum) {
     float amax = 0.0f;
     for (int j = 0; j < 32; ++j) amax = std::fmax(amax, std::fabs(x[j]));
     const float d = amax / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    int s0 = 0, s1 = 0;
+    int s = 0;
     for (int j = 0; j < 32; ++j) {
       const int v = static_cast<int>(std::nearbyint(x[j] * id));
       q[j] = static_cast<int8_t>(v);
-      (j < 16 ? s0 : s1) += v;
+      s += v;
     }
     *d_out = d;
-    sums[0] = static_cast<int16_t>(s0);
-    sums[1] = static_cast<int16_t>(s1);
+    *sum = s;
   }
   static PREFIXD_VEC_INLINE void quantize256(const float* x, int8_t* q, float* d_out, int16_t* sums16) {
     float amax = 0.0f;
