@@ -151,8 +151,11 @@ std::string Metrics::render(const StatsSnapshot& s, const BuildInfo& build) cons
   }
   if (s.has_disk_tier) {
     header(&out, "prefixd_corrupt_records_total", "counter",
-           "Disk records that failed a check: deleted and treated as misses.");
-    sample(&out, "prefixd_corrupt_records_total", "", s.corrupt_records);
+           "Records that failed a check (MAC, checksums, key, model): deleted and treated as misses.");
+    sample(&out, "prefixd_corrupt_records_total", "tier=\"disk\"", s.corrupt_records);
+    header(&out, "prefixd_unauthenticated_records_total", "counter",
+           "Of the corrupt records, those whose keyed MAC did not verify (forged or damaged).");
+    sample(&out, "prefixd_unauthenticated_records_total", "tier=\"disk\"", s.unauthenticated_records);
   }
 
   std::lock_guard<std::mutex> lock(mu_);

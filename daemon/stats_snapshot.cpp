@@ -64,6 +64,7 @@ StatsSnapshot read_stats(Engine& engine, const TierManager* tiers) {
     if (ts.has_disk) {
       s.disk = store_figures(ts.disk);
       s.corrupt_records = static_cast<int64_t>(ts.disk.corrupt_records);
+      s.unauthenticated_records = static_cast<int64_t>(ts.disk.unauthenticated_records);
     }
     s.host.offload_blocks = static_cast<int64_t>(ts.offload_host_blocks);
     s.host.offload_bytes = static_cast<int64_t>(ts.offload_host_bytes);
@@ -90,6 +91,7 @@ StatsSnapshot stats_delta(const StatsSnapshot& now, const StatsSnapshot& before)
   d.generated_tokens = increase(now.generated_tokens, before.generated_tokens);
   d.onboard_bytes = increase(now.onboard_bytes, before.onboard_bytes);
   d.corrupt_records = increase(now.corrupt_records, before.corrupt_records);
+  d.unauthenticated_records = increase(now.unauthenticated_records, before.unauthenticated_records);
   return d;
 }
 

@@ -46,6 +46,7 @@ struct StatsSnapshot {
   int64_t generated_tokens = 0;
   int64_t onboard_bytes = 0;    // bytes restored from host and disk together
   int64_t corrupt_records = 0;  // disk records that failed a check (deleted, a miss)
+  int64_t unauthenticated_records = 0;  // of those, the ones whose MAC did not verify
 
   // Gauges.
   int32_t running = 0;  // requests running in the engine

@@ -14,12 +14,15 @@ packages=(
   nlohmann-json3-dev       # JSON for the API and test oracles
   libpcre2-dev             # Unicode regex for BPE pre-tokenizers
   libcli11-dev             # command-line flags
+  libssl-dev openssl       # TLS for the daemon and client (cpp-httplib's OpenSSL support)
+  libsodium-dev            # keyed BLAKE2b MACs on disk records
   curl
 )
 if [[ "${PREFIXD_WITH_TEST_TOOLS:-0}" == "1" ]]; then
   packages+=(prometheus chromium nodejs npm
     qemu-user                # runs the tests as a CPU without AVX-512 (-cpu Haswell) and as aarch64
     g++-aarch64-linux-gnu    # cross-builds the portable kernels and forward pass for aarch64
+    haproxy                  # the shipped front proxy, tested in tests/security
   )
 fi
 

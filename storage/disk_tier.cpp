@@ -12,6 +12,8 @@
 #include <cstring>
 #include <random>
 
+#include "common/private_files.h"
+
 namespace prefixd {
 namespace {
 
@@ -19,7 +21,8 @@ constexpr char kAccessFamily[] = "access";
 constexpr char kMetaFamily[] = "meta";
 constexpr char kSecretKey[] = "deployment_secret";
 constexpr char kLayoutKey[] = "layout_version";
-constexpr char kLayoutVersion[] = "prefixd-disk-tier-1";
+constexpr char kLayoutVersion[] = "prefixd-disk-tier-2";  // records carry a MAC trailer
+constexpr char kLayoutWithoutMacs[] = "prefixd-disk-tier-1";
 
 void put_be64(uint8_t* p, uint64_t v) {
   for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (56 - 8 * i));
@@ -80,6 +83,13 @@ DiskTier::Key DiskTier::encode_key(const BlockKey& key) {
 Result<std::unique_ptr<DiskTier>> DiskTier::open(const DiskTierOptions& options) {
   if (options.path.empty()) return Status::error("disk tier: empty database path");
   if (options.capacity_bytes == 0) return Status::error("disk tier: capacity_bytes is 0");
+  // The records hold prompt token ids and the deployment secret: the directory
+  // is created 0700, and one that another user owns or may write is refused.
+  // RocksDB creates its files with the umask (the daemon sets 0077); inside a
+  // 0700 directory nobody else can reach them either way.
+  if (Status st = make_private_dir(options.path); !st.ok()) {
+    return Status::error("disk tier: " + st.message());
+  }
   std::unique_ptr<DiskTier> tier(new DiskTier());
   tier->options_ = options;
   tier->stats_.capacity_bytes = options.capacity_bytes;
@@ -112,6 +122,7 @@ Result<std::unique_ptr<DiskTier>> DiskTier::open(const DiskTierOptions& options)
 
   Status st = tier->load_or_create_secret();
   if (!st.ok()) return st;
+  tier->mac_ = std::make_unique<RecordMac>(tier->secret_);
   st = tier->load_index();
   if (!st.ok()) return st;
   return tier;
@@ -130,6 +141,11 @@ DiskTier::~DiskTier() {
 Status DiskTier::load_or_create_secret() {
   std::string value;
   rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), meta_cf_, kLayoutKey, &value);
+  if (s.ok() && value == kLayoutWithoutMacs) {
+    Status st = drop_unauthenticated_layout();
+    if (!st.ok()) return st;
+    value = kLayoutVersion;
+  }
   if (s.ok() && value != kLayoutVersion) {
     return Status::error("disk tier: database layout '" + value + "' is not " + kLayoutVersion);
   }
@@ -155,6 +171,19 @@ Status DiskTier::load_or_create_secret() {
   if (!s.ok()) return rocks_error("write deployment secret", s);
   s = db_->Flush(rocksdb::FlushOptions(), meta_cf_);
   if (!s.ok()) return rocks_error("flush deployment secret", s);
+  return Status::ok_status();
+}
+
+Status DiskTier::drop_unauthenticated_layout() {
+  // Its records cannot be told from forged ones: start empty, keep the secret.
+  const std::string end(sizeof(Key) + 1, '\xff');  // above every 24-byte key
+  rocksdb::WriteBatch batch;
+  for (auto* cf : {records_cf_, access_cf_}) batch.DeleteRange(cf, rocksdb::Slice(), end);
+  batch.Put(meta_cf_, kLayoutKey, kLayoutVersion);
+  rocksdb::WriteOptions durable;
+  durable.sync = true;
+  rocksdb::Status s = db_->Write(durable, &batch);
+  if (!s.ok()) return rocks_error("drop records written without MACs", s);
   return Status::ok_status();
 }
 
@@ -211,7 +240,8 @@ Status DiskTier::load_index() {
 
 Status DiskTier::put(const BlockKey& key, std::span<const uint8_t> record) {
   const Key k = encode_key(key);
-  const uint64_t n_bytes = record.size();
+  const uint64_t n_bytes = record.size() + RecordMac::kTrailerBytes;
+  const RecordMac::Trailer trailer = mac_->sign(record);  // before the lock: it reads every byte
   std::lock_guard<std::mutex> write_lock(write_mu_);
   rocksdb::WriteBatch batch;
   uint64_t seq;
@@ -243,7 +273,10 @@ Status DiskTier::put(const BlockKey& key, std::span<const uint8_t> record) {
     seq = next_seq_++;
   }
   const auto access = access_value(seq, n_bytes);
-  batch.Put(records_cf_, key_slice(k), bytes_slice(record.data(), record.size()));
+  const rocksdb::Slice value_parts[2] = {bytes_slice(record.data(), record.size()),
+                                         bytes_slice(trailer.data(), trailer.size())};
+  const rocksdb::Slice key_part = key_slice(k);
+  batch.Put(records_cf_, rocksdb::SliceParts(&key_part, 1), rocksdb::SliceParts(value_parts, 2));
   batch.Put(access_cf_, key_slice(k), bytes_slice(access.data(), access.size()));
   rocksdb::Status s = db_->Write(no_wal(), &batch);
   std::lock_guard<std::mutex> lock(index_mu_);
@@ -259,7 +292,7 @@ Status DiskTier::put(const BlockKey& key, std::span<const uint8_t> record) {
   return Status::ok_status();
 }
 
-void DiskTier::remove_locked_write(const Key& k, bool count_corrupt) {
+void DiskTier::remove_locked_write(const Key& k, bool count_corrupt, bool unauthenticated) {
   rocksdb::WriteBatch batch;
   batch.Delete(records_cf_, key_slice(k));
   batch.Delete(access_cf_, key_slice(k));
@@ -267,6 +300,7 @@ void DiskTier::remove_locked_write(const Key& k, bool count_corrupt) {
   std::lock_guard<std::mutex> lock(index_mu_);
   if (!s.ok()) ++stats_.io_errors;
   if (count_corrupt) ++stats_.corrupt_records;
+  if (unauthenticated) ++stats_.unauthenticated_records;
   auto it = index_.find(k);
   if (it == index_.end()) return;
   stats_.used_bytes -= it->second.record_bytes;
@@ -292,7 +326,7 @@ RecordPtr DiskTier::get(const BlockKey& key, const RecordExpectations* expected)
   rocksdb::Status s = db_->Get(read_options, records_cf_, key_slice(k), &value);
   if (s.IsNotFound()) {  // lost in a crash (WAL off) or removed meanwhile
     std::lock_guard<std::mutex> write_lock(write_mu_);
-    remove_locked_write(k, /*count_corrupt=*/false);
+    remove_locked_write(k, /*count_corrupt=*/false, /*unauthenticated=*/false);
     std::lock_guard<std::mutex> lock(index_mu_);
     ++stats_.misses;
     return nullptr;
@@ -303,27 +337,44 @@ RecordPtr DiskTier::get(const BlockKey& key, const RecordExpectations* expected)
     ++stats_.misses;
     return nullptr;
   }
+  // A value too short for a trailer fails the MAC like any other forgery.
+  if (value.size() <= RecordMac::kTrailerBytes) {
+    value.Reset();
+    std::lock_guard<std::mutex> write_lock(write_mu_);
+    remove_locked_write(k, /*count_corrupt=*/true, /*unauthenticated=*/true);
+    std::lock_guard<std::mutex> lock(index_mu_);
+    ++stats_.misses;
+    return nullptr;
+  }
+  const size_t record_bytes = value.size() - RecordMac::kTrailerBytes;
+  RecordMac::Trailer trailer;
+  std::memcpy(trailer.data(), value.data() + record_bytes, trailer.size());
   // Copy first, then check the copy (it is hot in cache after the copy).
-  std::shared_ptr<RecordBuffer> record = RecordBuffer::allocate(value.size(), options_.allocator);
+  std::shared_ptr<RecordBuffer> record = RecordBuffer::allocate(record_bytes, options_.allocator);
   if (!record) {
     std::lock_guard<std::mutex> lock(index_mu_);
     ++stats_.misses;
     return nullptr;
   }
-  std::memcpy(record->mutable_data(), value.data(), value.size());
+  std::memcpy(record->mutable_data(), value.data(), record_bytes);
   value.Reset();
+  const std::span<const uint8_t> record_span(record->data(), record_bytes);
+  // The MAC first: nothing else is read from bytes that did not come from us.
+  const bool authentic = mac_->verify(record_span, trailer);
+  RecordCheck check = RecordCheck::kOk;
   BlockRecordView view;
-  RecordCheck check =
-      expected != nullptr
-          ? check_block_record(record->data(), record->size(), *expected, &view)
-          : check_block_record_integrity(record->data(), record->size(), &view);
-  if (check == RecordCheck::kOk &&
-      (view.info.namespace_seed != key.namespace_seed || view.info.block_hash != key.block_hash)) {
-    check = RecordCheck::kBlockHash;
+  if (authentic) {
+    check = expected != nullptr
+                ? check_block_record(record->data(), record_bytes, *expected, &view)
+                : check_block_record_integrity(record->data(), record_bytes, &view);
+    if (check == RecordCheck::kOk &&
+        (view.info.namespace_seed != key.namespace_seed || view.info.block_hash != key.block_hash)) {
+      check = RecordCheck::kBlockHash;
+    }
   }
   std::lock_guard<std::mutex> write_lock(write_mu_);
-  if (check != RecordCheck::kOk) {
-    remove_locked_write(k, /*count_corrupt=*/true);
+  if (!authentic || check != RecordCheck::kOk) {
+    remove_locked_write(k, /*count_corrupt=*/true, /*unauthenticated=*/!authentic);
     std::lock_guard<std::mutex> lock(index_mu_);
     ++stats_.misses;
     return nullptr;
@@ -364,7 +415,7 @@ bool DiskTier::erase(const BlockKey& key) {
     std::lock_guard<std::mutex> lock(index_mu_);
     if (index_.count(k) == 0) return false;
   }
-  remove_locked_write(k, /*count_corrupt=*/false);
+  remove_locked_write(k, /*count_corrupt=*/false, /*unauthenticated=*/false);
   return true;
 }
 
@@ -394,6 +445,13 @@ Status DiskTier::flush() {
 DiskTierStats DiskTier::stats() const {
   std::lock_guard<std::mutex> lock(index_mu_);
   return stats_;
+}
+
+Status DiskTier::debug_overwrite_signed(const BlockKey& key, std::span<const uint8_t> record) {
+  const RecordMac::Trailer trailer = mac_->sign(record);
+  std::vector<uint8_t> value(record.begin(), record.end());
+  value.insert(value.end(), trailer.begin(), trailer.end());
+  return debug_overwrite_value(key, value);
 }
 
 Status DiskTier::debug_overwrite_value(const BlockKey& key, std::span<const uint8_t> bytes) {

@@ -1,6 +1,6 @@
 // DiskTier: block records in a RocksDB database (BlobDB values, WAL off), with
 // byte-bounded approximate-LRU eviction and a per-deployment secret, both of
-// which survive restarts.
+// which survive restarts. Every stored record carries a keyed MAC.
 #pragma once
 
 #include <array>
@@ -16,6 +16,7 @@
 
 #include "common/result.h"
 #include "storage/block_record.h"
+#include "storage/record_mac.h"
 
 namespace rocksdb {
 class DB;
@@ -33,13 +34,14 @@ struct DiskTierOptions {
 
 struct DiskTierStats {
   uint64_t capacity_bytes = 0;
-  uint64_t used_bytes = 0;  // sum of stored record sizes (logical; blob files may
-                            // hold garbage until RocksDB collects it)
+  uint64_t used_bytes = 0;  // sum of stored value sizes: record + MAC trailer (logical;
+                            // blob files may hold garbage until RocksDB collects it)
   uint64_t blocks = 0;
   uint64_t hits = 0;             // get() returned a record that passed its checks
   uint64_t misses = 0;           // get() found nothing, or a record that failed (below)
   uint64_t evictions = 0;        // records removed by capacity
   uint64_t corrupt_records = 0;  // records that failed a check: deleted, counted as misses
+  uint64_t unauthenticated_records = 0;  // of those, the ones whose MAC did not verify
   uint64_t io_errors = 0;        // RocksDB errors other than NotFound (treated as misses)
   uint64_t inserts = 0;          // records written
   uint64_t declined = 0;         // records larger than the whole capacity
@@ -51,8 +53,10 @@ struct DiskTierStats {
 // clear() do I/O and belong on tier I/O threads; mutations are serialized by
 // a write lock, reads of values run in parallel.
 //
-// Layout: column family "default" (blob files) maps key -> record bytes;
-// "access" maps key -> (last-access sequence u64 LE, record bytes u64 LE);
+// Layout: column family "default" (blob files) maps key -> record bytes ||
+// RecordMac trailer (nonce, Poly1305 tag under a key derived from the
+// deployment secret); "access" maps key -> (last-access sequence u64 LE,
+// stored bytes u64 LE);
 // "meta" holds the deployment secret and the layout version. Keys are
 // namespace seed (8 bytes big-endian) || block hash (hi then lo, 8 bytes
 // big-endian each). atomic_flush keeps the three families consistent with the
@@ -73,12 +77,12 @@ class DiskTier {
   // every reopen. Mixed into namespace seeds so block keys stay valid.
   const std::array<uint8_t, 16>& deployment_secret() const { return secret_; }
 
-  // Stores a record (overwrites the key), evicting least recently used
-  // records first so that used_bytes stays within capacity. A record larger
-  // than the capacity is declined: returns ok without storing it.
+  // Stores a record with its MAC trailer (overwrites the key), evicting least
+  // recently used records first so that used_bytes stays within capacity. A
+  // record larger than the capacity is declined: returns ok without storing it.
   Status put(const BlockKey& key, std::span<const uint8_t> record);
-  // Reads a record and checks it: always its integrity and that it belongs to
-  // `key`; also every field of `expected` when not null. A record that fails
+  // Reads a record and checks it: always its MAC, its integrity and that it
+  // belongs to `key`; also every field of `expected` when not null. A record that fails
   // is deleted and counted (corrupt_records) and the result is a miss
   // (nullptr). A hit refreshes the key's LRU position.
   RecordPtr get(const BlockKey& key, const RecordExpectations* expected);
@@ -92,9 +96,11 @@ class DiskTier {
   Status flush();
   DiskTierStats stats() const;
 
-  // Test hook: replaces the stored value of `key` with raw bytes through
-  // RocksDB (bit flips, truncation), leaving the index as it is.
+  // Test hooks: replace the stored value of `key` through RocksDB, leaving the
+  // index as it is: with raw bytes (bit flips, truncation, a forged record
+  // with no valid MAC), or with a record and a valid MAC trailer.
   Status debug_overwrite_value(const BlockKey& key, std::span<const uint8_t> bytes);
+  Status debug_overwrite_signed(const BlockKey& key, std::span<const uint8_t> record);
 
  private:
   struct IndexEntry {
@@ -108,8 +114,10 @@ class DiskTier {
   DiskTier() = default;
   Status load_index();
   Status load_or_create_secret();
+  // Empties the record families of a database written before records had MACs.
+  Status drop_unauthenticated_layout();
   // Deletes a key's record and access entry and drops it from the index.
-  void remove_locked_write(const Key& key, bool count_corrupt);
+  void remove_locked_write(const Key& key, bool count_corrupt, bool unauthenticated);
 
   DiskTierOptions options_;
   rocksdb::DB* db_ = nullptr;
@@ -117,6 +125,7 @@ class DiskTier {
   rocksdb::ColumnFamilyHandle* access_cf_ = nullptr;   // "access"
   rocksdb::ColumnFamilyHandle* meta_cf_ = nullptr;     // "meta"
   std::array<uint8_t, 16> secret_{};
+  std::unique_ptr<RecordMac> mac_;  // keyed by secret_
 
   std::mutex write_mu_;  // serializes every RocksDB mutation; taken before index_mu_
 

@@ -295,7 +295,16 @@ void TierManager::run_onboard(OnboardJob& job) {
     if (disk_ == nullptr) break;
     const double t1 = now_s();
     rec = disk_->get(key, &e);  // checks everything; deletes and counts failures
-    if (rec == nullptr) break;
+    if (rec == nullptr) {
+      // The chain breaks here: this request recomputes every later block.
+      // Their disk copies go, so that write-through stores the recomputed
+      // ones (it skips keys the disk holds) and a replaced or damaged
+      // directory heals in one pass instead of one block per request.
+      for (size_t j = i + 1; j < job.query.hashes.size(); ++j) {
+        disk_->erase(BlockKey{job.query.namespace_seed, job.query.hashes[j]});
+      }
+      break;
+    }
     c.disk_seconds += now_s() - t1;
     c.records.push_back(rec);
     ++c.n_from_disk;

@@ -104,7 +104,8 @@ TEST_CASE("disk blocks survive a graceful restart and give the same answers") {
   std::string m = c->Get("/metrics")->body;
   CHECK(metric(m, "prefixd_cached_tokens_total{tier=\"disk\"}") == n_prompts * (180 / 16) * 16);
   CHECK(metric(m, "prefixd_onboard_blocks_total{tier=\"disk\"}") == n_prompts * (180 / 16));
-  CHECK(metric(m, "prefixd_corrupt_records_total") == 0);
+  CHECK(metric(m, "prefixd_corrupt_records_total{tier=\"disk\"}") == 0);
+  CHECK(metric(m, "prefixd_unauthenticated_records_total{tier=\"disk\"}") == 0);
   CHECK(d->stop() == 0);
 }
 

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <rocksdb/db.h>
+
 #include "storage/disk_tier.h"
 #include "tests/temp_dir.h"
 
@@ -56,6 +58,8 @@ bool same_bytes(const RecordPtr& a, const RecordPtr& b) {
 }
 
 const uint64_t kRecordBytes = 640;
+// What the tier stores and counts per record: the record and its MAC trailer.
+const uint64_t kStoredBytes = kRecordBytes + RecordMac::kTrailerBytes;
 
 }  // namespace
 
@@ -74,7 +78,7 @@ TEST_CASE("disk_tier_put_then_get_returns_the_same_bytes") {
   CHECK(s.hits == 2);
   CHECK(s.misses == 1);
   CHECK(s.blocks == 1);
-  CHECK(s.used_bytes == kRecordBytes);
+  CHECK(s.used_bytes == kStoredBytes);
   CHECK(s.inserts == 1);
   CHECK(s.corrupt_records == 0);
 }
@@ -91,7 +95,7 @@ TEST_CASE("disk_tier_records_and_secret_survive_reopen") {
   auto tier = open_tier(dir.path, 1 << 20);
   CHECK(tier->deployment_secret() == secret);
   CHECK(tier->stats().blocks == 20);
-  CHECK(tier->stats().used_bytes == 20 * kRecordBytes);
+  CHECK(tier->stats().used_bytes == 20 * kStoredBytes);
   for (uint64_t i = 0; i < 20; ++i) {
     const TestBlock b = make_block(i);
     const RecordExpectations e = b.expect();
@@ -180,7 +184,7 @@ TEST_CASE("disk_tier_wrong_fingerprint_or_namespace_is_a_miss") {
 
 TEST_CASE("disk_tier_capacity_bound_keeps_the_hot_key") {
   TempDir dir;
-  const uint64_t capacity = 10 * kRecordBytes;
+  const uint64_t capacity = 10 * kStoredBytes;
   auto tier = open_tier(dir.path, capacity);
   const TestBlock hot = make_block(1000);
   REQUIRE(tier->put(hot.key, hot.record->bytes()).ok());
@@ -204,11 +208,11 @@ TEST_CASE("disk_tier_lru_order_survives_reopen") {
   TempDir dir;
   const TestBlock a = make_block(1), b = make_block(2), c = make_block(3), d = make_block(4);
   {
-    auto tier = open_tier(dir.path, 3 * kRecordBytes);
+    auto tier = open_tier(dir.path, 3 * kStoredBytes);
     for (const TestBlock* x : {&a, &b, &c}) REQUIRE(tier->put(x->key, x->record->bytes()).ok());
     REQUIRE(tier->get(a.key, nullptr) != nullptr);  // a is now the most recent
   }
-  auto tier = open_tier(dir.path, 3 * kRecordBytes);
+  auto tier = open_tier(dir.path, 3 * kStoredBytes);
   REQUIRE(tier->put(d.key, d.record->bytes()).ok());
   CHECK(tier->contains(a.key));
   CHECK_FALSE(tier->contains(b.key));
@@ -220,19 +224,19 @@ TEST_CASE("disk_tier_lru_order_survives_reopen") {
 TEST_CASE("disk_tier_reopen_with_smaller_capacity_evicts_oldest") {
   TempDir dir;
   {
-    auto tier = open_tier(dir.path, 10 * kRecordBytes);
+    auto tier = open_tier(dir.path, 10 * kStoredBytes);
     for (uint64_t i = 0; i < 10; ++i) REQUIRE(tier->put(make_block(i).key, make_block(i).record->bytes()).ok());
   }
-  auto tier = open_tier(dir.path, 4 * kRecordBytes);
+  auto tier = open_tier(dir.path, 4 * kStoredBytes);
   CHECK(tier->stats().blocks == 4);
-  CHECK(tier->stats().used_bytes == 4 * kRecordBytes);
+  CHECK(tier->stats().used_bytes == 4 * kStoredBytes);
   for (uint64_t i = 0; i < 6; ++i) CHECK_FALSE(tier->contains(make_block(i).key));
   for (uint64_t i = 6; i < 10; ++i) CHECK(tier->get(make_block(i).key, nullptr) != nullptr);
 }
 
 TEST_CASE("disk_tier_declines_oversized_and_replaces_existing_keys") {
   TempDir dir;
-  auto tier = open_tier(dir.path, kRecordBytes);
+  auto tier = open_tier(dir.path, kStoredBytes);
   std::vector<uint8_t> big(kRecordBytes + 1, 0);
   const TestBlock a = make_block(1);
   CHECK(tier->put(a.key, big).ok());
@@ -240,7 +244,7 @@ TEST_CASE("disk_tier_declines_oversized_and_replaces_existing_keys") {
   CHECK(tier->stats().declined == 1);
   REQUIRE(tier->put(a.key, a.record->bytes()).ok());
   REQUIRE(tier->put(a.key, a.record->bytes()).ok());  // overwrite: bytes counted once
-  CHECK(tier->stats().used_bytes == kRecordBytes);
+  CHECK(tier->stats().used_bytes == kStoredBytes);
   CHECK(tier->stats().blocks == 1);
   CHECK(tier->stats().evictions == 0);
 }
@@ -270,4 +274,122 @@ TEST_CASE("disk_tier_open_fails_cleanly_on_a_bad_path") {
   CHECK_FALSE(DiskTier::open(o).ok());
   o.path = "";
   CHECK_FALSE(DiskTier::open(o).ok());
+}
+
+TEST_CASE("disk_tier_forged_record_with_valid_checksums_but_no_mac_is_rejected") {
+  TempDir dir;
+  auto tier = open_tier(dir.path, 1 << 20);
+  const TestBlock b = make_block(7);
+  REQUIRE(tier->put(b.key, b.record->bytes()).ok());
+  // Someone who can write the database but lacks the deployment secret: a
+  // well-formed record (its XXH3 checksums all valid) with another payload,
+  // under a made-up trailer, and bare without one.
+  std::vector<int32_t> tokens = b.tokens;
+  std::vector<uint8_t> payload(kGeom.payload_bytes(), 0x5A);
+  const BlockRecordInfo info{kFingerprint, b.key.namespace_seed, kGeom, b.key.block_hash, b.parent};
+  RecordPtr forged = encode_block_record(info, tokens, payload);
+  REQUIRE(forged != nullptr);
+  REQUIRE(check_block_record_integrity(forged->data(), forged->size(), nullptr) == RecordCheck::kOk);
+  std::vector<uint8_t> with_trailer(forged->data(), forged->data() + forged->size());
+  with_trailer.resize(with_trailer.size() + RecordMac::kTrailerBytes, 0x11);
+  REQUIRE(tier->debug_overwrite_value(b.key, with_trailer).ok());
+  const RecordExpectations e = b.expect();
+  CHECK(tier->get(b.key, &e) == nullptr);
+  DiskTierStats s = tier->stats();
+  CHECK(s.corrupt_records == 1);
+  CHECK(s.unauthenticated_records == 1);
+  CHECK(s.misses == 1);
+  CHECK_FALSE(tier->contains(b.key));
+
+  REQUIRE(tier->put(b.key, b.record->bytes()).ok());
+  REQUIRE(tier->debug_overwrite_value(b.key, forged->bytes()).ok());  // no trailer at all
+  CHECK(tier->get(b.key, &e) == nullptr);
+  s = tier->stats();
+  CHECK(s.corrupt_records == 2);
+  CHECK(s.unauthenticated_records == 2);
+  // The genuine record still round-trips after all that.
+  REQUIRE(tier->put(b.key, b.record->bytes()).ok());
+  CHECK(same_bytes(tier->get(b.key, &e), b.record));
+}
+
+TEST_CASE("disk_tier_record_signed_by_another_deployment_is_rejected") {
+  TempDir dir_a, dir_b;
+  const TestBlock b = make_block(8);
+  auto tier_a = open_tier(dir_a.path, 1 << 20);
+  auto tier_b = open_tier(dir_b.path, 1 << 20);
+  REQUIRE(tier_a->deployment_secret() != tier_b->deployment_secret());
+  REQUIRE(tier_b->put(b.key, b.record->bytes()).ok());
+  // Tier b's stored value (record + b's trailer) copied into tier a.
+  RecordMac mac_b(tier_b->deployment_secret());
+  const RecordMac::Trailer trailer = mac_b.sign(b.record->bytes());
+  REQUIRE(mac_b.verify(b.record->bytes(), trailer));
+  std::vector<uint8_t> value(b.record->data(), b.record->data() + b.record->size());
+  value.insert(value.end(), trailer.begin(), trailer.end());
+  REQUIRE(tier_a->put(b.key, b.record->bytes()).ok());
+  REQUIRE(tier_a->debug_overwrite_value(b.key, value).ok());
+  CHECK(tier_a->get(b.key, nullptr) == nullptr);
+  CHECK(tier_a->stats().unauthenticated_records == 1);
+}
+
+TEST_CASE("disk_tier_signed_but_damaged_record_fails_its_checksum_not_its_mac") {
+  TempDir dir;
+  auto tier = open_tier(dir.path, 1 << 20);
+  const TestBlock b = make_block(9);
+  REQUIRE(tier->put(b.key, b.record->bytes()).ok());
+  std::vector<uint8_t> bytes(b.record->data(), b.record->data() + kRecordBytes);
+  bytes[400] ^= 0x01;  // a payload byte, then signed: only the XXH3 checksum can tell
+  REQUIRE(tier->debug_overwrite_signed(b.key, bytes).ok());
+  CHECK(tier->get(b.key, nullptr) == nullptr);
+  CHECK(tier->stats().corrupt_records == 1);
+  CHECK(tier->stats().unauthenticated_records == 0);
+}
+
+TEST_CASE("record_mac_tags_differ_per_record_and_catch_every_flipped_bit_tried") {
+  std::array<uint8_t, 16> secret{};
+  secret[0] = 1;
+  RecordMac mac(secret);
+  const TestBlock b = make_block(10);
+  const RecordMac::Trailer t1 = mac.sign(b.record->bytes());
+  const RecordMac::Trailer t2 = mac.sign(b.record->bytes());
+  CHECK(t1 != t2);  // fresh nonce each time
+  CHECK(mac.verify(b.record->bytes(), t1));
+  CHECK(mac.verify(b.record->bytes(), t2));
+  std::vector<uint8_t> bytes(b.record->data(), b.record->data() + b.record->size());
+  for (size_t i = 0; i < bytes.size(); i += 37) {
+    bytes[i] ^= 0x80;
+    CHECK_FALSE(mac.verify(bytes, t1));
+    bytes[i] ^= 0x80;
+  }
+  RecordMac::Trailer bad = t1;
+  bad[RecordMac::kTrailerBytes - 1] ^= 1;
+  CHECK_FALSE(mac.verify(b.record->bytes(), bad));
+  bad = t1;
+  bad[0] ^= 1;  // another nonce: another one-time key
+  CHECK_FALSE(mac.verify(b.record->bytes(), bad));
+}
+
+TEST_CASE("disk_tier_written_before_macs_is_emptied_at_open_and_keeps_its_secret") {
+  TempDir dir;
+  std::array<uint8_t, 16> secret;
+  {
+    auto tier = open_tier(dir.path, 1 << 20);
+    secret = tier->deployment_secret();
+    for (uint64_t i = 0; i < 3; ++i) REQUIRE(tier->put(make_block(i).key, make_block(i).record->bytes()).ok());
+  }
+  {  // Mark the directory as the layout without MACs, as an older prefixd wrote it.
+    std::vector<rocksdb::ColumnFamilyDescriptor> families = {
+        {rocksdb::kDefaultColumnFamilyName, {}}, {"access", {}}, {"meta", {}}};
+    std::vector<rocksdb::ColumnFamilyHandle*> handles;
+    rocksdb::DB* db = nullptr;
+    REQUIRE(rocksdb::DB::Open(rocksdb::DBOptions(), dir.path, families, &handles, &db).ok());
+    REQUIRE(db->Put(rocksdb::WriteOptions(), handles[2], "layout_version", "prefixd-disk-tier-1").ok());
+    for (auto* h : handles) db->DestroyColumnFamilyHandle(h);
+    delete db;
+  }
+  auto tier = open_tier(dir.path, 1 << 20);
+  CHECK(tier->deployment_secret() == secret);
+  CHECK(tier->stats().blocks == 0);
+  CHECK(tier->get(make_block(1).key, nullptr) == nullptr);
+  REQUIRE(tier->put(make_block(1).key, make_block(1).record->bytes()).ok());
+  CHECK(same_bytes(tier->get(make_block(1).key, nullptr), make_block(1).record));
 }

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Fuzzes the GGUF parser (and the writer round trip) with libFuzzer +
 # AddressSanitizer + UBSan for ${PREFIXD_FUZZ_SECONDS:-60} seconds, seeded with
-# small valid GGUF files of every value type and the head of a real model.
+# small valid GGUF files of every value type, the head of a real model, and
+# headers whose counts declare far more than the file holds (a 4 GiB array in
+# 4 KiB, 2^40 strings, huge keys, tensor counts and dimensions). The RSS limit
+# (2 GiB) turns any allocation sized by such a count into a failure.
 # Usage: bash tests/scripts/test_fuzz_gguf.sh BUILD_DIR (from the repo root).
 # Exit 77 (skipped) when clang++ is missing; non-zero on any crash.
 set -euo pipefail
@@ -34,6 +37,22 @@ static void save(const GgufWriter& w, const std::string& path) {
   FILE* f = std::fopen(path.c_str(), "wb");
   if (!f) std::exit(1);
   std::fwrite(b.data(), 1, b.size(), f);
+  std::fclose(f);
+}
+// Raw little-endian bytes, for headers that declare more than they hold
+// (GgufWriter only writes consistent files).
+struct Raw {
+  std::vector<uint8_t> b;
+  Raw& u32(uint32_t v) { for (int i = 0; i < 4; ++i) b.push_back(uint8_t(v >> (8 * i))); return *this; }
+  Raw& u64(uint64_t v) { for (int i = 0; i < 8; ++i) b.push_back(uint8_t(v >> (8 * i))); return *this; }
+  Raw& str(const std::string& s) { u64(s.size()); b.insert(b.end(), s.begin(), s.end()); return *this; }
+  Raw& fill(size_t n, uint8_t x) { b.insert(b.end(), n, x); return *this; }
+  Raw& head(uint64_t n_tensors, uint64_t n_kv) { b = {'G', 'G', 'U', 'F'}; u32(3); u64(n_tensors); return u64(n_kv); }
+};
+static void save_raw(const Raw& r, const std::string& path) {
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) std::exit(1);
+  std::fwrite(r.b.data(), 1, r.b.size(), f);
   std::fclose(f);
 }
 static GgufValue scalar(GgufType t, uint64_t u, double x) {
@@ -84,6 +103,24 @@ int main(int argc, char** argv) {
     save(w, dir + "/seed_metadata_only");
     save(GgufWriter(3), dir + "/seed_empty");
   }
+  // Amplification: counts that fit the bytes left badly or not at all, each
+  // of which must be refused before anything of that size is allocated.
+  save_raw(Raw().head(0, 1).str("x.big").u32(9).u32(0).u64(4ull << 30).fill(4096, 1),
+           dir + "/seed_u8_array_4gib");                       // 4 GiB of uint8 in 4 KiB
+  save_raw(Raw().head(0, 1).str("x.strs").u32(9).u32(8).u64(1ull << 40).fill(4096, 0),
+           dir + "/seed_string_array_huge");                   // empty strings, 2^40 of them
+  {
+    Raw r;
+    r.head(0, 1).str("x.nested").u32(9).u32(9).u64(64);
+    for (int i = 0; i < 64; ++i) r.u32(0).u64(16000);        // 64 inner arrays, each "16000 bytes"
+    r.fill(2048, 7);
+    save_raw(r, dir + "/seed_nested_arrays");
+  }
+  save_raw(Raw().head(0, 1).u64(1ull << 40).fill(64, 'k'), dir + "/seed_key_length_huge");
+  save_raw(Raw().head(1ull << 61, 1ull << 61).fill(256, 0), dir + "/seed_counts_huge");
+  save_raw(Raw().head(1, 0).str("t").u32(4).u64(1ull << 40).u64(1ull << 40).u64(1).u64(1)
+               .u32(0).u64(0).fill(64, 0),
+           dir + "/seed_tensor_dims_huge");                    // 4 dims whose product overflows
   return 0;
 }
 CPP
