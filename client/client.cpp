@@ -165,13 +165,110 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// "::1" -> "[::1]"; names and IPv4 addresses unchanged.
+std::string url_host(const std::string& host) {
+  return host.find(':') == std::string::npos ? host : "[" + host + "]";
+}
+
+// Why OpenSSL did not accept the daemon's certificate (X509_V_ERR_* codes; 0 = the chain was
+// fine, so the name did not match).
+std::string certificate_problem(long verify_result, const std::string& host) {
+  switch (verify_result) {
+    case 0: return "the certificate does not name " + host;
+    case 2: return "unable to get the issuer's certificate";
+    case 9: return "the certificate is not yet valid";
+    case 10: return "the certificate has expired";
+    case 18: return "self-signed certificate";
+    case 19: return "self-signed certificate in the chain";
+    case 20: return "unable to get the local issuer certificate";
+    case 21: return "unable to verify the first certificate";
+    default: return "certificate verify error " + std::to_string(verify_result);
+  }
+}
+
+// Answers above this (error bodies, or a stream request answered with plain JSON) abort the call.
+constexpr size_t kMaxPlainBodyBytes = size_t{64} << 20;
+
 }  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// ClientOptions
+
+Status ClientOptions::set_url(const std::string& url) {
+  auto bad = [&](const std::string& why) {
+    return Status::error("daemon URL '" + url + "': " + why);
+  };
+  bool use_tls = false;
+  std::string rest;
+  if (url.rfind("http://", 0) == 0) {
+    rest = url.substr(7);
+  } else if (url.rfind("https://", 0) == 0) {
+    use_tls = true;
+    rest = url.substr(8);
+  } else {
+    return bad("does not start with http:// or https://");
+  }
+  if (!rest.empty() && rest.back() == '/') rest.pop_back();
+  if (rest.find_first_of("/?#@") != std::string::npos)
+    return bad("give only scheme://HOST[:PORT], without a path, query or user");
+  std::string new_host, port_text;
+  bool has_port = false;
+  if (!rest.empty() && rest[0] == '[') {
+    const size_t close = rest.find(']');
+    if (close == std::string::npos) return bad("unclosed '[' around an IPv6 address");
+    new_host = rest.substr(1, close - 1);
+    const std::string after = rest.substr(close + 1);
+    if (!after.empty() && after[0] != ':') return bad("unexpected text after ']'");
+    has_port = !after.empty();
+    if (has_port) port_text = after.substr(1);
+  } else {
+    const size_t colon = rest.find(':');
+    new_host = rest.substr(0, colon);
+    has_port = colon != std::string::npos;
+    if (has_port) port_text = rest.substr(colon + 1);
+  }
+  if (new_host.empty()) return bad("no host");
+  // cpp-httplib 0.11 reads an https URL's bracketed host as digits and colons only.
+  if (use_tls && new_host.find(':') != std::string::npos &&
+      new_host.find_first_not_of("0123456789:") != std::string::npos)
+    return bad("https to an IPv6 address with letters is not supported; use a host name");
+  int32_t new_port = use_tls ? 443 : 80;
+  if (has_port) {
+    if (port_text.empty() || port_text.size() > 5 ||
+        port_text.find_first_not_of("0123456789") != std::string::npos)
+      return bad("the port is not a number");
+    new_port = static_cast<int32_t>(std::strtol(port_text.c_str(), nullptr, 10));
+    if (new_port < 1 || new_port > 65535) return bad("the port is not in 1..65535");
+  }
+  host = std::move(new_host);
+  port = new_port;
+  tls = use_tls;
+  return Status::ok_status();
+}
+
+std::string ClientOptions::url() const {
+  return std::string(tls ? "https://" : "http://") + url_host(host) + ":" + std::to_string(port);
+}
 
 // ---------------------------------------------------------------------------------------------
 // SseParser
 
+// Drops what was buffered and keeps the reason; the parser accepts nothing more.
+bool SseParser::fail(const char* what) {
+  const std::string limit = max_bytes_ % (size_t{1} << 20) == 0
+                                ? std::to_string(max_bytes_ >> 20) + " MiB"
+                                : std::to_string(max_bytes_) + " bytes";
+  error_ = std::string(what) + " longer than " + limit + ": stream aborted";
+  line_.clear();
+  line_.shrink_to_fit();
+  data_.clear();
+  data_.shrink_to_fit();
+  return false;
+}
+
 bool SseParser::feed(const char* bytes, size_t n_bytes,
                      const std::function<bool(const std::string&)>& on_event) {
+  if (!error_.empty()) return false;
   size_t i = 0;
   while (i < n_bytes) {
     if (last_was_cr_) {
@@ -183,6 +280,7 @@ bool SseParser::feed(const char* bytes, size_t n_bytes,
     }
     size_t j = i;
     while (j < n_bytes && bytes[j] != '\n' && bytes[j] != '\r') ++j;
+    if (j - i > max_bytes_ - line_.size()) return fail("SSE line");
     line_.append(bytes + i, j - i);
     if (j == n_bytes) break;
     last_was_cr_ = bytes[j] == '\r';
@@ -193,6 +291,7 @@ bool SseParser::feed(const char* bytes, size_t n_bytes,
 }
 
 bool SseParser::finish(const std::function<bool(const std::string&)>& on_event) {
+  if (!error_.empty()) return false;
   last_was_cr_ = false;
   if (!line_.empty() && !end_line(on_event)) return false;
   return end_line(on_event);  // an empty line: dispatches pending data
@@ -212,6 +311,7 @@ bool SseParser::end_line(const std::function<bool(const std::string&)>& on_event
     if (field == "data") {
       size_t start = colon == std::string::npos ? line_.size() : colon + 1;
       if (start < line_.size() && line_[start] == ' ') ++start;
+      if (data_.size() + 1 + (line_.size() - start) > max_bytes_) return fail("SSE event");
       if (has_data_) data_.push_back('\n');
       data_.append(line_, start, std::string::npos);
       has_data_ = true;
@@ -327,7 +427,14 @@ Result<CacheStats> parse_cache_stats(const json& stats) {
 // Client
 
 Client::Client(ClientOptions options) : options_(std::move(options)) {
-  http_ = std::make_unique<httplib::Client>(options_.host, options_.port);
+  if (options_.tls) {
+    // httplib::Client picks its TLS implementation from the URL's scheme.
+    http_ = std::make_unique<httplib::Client>(options_.url());
+    http_->enable_server_certificate_verification(!options_.insecure);
+    if (!options_.ca_cert_path.empty()) http_->set_ca_cert_path(options_.ca_cert_path);
+  } else {
+    http_ = std::make_unique<httplib::Client>(options_.host, options_.port);
+  }
   time_t sec = 0, usec = 0;
   split_seconds(options_.connect_timeout_s, &sec, &usec);
   http_->set_connection_timeout(sec, usec);
@@ -380,6 +487,26 @@ Status Client::fail_other(std::string message) {
   return Status::error(std::move(message));
 }
 
+Status Client::fail_transport(const std::string& method, const std::string& path,
+                              httplib::Error err) {
+  std::string why = httplib::to_string(err);
+  if (err == httplib::Error::SSLServerVerification) {
+    why = "the daemon's TLS certificate is not trusted: " +
+          certificate_problem(http_->get_openssl_verify_result(), options_.host) +
+          " (trust its CA with ca_cert_path, prefixctl --ca-cert FILE)";
+  } else if (err == httplib::Error::SSLLoadingCerts) {
+    why = "cannot load the CA certificates " +
+          (options_.ca_cert_path.empty() ? std::string("of the system")
+                                         : "from " + options_.ca_cert_path + " (PEM expected)");
+  } else if (err == httplib::Error::SSLConnection) {
+    why = "TLS handshake failed (is the daemon serving https?)";
+  }
+  // Plain http keeps the historical "HOST:PORT" form of the message.
+  const std::string where =
+      options_.tls ? options_.url() : options_.host + ":" + std::to_string(options_.port);
+  return fail_other(method + " " + path + " to " + where + " failed: " + why);
+}
+
 Result<std::string> Client::request_text(const std::string& method, const std::string& path,
                                          const std::string& body, const std::string& content_type) {
   httplib::Request req;
@@ -391,10 +518,7 @@ Result<std::string> Client::request_text(const std::string& method, const std::s
   }
   httplib::Response res;
   httplib::Error err = httplib::Error::Success;
-  if (!http_->send(req, res, err)) {
-    return fail_other(method + " " + path + " to " + options_.host + ":" +
-                      std::to_string(options_.port) + " failed: " + httplib::to_string(err));
-  }
+  if (!http_->send(req, res, err)) return fail_transport(method, path, err);
   if (res.status < 200 || res.status >= 300) {
     return fail_http(res.status, res.body, parse_retry_after(res.get_header_value("Retry-After")));
   }
@@ -533,10 +657,17 @@ Result<Completion> Client::stream(const std::string& path, const json& body,
   };
   req.content_receiver = [&](const char* data, size_t n, uint64_t /*offset*/, uint64_t /*total*/) {
     if (http_status < 200 || http_status >= 300 || !is_sse) {
+      if (n > kMaxPlainBodyBytes - plain_body.size()) {
+        failure = fail_other("POST " + path + ": answer longer than " +
+                             std::to_string(kMaxPlainBodyBytes >> 20) + " MiB: aborted");
+        return false;
+      }
       plain_body.append(data, n);
       return true;
     }
-    return parser.feed(data, n, on_event);
+    if (parser.feed(data, n, on_event)) return true;
+    if (!parser.error().empty()) failure = fail_other("POST " + path + ": " + parser.error());
+    return false;
   };
 
   httplib::Response res;
@@ -544,10 +675,7 @@ Result<Completion> Client::stream(const std::string& path, const json& body,
   bool sent = http_->send(req, res, err);
   if (cancelled) return fail_other("stream cancelled by the caller");
   if (failure) return *failure;
-  if (!sent) {
-    return fail_other("POST " + path + " to " + options_.host + ":" +
-                      std::to_string(options_.port) + " failed: " + httplib::to_string(err));
-  }
+  if (!sent) return fail_transport("POST", path, err);
   if (http_status == 0) http_status = res.status;
   if (plain_body.empty() && !res.body.empty()) plain_body = res.body;
   if (http_status < 200 || http_status >= 300)

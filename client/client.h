@@ -18,6 +18,7 @@
 
 namespace httplib {
 class Client;
+enum class Error;
 }
 
 namespace prefixd::client {
@@ -26,12 +27,25 @@ namespace prefixd::client {
 struct ClientOptions {
   std::string host = "127.0.0.1";
   int32_t port = 8080;
+  // https: TLS, verifying the daemon's certificate chain and that it names `host` (unless
+  // insecure).
+  bool tls = false;
+  std::string ca_cert_path;  // https: PEM file of the CAs to trust; empty = the system's CAs
+  bool insecure = false;     // https: skip certificate verification (anyone on the path can read
+                             // and change the traffic, the API key included); off by default
   std::string api_key;  // sent as "Authorization: Bearer KEY" when not empty
   double connect_timeout_s = 5.0;
   double read_timeout_s = 600.0;  // longest silence allowed between bytes of a response
   double write_timeout_s = 60.0;
   bool keep_alive = true;  // reuse one TCP connection across calls
   bool tcp_nodelay = true;  // no Nagle: request writes never wait for a delayed ACK
+
+  // Sets host, port and tls from a base URL: "http://HOST[:PORT]" or "https://HOST[:PORT]"
+  // (default ports 80 and 443; HOST may be a bracketed IPv6 address; a trailing "/" is allowed,
+  // any other path, a query or user info is not). Leaves the options unchanged on error.
+  Status set_url(const std::string& url);
+  // The base URL: "http://127.0.0.1:8080", "https://[::1]:8443".
+  std::string url() const;
 };
 
 // A prompt: text, or token ids (exact token counts; ids must be inside the model's vocabulary).
@@ -198,21 +212,32 @@ struct ModelInfo {
 // Splits a text/event-stream byte stream into event payloads, whatever the chunk boundaries.
 // Lines end in \n, \r\n or \r; "data:" lines of one event are joined with \n (one leading space
 // after the colon is dropped); comment lines (":...") and other fields are ignored; a blank line
-// dispatches the event. Not thread-safe.
+// dispatches the event. A line, or an event's data, longer than max_bytes is an error (a stream
+// from a broken or hostile server cannot make the client buffer without bound). Not thread-safe.
 class SseParser {
  public:
+  static constexpr size_t kDefaultMaxBytes = size_t{16} << 20;  // 16 MiB
+
+  explicit SseParser(size_t max_bytes = kDefaultMaxBytes) : max_bytes_(max_bytes) {}
+
   // Feeds bytes; calls on_event(data) for every completed event with data. Stops early and
-  // returns false when on_event returns false.
+  // returns false when on_event returns false, or on a line or event over max_bytes (then
+  // error() says so, and every later call returns false).
   bool feed(const char* bytes, size_t n_bytes,
             const std::function<bool(const std::string&)>& on_event);
   // End of stream: dispatches a final event that lacked its blank line. Returns on_event's
-  // answer (true when nothing was pending).
+  // answer (true when nothing was pending; false after an error).
   bool finish(const std::function<bool(const std::string&)>& on_event);
+  // Empty, or why the stream was refused ("SSE line longer than 16 MiB").
+  const std::string& error() const { return error_; }
 
  private:
   bool end_line(const std::function<bool(const std::string&)>& on_event);
-  std::string line_;  // current incomplete line
-  std::string data_;  // data of the current event so far
+  bool fail(const char* what);
+  size_t max_bytes_;   // bound on line_ and on data_
+  std::string error_;  // set once a bound is exceeded
+  std::string line_;   // current incomplete line
+  std::string data_;   // data of the current event so far
   bool has_data_ = false;
   bool last_was_cr_ = false;  // previous byte was \r (a following \n is part of that line end)
 };
@@ -264,6 +289,8 @@ class Client {
                             const TokenCallback& on_delta);
   Status fail_http(int32_t http_status, const std::string& body, double retry_after_s);
   Status fail_other(std::string message);
+  // "METHOD PATH to URL failed: <transport error>", with the certificate problem for TLS.
+  Status fail_transport(const std::string& method, const std::string& path, httplib::Error err);
 
   ClientOptions options_;
   std::unique_ptr<httplib::Client> http_;

@@ -158,10 +158,21 @@ int run(int argc, char** argv) {
   CLI::App app{"prefixctl: client of the prefixd daemon"};
   ClientOptions copt;
   double timeout_s = 600;
-  app.add_option("--host", copt.host, "daemon host")->capture_default_str();
+  std::string url;
+  app.add_option("--url", url,
+                 "daemon base URL, http://HOST:PORT or https://HOST:PORT (replaces --host and "
+                 "--port)");
+  app.add_option("--host", copt.host, "daemon host (plain http; see --url)")->capture_default_str();
   app.add_option("--port", copt.port, "daemon port")
       ->capture_default_str()
       ->check(CLI::Range(1, 65535));
+  app.add_option("--ca-cert", copt.ca_cert_path,
+                 "https: PEM file of the CA (or the self-signed certificate) to trust instead of "
+                 "the system's CAs")
+      ->check(CLI::ExistingFile);
+  app.add_flag("--insecure", copt.insecure,
+               "https: do not verify the daemon's certificate (the connection can then be read "
+               "and changed by anyone on the path, the API key included)");
   app.add_option("--api-key", copt.api_key, "bearer token")->envname("PREFIXD_API_KEY");
   app.add_option("--timeout", timeout_s, "read timeout, seconds")
       ->capture_default_str()
@@ -248,6 +259,16 @@ int run(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   copt.read_timeout_s = timeout_s;
+  if (!url.empty()) {
+    if (Status st = copt.set_url(url); !st.ok()) {
+      std::fprintf(stderr, "prefixctl: %s\n", st.message().c_str());
+      return 2;
+    }
+  }
+  if (!copt.tls && (!copt.ca_cert_path.empty() || copt.insecure)) {
+    std::fprintf(stderr, "prefixctl: --ca-cert and --insecure need an https:// --url\n");
+    return 2;
+  }
   Client client(copt);
 
   if (*complete_cmd) {

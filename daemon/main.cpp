@@ -2,6 +2,8 @@
 // daemon/server_options.cpp); `prefixd generate` runs one prompt;
 // `prefixd gen-model` writes a generated test model; `prefixd quantize`
 // quantizes a model file.
+#include <sys/stat.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -42,6 +44,9 @@ std::vector<int32_t> parse_ids(const std::string& s, std::string* error) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Whatever prefixd creates (the disk tier's RocksDB files, generated models,
+  // fingerprints) is this user's alone: 0600 files, 0700 directories.
+  ::umask(0077);
   CLI::App app{"prefixd: LLM inference daemon with a tiered prompt-prefix KV cache"};
   app.require_subcommand(0, 1);
 

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "common/private_files.h"
 #include "engine/model/model_presets.h"
 
 // CMake sets it to the source tree's models/ folder; without it, the working directory's.
@@ -17,11 +18,25 @@ std::string bundled_model_path() {
   return std::string(PREFIXD_MODELS_DIR) + "/" + kDefaultModel + ".gguf";
 }
 
+Result<std::string> find_cache_dir(const EnvLookup& lookup) {
+  auto var = [&](const char* name) -> std::string {
+    const char* v = lookup(name);
+    return v != nullptr ? v : "";
+  };
+  if (std::string d = var("PREFIXD_CACHE_DIR"); !d.empty()) return d;
+  if (std::string x = var("XDG_CACHE_HOME"); !x.empty()) return x + "/prefixd";
+  if (std::string h = var("HOME"); !h.empty()) return h + "/.cache/prefixd";
+  // Per-user and 0700 by the XDG spec; /tmp would let another user plant models.
+  if (std::string r = var("XDG_RUNTIME_DIR"); !r.empty()) return r + "/prefixd";
+  return Status::error(
+      "no cache directory: PREFIXD_CACHE_DIR, XDG_CACHE_HOME, HOME and XDG_RUNTIME_DIR are all "
+      "unset, and prefixd does not fall back to a shared /tmp; set PREFIXD_CACHE_DIR (or HOME), "
+      "or pass --cache-dir DIR (a directory of this user's that others cannot write)");
+}
+
 std::string default_cache_dir() {
-  if (const char* d = std::getenv("PREFIXD_CACHE_DIR"); d && *d) return d;
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/prefixd";
-  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/prefixd";
-  return "/tmp/prefixd-cache";
+  Result<std::string> dir = find_cache_dir([](const char* name) { return std::getenv(name); });
+  return dir.ok() ? dir.value() : std::string();
 }
 
 Result<std::string> resolve_model_path(const std::string& model_arg, const std::string& cache_dir) {
@@ -57,10 +72,18 @@ Result<std::string> resolve_model_path(const std::string& model_arg, const std::
       else return Status::error("unknown weight type '" + type_name + "' in --model (f32, f16, bf16)");
     }
   }
-  std::error_code ec;
-  std::filesystem::create_directories(cache_dir + "/models", ec);
-  if (ec) return Status::error("cannot create cache directory '" + cache_dir + "/models': " + ec.message());
-  std::string path = cache_dir + "/models/" + preset + "-" + type_name + ".gguf";
+  std::string dir = cache_dir;
+  if (dir.empty()) {
+    Result<std::string> found = find_cache_dir([](const char* name) { return std::getenv(name); });
+    if (!found.ok()) return Status::error("--model " + model_arg + ": " + found.message());
+    dir = found.value();
+  }
+  // Private, so that nobody else can plant the model file we would load.
+  for (const std::string& d : {dir, dir + "/models"}) {
+    if (Status s = make_private_dir(d); !s.ok())
+      return Status::error("cache directory: " + s.message());
+  }
+  std::string path = dir + "/models/" + preset + "-" + type_name + ".gguf";
   if (!std::filesystem::exists(path)) {
     if (Status s = write_preset_model(preset, type, path); !s.ok()) return s;
   }

@@ -19,6 +19,7 @@
 #include "daemon/model_source.h"
 #include "daemon/routes.h"
 #include "daemon/signals.h"
+#include "daemon/tls_server.h"
 #include "engine/engine.h"
 #include "engine/model/gguf.h"
 #include "engine/model/model.h"
@@ -45,7 +46,7 @@ struct Server::State {
   Metrics metrics;
   std::unique_ptr<AdmissionGate> admission;
   DaemonContext ctx;
-  httplib::Server http;
+  std::unique_ptr<httplib::Server> http;  // an SSLServer with --tls-cert/--tls-key
   int port = 0;
   int listen_fd = -1;  // the listening socket (set while httplib creates it)
   std::atomic<bool> stopped{false};
@@ -214,7 +215,7 @@ void fill_context(Server::State& s, const std::string& backend_name) {
 // The httplib server's worker pool, limits, socket options and timeouts, the
 // debug request log, then the routes.
 void configure_http(Server::State& s) {
-  httplib::Server& h = s.http;
+  httplib::Server& h = *s.http;
   const ServerOptions* o = &s.options;
   const size_t n_threads = static_cast<size_t>(o->http_threads);
   h.new_task_queue = [n_threads] { return new httplib::ThreadPool(n_threads); };
@@ -241,10 +242,10 @@ void configure_http(Server::State& s) {
 Status bind_port(Server::State& s) {
   const ServerOptions& o = s.options;
   if (o.port == 0) {
-    s.port = s.http.bind_to_any_port(o.host);
+    s.port = s.http->bind_to_any_port(o.host);
     if (s.port < 0) return Status::error("cannot bind " + o.host + " to any port");
   } else {
-    if (!s.http.bind_to_port(o.host, o.port)) {
+    if (!s.http->bind_to_port(o.host, o.port)) {
       return Status::error("cannot bind " + o.host + ":" + std::to_string(o.port) +
                            " (in use, or no permission)");
     }
@@ -262,7 +263,7 @@ Server::Server(std::unique_ptr<State> state) : s_(std::move(state)) {}
 
 Server::~Server() {
   if (!s_) return;
-  s_->http.stop();
+  s_->http->stop();
 }
 
 int Server::port() const { return s_->port; }
@@ -299,6 +300,14 @@ Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
     log_line(o, LogLevel::kWarn,
              "listening on every address: requests must name localhost, 127.0.0.1 or [::1] in Host "
              "unless --allowed-hosts lists the names clients use");
+  const bool loopback = o.host == "127.0.0.1" || o.host == "localhost" || o.host == "::1";
+  if (!loopback && o.api_key.empty())
+    log_line(o, LogLevel::kWarn,
+             "listening on " + o.host + " without an API key: anyone who can reach this port may "
+             "use every route; set --api-key-file FILE (see SECURITY.md)");
+  auto http = make_http_server(o.tls_cert_path, o.tls_key_path);
+  if (!http.ok()) return http.status();
+  s->http = std::move(http.value());
   configure_http(*s);
   if (Status st = bind_port(*s); !st.ok()) return st;
   log_line(o, LogLevel::kInfo,
@@ -309,9 +318,10 @@ Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
 }
 
 bool Server::run() {
-  std::printf("prefixd listening on http://%s:%d\n", s_->options.host.c_str(), s_->port);
+  std::printf("prefixd listening on %s://%s:%d\n", s_->options.tls_enabled() ? "https" : "http",
+              s_->options.host.c_str(), s_->port);
   std::fflush(stdout);
-  return s_->http.listen_after_bind() || s_->stopped.load();
+  return s_->http->listen_after_bind() || s_->stopped.load();
 }
 
 void Server::shutdown(std::chrono::milliseconds grace) {
@@ -329,7 +339,7 @@ void Server::shutdown(std::chrono::milliseconds grace) {
   wait_idle(grace);
   ctx.cancel_all.store(true);
   wait_idle(std::chrono::milliseconds(5000));
-  s_->http.stop();
+  s_->http->stop();
 }
 
 int run_serve(ServerOptions options) {

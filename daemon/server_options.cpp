@@ -4,14 +4,31 @@
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 
+#include "common/private_files.h"
 #include "daemon/secret_file.h"
+#include "daemon/tls_server.h"
 
 namespace prefixd {
 namespace {
 
 Status range_error(const std::string& flag, const std::string& value, const std::string& range) {
   return Status::error("--" + flag + " " + value + " is out of range (" + range + ")");
+}
+
+// Refuses an existing --cache-dir (or the default one) or --disk-cache-dir that
+// another user owns or may write (common/private_files.h). A missing one is
+// fine: it is created 0700 when first needed.
+Status check_cache_dirs(const std::string& cache_dir, const std::string& disk_cache_dir) {
+  auto check = [](const char* flag, const std::string& dir) {
+    std::error_code ec;
+    if (dir.empty() || !std::filesystem::exists(dir, ec)) return Status::ok_status();
+    Status s = check_private_dir(dir);
+    return s.ok() ? s : Status::error(std::string(flag) + ": " + s.message());
+  };
+  Status s = check("--cache-dir", cache_dir.empty() ? default_cache_dir() : cache_dir);
+  return s.ok() ? check("--disk-cache-dir", disk_cache_dir) : s;
 }
 
 }  // namespace
@@ -96,7 +113,15 @@ Status ServerOptions::validate() {
     api_key = env;
     api_key_source = "PREFIXD_API_KEY";
   }
+  if (Status st = check_cache_dirs(cache_dir, disk_cache_dir); !st.ok()) return st;
   origin_policy = make_origin_policy(host, allowed_hosts, allowed_origins);
+  if (tls_cert_path.empty() != tls_key_path.empty()) {
+    return Status::error(tls_cert_path.empty() ? "--tls-key needs --tls-cert (give both or neither)"
+                                               : "--tls-cert needs --tls-key (give both or neither)");
+  }
+  if (!tls_cert_path.empty()) {
+    if (Status st = check_tls_files(tls_cert_path, tls_key_path); !st.ok()) return st;
+  }
   return Status();
 }
 
@@ -146,6 +171,10 @@ void register_server_flags(CLI::App& app, ServerOptions& o) {
                  "browser Origins allowed to call the API besides the daemon's own "
                  "(comma-separated, e.g. https://app.example; '*' = any)")
       ->delimiter(',');
+  app.add_option("--tls-cert", o.tls_cert_path,
+                 "serve HTTPS with this PEM certificate (chain); needs --tls-key");
+  app.add_option("--tls-key", o.tls_key_path,
+                 "PEM private key of --tls-cert, unencrypted; refused when others may read it (chmod 600)");
   app.add_option("--max-body-bytes", o.max_body_bytes, "largest accepted request body")
       ->capture_default_str();
   app.add_option("--chat-template", o.chat_template, "chat template name, overriding the model's");

@@ -29,6 +29,8 @@ struct ServerOptions {
   std::string api_key_source;          // where api_key came from: "--api-key", the file, PREFIXD_API_KEY
   std::vector<std::string> allowed_hosts;    // --allowed-hosts, beyond the defaults ('*': any)
   std::vector<std::string> allowed_origins;  // --allowed-origins ('*': any)
+  std::string tls_cert_path;           // --tls-cert: PEM certificate chain; with tls_key_path, HTTPS
+  std::string tls_key_path;            // --tls-key: PEM private key of that certificate (private file)
   OriginPolicy origin_policy;                // derived from host and the two lists
   int64_t max_body_bytes = 8ll << 20;  // request bodies above this get 413
   int32_t http_threads = 0;            // 0 = max_concurrent + max_queued + 8
@@ -61,9 +63,12 @@ struct ServerOptions {
   std::string log_level_name = "info";  // error | warn | info | debug
 
   // Checks ranges and names, fills derived fields (log_level, http_threads,
-  // cpu_isa, origin_policy) and reads the API key from --api-key-file or
-  // PREFIXD_API_KEY when --api-key is not given.
+  // cpu_isa, origin_policy), reads the API key from --api-key-file or
+  // PREFIXD_API_KEY when --api-key is not given, and checks the TLS pair
+  // (both or neither; readable, private key, OpenSSL accepts them).
   Status validate();
+
+  bool tls_enabled() const { return !tls_cert_path.empty(); }  // after validate()
 
   size_t kv_pool_bytes() const { return static_cast<size_t>(kv_pool_mib) << 20; }
   uint64_t host_cache_bytes() const { return static_cast<uint64_t>(host_cache_gb * 1e9); }

@@ -85,7 +85,7 @@ class DaemonProcess {
     }
     close(fds[1]);
     auto d = std::unique_ptr<DaemonProcess>(new DaemonProcess(pid, fds[0]));
-    // Read stdout until the "listening on http://HOST:PORT" line.
+    // Read stdout until the "listening on http://HOST:PORT" (or https://) line.
     std::string out;
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
     while (std::chrono::steady_clock::now() < deadline) {
@@ -95,11 +95,12 @@ class DaemonProcess {
         ssize_t n = read(fds[0], buf, sizeof(buf));
         if (n <= 0) break;
         out.append(buf, static_cast<size_t>(n));
-        size_t at = out.find("listening on http://");
+        size_t at = out.find("listening on http");
         size_t eol = at == std::string::npos ? std::string::npos : out.find('\n', at);
         if (eol != std::string::npos) {
           std::string line = out.substr(at, eol - at);
           d->port_ = std::stoi(line.substr(line.rfind(':') + 1));
+          d->tls_ = line.rfind("listening on https://", 0) == 0;
           return d;
         }
       }
@@ -124,6 +125,7 @@ class DaemonProcess {
   }
 
   int port() const { return port_; }
+  bool tls() const { return tls_; }  // it printed "listening on https://" (--tls-cert)
   pid_t pid() const { return pid_; }
 
   // SIGTERM, then waits up to `timeout`; returns the exit code, or -1 if it
@@ -160,6 +162,7 @@ class DaemonProcess {
   pid_t pid_ = -1;
   int stdout_fd_ = -1;
   int port_ = 0;
+  bool tls_ = false;
 };
 
 // How a run of prefixd that ends by itself ended.

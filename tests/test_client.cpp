@@ -118,6 +118,64 @@ TEST_CASE("SseParser stops when the event handler returns false") {
   CHECK(n == 1);
 }
 
+TEST_CASE("SseParser refuses a line or an event's data longer than its bound, then stays stopped") {
+  std::vector<std::string> events;
+  auto on_event = [&](const std::string& e) {
+    events.push_back(e);
+    return true;
+  };
+  // At the bound: a 64-byte line is accepted.
+  SseParser ok(64);
+  const std::string fits = "data: " + std::string(58, 'a') + "\n\n";
+  CHECK(ok.feed(fits.data(), fits.size(), on_event));
+  CHECK(events == std::vector<std::string>{std::string(58, 'a')});
+  CHECK(ok.error().empty());
+
+  // One byte over, in pieces and without a line end.
+  SseParser line(64);
+  const std::string head = "data: " + std::string(50, 'b');
+  CHECK(line.feed(head.data(), head.size(), on_event));
+  const std::string tail(9, 'b');
+  CHECK_FALSE(line.feed(tail.data(), tail.size(), on_event));
+  CHECK(line.error() == "SSE line longer than 64 bytes: stream aborted");
+  const std::string more = "\n\ndata: x\n\n";
+  CHECK_FALSE(line.feed(more.data(), more.size(), on_event));
+  CHECK_FALSE(line.finish(on_event));
+  CHECK(events.size() == 1);
+
+  // Short lines whose data adds up past the bound in one event.
+  SseParser event(64);
+  std::string lines;
+  for (int i = 0; i < 5; ++i) lines += "data: " + std::string(20, 'c') + "\n";
+  CHECK_FALSE(event.feed(lines.data(), lines.size(), on_event));
+  CHECK(event.error() == "SSE event longer than 64 bytes: stream aborted");
+  CHECK(events.size() == 1);
+}
+
+TEST_CASE("complete_stream aborts a stream whose line grows past 16 MiB, with a clear error") {
+  FakeDaemon d;
+  d.server.Post("/v1/completions", [&](const httplib::Request&, httplib::Response& res) {
+    // "data: aaaa..." and never a line end: 32 MiB unless the client hangs up first.
+    res.set_chunked_content_provider("text/event-stream", [&](size_t, httplib::DataSink& sink) {
+      const std::string block(64 << 10, 'a');
+      if (!sink.write("data: ", 6)) return false;
+      for (size_t n = 0; n < (size_t{32} << 20); n += block.size()) {
+        if (!sink.write(block.data(), block.size())) return false;
+      }
+      sink.done();
+      return true;
+    });
+  });
+  d.start();
+  Client client(d.options());
+  CompletionRequest req;
+  req.prompt = std::string("x");
+  Result<Completion> r = client.complete_stream(req, nullptr);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.message() == "POST /v1/completions: SSE line longer than 16 MiB: stream aborted");
+  CHECK(client.last_error().http_status == 0);
+}
+
 TEST_CASE("request bodies carry exactly the fields that were set") {
   CompletionRequest req;
   req.prompt = std::vector<int32_t>{1, 2, 3};

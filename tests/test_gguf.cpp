@@ -614,6 +614,18 @@ TEST_CASE("a uint8 array that fits the file but not the metadata memory limit is
   CHECK((*ok)->find("x.big")->array.size() == n / 4);
 }
 
+TEST_CASE("a 4 GiB uint8 array declared in a 1 MiB file is refused before any allocation") {
+  RawGguf g;
+  const size_t len_off = g.begin_array("x.huge", GgufType::UINT8, 4ull << 30);
+  g.out.resize(1u << 20, 0);  // the file is 1 MiB in all
+  auto r = parse(g.bytes());
+  REQUIRE_FALSE(r.ok());
+  INFO(r.message());
+  CHECK(r.message().find("'x.huge'") != std::string::npos);
+  CHECK(r.message().find("4294967296") != std::string::npos);
+  CHECK(r.message().find(std::to_string(len_off)) != std::string::npos);
+}
+
 TEST_CASE("the metadata memory limit is for the whole file, not each array") {
   // Two arrays that each fit (1.4 Mi elements) but not together: the second is refused.
   const uint64_t n = 1400ull << 10;

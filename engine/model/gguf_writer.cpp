@@ -3,12 +3,9 @@
 // only in the version number for little-endian files).
 #include "engine/model/gguf_writer.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <atomic>
-#include <cerrno>
 #include <cstring>
+
+#include "common/private_files.h"
 
 namespace prefixd {
 namespace {
@@ -37,19 +34,6 @@ GgufValue array_of(GgufType elem_type, size_t n) {
   v.elem_type = elem_type;
   v.array.resize(n, scalar(elem_type));
   return v;
-}
-
-Status write_all(int fd, const uint8_t* p, size_t n, const std::string& path) {
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return Status::error("cannot write '" + path + "': " + std::strerror(errno));
-    }
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return Status();
 }
 
 }  // namespace
@@ -250,36 +234,19 @@ Status GgufWriter::write_file(const std::string& path) const {
   }
   std::vector<uint8_t> header = serialise_header(version_, alignment_, kv_, names, types, dims, sizes);
 
-  static std::atomic<uint64_t> counter{0};
-  std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Status::error("cannot create '" + tmp + "': " + std::strerror(errno));
-  auto fail = [&](Status s) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    return s;
-  };
+  // A random 0600 name next to `path` (mkstemp), renamed over it once synced;
+  // removed again on any failure (PrivateTempFile's destructor).
+  Result<PrivateTempFile> tmp = PrivateTempFile::create(path);
+  if (!tmp.ok()) return tmp.status();
   // Tensor data is written straight from each tensor's buffer: no copy of the whole file.
-  if (Status s = write_all(fd, header.data(), header.size(), tmp); !s.ok()) return fail(s);
+  if (Status s = tmp->write(header.data(), header.size()); !s.ok()) return s;
   static const uint8_t kZeros[65536] = {};
   for (const Tensor& t : tensors_) {
-    if (Status s = write_all(fd, t.data.data(), t.data.size(), tmp); !s.ok()) return fail(s);
+    if (Status s = tmp->write(t.data.data(), t.data.size()); !s.ok()) return s;
     uint64_t pad = align_up(t.data.size(), alignment_) - t.data.size();
-    if (Status s = write_all(fd, kZeros, pad, tmp); !s.ok()) return fail(s);
+    if (Status s = tmp->write(kZeros, pad); !s.ok()) return s;
   }
-  if (::fsync(fd) != 0) {
-    return fail(Status::error("cannot sync '" + tmp + "': " + std::strerror(errno)));
-  }
-  if (::close(fd) != 0) {
-    ::unlink(tmp.c_str());
-    return Status::error("cannot close '" + tmp + "': " + std::strerror(errno));
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    Status s = Status::error("cannot rename '" + tmp + "' to '" + path + "': " + std::strerror(errno));
-    ::unlink(tmp.c_str());
-    return s;
-  }
-  return Status();
+  return tmp->commit();
 }
 
 }  // namespace prefixd

@@ -8,7 +8,6 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include <atomic>
 #include <cerrno>
 #include <climits>
 #include <cstdio>
@@ -17,6 +16,7 @@
 #include <filesystem>
 #include <vector>
 
+#include "common/private_files.h"
 #include "engine/model/gguf_writer.h"
 
 namespace prefixd {
@@ -101,19 +101,17 @@ bool read_cache(const std::string& file, const FileIdentity& id, Hash128* fp) {
   return parse_hex64(hex.substr(0, 16), &fp->hi) && parse_hex64(hex.substr(16), &fp->lo);
 }
 
+// Best effort: a cache that cannot be written only costs the next start a
+// rehash. The directories are made private (0700, this user's, not writable by
+// others) first, so nobody else can plant a cache file; the file is written
+// under a random 0600 name and renamed into place.
 void write_cache(const std::string& cache_dir, const std::string& file, const FileIdentity& id,
                  const Hash128& fp) {
-  std::error_code ec;
-  std::filesystem::create_directories(cache_dir + "/fingerprints", ec);
-  if (ec) return;
-  static std::atomic<uint64_t> counter{0};
-  std::string tmp = file + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
-  std::string text = cache_text_prefix(id) + fp.hex() + "\n";
-  FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (f == nullptr) return;
-  bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  ok = (std::fclose(f) == 0) && ok;
-  if (!ok || std::rename(tmp.c_str(), file.c_str()) != 0) std::remove(tmp.c_str());
+  if (!make_private_dir(cache_dir).ok() || !make_private_dir(cache_dir + "/fingerprints").ok()) {
+    return;
+  }
+  const std::string text = cache_text_prefix(id) + fp.hex() + "\n";
+  (void)write_file_atomically(file, text.data(), text.size());
 }
 
 }  // namespace
@@ -163,7 +161,10 @@ Result<Hash128> model_fingerprint(const GgufFile& file, const std::string& cache
   if (cacheable) {
     cache_file = cache_file_path(cache_dir, id);
     Hash128 fp;
-    if (read_cache(cache_file, id, &fp)) return fp;
+    // Only a private directory's answer is trusted: nobody else could have planted it.
+    if (check_private_dir(cache_dir + "/fingerprints").ok() && read_cache(cache_file, id, &fp)) {
+      return fp;
+    }
   }
   Hash128 fp = compute_model_fingerprint(file);
   if (cacheable) write_cache(cache_dir, cache_file, id, fp);
