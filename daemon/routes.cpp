@@ -1,11 +1,11 @@
-// The route table, then how it is installed: the API-key check before
-// routing, the JSON body reader of POST routes, and JSON answers for the
+// The route table, then how it is installed: the checks before routing
+// (Host and Origin, what the request may carry before its body is read, the
+// API key), the JSON body reader of POST routes, and JSON answers for the
 // errors httplib produces itself and for exceptions.
 #include "daemon/routes.h"
 
 #include <cctype>
 #include <cstdio>
-#include <cstdlib>
 #include <exception>
 #include <optional>
 #include <string>
@@ -18,6 +18,7 @@
 #include "daemon/metrics.h"
 #include "daemon/monitoring_handlers.h"
 #include "daemon/openai_handlers.h"
+#include "daemon/request_bounds.h"
 
 namespace prefixd {
 namespace {
@@ -71,6 +72,23 @@ bool any_route_has(std::string_view path, uint8_t flag) {
   return false;
 }
 
+// How the route for this method and path takes a body (request_bounds.h).
+// httplib serves HEAD with the GET handlers.
+BodyUse body_use(std::string_view method, std::string_view path) {
+  const std::string_view as = method == "HEAD" ? "GET" : method;
+  for (const Route& r : kRoutes) {
+    if (path != r.path) continue;
+    const std::string_view route_method = r.method == kGet    ? "GET"
+                                          : r.method == kPost ? "POST"
+                                                              : "DELETE";
+    if (as != route_method) continue;
+    if (r.method != kPost) return BodyUse::kNone;
+    return (r.flags & kHttplibBody) != 0 ? BodyUse::kHttplib : BodyUse::kStreamed;
+  }
+  // A public path is a probe: any other method gets 405 whatever it carries.
+  return is_public(path) ? BodyUse::kGetOnly : BodyUse::kNoRoute;
+}
+
 // Constant-time comparison of the presented and the configured key.
 bool keys_equal(const std::string& a, const std::string& b) {
   unsigned char diff = a.size() == b.size() ? 0 : 1;
@@ -79,18 +97,37 @@ bool keys_equal(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
-// Before routing: a Host that is not served gets 421, a foreign Origin 403
-// (request_origin.h), then a request for a route that needs the key gets 401
-// without it.
-HandlerResponse check_request(const ServerOptions& o, const httplib::Request& req,
-                              httplib::Response& res) {
+// A refusal before routing. A body the request has is left unread, so the
+// connection is closed after the answer (request_bounds.h).
+void refuse(const httplib::Request& req, httplib::Response& res, const ApiError& e) {
+  if (carries_body(req)) {
+    send_error_closing(res, e);
+  } else {
+    send_error(res, e);
+  }
+}
+
+// Before routing, before httplib reads any body: a Host that is not served
+// gets 421, a foreign Origin 403 (request_origin.h), a request whose body
+// would not be bounded 415/405/400/404/411/413 (request_bounds.h), then a
+// request for a route that needs the key gets 401 without it.
+HandlerResponse check_request(DaemonContext& ctx, const ServerOptions& o,
+                              const httplib::Request& req, httplib::Response& res) {
   const std::string host = req.get_header_value("Host");
   if (auto refusal = check_host(o.origin_policy, host)) {
-    send_error(res, ApiError::misdirected(*refusal));
+    refuse(req, res, ApiError::misdirected(*refusal));
     return HandlerResponse::Handled;
   }
   if (auto refusal = check_origin(o.origin_policy, req.get_header_value("Origin"), host)) {
-    send_error(res, ApiError::forbidden(*refusal, "origin_not_allowed"));
+    refuse(req, res, ApiError::forbidden(*refusal, "origin_not_allowed"));
+    return HandlerResponse::Handled;
+  }
+  if (auto refusal = check_request_bounds(req, body_use(req.method, req.path), o.max_body_bytes)) {
+    if (refusal->status == 405) res.set_header("Allow", "GET, HEAD");
+    // As when read_body refuses a generation request's body.
+    if (any_route_has(req.path, kCountsRequests))
+      ctx.metrics->count_request(RequestOutcome::kInvalid);
+    refuse(req, res, *refusal);
     return HandlerResponse::Handled;
   }
   if (o.api_key.empty() || is_public(req.path)) return HandlerResponse::Unhandled;
@@ -101,9 +138,9 @@ HandlerResponse check_request(const ServerOptions& o, const httplib::Request& re
     return HandlerResponse::Unhandled;
   }
   res.set_header("WWW-Authenticate", "Bearer");
-  send_error(
-      res, ApiError::unauthorized(auth.empty() ? "missing API key: send 'Authorization: Bearer KEY'"
-                                               : "invalid API key"));
+  refuse(req, res,
+         ApiError::unauthorized(auth.empty() ? "missing API key: send 'Authorization: Bearer KEY'"
+                                             : "invalid API key"));
   return HandlerResponse::Handled;
 }
 
@@ -111,7 +148,7 @@ HandlerResponse check_request(const ServerOptions& o, const httplib::Request& re
 // line) get the JSON error shape; answers that already have a body keep it.
 HandlerResponse answer_http_error(DaemonContext& ctx, const ServerOptions& o,
                                   const httplib::Request& req, httplib::Response& res) {
-  if (!res.body.empty()) return HandlerResponse::Unhandled;
+  if (!res.body.empty() || is_closing_answer(res)) return HandlerResponse::Unhandled;
   // e.g. a generation request refused with 413 before its handler ran
   if (any_route_has(req.path, kCountsRequests)) {
     ctx.metrics->count_request(RequestOutcome::kInvalid);
@@ -140,29 +177,32 @@ void answer_exception(const httplib::Request& req, httplib::Response& res, std::
   send_error(res, ApiError::internal_error("internal error"));
 }
 
-// Whether the request says its body is JSON: `application/json`, with or
-// without parameters. Anything else gets 415, which also makes every
+// nullopt when the request says its body is JSON: `application/json`, with
+// or without parameters. Anything else gets 415, which also makes every
 // cross-site "simple" POST (text/plain, forms) fail: a browser must preflight
 // a JSON one, and the preflight is refused.
-bool json_content_type(const httplib::Request& req, httplib::Response& res) {
+std::optional<ApiError> check_json_content_type(const httplib::Request& req) {
   std::string type = req.get_header_value("Content-Type");
   type = type.substr(0, type.find(';'));
   while (!type.empty() && type.back() == ' ') type.pop_back();
   for (char& ch : type) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  if (type == "application/json") return true;
-  send_error(res, ApiError::unsupported_media_type(
-                      "Content-Type '" + req.get_header_value("Content-Type") +
-                      "' is not accepted: send the body as application/json "
-                      "(curl: -H 'Content-Type: application/json')"));
-  return false;
+  if (type == "application/json") return std::nullopt;
+  return ApiError::unsupported_media_type("Content-Type '" + req.get_header_value("Content-Type") +
+                                          "' is not accepted: send the body as application/json "
+                                          "(curl: -H 'Content-Type: application/json')");
 }
 
-// Reads a POST body (JSON: json_content_type) within the body limit. On
-// failure answers 415, 400 or 413 itself and returns nullopt.
+// Reads a POST body (JSON: check_json_content_type) within the body limit, any
+// framing (Content-Length, chunked, up to the end of the connection). On
+// failure answers 415, 400 or 413 itself, on a connection then closed (the
+// body is left unread, or read in part), and returns nullopt.
 std::optional<std::string> read_body(const httplib::Request& req,
                                      const httplib::ContentReader& reader, int64_t max_body_bytes,
                                      httplib::Response& res) {
-  if (!json_content_type(req, res)) return std::nullopt;
+  if (auto refusal = check_json_content_type(req)) {
+    send_error_closing(res, *refusal);
+    return std::nullopt;
+  }
   std::string body;
   bool too_large = false;
   const size_t limit = static_cast<size_t>(max_body_bytes);
@@ -174,21 +214,28 @@ std::optional<std::string> read_body(const httplib::Request& req,
     body.append(data, n);
     return true;
   });
-  // httplib refuses a declared Content-Length above its limit without
-  // calling the receiver.
-  if (!read_ok &&
-      std::strtoull(req.get_header_value("Content-Length").c_str(), nullptr, 10) > limit)
-    too_large = true;
+  // A declared Content-Length above the limit was refused before routing
+  // (check_request_bounds); a chunked or unframed body stops here at the limit.
   if (!read_ok && !too_large) {
-    send_error(res,
-               ApiError::bad_request("", "the request body could not be read", "invalid_body"));
+    send_error_closing(
+        res, ApiError::bad_request("", "the request body could not be read", "invalid_body"));
     return std::nullopt;
   }
   if (too_large) {
-    send_error(res, ApiError::payload_too_large(max_body_bytes));
+    send_error_closing(res, ApiError::payload_too_large(max_body_bytes));
     return std::nullopt;
   }
   return body;
+}
+
+// httplib adds its own `Connection: close` (a second one when the request
+// asked to close) and `Keep-Alive` after the handler; a closing answer
+// keeps one `Connection: close` and no `Keep-Alive`.
+void tidy_closing_answer(httplib::Response& res) {
+  if (!is_closing_answer(res)) return;
+  res.headers.erase("Connection");
+  res.headers.erase("Keep-Alive");
+  res.set_header("Connection", "close");
 }
 
 void install_route(httplib::Server& h, DaemonContext& ctx, const ServerOptions& o,
@@ -208,7 +255,11 @@ void install_route(httplib::Server& h, DaemonContext& ctx, const ServerOptions& 
     case kPost:
       if ((route.flags & kHttplibBody) != 0) {
         h.Post(route.path, [c, handler](const httplib::Request& req, httplib::Response& res) {
-          if (json_content_type(req, res)) handler(*c, req, res);
+          if (auto refusal = check_json_content_type(req)) {
+            send_error(res, *refusal);  // the body was read (within its Content-Length)
+            return;
+          }
+          handler(*c, req, res);
         });
         return;
       }
@@ -236,15 +287,19 @@ std::span<const Route> routes() { return kRoutes; }
 void install_routes(httplib::Server& http, DaemonContext& ctx, const ServerOptions& options) {
   const ServerOptions* o = &options;
   DaemonContext* c = &ctx;
-  http.set_pre_routing_handler(
-      [o](const httplib::Request& req, httplib::Response& res) { return check_request(*o, req, res); });
+  http.set_pre_routing_handler([c, o](const httplib::Request& req, httplib::Response& res) {
+    return check_request(*c, *o, req, res);
+  });
   for (const Route& route : kRoutes) install_route(http, ctx, options, route);
   http.set_error_handler(httplib::Server::HandlerWithResponse(
       [c, o](const httplib::Request& req, httplib::Response& res) {
         return answer_http_error(*c, *o, req, res);
       }));
   http.set_exception_handler(answer_exception);
-  if (!options.api_key.empty()) http.set_post_routing_handler(answer_dashboard_login);
+  http.set_post_routing_handler([o](const httplib::Request& req, httplib::Response& res) {
+    tidy_closing_answer(res);
+    if (!o->api_key.empty()) answer_dashboard_login(req, res);
+  });
 }
 
 }  // namespace prefixd

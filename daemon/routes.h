@@ -32,8 +32,9 @@ enum RouteFlag : uint8_t {
   kCountsRequests = 1 << 0,
   // httplib reads the POST body, as the dashboard's pin-by-id routes always
   // have: form-urlencoded bodies above 8 KiB get 413 and multipart bodies are
-  // parsed into files. Every other POST route reads any body as JSON text up
-  // to --max-body-bytes and refuses multipart with 415.
+  // parsed into files; chunked or unframed bodies get 411 before httplib
+  // reads them (it would read those whole). Every other POST route reads any
+  // body as JSON text up to --max-body-bytes and refuses multipart with 415.
   kHttplibBody = 1 << 1,
 };
 

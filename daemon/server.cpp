@@ -50,6 +50,7 @@ struct Server::State {
   int port = 0;
   int listen_fd = -1;  // the listening socket (set while httplib creates it)
   std::atomic<bool> stopped{false};
+  std::atomic<bool> in_run{false};  // run() has begun (set before it checks `stopped`)
 };
 
 namespace {
@@ -321,6 +322,11 @@ bool Server::run() {
   std::printf("prefixd listening on %s://%s:%d\n", s_->options.tls_enabled() ? "https" : "http",
               s_->options.host.c_str(), s_->port);
   std::fflush(stdout);
+  s_->in_run.store(true);
+  if (s_->stopped.load()) {  // a signal came before the listener started
+    s_->in_run.store(false);
+    return true;
+  }
   return s_->http->listen_after_bind() || s_->stopped.load();
 }
 
@@ -339,6 +345,13 @@ void Server::shutdown(std::chrono::milliseconds grace) {
   wait_idle(grace);
   ctx.cancel_all.store(true);
   wait_idle(std::chrono::milliseconds(5000));
+  // httplib's stop() does nothing until listen_after_bind() has started: when
+  // run() is on its way there, wait for the listener to run, then stop it.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (s_->in_run.load() && !s_->http->is_running() &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   s_->http->stop();
 }
 
