@@ -14,8 +14,7 @@ packages=(
   nlohmann-json3-dev       # JSON for the API and test oracles
   libpcre2-dev             # Unicode regex for BPE pre-tokenizers
   libcli11-dev             # command-line flags
-  libssl-dev openssl       # TLS for the daemon and client (cpp-httplib's OpenSSL support)
-  libsodium-dev            # keyed BLAKE2b MACs on disk records
+  libssl-dev openssl       # TLS (cpp-httplib's OpenSSL support) and the disk records' MACs
   curl
 )
 if [[ "${PREFIXD_WITH_TEST_TOOLS:-0}" == "1" ]]; then

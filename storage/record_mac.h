@@ -11,12 +11,13 @@
 
 namespace prefixd {
 
-// Scheme (libsodium): mac_key = BLAKE2b-256(key = deployment secret,
-// "prefixd record MAC v1"); per record a random 16-byte nonce,
-// one_time_key = BLAKE2b-256(key = mac_key, nonce), tag = Poly1305(one_time_key,
-// record bytes). The trailer stored after the record is nonce || tag. A fresh
-// nonce per record keeps each Poly1305 key single-use; Poly1305 runs at several
-// GB/s where a keyed BLAKE2b over the whole record would run at about 0.6.
+// Scheme (OpenSSL): mac_key = HMAC-SHA256(deployment secret, "prefixd record
+// MAC v1"); per record a random 16-byte nonce, one_time_key =
+// HMAC-SHA256(mac_key, nonce), tag = Poly1305(one_time_key, record bytes). The
+// trailer stored after the record is nonce || tag. A fresh nonce per record
+// keeps each Poly1305 key single-use (its requirement); Poly1305 runs at about
+// 6 GB/s per core where HMAC-SHA256 or keyed BLAKE2b over the whole record
+// would run at 0.7-1.5, and the restore path reads every byte through it.
 class RecordMac {
  public:
   static constexpr size_t kNonceBytes = 16;

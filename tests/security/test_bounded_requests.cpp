@@ -631,3 +631,55 @@ TEST_CASE("64 MiB of 8 KB header lines are held whole: the documented cost, then
   CHECK(grown < 200 * kMiB);  // the documented bound: about 1.5x the headers
   attack.check_bounded_and_serving(200 * kMiB);
 }
+
+TEST_CASE("an 8 MiB nested-JSON body is refused with 400 at depth 64, its memory bounded") {
+  Attack attack;
+  // {"prompt": [[[[ ... 8 MiB of '[' ... : the parser stops at level 65.
+  const uint64_t n = 8 * kMiB - 16;
+  auto body = std::make_shared<const std::string>("{\"prompt\":" + std::string(n, '['));
+  RawAnswer a = attack.send(request_head("POST", "/v1/completions",
+                                         {"Content-Type: application/json",
+                                          "Content-Length: " + std::to_string(body->size())}),
+                            pieces_of(body));
+  CAPTURE(a.body);
+  CHECK(a.status == 400);
+  CHECK(a.error_code() == "json_too_deep");
+  attack.check_bounded_and_serving();
+}
+
+TEST_CASE("a body of 1,000,001 JSON values is refused with 400 at the value limit") {
+  Attack attack;
+  // Many values, shallow: 1,000,001 zeros in one array.
+  std::string many = "{\"prompt\":[0";
+  for (int i = 0; i < 1000000; ++i) many += ",0";
+  many += "]}";
+  auto many_body = std::make_shared<const std::string>(std::move(many));
+  RawAnswer a = attack.send(request_head("POST", "/v1/completions",
+                                         {"Content-Type: application/json",
+                                          "Content-Length: " + std::to_string(many_body->size())}),
+                            pieces_of(many_body));
+  CHECK(a.status == 400);
+  CHECK(a.error_code() == "json_too_many_values");
+  attack.check_bounded_and_serving();
+}
+
+TEST_CASE("a 1 MiB cache_salt is refused with 400 and nothing of it is kept") {
+  Attack attack;
+  for (int i = 0; i < 8; ++i) {  // 8 of them: none may be stored with the prefix tracker
+    const json body = {{"prompt", {1, 403, 407}}, {"max_tokens", 1},
+                       {"cache_salt", std::string(kMiB, static_cast<char>('a' + i))}};
+    auto text = std::make_shared<const std::string>(body.dump());
+    RawAnswer a = attack.send(request_head("POST", "/v1/completions",
+                                           {"Content-Type: application/json",
+                                            "Content-Length: " + std::to_string(text->size())}),
+                              pieces_of(text));
+    CAPTURE(a.body);
+    CHECK(a.status == 400);
+    CHECK(a.error_code() == "invalid_value");
+    CHECK(a.error_message().find("cache_salt") != std::string::npos);
+  }
+  auto prefixes = attack.daemon->client()->Get("/v1/cache/prefixes");
+  REQUIRE(prefixes);
+  CHECK(prefixes->body.size() < 64 * 1024);
+  attack.check_bounded_and_serving();
+}
