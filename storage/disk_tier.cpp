@@ -8,8 +8,12 @@
 #include <rocksdb/slice.h>
 #include <rocksdb/write_batch.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
+#include <fstream>
 #include <random>
 
 #include "common/private_files.h"
@@ -60,6 +64,27 @@ rocksdb::WriteOptions no_wal() {
 
 Status rocks_error(const char* what, const rocksdb::Status& s) {
   return Status::error(std::string("disk tier: ") + what + ": " + s.ToString());
+}
+
+// Who holds RocksDB's LOCK file in `dir` (a POSIX record lock): "process N"
+// from F_GETLK, or "process" when that cannot tell. Only for a lock held by
+// another process: closing this descriptor would drop this process's own
+// record locks on the file.
+std::string lock_holder_name(const std::string& dir) {
+  const int fd = ::open((dir + "/LOCK").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "process";
+  struct flock query {};
+  query.l_type = F_WRLCK;
+  query.l_whence = SEEK_SET;
+  std::string name = "process";
+  if (fcntl(fd, F_GETLK, &query) == 0 && query.l_type != F_UNLCK && query.l_pid > 0) {
+    name = "process " + std::to_string(query.l_pid);
+    std::string comm;
+    std::ifstream in("/proc/" + std::to_string(query.l_pid) + "/comm");
+    if (std::getline(in, comm) && !comm.empty()) name += " (" + comm + ")";
+  }
+  ::close(fd);
+  return name;
 }
 
 }  // namespace
@@ -115,6 +140,12 @@ Result<std::unique_ptr<DiskTier>> DiskTier::open(const DiskTierOptions& options)
   };
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::Status s = rocksdb::DB::Open(db_options, options.path, families, &handles, &tier->db_);
+  if (!s.ok() && s.ToString().find("While lock file") != std::string::npos) {
+    return Status::error("disk tier: directory '" + options.path + "' is in use by another " +
+                         lock_holder_name(options.path) +
+                         " (RocksDB's LOCK): two daemons cannot share one disk cache directory; "
+                         "give each its own, or stop the other");
+  }
   if (!s.ok()) return rocks_error("open", s);
   tier->records_cf_ = handles[0];
   tier->access_cf_ = handles[1];

@@ -175,3 +175,21 @@ TEST_CASE("another model on the same cache directory gets zero hits") {
   CHECK(a.body["prefix_cache"]["prefill_tokens"] == 180);
   CHECK(d->stop() == 0);
 }
+
+TEST_CASE("a second daemon on the same disk cache directory refuses to start and names the first") {
+  TempDir dir;
+  const std::string model = stories_model_path();
+  auto first = start_or_fail(args_for(model, dir.path));
+  std::vector<std::string> args = args_for(model, dir.path);
+  args.insert(args.end(), {"--port", "0", "--cache-dir", test_cache_dir()});
+  ProcessExit second = run_prefixd(args);
+  CAPTURE(second.output);
+  CHECK(second.code != 0);
+  CHECK(second.output.find("directory '" + dir.path + "' is in use by another process " +
+                           std::to_string(first->pid()) + " (prefixd)") != std::string::npos);
+  CHECK(second.output.find("two daemons cannot share one disk cache directory") != std::string::npos);
+  // The first one is unharmed.
+  HttpAnswer a = post_json(*first->client(), "/v1/completions", completion(prompt_for(0), 2));
+  CHECK(a.status == 200);
+  CHECK(first->stop() == 0);
+}
