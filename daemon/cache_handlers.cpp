@@ -3,6 +3,7 @@
 #include "daemon/cache_handlers.h"
 
 #include "daemon/completion_response.h"
+#include "daemon/dashboard.h"
 #include "daemon/http_util.h"
 #include "engine/engine.h"
 
@@ -46,6 +47,9 @@ void pin_prompt(DaemonContext& ctx, const httplib::Request& req, httplib::Respon
     return send_error(
         res, ApiError::conflict("prompt", r.message(), pin ? "pin_failed" : "unpin_failed"));
   }
+  // A pin that found nothing cached pins nothing: the table would mislead.
+  if (ctx.dashboard && (!pin || r->pinned_blocks > 0))
+    ctx.dashboard->record_cache_call(p.prompt, p.cache_salt, pin ? CacheCall::kPin : CacheCall::kUnpin);
   send_json(res, json{{"pinned_blocks", r->pinned_blocks}, {"pinned_tokens", r->pinned_tokens}});
 }
 
@@ -120,6 +124,7 @@ void handle_cache_prefetch(DaemonContext& ctx, const httplib::Request& req,
                                    "the prefetch was cancelled (server shutting down)"));
       }
       const int32_t block_size = ctx.engine->options().block_size;
+      if (ctx.dashboard) ctx.dashboard->record_cache_call(p.prompt, p.cache_salt, CacheCall::kPrefetch);
       return send_json(res, json{{"prompt_tokens", e.usage.prompt_tokens},
                                  {"cached_tokens", e.usage.cached_tokens},
                                  {"prefill_tokens", e.usage.prefill_tokens},

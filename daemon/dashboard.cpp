@@ -152,6 +152,11 @@ void Dashboard::record_request(std::span<const int32_t> prompt, const std::strin
   history_.observe_request(now_ms, usage.ttft_ms, usage.cached_tokens > 0);
 }
 
+void Dashboard::record_cache_call(std::span<const int32_t> prompt, const std::string& cache_salt,
+                                  CacheCall call) {
+  prefixes_.record_cache_call(prompt, cache_salt, call, unix_now_ms());
+}
+
 json Dashboard::history_json(int64_t since_ms) const {
   json samples = json::array();
   for (const HistorySample& s : history_.since(since_ms)) samples.push_back(history_sample_json(s));
@@ -203,6 +208,7 @@ json Dashboard::prefixes_json(size_t limit) {
                        {"host_tokens", r.host_tokens},
                        {"disk_tokens", r.disk_tokens}};
     row["pinned"] = e.pinned;
+    row["prefetches"] = e.prefetches;
     row["first_seen_ms"] = e.first_seen_ms;
     row["last_use_ms"] = e.last_use_ms;
     row["last_use_age_ms"] = std::max<int64_t>(0, now_ms - e.last_use_ms);

@@ -45,6 +45,11 @@ class Dashboard {
   void record_request(std::span<const int32_t> prompt, const std::string& cache_salt,
                       const Usage& usage);
 
+  // A pin, unpin or prefetch through the cache API succeeded: the prompt shows
+  // in the prefix table (pinned, or with its prefetch count).
+  void record_cache_call(std::span<const int32_t> prompt, const std::string& cache_salt,
+                         CacheCall call);
+
   const DashboardOptions& options() const { return options_; }
   PrefixTracker& prefixes() { return prefixes_; }
   MetricsHistory& history() { return history_; }

@@ -67,20 +67,27 @@ void Histogram::observe(double value_s) {
   ++count_;
 }
 
-void Histogram::render(const std::string& name, std::string* out) const {
+void Histogram::render(const std::string& name, std::string* out, const std::string& labels) const {
+  const std::string bucket_labels = labels.empty() ? "" : labels + ",";
+  const std::string series_labels = labels.empty() ? "" : "{" + labels + "}";
   uint64_t cumulative = 0;
   for (size_t i = 0; i < bounds_s_.size(); ++i) {
     cumulative += counts_[i];
-    *out += name + "_bucket{le=\"" + fmt(bounds_s_[i]) + "\"} " + std::to_string(cumulative) + "\n";
+    *out += name + "_bucket{" + bucket_labels + "le=\"" + fmt(bounds_s_[i]) + "\"} " +
+            std::to_string(cumulative) + "\n";
   }
   cumulative += counts_.back();
-  *out += name + "_bucket{le=\"+Inf\"} " + std::to_string(cumulative) + "\n";
-  *out += name + "_sum " + fmt(sum_s_) + "\n";
-  *out += name + "_count " + std::to_string(count_) + "\n";
+  *out += name + "_bucket{" + bucket_labels + "le=\"+Inf\"} " + std::to_string(cumulative) + "\n";
+  *out += name + "_sum" + series_labels + " " + fmt(sum_s_) + "\n";
+  *out += name + "_count" + series_labels + " " + std::to_string(count_) + "\n";
 }
 
 Metrics::Metrics()
-    : ttft_(latency_buckets_s()), inter_token_(latency_buckets_s()), queue_(latency_buckets_s()) {}
+    : ttft_(latency_buckets_s()),
+      ttft_hit_(latency_buckets_s()),
+      ttft_miss_(latency_buckets_s()),
+      inter_token_(latency_buckets_s()),
+      queue_(latency_buckets_s()) {}
 
 void Metrics::count_request(RequestOutcome outcome) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -90,6 +97,11 @@ void Metrics::count_request(RequestOutcome outcome) {
 void Metrics::observe_ttft(double seconds) {
   std::lock_guard<std::mutex> lock(mu_);
   ttft_.observe(seconds);
+}
+
+void Metrics::observe_ttft_by_cache(double seconds, bool cache_hit) {
+  std::lock_guard<std::mutex> lock(mu_);
+  (cache_hit ? ttft_hit_ : ttft_miss_).observe(seconds);
 }
 
 void Metrics::observe_inter_token(double seconds) {
@@ -177,6 +189,11 @@ std::string Metrics::render(const StatsSnapshot& s, const BuildInfo& build) cons
   header(&out, "prefixd_ttft_seconds", "histogram",
          "Time from request arrival to the first token.");
   ttft_.render("prefixd_ttft_seconds", &out);
+  header(&out, "prefixd_ttft_by_cache_seconds", "histogram",
+         "Time to first token of completed requests, by whether any prompt token came from the "
+         "prefix cache (cache=\"hit\") or none did (cache=\"miss\").");
+  ttft_hit_.render("prefixd_ttft_by_cache_seconds", &out, "cache=\"hit\"");
+  ttft_miss_.render("prefixd_ttft_by_cache_seconds", &out, "cache=\"miss\"");
   header(&out, "prefixd_inter_token_latency_seconds", "histogram",
          "Time between consecutive tokens of a request, as seen by its HTTP worker.");
   inter_token_.render("prefixd_inter_token_latency_seconds", &out);

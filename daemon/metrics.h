@@ -32,8 +32,9 @@ class Histogram {
  public:
   explicit Histogram(std::vector<double> upper_bounds_s);
   void observe(double value_s);
-  // Appends `name`_bucket/_sum/_count lines (HELP/TYPE are written by the caller).
-  void render(const std::string& name, std::string* out) const;
+  // Appends `name`_bucket/_sum/_count lines (HELP/TYPE are written by the
+  // caller); `labels` (e.g. `cache="hit"`) go on every line.
+  void render(const std::string& name, std::string* out, const std::string& labels = "") const;
 
  private:
   std::vector<double> bounds_s_;  // (n_buckets) ascending upper bounds, +Inf implicit
@@ -53,7 +54,11 @@ class Metrics {
   Metrics();
 
   void count_request(RequestOutcome outcome);
+  // Every request's TTFT, observed when its first token arrives.
   void observe_ttft(double seconds);
+  // A completed request's TTFT again, split by cache hit (cached_tokens > 0)
+  // and miss: known only when the request ends.
+  void observe_ttft_by_cache(double seconds, bool cache_hit);
   void observe_inter_token(double seconds);
   void observe_queue(double seconds);
 
@@ -67,6 +72,8 @@ class Metrics {
   mutable std::mutex mu_;
   std::array<uint64_t, 5> requests_{};  // by RequestOutcome
   Histogram ttft_;
+  Histogram ttft_hit_;
+  Histogram ttft_miss_;
   Histogram inter_token_;
   Histogram queue_;
 };

@@ -30,6 +30,7 @@ struct Timing {
   SteadyClock::time_point t_arrival;
   SteadyClock::time_point t_last_token{};
   bool first_token_seen = false;
+  double ttft_s = 0;  // set with the first token
 
   // Called once per wake-up with the number of tokens that arrived in it; a
   // wake-up that delivers k tokens splits the gap since the previous token
@@ -38,7 +39,8 @@ struct Timing {
     if (n_tokens == 0) return;
     size_t gaps = n_tokens;
     if (!first_token_seen) {
-      m.observe_ttft(seconds_between(t_arrival, now));
+      ttft_s = seconds_between(t_arrival, now);
+      m.observe_ttft(ttft_s);
       first_token_seen = true;
       gaps = n_tokens - 1;
     } else {
@@ -62,13 +64,16 @@ size_t fold_wakeup(CompletionFold& fold, Timing& timing, Metrics& metrics,
 }
 
 // The end of a request that the engine finished: its outcome in
-// prefixd_requests_total, its queue time, and (completed ones) the dashboard.
+// prefixd_requests_total, its queue time, and (completed ones) its TTFT by
+// cache hit or miss and the dashboard.
 // A stream has always observed the queue time of failed and cancelled
 // requests too; a whole answer only that of completed ones.
 void record_end(DaemonContext& ctx, const GenerationRequest& g, const CompletionFold& fold,
-                Delivery delivery) {
+                const Timing& timing, Delivery delivery) {
   const RequestOutcome outcome = fold.outcome();
   ctx.metrics->count_request(outcome);
+  if (outcome == RequestOutcome::kCompleted && timing.first_token_seen)
+    ctx.metrics->observe_ttft_by_cache(timing.ttft_s, fold.usage.cached_tokens > 0);
   const bool observe_queue =
       delivery == Delivery::kStream ? !fold.failed : outcome == RequestOutcome::kCompleted;
   if (observe_queue) ctx.metrics->observe_queue(fold.usage.queue_ms / 1000.0);
@@ -178,7 +183,7 @@ struct StreamState {
       t_last_write = now;
     }
     if (fold.finished) {
-      if (!counted) record_end(*ctx, meta, fold, Delivery::kStream);
+      if (!counted) record_end(*ctx, meta, fold, timing, Delivery::kStream);
       counted = true;
       sink.done();
     }
@@ -194,7 +199,7 @@ void answer_whole(DaemonContext& ctx, const GenerationRequest& g, const Completi
     if (ctx.cancel_all.load()) channel.cancel();
     fold_wakeup(fold, timing, *ctx.metrics, channel.wait(kChannelPoll));
   }
-  record_end(ctx, g, fold, Delivery::kWhole);
+  record_end(ctx, g, fold, timing, Delivery::kWhole);
   if (std::optional<ApiError> err = completion_error(fold, Delivery::kWhole))
     return send_error(res, *err);
   send_json(res, completion_json(head, fold));

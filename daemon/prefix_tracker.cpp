@@ -50,16 +50,15 @@ std::optional<uint64_t> PrefixTracker::parse_id_hex(const std::string& hex) {
   return v;
 }
 
-void PrefixTracker::record(std::span<const int32_t> prompt, const std::string& cache_salt,
-                           const PrefixUse& use, int64_t now_ms) {
+PrefixEntry* PrefixTracker::entry_for(std::span<const int32_t> prompt,
+                                      const std::string& cache_salt, int64_t now_ms) {
   const size_t b = static_cast<size_t>(block_size_);
-  if (prompt.size() < b) return;
+  if (prompt.size() < b) return nullptr;
   // Full blocks only, as the cache shares them; capped per entry.
   const size_t n_full = std::min(prompt.size() / b * b, max_prefix_tokens_);
   const std::span<const int32_t> full = prompt.first(n_full);
   const uint64_t id = prefix_id(full.first(b), cache_salt);
 
-  std::lock_guard<std::mutex> lock(mu_);
   auto it = entries_.find(id);
   // A 64-bit key collision (different first block or salt) starts the entry afresh.
   if (it != entries_.end() &&
@@ -104,16 +103,43 @@ void PrefixTracker::record(std::span<const int32_t> prompt, const std::string& c
     if (common < t.size()) t.resize(common);
   }
   PrefixEntry& e = it->second;
-  ++e.requests;
   e.last_use_ms = std::max(e.last_use_ms, now_ms);
+  return &e;
+}
+
+void PrefixTracker::record(std::span<const int32_t> prompt, const std::string& cache_salt,
+                           const PrefixUse& use, int64_t now_ms) {
+  std::lock_guard<std::mutex> lock(mu_);
+  PrefixEntry* e = entry_for(prompt, cache_salt, now_ms);
+  if (e == nullptr) return;
+  ++e->requests;
   if (use.cached_tokens > 0) {
-    ++e.hits;
-    e.cached_tokens += use.cached_tokens;
+    ++e->hits;
+    e->cached_tokens += use.cached_tokens;
     if (use.device_tokens >= use.host_tokens && use.device_tokens >= use.disk_tokens) {
-      e.last_hit_tier = "device";
+      e->last_hit_tier = "device";
     } else {
-      e.last_hit_tier = use.host_tokens >= use.disk_tokens ? "host" : "disk";
+      e->last_hit_tier = use.host_tokens >= use.disk_tokens ? "host" : "disk";
     }
+  }
+}
+
+void PrefixTracker::record_cache_call(std::span<const int32_t> prompt,
+                                      const std::string& cache_salt, CacheCall call,
+                                      int64_t now_ms) {
+  std::lock_guard<std::mutex> lock(mu_);
+  PrefixEntry* e = entry_for(prompt, cache_salt, now_ms);
+  if (e == nullptr) return;
+  switch (call) {
+    case CacheCall::kPin:
+      e->pinned = true;
+      break;
+    case CacheCall::kUnpin:
+      e->pinned = false;
+      break;
+    case CacheCall::kPrefetch:
+      ++e->prefetches;
+      break;
   }
 }
 

@@ -1,6 +1,7 @@
 // PrefixTracker: the daemon's own record of which prompt prefixes finished
 // requests started with, how often they were served from the cache and when
-// they were last used (the dashboard's "hottest prefixes" table).
+// they were last used, and which were pinned or prefetched through the cache
+// API (the dashboard's "hottest prefixes" table).
 #pragma once
 
 #include <cstdint>
@@ -37,8 +38,12 @@ struct PrefixEntry {
       last_hit_tier;  // tier that served most of the last hit: device/host/disk; "" before any
   int64_t first_seen_ms = 0;  // unix ms
   int64_t last_use_ms = 0;    // unix ms of the latest request
-  bool pinned = false;        // pinned through PrefixTracker::set_pinned (the dashboard)
+  bool pinned = false;        // pinned by the dashboard or POST /v1/cache/pin, until unpinned
+  int64_t prefetches = 0;     // POST /v1/cache/prefetch calls for prompts under this key
 };
+
+// A cache API call on a prompt, recorded so that the table shows it.
+enum class CacheCall { kPin, kUnpin, kPrefetch };
 
 // Thread-safety: every method may be called from any thread (one mutex; each
 // call is O(capacity) at most). Time is a parameter so that tests can step it.
@@ -53,6 +58,10 @@ class PrefixTracker {
   // unpinned entry is dropped (the least recently used one when all are pinned).
   void record(std::span<const int32_t> prompt, const std::string& cache_salt, const PrefixUse& use,
               int64_t now_ms);
+  // Records a successful pin, unpin or prefetch of a prompt under the same
+  // key and bounds as record() (a new key may evict); it counts no request.
+  void record_cache_call(std::span<const int32_t> prompt, const std::string& cache_salt,
+                         CacheCall call, int64_t now_ms);
 
   // Up to `limit` entries, hottest first: more hits, then more requests, then
   // more recent use, then smaller id.
@@ -72,6 +81,11 @@ class PrefixTracker {
   static std::optional<uint64_t> parse_id_hex(const std::string& hex);
 
  private:
+  // The entry for a prompt (created, or shrunk to the common prefix), its
+  // last use set to now_ms; nullptr for a prompt shorter than a block. mu_ held.
+  PrefixEntry* entry_for(std::span<const int32_t> prompt, const std::string& cache_salt,
+                         int64_t now_ms);
+
   const int32_t block_size_;
   const size_t capacity_;
   const size_t max_prefix_tokens_;

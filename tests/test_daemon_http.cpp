@@ -597,6 +597,49 @@ TEST_CASE("cache endpoints: lookup, prefetch, pin, unpin, clear and stats") {
   CHECK(d->stop() == 0);
 }
 
+TEST_CASE("pins and prefetches through the cache API show in /v1/cache/prefixes") {
+  auto d = start_or_fail(stories_args());
+  auto c = d->client();
+  std::vector<int32_t> pinned_prompt = {1}, prefetched_prompt = {1};
+  for (int t = 1; t < 40; ++t) {
+    pinned_prompt.push_back(3 + (t * 17) % 400);
+    prefetched_prompt.push_back(5 + (t * 29) % 400);
+  }
+  REQUIRE(post_json(*c, "/v1/cache/prefetch", json{{"prompt", prefetched_prompt}}).status == 200);
+  REQUIRE(post_json(*c, "/v1/cache/prefetch", json{{"prompt", prefetched_prompt}}).status == 200);
+  // A pin of a prompt with nothing cached pins nothing and is not listed.
+  HttpAnswer none = post_json(*c, "/v1/cache/pin", json{{"prompt", pinned_prompt}, {"cache_salt", "s"}});
+  REQUIRE(none.status == 200);
+  CHECK(none.body["pinned_blocks"] == 0);
+  CHECK(get(*c, "/v1/cache/prefixes").body["prefixes"].size() == 1);
+  REQUIRE(post_json(*c, "/v1/completions",
+                    json{{"prompt", pinned_prompt}, {"cache_salt", "s"}, {"max_tokens", 1}})
+              .status == 200);
+  REQUIRE(post_json(*c, "/v1/cache/pin", json{{"prompt", pinned_prompt}, {"cache_salt", "s"}}).status == 200);
+  HttpAnswer list = get(*c, "/v1/cache/prefixes");
+  REQUIRE(list.status == 200);
+  REQUIRE(list.body["prefixes"].size() == 2);
+  json pinned_row, prefetched_row;
+  for (const json& row : list.body["prefixes"]) {
+    (row["cache_salt"] == "s" ? pinned_row : prefetched_row) = row;
+  }
+  CHECK(pinned_row["pinned"] == true);
+  CHECK(pinned_row["prefetches"] == 0);
+  CHECK(pinned_row["requests"] == 1);
+  CHECK(pinned_row["tokens"] == 32);
+  CHECK(pinned_row["tier"] == "device");
+  CHECK(prefetched_row["pinned"] == false);
+  CHECK(prefetched_row["prefetches"] == 2);
+  CHECK(prefetched_row["prompt"] == json(std::vector<int32_t>(prefetched_prompt.begin(),
+                                                              prefetched_prompt.begin() + 32)));
+  // Unpinned through the API: the row says so.
+  REQUIRE(post_json(*c, "/v1/cache/unpin", json{{"prompt", pinned_prompt}, {"cache_salt", "s"}}).status == 200);
+  for (const json& row : get(*c, "/v1/cache/prefixes").body["prefixes"]) {
+    if (row["cache_salt"] == "s") CHECK(row["pinned"] == false);
+  }
+  CHECK(d->stop() == 0);
+}
+
 TEST_CASE("metrics exposition has HELP and TYPE lines and histograms count requests") {
   auto d = start_or_fail(stories_args());
   auto c = d->client();
@@ -624,6 +667,28 @@ TEST_CASE("metrics exposition has HELP and TYPE lines and histograms count reque
   CHECK(metric(m, "prefixd_queue_time_seconds_count") == 1);
   CHECK(metric(m, "prefixd_requests_running") == 0);
   CHECK(metric(m, "prefixd_pool_capacity_bytes") > 0);
+  CHECK(d->stop() == 0);
+}
+
+TEST_CASE("TTFT is also split by cache hit and miss in prefixd_ttft_by_cache_seconds") {
+  auto d = start_or_fail(stories_args());
+  auto c = d->client();
+  std::vector<int32_t> prompt = {1};
+  for (int t = 1; t < 40; ++t) prompt.push_back(3 + (t * 17) % 400);
+  const json body = {{"prompt", prompt}, {"max_tokens", 2}, {"temperature", 0}};
+  HttpAnswer cold = post_json(*c, "/v1/completions", body);
+  REQUIRE(cold.status == 200);
+  REQUIRE(cold.body["usage"]["prompt_tokens_details"]["cached_tokens"] == 0);
+  json stream_body = body;
+  stream_body["stream"] = true;
+  SseAnswer warm = post_sse(*c, "/v1/completions", stream_body);  // streamed: counted the same
+  REQUIRE(warm.status == 200);
+  const std::string m = c->Get("/metrics")->body;
+  CHECK(m.find("# TYPE prefixd_ttft_by_cache_seconds histogram\n") != std::string::npos);
+  CHECK(metric(m, "prefixd_ttft_by_cache_seconds_count{cache=\"miss\"}") == 1);
+  CHECK(metric(m, "prefixd_ttft_by_cache_seconds_count{cache=\"hit\"}") == 1);
+  CHECK(metric(m, "prefixd_ttft_by_cache_seconds_bucket{cache=\"hit\",le=\"+Inf\"}") == 1);
+  CHECK(metric(m, "prefixd_ttft_seconds_count") == 2);
   CHECK(d->stop() == 0);
 }
 

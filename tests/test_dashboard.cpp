@@ -165,6 +165,30 @@ TEST_CASE(
   CHECK(top2[1].id == id_of(b));
 }
 
+TEST_CASE("prefix tracker: pins, unpins and prefetches are recorded without counting requests") {
+  PrefixTracker t(16, 8, 4096);
+  const auto prompt = seq(100, 40);
+  t.record_cache_call(prompt, "", CacheCall::kPrefetch, 1000);
+  t.record_cache_call(prompt, "", CacheCall::kPrefetch, 1500);
+  t.record_cache_call(prompt, "", CacheCall::kPin, 2000);
+  std::optional<PrefixEntry> e = t.find(id_of(prompt));
+  REQUIRE(e);
+  CHECK(e->requests == 0);
+  CHECK(e->prefetches == 2);
+  CHECK(e->pinned);
+  CHECK(e->tokens.size() == 32);
+  CHECK(e->first_seen_ms == 1000);
+  CHECK(e->last_use_ms == 2000);
+  t.record(concat(seq(100, 20), seq(5000, 30)), "", hit_on("device", 16), 3000);
+  e = t.find(id_of(prompt));
+  CHECK(e->requests == 1);
+  CHECK(e->tokens.size() == 16);  // shrunk to what the request shared
+  t.record_cache_call(prompt, "", CacheCall::kUnpin, 4000);
+  CHECK_FALSE(t.find(id_of(prompt))->pinned);
+  t.record_cache_call(seq(1, 15), "", CacheCall::kPin, 5000);  // shorter than a block
+  CHECK(t.size() == 1);
+}
+
 TEST_CASE("prefix tracker: ids print as 16 hex digits and parse back") {
   const uint64_t id = id_of(seq(7, 16));
   const std::string hex = PrefixTracker::id_hex(id);

@@ -189,7 +189,8 @@
         '<td class="num">' + p.hits + ' / ' + p.requests + '</td>' +
         '<td><span class="tier ' + p.tier + '">' + p.tier + '</span> ' +
           (p.tier === 'none' ? '' : Math.round((100 * resident) / Math.max(1, p.tokens)) + ' %') + '</td>' +
-        '<td class="' + (p.pinned ? 'pinned-yes' : '') + '">' + (p.pinned ? 'pinned' : 'no') + '</td>' +
+        '<td class="' + (p.pinned ? 'pinned-yes' : '') + '">' + (p.pinned ? 'pinned' : 'no') +
+          (p.prefetches > 0 ? ' · prefetched ×' + p.prefetches : '') + '</td>' +
         '<td>' + age(p.last_use_age_ms) + '</td>' +
         '<td><button type="button" data-action="' + (p.pinned ? 'unpin' : 'pin') + '" data-id="' + p.id + '">' +
           (p.pinned ? 'Unpin' : 'Pin') + '</button></td></tr>';
