@@ -468,9 +468,18 @@ ApiResult<GenerationRequest> validate_generation(const json& body, const ModelIn
     } else {
       return type_error("stop", "a string or an array of strings");
     }
-    if (r.stop.size() > 16) return value_error("stop", "at most 16 stop strings are supported");
+    if (r.stop.size() > kMaxStopStrings) {
+      return value_error("stop", "at most " + std::to_string(kMaxStopStrings) +
+                                     " stop strings are supported; got " +
+                                     std::to_string(r.stop.size()));
+    }
     for (const std::string& x : r.stop) {
       if (x.empty()) return value_error("stop", "stop strings must not be empty");
+      if (x.size() > kMaxStopBytes) {
+        return value_error("stop", "a stop string is " + std::to_string(x.size()) +
+                                       " bytes; at most " + std::to_string(kMaxStopBytes) +
+                                       " bytes are accepted");
+      }
     }
   }
   std::string user;

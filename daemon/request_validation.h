@@ -55,6 +55,10 @@ constexpr int64_t kMaxJsonValues = 1'000'000;
 // `cache_salt` is kept beyond the request (the dashboard's prefix tracker
 // stores it with each tracked prefix), so its length is bounded.
 constexpr size_t kMaxCacheSaltBytes = 256;
+// `stop`: each string is matched against every generated token's text, so
+// their number and length are bounded (as OpenAI's API bounds them to 4).
+constexpr size_t kMaxStopStrings = 16;
+constexpr size_t kMaxStopBytes = 1024;
 
 // Body -> JSON object, parsed once; malformed JSON, a non-object, nesting
 // deeper than kMaxJsonDepth or more than kMaxJsonValues values give 400.

@@ -252,6 +252,13 @@ TEST_CASE("validate_generation errors name the field, with the right status and 
   CHECK(e.code == "invalid_value");
   e = error_of(validate_generation(json{{"prompt", {1}}, {"stop", {1, 2}}}, m, false));
   CHECK(e.param == "stop");
+  e = error_of(validate_generation(json{{"prompt", {1}}, {"stop", std::string(100000, 'x')}}, m, false));
+  CHECK(e.param == "stop");
+  CHECK(e.message == "a stop string is 100000 bytes; at most 1024 bytes are accepted");
+  CHECK(std::holds_alternative<GenerationRequest>(
+      validate_generation(json{{"prompt", {1}}, {"stop", std::string(1024, 'x')}}, m, false)));
+  e = error_of(validate_generation(json{{"prompt", {1}}, {"stop", std::vector<std::string>(17, "a")}}, m, false));
+  CHECK(e.message == "at most 16 stop strings are supported; got 17");
   e = error_of(validate_generation(json{{"prompt", {{1}, {2}}}}, m, false));
   CHECK(e.code == "unsupported_value");
   e = error_of(validate_generation(json{{"prompt", "text"}}, m, false));  // no tokenizer
