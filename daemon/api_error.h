@@ -65,9 +65,10 @@ struct ApiError {
   static ApiError unsupported_media_type(std::string message) {
     return make(415, "invalid_request_error", "", std::move(message), "unsupported_media_type");
   }
-  // 429: the admission gate is full; the caller sets Retry-After.
-  static ApiError too_many_requests(std::string message) {
-    return make(429, "rate_limit_error", "", std::move(message), "queue_full");
+  // 429: the admission gate is full (queue_full), or a tenant's limit is
+  // reached (daemon/tenant_limits.h); the caller sets Retry-After.
+  static ApiError too_many_requests(std::string message, std::string code = "queue_full") {
+    return make(429, "rate_limit_error", "", std::move(message), std::move(code));
   }
   // 500: the engine failed the request, or a handler threw.
   static ApiError internal_error(std::string message) {

@@ -2,9 +2,14 @@
 // a StatsSnapshot of the engine and tiers.
 #include "daemon/cache_handlers.h"
 
+#include <optional>
+#include <vector>
+
+#include "daemon/api_keys.h"
 #include "daemon/completion_response.h"
 #include "daemon/dashboard.h"
 #include "daemon/http_util.h"
+#include "daemon/tenant_limits.h"
 #include "engine/engine.h"
 
 namespace prefixd {
@@ -21,7 +26,13 @@ json tier_json(const TierFigures& t) {
               {"evictions", t.evictions}};
 }
 
-// Parses a prompt body; answers the error itself and returns false on failure.
+// The caller's tenant (the key check let the key in); null without keys.
+const Tenant* caller(const DaemonContext& ctx, const httplib::Request& req) {
+  return ctx.api_keys ? ctx.api_keys->find_bearer(req.get_header_value("Authorization")) : nullptr;
+}
+
+// Parses a prompt body, its cache_salt put in the caller's namespace
+// (engine_salt); answers the error itself and returns false on failure.
 bool parse_prompt(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res,
                   PromptRequest* out) {
   auto body = parse_json_body(req.body);
@@ -35,14 +46,52 @@ bool parse_prompt(DaemonContext& ctx, const httplib::Request& req, httplib::Resp
     return false;
   }
   *out = std::move(std::get<PromptRequest>(p));
+  out->cache_salt = engine_salt(caller(ctx, req), out->cache_salt);
   return true;
+}
+
+// A pin by a tenant with accounting (tenant_limits.h): reserves the blocks the
+// device pool holds for the prompt, refuses with 429 when they would take the
+// tenant over its max_pinned_blocks, pins no more than those blocks and
+// settles the count with what was pinned. nullopt when it answered itself.
+std::optional<Result<PinResult>> pin_for_tenant(DaemonContext& ctx, const Tenant& t,
+                                                const PromptRequest& p, httplib::Response& res) {
+  const int32_t block_size = ctx.engine->options().block_size;
+  const int32_t n_blocks = ctx.engine->lookup(p.prompt, p.cache_salt).device_tokens / block_size;
+  if (!ctx.tenant_limits->reserve_pins(t.index, n_blocks)) {
+    ctx.metrics->count_tenant_limited(t.index, TenantLimit::kMaxPinnedBlocks);
+    send_error(res, ApiError::too_many_requests(
+                        "tenant '" + t.name + "' has " +
+                            std::to_string(ctx.tenant_limits->pinned_blocks(t.index)) +
+                            " blocks pinned; pinning " + std::to_string(n_blocks) +
+                            " more would pass its max_pinned_blocks of " +
+                            std::to_string(t.limits.max_pinned_blocks) + "; unpin first",
+                        "tenant_pin_limit"));
+    return std::nullopt;
+  }
+  // Blocks that became ready since the lookup are not pinned: the reservation bounds the pin.
+  const std::vector<int32_t> head(p.prompt.begin(),
+                                  p.prompt.begin() + static_cast<ptrdiff_t>(n_blocks) * block_size);
+  Result<PinResult> r = ctx.engine->pin(head, p.cache_salt, /*pin=*/true);
+  ctx.tenant_limits->settle_pins(t.index, n_blocks, r.ok() ? r->pinned_blocks : 0);
+  return r;
 }
 
 // POST /v1/cache/pin (pin = true) and /v1/cache/unpin.
 void pin_prompt(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res, bool pin) {
   PromptRequest p;
   if (!parse_prompt(ctx, req, res, &p)) return;
-  Result<PinResult> r = ctx.engine->pin(p.prompt, p.cache_salt, pin);
+  const Tenant* tenant = ctx.tenant_limits ? caller(ctx, req) : nullptr;
+  std::optional<Result<PinResult>> pinned;
+  if (pin && tenant) {
+    pinned = pin_for_tenant(ctx, *tenant, p, res);
+    if (!pinned) return;
+  } else {
+    pinned = ctx.engine->pin(p.prompt, p.cache_salt, pin);
+    if (!pin && tenant && pinned->ok())
+      ctx.tenant_limits->unpinned(tenant->index, (*pinned)->pinned_blocks);
+  }
+  Result<PinResult>& r = *pinned;
   if (!r.ok()) {
     return send_error(
         res, ApiError::conflict("prompt", r.message(), pin ? "pin_failed" : "unpin_failed"));
@@ -72,7 +121,11 @@ json cache_stats_json(const StatsSnapshot& s, int32_t block_size) {
   out["generated_tokens"] = s.generated_tokens;
   out["requests_running"] = s.running;
   out["requests_waiting"] = s.waiting;
-  out["tiers"] = {{"device", device}, {"host", tier_json(s.host)}, {"disk", tier_json(s.disk)}};
+  json disk = tier_json(s.disk);
+  disk["write_errors"] = s.disk_write_errors;
+  disk["io_errors"] = s.disk_io_errors;
+  disk["writes_stopped"] = s.disk_writes_stopped;
+  out["tiers"] = {{"device", device}, {"host", tier_json(s.host)}, {"disk", disk}};
   return out;
 }
 
@@ -100,6 +153,20 @@ void handle_cache_prefetch(DaemonContext& ctx, const httplib::Request& req,
   }
   PromptRequest p;
   if (!parse_prompt(ctx, req, res, &p)) return;
+  TenantTicket tenant_ticket;
+  if (const Tenant* t = ctx.tenant_limits ? caller(ctx, req) : nullptr) {
+    std::optional<TenantTicket> ticket = ctx.tenant_limits->try_begin(t->index);
+    if (!ticket) {
+      ctx.metrics->count_tenant_limited(t->index, TenantLimit::kMaxConcurrent);
+      res.set_header("Retry-After", std::to_string(ctx.retry_after_s));
+      return send_error(res, ApiError::too_many_requests(
+                                 "tenant '" + t->name + "' has its max_concurrent of " +
+                                     std::to_string(t->limits.max_concurrent) +
+                                     " requests in flight; retry when one ends",
+                                 "tenant_concurrency_limit"));
+    }
+    tenant_ticket = std::move(*ticket);
+  }
   if (!ctx.admission->try_acquire()) {
     res.set_header("Retry-After", std::to_string(ctx.retry_after_s));
     return send_error(res, ApiError::too_many_requests("too many requests in flight; retry later"));

@@ -14,8 +14,10 @@
 
 namespace prefixd {
 
+class ApiKeys;
 class Dashboard;
 class Engine;
+class TenantLimits;
 class TierManager;
 
 // Counts generation/prefetch requests between submit and their end; refuses
@@ -76,6 +78,11 @@ struct DaemonContext {
   // Set when the drain grace period is over: in-flight requests are cancelled.
   std::atomic<bool> cancel_all{false};
   TierManager* tiers = nullptr;  // not owned; null when no host/disk tier is configured
+  // The keys (daemon/api_keys.h; null = no auth) and the per-tenant limit
+  // accounting (set with keys); not owned. Handlers find the caller's tenant
+  // with api_keys->find_bearer(Authorization): the key check let it in.
+  const ApiKeys* api_keys = nullptr;
+  TenantLimits* tenant_limits = nullptr;
   // The dashboard's history sampler and prefix tracker (daemon/dashboard.h);
   // set by Server::create(). Last member: destroyed first, so its sampler
   // stops while everything it reads is still alive.

@@ -56,6 +56,18 @@ const char* request_outcome_name(RequestOutcome o) {
   return "error";
 }
 
+const char* tenant_limit_name(TenantLimit l) {
+  switch (l) {
+    case TenantLimit::kMaxConcurrent:
+      return "max_concurrent";
+    case TenantLimit::kRequestsPerMinute:
+      return "requests_per_minute";
+    case TenantLimit::kMaxPinnedBlocks:
+      return "max_pinned_blocks";
+  }
+  return "max_concurrent";
+}
+
 Histogram::Histogram(std::vector<double> upper_bounds_s)
     : bounds_s_(std::move(upper_bounds_s)), counts_(bounds_s_.size() + 1, 0) {}
 
@@ -89,9 +101,75 @@ Metrics::Metrics()
       inter_token_(latency_buckets_s()),
       queue_(latency_buckets_s()) {}
 
-void Metrics::count_request(RequestOutcome outcome) {
+void Metrics::set_tenants(std::vector<std::string> names) {
+  std::lock_guard<std::mutex> lock(mu_);
+  tenants_.clear();
+  for (std::string& n : names) tenants_.push_back(TenantCounters{std::move(n)});
+}
+
+Metrics::TenantCounters* Metrics::tenant_locked(int32_t tenant) {
+  if (tenant < 0 || static_cast<size_t>(tenant) >= tenants_.size()) return nullptr;
+  return &tenants_[static_cast<size_t>(tenant)];
+}
+
+void Metrics::count_request(RequestOutcome outcome, int32_t tenant) {
   std::lock_guard<std::mutex> lock(mu_);
   ++requests_[static_cast<size_t>(outcome)];
+  if (TenantCounters* t = tenant_locked(tenant)) ++t->requests[static_cast<size_t>(outcome)];
+}
+
+void Metrics::count_tenant_tokens(int32_t tenant, int64_t prompt_tokens, int64_t cached_tokens,
+                                  int64_t generated_tokens) {
+  std::lock_guard<std::mutex> lock(mu_);
+  TenantCounters* t = tenant_locked(tenant);
+  if (t == nullptr) return;
+  t->prompt_tokens += static_cast<uint64_t>(prompt_tokens);
+  t->cached_tokens += static_cast<uint64_t>(cached_tokens);
+  t->generated_tokens += static_cast<uint64_t>(generated_tokens);
+}
+
+void Metrics::count_tenant_limited(int32_t tenant, TenantLimit limit) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (TenantCounters* t = tenant_locked(tenant)) ++t->limited[static_cast<size_t>(limit)];
+}
+
+void Metrics::render_tenants(std::string* out) const {
+  if (tenants_.empty()) return;
+  auto label = [](const TenantCounters& t) { return "tenant=\"" + t.name + "\""; };
+  header(out, "prefixd_tenant_requests_total", "counter",
+         "Generation requests by tenant (--api-keys) and how they ended; those refused before "
+         "their key was known count only in prefixd_requests_total.");
+  for (const TenantCounters& t : tenants_) {
+    for (size_t i = 0; i < t.requests.size(); ++i) {
+      sample(out, "prefixd_tenant_requests_total",
+             label(t) + ",status=\"" + request_outcome_name(static_cast<RequestOutcome>(i)) + "\"",
+             static_cast<int64_t>(t.requests[i]));
+    }
+  }
+  header(out, "prefixd_tenant_prompt_tokens_total", "counter",
+         "Prompt tokens of finished generation requests, by tenant.");
+  for (const TenantCounters& t : tenants_)
+    sample(out, "prefixd_tenant_prompt_tokens_total", label(t),
+           static_cast<int64_t>(t.prompt_tokens));
+  header(out, "prefixd_tenant_cached_tokens_total", "counter",
+         "Prompt tokens of finished generation requests reused from the cache, by tenant.");
+  for (const TenantCounters& t : tenants_)
+    sample(out, "prefixd_tenant_cached_tokens_total", label(t),
+           static_cast<int64_t>(t.cached_tokens));
+  header(out, "prefixd_tenant_generated_tokens_total", "counter",
+         "Tokens generated for finished generation requests, by tenant.");
+  for (const TenantCounters& t : tenants_)
+    sample(out, "prefixd_tenant_generated_tokens_total", label(t),
+           static_cast<int64_t>(t.generated_tokens));
+  header(out, "prefixd_tenant_limited_total", "counter",
+         "Requests refused with 429 by a tenant's limit, by tenant and limit.");
+  for (const TenantCounters& t : tenants_) {
+    for (size_t i = 0; i < t.limited.size(); ++i) {
+      sample(out, "prefixd_tenant_limited_total",
+             label(t) + ",limit=\"" + tenant_limit_name(static_cast<TenantLimit>(i)) + "\"",
+             static_cast<int64_t>(t.limited[i]));
+    }
+  }
 }
 
 void Metrics::observe_ttft(double seconds) {
@@ -168,6 +246,16 @@ std::string Metrics::render(const StatsSnapshot& s, const BuildInfo& build) cons
     header(&out, "prefixd_unauthenticated_records_total", "counter",
            "Of the corrupt records, those whose keyed MAC did not verify (forged or damaged).");
     sample(&out, "prefixd_unauthenticated_records_total", "tier=\"disk\"", s.unauthenticated_records);
+    header(&out, "prefixd_disk_write_errors_total", "counter",
+           "Records not written to disk: the write failed (no space left, I/O error), or writes "
+           "were stopped after such a failure (retried every few seconds).");
+    sample(&out, "prefixd_disk_write_errors_total", "", s.disk_write_errors);
+    header(&out, "prefixd_disk_io_errors_total", "counter",
+           "RocksDB errors other than not-found, reads (treated as misses) and writes together.");
+    sample(&out, "prefixd_disk_io_errors_total", "", s.disk_io_errors);
+    header(&out, "prefixd_disk_writes_stopped", "gauge",
+           "1 while the disk tier refuses writes after a failed one (e.g. the disk is full).");
+    sample(&out, "prefixd_disk_writes_stopped", "", s.disk_writes_stopped ? 1 : 0);
   }
 
   std::lock_guard<std::mutex> lock(mu_);
@@ -200,6 +288,7 @@ std::string Metrics::render(const StatsSnapshot& s, const BuildInfo& build) cons
   header(&out, "prefixd_queue_time_seconds", "histogram",
          "Time from submission to admission by the engine.");
   queue_.render("prefixd_queue_time_seconds", &out);
+  render_tenants(&out);
   return out;
 }
 

@@ -27,6 +27,11 @@ enum class RequestOutcome : uint8_t {
 };
 const char* request_outcome_name(RequestOutcome o);
 
+// Which per-tenant limit refused a request (the `limit` label of
+// prefixd_tenant_limited_total; daemon/tenant_limits.h).
+enum class TenantLimit : uint8_t { kMaxConcurrent, kRequestsPerMinute, kMaxPinnedBlocks };
+const char* tenant_limit_name(TenantLimit l);
+
 // A cumulative histogram with fixed upper bounds (seconds).
 class Histogram {
  public:
@@ -53,7 +58,18 @@ class Metrics {
  public:
   Metrics();
 
-  void count_request(RequestOutcome outcome);
+  // The tenants of an --api-keys file, by Tenant::index (daemon/api_keys.h);
+  // set before serving. With tenants the exposition adds the
+  // prefixd_tenant_* families, one series per tenant and label value: no
+  // other tenant label values can appear.
+  void set_tenants(std::vector<std::string> names);
+  // `tenant` >= 0 also counts the request for that tenant (ignored without
+  // tenants).
+  void count_request(RequestOutcome outcome, int32_t tenant = -1);
+  // A finished generation request's tokens, for its tenant.
+  void count_tenant_tokens(int32_t tenant, int64_t prompt_tokens, int64_t cached_tokens,
+                           int64_t generated_tokens);
+  void count_tenant_limited(int32_t tenant, TenantLimit limit);
   // Every request's TTFT, observed when its first token arrives.
   void observe_ttft(double seconds);
   // A completed request's TTFT again, split by cache hit (cached_tokens > 0)
@@ -76,6 +92,17 @@ class Metrics {
   Histogram ttft_miss_;
   Histogram inter_token_;
   Histogram queue_;
+  struct TenantCounters {
+    std::string name;
+    std::array<uint64_t, 5> requests{};  // by RequestOutcome
+    uint64_t prompt_tokens = 0;
+    uint64_t cached_tokens = 0;
+    uint64_t generated_tokens = 0;
+    std::array<uint64_t, 3> limited{};  // by TenantLimit
+  };
+  std::vector<TenantCounters> tenants_;  // by Tenant::index; empty without an --api-keys file
+  TenantCounters* tenant_locked(int32_t tenant);  // null when out of range; mu_ held
+  void render_tenants(std::string* out) const;    // mu_ held
 };
 
 }  // namespace prefixd

@@ -9,9 +9,11 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "daemon/api_keys.h"
 #include "daemon/completion_response.h"
 #include "daemon/dashboard.h"
 #include "daemon/http_util.h"
+#include "daemon/tenant_limits.h"
 #include "engine/engine.h"
 #include "engine/text/tokenizer.h"
 
@@ -64,14 +66,16 @@ size_t fold_wakeup(CompletionFold& fold, Timing& timing, Metrics& metrics,
 }
 
 // The end of a request that the engine finished: its outcome in
-// prefixd_requests_total, its queue time, and (completed ones) its TTFT by
-// cache hit or miss and the dashboard.
+// prefixd_requests_total (and its tenant's, with its tokens), its queue
+// time, and (completed ones) its TTFT by cache hit or miss and the dashboard.
 // A stream has always observed the queue time of failed and cancelled
 // requests too; a whole answer only that of completed ones.
 void record_end(DaemonContext& ctx, const GenerationRequest& g, const CompletionFold& fold,
-                const Timing& timing, Delivery delivery) {
+                const Timing& timing, Delivery delivery, int32_t tenant) {
   const RequestOutcome outcome = fold.outcome();
-  ctx.metrics->count_request(outcome);
+  ctx.metrics->count_request(outcome, tenant);
+  ctx.metrics->count_tenant_tokens(tenant, fold.usage.prompt_tokens, fold.usage.cached_tokens,
+                                   fold.usage.completion_tokens);
   if (outcome == RequestOutcome::kCompleted && timing.first_token_seen)
     ctx.metrics->observe_ttft_by_cache(timing.ttft_s, fold.usage.cached_tokens > 0);
   const bool observe_queue =
@@ -95,6 +99,8 @@ struct StreamState {
   CompletionHead head;
   std::shared_ptr<RequestChannel> channel;
   AdmissionTicket ticket;
+  TenantTicket tenant_ticket;  // the tenant's max_concurrent slot, held as long as the stream
+  int32_t tenant = -1;         // Tenant::index; -1 without keys
   Timing timing;
   CompletionFold fold;
   bool role_sent = false;
@@ -107,7 +113,7 @@ struct StreamState {
 
   ~StreamState() {
     if (!fold.finished) channel->cancel();
-    if (!counted) ctx->metrics->count_request(RequestOutcome::kCancelled);
+    if (!counted) ctx->metrics->count_request(RequestOutcome::kCancelled, tenant);
   }
 
   // Turns newly arrived events into SSE bytes.
@@ -183,7 +189,7 @@ struct StreamState {
       t_last_write = now;
     }
     if (fold.finished) {
-      if (!counted) record_end(*ctx, meta, fold, timing, Delivery::kStream);
+      if (!counted) record_end(*ctx, meta, fold, timing, Delivery::kStream, tenant);
       counted = true;
       sink.done();
     }
@@ -193,13 +199,13 @@ struct StreamState {
 
 // Waits for the whole answer and sends it (or its error) as one document.
 void answer_whole(DaemonContext& ctx, const GenerationRequest& g, const CompletionHead& head,
-                  RequestChannel& channel, Timing timing, httplib::Response& res) {
+                  RequestChannel& channel, Timing timing, int32_t tenant, httplib::Response& res) {
   CompletionFold fold;
   while (!fold.finished) {
     if (ctx.cancel_all.load()) channel.cancel();
     fold_wakeup(fold, timing, *ctx.metrics, channel.wait(kChannelPoll));
   }
-  record_end(ctx, g, fold, timing, Delivery::kWhole);
+  record_end(ctx, g, fold, timing, Delivery::kWhole, tenant);
   if (std::optional<ApiError> err = completion_error(fold, Delivery::kWhole))
     return send_error(res, *err);
   send_json(res, completion_json(head, fold));
@@ -207,7 +213,8 @@ void answer_whole(DaemonContext& ctx, const GenerationRequest& g, const Completi
 
 // Streams the answer; the response's content provider owns the state.
 void answer_stream(DaemonContext& ctx, GenerationRequest g, const CompletionHead& head,
-                   std::shared_ptr<RequestChannel> channel, AdmissionTicket ticket, Timing timing,
+                   std::shared_ptr<RequestChannel> channel, AdmissionTicket ticket,
+                   TenantTicket tenant_ticket, int32_t tenant, Timing timing,
                    httplib::Response& res) {
   auto st = std::make_shared<StreamState>();
   st->ctx = &ctx;
@@ -215,6 +222,8 @@ void answer_stream(DaemonContext& ctx, GenerationRequest g, const CompletionHead
   st->head = head;
   st->channel = std::move(channel);
   st->ticket = std::move(ticket);
+  st->tenant_ticket = std::move(tenant_ticket);
+  st->tenant = tenant;
   st->timing = timing;
   st->t_last_write = SteadyClock::now();
   res.set_header("Cache-Control", "no-cache");
@@ -227,8 +236,12 @@ void answer_stream(DaemonContext& ctx, GenerationRequest g, const CompletionHead
 void handle_generation(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res,
                        bool chat) {
   const Timing timing{SteadyClock::now()};
+  // The caller's tenant (the key check let the key in); null without keys.
+  const Tenant* tenant =
+      ctx.api_keys ? ctx.api_keys->find_bearer(req.get_header_value("Authorization")) : nullptr;
+  const int32_t tenant_index = tenant ? tenant->index : -1;
   auto refuse = [&](const ApiError& e, RequestOutcome outcome) {
-    ctx.metrics->count_request(outcome);
+    ctx.metrics->count_request(outcome, tenant_index);
     send_error(res, e);
   };
   if (ctx.draining.load()) {
@@ -241,7 +254,24 @@ void handle_generation(DaemonContext& ctx, const httplib::Request& req, httplib:
   auto parsed = validate_generation(std::get<json>(body), ctx.model, chat);
   if (auto* e = std::get_if<ApiError>(&parsed)) return refuse(*e, RequestOutcome::kInvalid);
   GenerationRequest g = std::move(std::get<GenerationRequest>(parsed));
+  // The tenant's namespace goes into the salt its blocks are hashed under.
+  g.request.cache_salt = engine_salt(tenant, g.request.cache_salt);
 
+  TenantTicket tenant_ticket;
+  if (tenant && ctx.tenant_limits) {
+    std::optional<TenantTicket> t = ctx.tenant_limits->try_begin(tenant->index);
+    if (!t) {
+      ctx.metrics->count_tenant_limited(tenant->index, TenantLimit::kMaxConcurrent);
+      res.set_header("Retry-After", std::to_string(ctx.retry_after_s));
+      return refuse(ApiError::too_many_requests(
+                        "tenant '" + tenant->name + "' has its max_concurrent of " +
+                            std::to_string(tenant->limits.max_concurrent) +
+                            " requests in flight; retry when one ends",
+                        "tenant_concurrency_limit"),
+                    RequestOutcome::kRejected);
+    }
+    tenant_ticket = std::move(*t);
+  }
   if (!ctx.admission->try_acquire()) {
     res.set_header("Retry-After", std::to_string(ctx.retry_after_s));
     return refuse(
@@ -261,10 +291,10 @@ void handle_generation(DaemonContext& ctx, const httplib::Request& req, httplib:
     head.echo = std::make_shared<EchoedPrompt>(echo_prompt(g.request.prompt, ctx.model.tokenizer));
   std::shared_ptr<RequestChannel> channel = ctx.engine->submit(g.request);
   if (g.stream) {
-    return answer_stream(ctx, std::move(g), head, std::move(channel), std::move(ticket), timing,
-                         res);
+    return answer_stream(ctx, std::move(g), head, std::move(channel), std::move(ticket),
+                         std::move(tenant_ticket), tenant_index, timing, res);
   }
-  answer_whole(ctx, g, head, *channel, timing, res);
+  answer_whole(ctx, g, head, *channel, timing, tenant_index, res);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include "daemon/routes.h"
 
 #include <cctype>
+#include <chrono>
 #include <cstdio>
 #include <exception>
 #include <optional>
@@ -12,6 +13,7 @@
 #include <string_view>
 
 #include "daemon/api_error.h"
+#include "daemon/api_keys.h"
 #include "daemon/cache_handlers.h"
 #include "daemon/dashboard_handlers.h"
 #include "daemon/http_util.h"
@@ -19,6 +21,7 @@
 #include "daemon/monitoring_handlers.h"
 #include "daemon/openai_handlers.h"
 #include "daemon/request_bounds.h"
+#include "daemon/tenant_limits.h"
 
 namespace prefixd {
 namespace {
@@ -31,7 +34,7 @@ using HandlerResponse = httplib::Server::HandlerResponse;
 constexpr Route kRoutes[] = {
     // method path                         handler                   access   flags
     {kGet,    "/health",                   handle_health,            kPublic},
-    {kGet,    "/metrics",                  handle_metrics,           kKey},
+    {kGet,    "/metrics",                  handle_metrics,           kAdmin},
     // OpenAI-compatible (openai_handlers.h).
     {kGet,    "/v1/models",                handle_models,            kKey},
     {kPost,   "/v1/completions",           handle_completions,       kKey,    kCountsRequests},
@@ -39,18 +42,18 @@ constexpr Route kRoutes[] = {
     {kPost,   "/tokenize",                 handle_tokenize,          kKey},
     {kPost,   "/detokenize",               handle_detokenize,        kKey},
     // The prefix cache (cache_handlers.h).
-    {kGet,    "/v1/cache/stats",           handle_cache_stats,       kKey},
+    {kGet,    "/v1/cache/stats",           handle_cache_stats,       kAdmin},
     {kPost,   "/v1/cache/lookup",          handle_cache_lookup,      kKey},
     {kPost,   "/v1/cache/prefetch",        handle_cache_prefetch,    kKey},
-    {kPost,   "/v1/cache/pin",             handle_cache_pin,         kKey},
-    {kPost,   "/v1/cache/unpin",           handle_cache_unpin,       kKey},
-    {kDelete, "/v1/cache",                 handle_cache_clear,       kKey},
+    {kPost,   "/v1/cache/pin",             handle_cache_pin,         kAdmin},
+    {kPost,   "/v1/cache/unpin",           handle_cache_unpin,       kAdmin},
+    {kDelete, "/v1/cache",                 handle_cache_clear,       kAdmin},
     // The dashboard (dashboard_handlers.h).
-    {kGet,    "/dashboard",                handle_dashboard_page,    kKey},
-    {kGet,    "/v1/cache/history",         handle_cache_history,     kKey},
-    {kGet,    "/v1/cache/prefixes",        handle_cache_prefixes,    kKey},
-    {kPost,   "/v1/cache/prefixes/pin",    handle_prefix_pin,        kKey,    kHttplibBody},
-    {kPost,   "/v1/cache/prefixes/unpin",  handle_prefix_unpin,      kKey,    kHttplibBody},
+    {kGet,    "/dashboard",                handle_dashboard_page,    kAdmin},
+    {kGet,    "/v1/cache/history",         handle_cache_history,     kAdmin},
+    {kGet,    "/v1/cache/prefixes",        handle_cache_prefixes,    kAdmin},
+    {kPost,   "/v1/cache/prefixes/pin",    handle_prefix_pin,        kAdmin,  kHttplibBody},
+    {kPost,   "/v1/cache/prefixes/unpin",  handle_prefix_unpin,      kAdmin,  kHttplibBody},
 };
 // clang-format on
 
@@ -60,6 +63,15 @@ constexpr Route kRoutes[] = {
 bool is_public(std::string_view path) {
   for (const Route& r : kRoutes) {
     if (path == r.path && r.access == kPublic) return true;
+  }
+  return false;
+}
+
+// Whether a request for `path` needs an admin key: some admin route has that
+// path (whatever the method, as is_public).
+bool is_admin_only(std::string_view path) {
+  for (const Route& r : kRoutes) {
+    if (path == r.path && r.access == kAdmin) return true;
   }
   return false;
 }
@@ -89,14 +101,6 @@ BodyUse body_use(std::string_view method, std::string_view path) {
   return is_public(path) ? BodyUse::kGetOnly : BodyUse::kNoRoute;
 }
 
-// Constant-time comparison of the presented and the configured key.
-bool keys_equal(const std::string& a, const std::string& b) {
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  const std::string& ref = a.size() == b.size() ? b : a;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ ref[i]);
-  return diff == 0;
-}
-
 // A refusal before routing. A body the request has is left unread, so the
 // connection is closed after the answer (request_bounds.h).
 void refuse(const httplib::Request& req, httplib::Response& res, const ApiError& e) {
@@ -109,8 +113,10 @@ void refuse(const httplib::Request& req, httplib::Response& res, const ApiError&
 
 // Before routing, before httplib reads any body: a Host that is not served
 // gets 421, a foreign Origin 403 (request_origin.h), a request whose body
-// would not be bounded 415/405/400/404/411/413 (request_bounds.h), then a
-// request for a route that needs the key gets 401 without it.
+// would not be bounded 415/405/400/404/411/413 (request_bounds.h), then,
+// with keys, a request for a route that needs one gets 401 without a valid
+// key, 403 when the key's role does not allow the route, and 429 when the
+// tenant's requests_per_minute is spent (daemon/api_keys.h, tenant_limits.h).
 HandlerResponse check_request(DaemonContext& ctx, const ServerOptions& o,
                               const httplib::Request& req, httplib::Response& res) {
   const std::string host = req.get_header_value("Host");
@@ -130,18 +136,42 @@ HandlerResponse check_request(DaemonContext& ctx, const ServerOptions& o,
     refuse(req, res, *refusal);
     return HandlerResponse::Handled;
   }
-  if (o.api_key.empty() || is_public(req.path)) return HandlerResponse::Unhandled;
+  if (!o.api_keys || is_public(req.path)) return HandlerResponse::Unhandled;
   const std::string auth = req.get_header_value("Authorization");
-  const std::string prefix = "Bearer ";
-  if (auth.size() > prefix.size() && auth.compare(0, prefix.size(), prefix) == 0 &&
-      keys_equal(auth.substr(prefix.size()), o.api_key)) {
-    return HandlerResponse::Unhandled;
+  const Tenant* tenant = o.api_keys->find_bearer(auth);
+  if (tenant == nullptr) {
+    res.set_header("WWW-Authenticate", "Bearer");
+    refuse(req, res,
+           ApiError::unauthorized(auth.empty() ? "missing API key: send 'Authorization: Bearer KEY'"
+                                               : "invalid API key"));
+    return HandlerResponse::Handled;
   }
-  res.set_header("WWW-Authenticate", "Bearer");
-  refuse(req, res,
-         ApiError::unauthorized(auth.empty() ? "missing API key: send 'Authorization: Bearer KEY'"
-                                             : "invalid API key"));
-  return HandlerResponse::Handled;
+  const bool counted = any_route_has(req.path, kCountsRequests);
+  if (tenant->role != Role::kAdmin && is_admin_only(req.path)) {
+    if (counted) ctx.metrics->count_request(RequestOutcome::kInvalid, tenant->index);
+    refuse(req, res,
+           ApiError::forbidden("the key of tenant '" + tenant->name + "' has role " +
+                                   role_name(tenant->role) + "; " + req.path + " needs role admin",
+                               "insufficient_role"));
+    return HandlerResponse::Handled;
+  }
+  if (ctx.tenant_limits) {
+    const double now_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    if (std::optional<int32_t> wait_s = ctx.tenant_limits->take_request(tenant->index, now_s)) {
+      if (counted) ctx.metrics->count_request(RequestOutcome::kRejected, tenant->index);
+      ctx.metrics->count_tenant_limited(tenant->index, TenantLimit::kRequestsPerMinute);
+      res.set_header("Retry-After", std::to_string(*wait_s));
+      refuse(req, res,
+             ApiError::too_many_requests(
+                 "tenant '" + tenant->name + "' has used its requests_per_minute of " +
+                     std::to_string(tenant->limits.requests_per_minute) + "; retry in " +
+                     std::to_string(*wait_s) + " s",
+                 "tenant_rate_limit"));
+      return HandlerResponse::Handled;
+    }
+  }
+  return HandlerResponse::Unhandled;
 }
 
 // Errors httplib produces itself (no route, body too large, bad request
@@ -298,7 +328,7 @@ void install_routes(httplib::Server& http, DaemonContext& ctx, const ServerOptio
   http.set_exception_handler(answer_exception);
   http.set_post_routing_handler([o](const httplib::Request& req, httplib::Response& res) {
     tidy_closing_answer(res);
-    if (!o->api_key.empty()) answer_dashboard_login(req, res);
+    if (o->api_keys) answer_dashboard_login(req, res);
   });
 }
 

@@ -17,11 +17,14 @@ namespace prefixd {
 
 enum class Method : uint8_t { kGet, kPost, kDelete };
 
-// Who may call a route. Today there are two kinds of caller: anyone, and a
-// holder of the API key; finer roles would be more values here.
+// Who may call a route. Without keys (no --api-key, --api-key-file,
+// PREFIXD_API_KEY or --api-keys) anyone may call every route; with keys
+// `Authorization: Bearer KEY` is needed (else 401) and the key's role must
+// allow the route (else 403; daemon/api_keys.h). The single key is an admin.
 enum class Access : uint8_t {
   kPublic,  // anyone, key or not (GET /health: load balancers probe it)
-  kKey,     // with --api-key set, `Authorization: Bearer KEY` (else 401); anyone without it
+  kKey,     // any key: role user or admin
+  kAdmin,   // a key with role admin
 };
 
 // Bits of Route::flags.
@@ -52,7 +55,7 @@ struct Route {
 // Every route of the daemon.
 std::span<const Route> routes();
 
-// Installs the routes, the key check (when options.api_key is set), the body
+// Installs the routes, the key check (when options.api_keys is set), the body
 // reader and the JSON error answers into `http`. `ctx` and `options` must
 // outlive it.
 void install_routes(httplib::Server& http, DaemonContext& ctx, const ServerOptions& options);

@@ -11,8 +11,7 @@
 
 namespace prefixd {
 
-Result<std::string> read_secret_file(const std::string& path) {
-  constexpr size_t kMaxBytes = 4096;
+Result<std::string> read_private_file(const std::string& path, size_t max_bytes) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return Status::error("cannot open the key file " + path + ": " + std::strerror(errno));
   struct stat st {};
@@ -32,7 +31,7 @@ Result<std::string> read_secret_file(const std::string& path) {
     return Status::error("the key file " + path + " is open to group or others (mode " + mode + "); run chmod 600 " +
                          path);
   }
-  std::string text(kMaxBytes + 1, '\0');
+  std::string text(max_bytes + 1, '\0');
   size_t got = 0;
   for (;;) {
     const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
@@ -42,8 +41,16 @@ Result<std::string> read_secret_file(const std::string& path) {
     if (got == text.size()) break;
   }
   ::close(fd);
-  if (got > kMaxBytes) return Status::error("the key file " + path + " holds more than 4096 bytes");
+  if (got > max_bytes)
+    return Status::error("the key file " + path + " holds more than " + std::to_string(max_bytes) + " bytes");
   text.resize(got);
+  return text;
+}
+
+Result<std::string> read_secret_file(const std::string& path) {
+  Result<std::string> read = read_private_file(path, 4096);
+  if (!read.ok()) return read;
+  std::string text = std::move(read.value());
   while (!text.empty() && (text.back() == '\n' || text.back() == '\r' || text.back() == ' ' || text.back() == '\t'))
     text.pop_back();
   if (text.empty()) return Status::error("the key file " + path + " is empty");

@@ -13,4 +13,8 @@ namespace prefixd {
 // whitespace or control characters inside, or one over 4096 bytes is refused.
 Result<std::string> read_secret_file(const std::string& path);
 
+// The whole text of a private file (the same checks as read_secret_file) of
+// at most `max_bytes` bytes, as it is: the API key file of --api-keys.
+Result<std::string> read_private_file(const std::string& path, size_t max_bytes);
+
 }  // namespace prefixd

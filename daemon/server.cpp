@@ -13,12 +13,14 @@
 #include <random>
 #include <thread>
 
+#include "daemon/connection_server.h"
 #include "daemon/daemon_context.h"
 #include "daemon/dashboard.h"
 #include "daemon/metrics.h"
 #include "daemon/model_source.h"
 #include "daemon/routes.h"
 #include "daemon/signals.h"
+#include "daemon/tenant_limits.h"
 #include "daemon/tls_server.h"
 #include "engine/engine.h"
 #include "engine/model/gguf.h"
@@ -45,6 +47,7 @@ struct Server::State {
   std::unique_ptr<Engine> engine;
   Metrics metrics;
   std::unique_ptr<AdmissionGate> admission;
+  std::unique_ptr<TenantLimits> tenant_limits;  // with an --api-keys file
   DaemonContext ctx;
   std::unique_ptr<httplib::Server> http;  // an SSLServer with --tls-cert/--tls-key
   int port = 0;
@@ -170,6 +173,10 @@ Status open_tiers(Server::State& s, const Hash128& fingerprint, EngineOptions* e
     d.path = o.disk_cache_dir;
     d.capacity_bytes = o.disk_cache_bytes();
     d.allocator = to.allocator;
+    d.reset_on_corruption = o.disk_cache_reset_on_corruption;
+    d.log_warning = [opts = &s.options](const std::string& line) {
+      log_line(*opts, LogLevel::kWarn, line);
+    };
     to.disk = d;
   }
   auto wp = parse_write_policy(o.write_policy);
@@ -210,16 +217,41 @@ void fill_context(Server::State& s, const std::string& backend_name) {
   ctx.metrics = &s.metrics;
   ctx.admission = s.admission.get();
   ctx.tiers = s.tiers.get();
+  ctx.api_keys = o.api_keys.get();
+  if (o.api_keys && o.api_keys->from_file()) {
+    s.tenant_limits = std::make_unique<TenantLimits>(o.api_keys->tenants());
+    ctx.tenant_limits = s.tenant_limits.get();
+    std::vector<std::string> names;
+    for (const Tenant& t : o.api_keys->tenants()) names.push_back(t.name);
+    s.metrics.set_tenants(std::move(names));
+  }
   ctx.dashboard = std::make_shared<Dashboard>(&ctx, DashboardOptions{});
 }
 
-// The httplib server's worker pool, limits, socket options and timeouts, the
-// debug request log, then the routes.
+// The listener's connection threads and time limits (daemon/connection_server.h);
+// raises the open-file limit to fit that many connections.
+ConnectionOptions connection_options(const ServerOptions& o) {
+  ConnectionOptions c;
+  c.max_threads = static_cast<size_t>(o.http_threads);
+  auto ms = [](double s) { return std::chrono::milliseconds(static_cast<int64_t>(s * 1000)); };
+  c.idle_timeout = ms(o.http_idle_timeout_s);
+  c.head_timeout = ms(o.http_head_timeout_s);
+  c.body_timeout = ms(o.http_body_timeout_s);
+  const size_t wanted = c.max_threads + 1024;  // the connections, and the model, tiers, logs
+  if (const size_t got = raise_open_file_limit(wanted); got < wanted)
+    log_line(o, LogLevel::kWarn,
+             "the open-file limit is " + std::to_string(got) + " (hard limit), below the " +
+                 std::to_string(wanted) + " that --http-threads " + std::to_string(o.http_threads) +
+                 " connections need; beyond it new connections wait in the listen backlog");
+  return c;
+}
+
+// The httplib server's limits and socket options (the connection threads and
+// timeouts are the listener's, see connection_options), the debug request
+// log, then the routes.
 void configure_http(Server::State& s) {
   httplib::Server& h = *s.http;
   const ServerOptions* o = &s.options;
-  const size_t n_threads = static_cast<size_t>(o->http_threads);
-  h.new_task_queue = [n_threads] { return new httplib::ThreadPool(n_threads); };
   h.set_payload_max_length(static_cast<size_t>(o->max_body_bytes));
   h.set_tcp_nodelay(true);
   h.set_socket_options([&s](socket_t sock) {
@@ -227,9 +259,6 @@ void configure_http(Server::State& s) {
     ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
     s.listen_fd = sock;
   });
-  h.set_keep_alive_max_count(10000);
-  h.set_read_timeout(30, 0);
-  h.set_write_timeout(30, 0);
   if (o->log_level >= LogLevel::kDebug) {
     h.set_logger([o](const httplib::Request& req, const httplib::Response& res) {
       log_line(*o, LogLevel::kDebug,
@@ -285,6 +314,9 @@ Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
   auto fingerprint = model_fingerprint(*s->file, cache_dir);
   if (!fingerprint.ok())
     return Status::error("cannot fingerprint the model: " + fingerprint.message());
+  // Weights, tokenizer and fingerprint are copied out: the file is never read
+  // again, so replacing or truncating it while serving cannot SIGBUS.
+  s->file->drop_mapping();
   EngineOptions eo = engine_options(o, *fingerprint);
   if (Status st = eo.validate(cfg); !st.ok()) return st;
   if (Status st = open_tiers(*s, *fingerprint, &eo); !st.ok()) return st;
@@ -297,16 +329,20 @@ Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
     log_line(o, LogLevel::kWarn,
              "--api-key is visible to every local user in the process list (ps, /proc/PID/cmdline); "
              "prefer --api-key-file FILE or PREFIXD_API_KEY");
+  if (o.api_keys && o.api_keys->from_file())
+    log_line(o, LogLevel::kInfo,
+             "API keys from " + o.api_keys_file + ": " +
+                 std::to_string(o.api_keys->tenants().size()) + " tenants");
   if ((o.host == "0.0.0.0" || o.host == "::") && o.allowed_hosts.empty())
     log_line(o, LogLevel::kWarn,
              "listening on every address: requests must name localhost, 127.0.0.1 or [::1] in Host "
              "unless --allowed-hosts lists the names clients use");
   const bool loopback = o.host == "127.0.0.1" || o.host == "localhost" || o.host == "::1";
-  if (!loopback && o.api_key.empty())
+  if (!loopback && !o.api_keys)
     log_line(o, LogLevel::kWarn,
              "listening on " + o.host + " without an API key: anyone who can reach this port may "
              "use every route; set --api-key-file FILE (see SECURITY.md)");
-  auto http = make_http_server(o.tls_cert_path, o.tls_key_path);
+  auto http = make_http_server(o.tls_cert_path, o.tls_key_path, connection_options(o));
   if (!http.ok()) return http.status();
   s->http = std::move(http.value());
   configure_http(*s);

@@ -2,6 +2,7 @@
 #include "daemon/server_options.h"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -70,6 +71,12 @@ Status ServerOptions::validate() {
   if (http_threads < 0 || http_threads > 16384) {
     return range_error("http-threads", std::to_string(http_threads), "0..16384");
   }
+  for (auto [flag, value] : {std::pair{"http-idle-timeout-s", http_idle_timeout_s},
+                             std::pair{"http-head-timeout-s", http_head_timeout_s},
+                             std::pair{"http-body-timeout-s", http_body_timeout_s}}) {
+    if (!std::isfinite(value) || value < 0.1 || value > 3600)
+      return range_error(flag, std::to_string(value), "0.1..3600");
+  }
   if (!std::isfinite(shutdown_grace_s) || shutdown_grace_s < 0 || shutdown_grace_s > 3600) {
     return range_error("shutdown-grace-s", std::to_string(shutdown_grace_s), "0..3600");
   }
@@ -98,21 +105,38 @@ Status ServerOptions::validate() {
   else
     return Status::error("--log-level '" + log_level_name +
                          "' is not one of error, warn, info, debug");
-  if (http_threads == 0) http_threads = max_concurrent_requests + max_queued_requests + 8;
+  // Every running or queued request holds its connection's thread; idle and
+  // slow connections hold one each until their timeout.
+  if (http_threads == 0)
+    http_threads = std::max(4096, max_concurrent_requests + max_queued_requests + 8);
 
   if (!api_key.empty() && !api_key_file.empty())
     return Status::error("--api-key and --api-key-file are both given: use one");
-  if (!api_key.empty()) {
+  const char* env_key = std::getenv("PREFIXD_API_KEY");
+  if (!api_keys_file.empty()) {
+    if (!api_key.empty() || !api_key_file.empty())
+      return Status::error(std::string(api_key.empty() ? "--api-key-file" : "--api-key") +
+                           " and --api-keys are both given: use one (an admin entry of the "
+                           "--api-keys file replaces the single key)");
+    if (env_key != nullptr && *env_key != '\0')
+      return Status::error("PREFIXD_API_KEY is set and --api-keys is given: use one (unset "
+                           "PREFIXD_API_KEY, or add its key to the file as an admin entry)");
+    Result<ApiKeys> keys = ApiKeys::load_file(api_keys_file);
+    if (!keys.ok()) return Status::error("--api-keys: " + keys.message());
+    api_keys = std::make_shared<const ApiKeys>(std::move(keys.value()));
+    api_key_source = api_keys_file;
+  } else if (!api_key.empty()) {
     api_key_source = "--api-key";
   } else if (!api_key_file.empty()) {
     Result<std::string> key = read_secret_file(api_key_file);
     if (!key.ok()) return Status::error("--api-key-file: " + key.message());
     api_key = key.value();
     api_key_source = api_key_file;
-  } else if (const char* env = std::getenv("PREFIXD_API_KEY"); env != nullptr && *env != '\0') {
-    api_key = env;
+  } else if (env_key != nullptr && *env_key != '\0') {
+    api_key = env_key;
     api_key_source = "PREFIXD_API_KEY";
   }
+  if (!api_key.empty()) api_keys = std::make_shared<const ApiKeys>(ApiKeys::single_key(api_key));
   if (Status st = check_cache_dirs(cache_dir, disk_cache_dir); !st.ok()) return st;
   origin_policy = make_origin_policy(host, allowed_hosts, allowed_origins);
   if (tls_cert_path.empty() != tls_key_path.empty()) {
@@ -153,7 +177,17 @@ void register_server_flags(CLI::App& app, ServerOptions& o) {
                  "cap on pinned blocks (0 = a quarter of the pool)")
       ->capture_default_str();
   app.add_option("--http-threads", o.http_threads,
-                 "HTTP worker threads (0 = concurrent + queued + 8)")
+                 "most HTTP connections served at once, a thread each, started on demand; more "
+                 "wait for a thread (0 = the larger of 4096 and concurrent + queued + 8)")
+      ->capture_default_str();
+  app.add_option("--http-idle-timeout-s", o.http_idle_timeout_s,
+                 "close a connection that starts no request (new, or kept alive) within this")
+      ->capture_default_str();
+  app.add_option("--http-head-timeout-s", o.http_head_timeout_s,
+                 "close a connection whose request line and headers take longer than this in all")
+      ->capture_default_str();
+  app.add_option("--http-body-timeout-s", o.http_body_timeout_s,
+                 "close a connection whose request body takes longer than this in all")
       ->capture_default_str();
   app.add_option("--shutdown-grace-s", o.shutdown_grace_s,
                  "on SIGINT/SIGTERM, seconds in-flight requests get to finish")
@@ -163,6 +197,9 @@ void register_server_flags(CLI::App& app, ServerOptions& o) {
                  "list: prefer --api-key-file or PREFIXD_API_KEY");
   app.add_option("--api-key-file", o.api_key_file,
                  "read the API key from FILE (this user's, mode 0600 or stricter)");
+  app.add_option("--api-keys", o.api_keys_file,
+                 "JSON file of keys with tenants, roles (user, admin), limits and cache namespaces "
+                 "(this user's, mode 0600 or stricter; see README)");
   app.add_option("--allowed-hosts", o.allowed_hosts,
                  "Host names served besides the bind address, localhost, 127.0.0.1 and [::1] "
                  "(comma-separated; '*' = any)")
@@ -184,6 +221,9 @@ void register_server_flags(CLI::App& app, ServerOptions& o) {
                  "RocksDB directory of the disk tier (empty disables)");
   app.add_option("--disk-cache-gb", o.disk_cache_gb, "disk tier capacity in GB")
       ->capture_default_str();
+  app.add_flag("--disk-cache-reset-on-corruption", o.disk_cache_reset_on_corruption,
+               "when the RocksDB database in --disk-cache-dir is damaged, rename it to "
+               "DIR.corrupt-<time> and start with an empty one (default: refuse to start)");
   app.add_option("--write-policy", o.write_policy, "write-through or evict-only")
       ->capture_default_str();
   app.add_option("--restore-policy", o.restore_policy,

@@ -4,10 +4,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "common/result.h"
+#include "daemon/api_keys.h"
 #include "daemon/cpu_isa_option.h"
 #include "daemon/model_source.h"
 #include "daemon/request_origin.h"
@@ -27,13 +29,20 @@ struct ServerOptions {
   std::string api_key;                 // empty = no auth; else `Authorization: Bearer KEY`
   std::string api_key_file;            // --api-key-file: the key from a 0600 file
   std::string api_key_source;          // where api_key came from: "--api-key", the file, PREFIXD_API_KEY
+  std::string api_keys_file;           // --api-keys: tenants, roles and limits (daemon/api_keys.h)
+  // The keys the daemon accepts (filled by validate): from --api-keys, or the
+  // one admin key of api_key; null = no auth.
+  std::shared_ptr<const ApiKeys> api_keys;
   std::vector<std::string> allowed_hosts;    // --allowed-hosts, beyond the defaults ('*': any)
   std::vector<std::string> allowed_origins;  // --allowed-origins ('*': any)
   std::string tls_cert_path;           // --tls-cert: PEM certificate chain; with tls_key_path, HTTPS
   std::string tls_key_path;            // --tls-key: PEM private key of that certificate (private file)
   OriginPolicy origin_policy;                // derived from host and the two lists
   int64_t max_body_bytes = 8ll << 20;  // request bodies above this get 413
-  int32_t http_threads = 0;            // 0 = max_concurrent + max_queued + 8
+  int32_t http_threads = 0;            // connections served at once, a thread each; 0 = auto
+  double http_idle_timeout_s = 5;      // a connection with no request in progress is closed after
+  double http_head_timeout_s = 10;     // a request's line and headers, in total, from its first byte
+  double http_body_timeout_s = 60;     // a request's body, in total, from the end of its headers
   double shutdown_grace_s = 10;        // on SIGINT/SIGTERM: time in-flight requests get to finish
 
   // Model and engine.
@@ -56,6 +65,7 @@ struct ServerOptions {
   double host_cache_gb = 1.0;                  // host-RAM tier capacity, GB (0 disables)
   std::string disk_cache_dir;                  // RocksDB directory; empty disables the disk tier
   double disk_cache_gb = 10.0;                 // disk tier capacity, GB
+  bool disk_cache_reset_on_corruption = false;  // move a damaged database aside, start empty
   std::string write_policy = "write-through";  // write-through | evict-only
   std::string restore_policy = "auto";         // auto | always | never (restore vs recompute)
 
@@ -64,7 +74,8 @@ struct ServerOptions {
 
   // Checks ranges and names, fills derived fields (log_level, http_threads,
   // cpu_isa, origin_policy), reads the API key from --api-key-file or
-  // PREFIXD_API_KEY when --api-key is not given, and checks the TLS pair
+  // PREFIXD_API_KEY when --api-key is not given, or the key file of
+  // --api-keys (api_keys), and checks the TLS pair
   // (both or neither; readable, private key, OpenSSL accepts them).
   Status validate();
 

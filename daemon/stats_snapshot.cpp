@@ -65,6 +65,9 @@ StatsSnapshot read_stats(Engine& engine, const TierManager* tiers) {
       s.disk = store_figures(ts.disk);
       s.corrupt_records = static_cast<int64_t>(ts.disk.corrupt_records);
       s.unauthenticated_records = static_cast<int64_t>(ts.disk.unauthenticated_records);
+      s.disk_write_errors = static_cast<int64_t>(ts.disk.write_errors);
+      s.disk_io_errors = static_cast<int64_t>(ts.disk.io_errors);
+      s.disk_writes_stopped = ts.disk.writes_stopped;
     }
     s.host.offload_blocks = static_cast<int64_t>(ts.offload_host_blocks);
     s.host.offload_bytes = static_cast<int64_t>(ts.offload_host_bytes);
@@ -92,6 +95,8 @@ StatsSnapshot stats_delta(const StatsSnapshot& now, const StatsSnapshot& before)
   d.onboard_bytes = increase(now.onboard_bytes, before.onboard_bytes);
   d.corrupt_records = increase(now.corrupt_records, before.corrupt_records);
   d.unauthenticated_records = increase(now.unauthenticated_records, before.unauthenticated_records);
+  d.disk_write_errors = increase(now.disk_write_errors, before.disk_write_errors);
+  d.disk_io_errors = increase(now.disk_io_errors, before.disk_io_errors);
   return d;
 }
 

@@ -47,6 +47,9 @@ struct StatsSnapshot {
   int64_t onboard_bytes = 0;    // bytes restored from host and disk together
   int64_t corrupt_records = 0;  // disk records that failed a check (deleted, a miss)
   int64_t unauthenticated_records = 0;  // of those, the ones whose MAC did not verify
+  int64_t disk_write_errors = 0;  // disk records not written: a failed write, or writes stopped
+  int64_t disk_io_errors = 0;     // RocksDB errors other than NotFound (reads and writes)
+  bool disk_writes_stopped = false;  // gauge: the disk tier refuses writes until a retry works
 
   // Gauges.
   int32_t running = 0;  // requests running in the engine

@@ -12,6 +12,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "daemon/connection_server.h"
+
 namespace prefixd {
 namespace {
 
@@ -95,11 +97,14 @@ Status check_tls_files(const std::string& cert_path, const std::string& key_path
 }
 
 Result<std::unique_ptr<httplib::Server>> make_http_server(const std::string& tls_cert_path,
-                                                          const std::string& tls_key_path) {
-  if (tls_cert_path.empty() && tls_key_path.empty()) return std::make_unique<httplib::Server>();
+                                                          const std::string& tls_key_path,
+                                                          const ConnectionOptions& connections) {
+  if (tls_cert_path.empty() && tls_key_path.empty())
+    return std::unique_ptr<httplib::Server>(std::make_unique<HttpServer>(connections));
   if (tls_cert_path.empty() || tls_key_path.empty())
     return Status::error("--tls-cert and --tls-key go together: give both or neither");
-  auto server = std::make_unique<httplib::SSLServer>(tls_cert_path.c_str(), tls_key_path.c_str());
+  auto server =
+      std::make_unique<HttpsServer>(tls_cert_path.c_str(), tls_key_path.c_str(), connections);
   if (!server->is_valid()) {
     return Status::error("cannot start HTTPS with --tls-cert " + tls_cert_path + " and --tls-key " +
                          tls_key_path + ": OpenSSL refused the pair");

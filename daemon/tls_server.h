@@ -15,6 +15,8 @@ class Server;
 
 namespace prefixd {
 
+struct ConnectionOptions;  // daemon/connection_server.h
+
 // Checks a certificate and private key pair for the HTTPS listener:
 // - both files open and hold PEM (a certificate chain; an unencrypted key);
 // - the key is private: refused when others may read it, or when it is this
@@ -24,11 +26,13 @@ namespace prefixd {
 // Errors name the file and the flag.
 Status check_tls_files(const std::string& cert_path, const std::string& key_path);
 
-// The listener: httplib::SSLServer loaded from the two files when both are
-// set, else a plain httplib::Server. Neither is configured (routes, limits,
-// threads): the caller does that. TLS 1.2 or newer (set on the SSL context,
+// The listener: HttpsServer (httplib::SSLServer) loaded from the two files
+// when both are set, else a plain HttpServer; both serve their connections
+// within `connections` (daemon/connection_server.h). Routes and body limits
+// are the caller's to set. TLS 1.2 or newer (set on the SSL context,
 // so a system-wide OpenSSL security level 0 does not re-enable 1.0 or 1.1).
 Result<std::unique_ptr<httplib::Server>> make_http_server(const std::string& tls_cert_path,
-                                                          const std::string& tls_key_path);
+                                                          const std::string& tls_key_path,
+                                                          const ConnectionOptions& connections);
 
 }  // namespace prefixd

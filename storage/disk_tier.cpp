@@ -4,15 +4,20 @@
 #include "storage/disk_tier.h"
 
 #include <rocksdb/db.h>
+#include <rocksdb/listener.h>
 #include <rocksdb/options.h>
 #include <rocksdb/slice.h>
 #include <rocksdb/write_batch.h>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
+#include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <random>
 
@@ -87,6 +92,67 @@ std::string lock_holder_name(const std::string& dir) {
   return name;
 }
 
+// RocksDB's own recovery from a full disk waits (polling every 5 s) for free
+// space of a whole default memtable (64 MiB) and meanwhile refuses Resume()
+// as busy: on a small or nearly full disk it never resumes. The tier retries
+// by itself instead (DiskTier::put), so RocksDB's automatic recovery is off.
+class ManualRecovery : public rocksdb::EventListener {
+ public:
+  void OnErrorRecoveryBegin(rocksdb::BackgroundErrorReason, rocksdb::Status,
+                            bool* auto_recovery) override {
+    *auto_recovery = false;
+  }
+};
+
+// Damage, as RocksDB reports it at open: a Corruption status (a truncated
+// table file or MANIFEST, a bad checksum, a file size that does not match the
+// MANIFEST), or a file the MANIFEST names that is gone.
+bool is_damage(const rocksdb::Status& s) {
+  if (s.IsCorruption()) return true;
+  const std::string text = s.ToString();
+  return (s.IsIOError() || s.IsNotFound() || s.IsPathNotFound()) &&
+         text.find("While lock file") == std::string::npos &&
+         (text.find("No such file") != std::string::npos ||
+          text.find("does not exist") != std::string::npos);
+}
+
+// A directory holding database files (MANIFEST, table or blob files) but no
+// CURRENT file. An empty or new directory is fine.
+Status check_current_file(const std::string& dir) {
+  std::error_code ec;
+  if (std::filesystem::exists(dir + "/CURRENT", ec)) return Status::ok_status();
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    const bool db_file = name.rfind("MANIFEST-", 0) == 0 || name.ends_with(".sst") ||
+                         name.ends_with(".blob");
+    if (db_file) return Status::error("its CURRENT file is missing, beside " + name);
+  }
+  return Status::ok_status();
+}
+
+// Renames `dir` to DIR.corrupt-YYYYmmdd-HHMMSS (a -N suffix when taken) and
+// makes it 0700. Returns the new name.
+Result<std::string> move_aside(const std::string& dir) {
+  std::string trimmed = dir;
+  while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  char stamp[32];
+  std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", &tm);
+  std::string target = trimmed + ".corrupt-" + stamp;
+  for (int n = 1; n < 1000 && ::access(target.c_str(), F_OK) == 0; ++n) {
+    target = trimmed + ".corrupt-" + stamp + "-" + std::to_string(n);
+  }
+  if (::rename(trimmed.c_str(), target.c_str()) != 0) {
+    return Status::error("rename to '" + target + "': " + std::strerror(errno));
+  }
+  if (::chmod(target.c_str(), 0700) != 0) {
+    return Status::error("chmod 0700 '" + target + "': " + std::strerror(errno));
+  }
+  return target;
+}
+
 }  // namespace
 
 size_t DiskTier::KeyHasher::operator()(const Key& k) const {
@@ -108,12 +174,49 @@ DiskTier::Key DiskTier::encode_key(const BlockKey& key) {
 Result<std::unique_ptr<DiskTier>> DiskTier::open(const DiskTierOptions& options) {
   if (options.path.empty()) return Status::error("disk tier: empty database path");
   if (options.capacity_bytes == 0) return Status::error("disk tier: capacity_bytes is 0");
+  bool damaged = false;
+  auto tier = open_once(options, &damaged);
+  if (tier.ok() || !damaged) return tier;
+  if (!options.reset_on_corruption) {
+    return Status::error("disk tier: the database in '" + options.path + "' is damaged (" +
+                         tier.message() +
+                         "); nothing is served from it. It is only a cache: move the directory "
+                         "aside or delete it, or start with --disk-cache-reset-on-corruption to "
+                         "have prefixd move it to '" + options.path +
+                         ".corrupt-<time>' and start empty");
+  }
+  auto aside = move_aside(options.path);
+  if (!aside.ok()) {
+    return Status::error("disk tier: the database in '" + options.path + "' is damaged (" +
+                         tier.message() + ") and cannot be moved aside: " + aside.message());
+  }
+  if (options.log_warning) {
+    options.log_warning("disk tier: the database in '" + options.path + "' is damaged (" +
+                        tier.message() + "); moved it to '" + *aside +
+                        "' (kept for inspection, 0700) and started an empty one");
+  }
+  tier = open_once(options, &damaged);
+  if (!tier.ok()) {
+    return Status::error("disk tier: after moving the damaged database aside: " + tier.message());
+  }
+  return tier;
+}
+
+Result<std::unique_ptr<DiskTier>> DiskTier::open_once(const DiskTierOptions& options,
+                                                      bool* damaged) {
+  *damaged = false;
   // The records hold prompt token ids and the deployment secret: the directory
   // is created 0700, and one that another user owns or may write is refused.
   // RocksDB creates its files with the umask (the daemon sets 0077); inside a
   // 0700 directory nobody else can reach them either way.
   if (Status st = make_private_dir(options.path); !st.ok()) {
     return Status::error("disk tier: " + st.message());
+  }
+  // Without CURRENT RocksDB would create a new database over the old files
+  // and delete them as obsolete: a database that lost its CURRENT is damaged.
+  if (Status st = check_current_file(options.path); !st.ok()) {
+    *damaged = true;
+    return st;
   }
   std::unique_ptr<DiskTier> tier(new DiskTier());
   tier->options_ = options;
@@ -125,12 +228,18 @@ Result<std::unique_ptr<DiskTier>> DiskTier::open(const DiskTierOptions& options)
   db_options.atomic_flush = true;  // families stay consistent with the WAL off
   db_options.max_background_jobs = 2;
   db_options.keep_log_file_num = 4;
+  db_options.listeners.push_back(std::make_shared<ManualRecovery>());
 
   rocksdb::ColumnFamilyOptions records_options;
   records_options.enable_blob_files = true;
   records_options.min_blob_size = options.min_blob_size;
   records_options.blob_compression_type = rocksdb::kNoCompression;  // KV bytes do not compress
   records_options.enable_blob_garbage_collection = true;  // reclaim space of evicted blobs
+  // Records wait in the memtable (RAM outside both tiers' budgets, lost in a
+  // crash with the WAL off) until a flush writes them: at most a sixteenth
+  // of the capacity, between 1 and 64 MiB (RocksDB's default).
+  records_options.write_buffer_size = static_cast<size_t>(
+      std::clamp<uint64_t>(options.capacity_bytes / 16, 1ull << 20, 64ull << 20));
   rocksdb::ColumnFamilyOptions small_options;
 
   std::vector<rocksdb::ColumnFamilyDescriptor> families = {
@@ -146,16 +255,24 @@ Result<std::unique_ptr<DiskTier>> DiskTier::open(const DiskTierOptions& options)
                          " (RocksDB's LOCK): two daemons cannot share one disk cache directory; "
                          "give each its own, or stop the other");
   }
-  if (!s.ok()) return rocks_error("open", s);
+  if (!s.ok()) {
+    *damaged = is_damage(s);
+    return *damaged ? Status::error(s.ToString()) : rocks_error("open", s);
+  }
   tier->records_cf_ = handles[0];
   tier->access_cf_ = handles[1];
   tier->meta_cf_ = handles[2];
 
+  // Reading the meta and access families may meet a damaged block too.
   Status st = tier->load_or_create_secret();
-  if (!st.ok()) return st;
-  tier->mac_ = std::make_unique<RecordMac>(tier->secret_);
-  st = tier->load_index();
-  if (!st.ok()) return st;
+  if (st.ok()) {
+    tier->mac_ = std::make_unique<RecordMac>(tier->secret_);
+    st = tier->load_index();
+  }
+  if (!st.ok()) {
+    *damaged = st.message().find("Corruption") != std::string::npos;
+    return st;  // the tier's destructor closes the database
+  }
   return tier;
 }
 
@@ -274,7 +391,15 @@ Status DiskTier::put(const BlockKey& key, std::span<const uint8_t> record) {
   const uint64_t n_bytes = record.size() + RecordMac::kTrailerBytes;
   const RecordMac::Trailer trailer = mac_->sign(record);  // before the lock: it reads every byte
   std::lock_guard<std::mutex> write_lock(write_mu_);
+  if (!may_write_locked_write()) {
+    return Status::error("disk tier: writes are stopped after a failed write (retried every " +
+                         std::to_string(options_.write_retry_interval.count()) + " ms)");
+  }
+  // The index changes only once the batch is written: a failed write (disk
+  // full) leaves it describing what RocksDB holds. Every mutation holds
+  // write_mu_, so the entries read here stay as they are until then.
   rocksdb::WriteBatch batch;
+  std::vector<Key> victims;
   uint64_t seq;
   {
     std::lock_guard<std::mutex> lock(index_mu_);
@@ -283,24 +408,16 @@ Status DiskTier::put(const BlockKey& key, std::span<const uint8_t> record) {
       return Status::ok_status();
     }
     // Replacing a key: its old bytes leave first.
-    auto old = index_.find(k);
-    if (old != index_.end()) {
-      stats_.used_bytes -= old->second.record_bytes;
-      lru_.erase(old->second.access_seq);
-      index_.erase(old);
+    uint64_t used = stats_.used_bytes;
+    if (auto old = index_.find(k); old != index_.end()) used -= old->second.record_bytes;
+    for (auto it = lru_.begin(); used + n_bytes > options_.capacity_bytes; ++it) {
+      PREFIXD_CHECK(it != lru_.end(), "disk tier accounting: bytes used with no entries");
+      if (it->second == k) continue;
+      used -= index_.at(it->second).record_bytes;
+      victims.push_back(it->second);
+      batch.Delete(records_cf_, key_slice(it->second));
+      batch.Delete(access_cf_, key_slice(it->second));
     }
-    while (stats_.used_bytes + n_bytes > options_.capacity_bytes) {
-      PREFIXD_CHECK(!lru_.empty(), "disk tier accounting: bytes used with no entries");
-      const Key victim = lru_.begin()->second;
-      lru_.erase(lru_.begin());
-      auto v = index_.find(victim);
-      stats_.used_bytes -= v->second.record_bytes;
-      index_.erase(v);
-      ++stats_.evictions;
-      batch.Delete(records_cf_, key_slice(victim));
-      batch.Delete(access_cf_, key_slice(victim));
-    }
-    stats_.blocks = index_.size();
     seq = next_seq_++;
   }
   const auto access = access_value(seq, n_bytes);
@@ -310,17 +427,84 @@ Status DiskTier::put(const BlockKey& key, std::span<const uint8_t> record) {
   batch.Put(records_cf_, rocksdb::SliceParts(&key_part, 1), rocksdb::SliceParts(value_parts, 2));
   batch.Put(access_cf_, key_slice(k), bytes_slice(access.data(), access.size()));
   rocksdb::Status s = db_->Write(no_wal(), &batch);
-  std::lock_guard<std::mutex> lock(index_mu_);
   if (!s.ok()) {
-    ++stats_.io_errors;
+    on_write_failed_locked_write(s.ToString());
     return rocks_error("put", s);
   }
+  on_write_ok_locked_write();
+  std::lock_guard<std::mutex> lock(index_mu_);
+  auto drop = [this](const Key& key) {
+    auto it = index_.find(key);
+    if (it == index_.end()) return;
+    stats_.used_bytes -= it->second.record_bytes;
+    lru_.erase(it->second.access_seq);
+    index_.erase(it);
+  };
+  drop(k);
+  for (const Key& victim : victims) drop(victim);
+  stats_.evictions += victims.size();
   index_[k] = IndexEntry{seq, n_bytes};
   lru_.emplace(seq, k);
   stats_.used_bytes += n_bytes;
   stats_.blocks = index_.size();
   ++stats_.inserts;
   return Status::ok_status();
+}
+
+bool DiskTier::may_write_locked_write() {
+  if (!writes_stopped_) return true;
+  if (std::chrono::steady_clock::now() >= write_retry_at_) {
+    // RocksDB stops writing after a failed flush (a "background error") and
+    // retries by itself once space returns; Resume() asks for that retry now.
+    // It answers ok when no error is left, an error when the flush fails again.
+    (void)db_->Resume();
+    return true;
+  }
+  std::lock_guard<std::mutex> lock(index_mu_);
+  ++stats_.write_errors;
+  return false;
+}
+
+void DiskTier::on_write_failed_locked_write(const std::string& error) {
+  const auto now = std::chrono::steady_clock::now();
+  const bool was_stopped = writes_stopped_;
+  writes_stopped_ = true;
+  write_retry_at_ = now + options_.write_retry_interval;
+  uint64_t n_errors;
+  {
+    std::lock_guard<std::mutex> lock(index_mu_);
+    ++stats_.io_errors;
+    ++stats_.write_errors;
+    stats_.writes_stopped = true;
+    n_errors = stats_.write_errors;
+  }
+  if (was_stopped) return;
+  write_errors_at_stop_ = n_errors - 1;
+  // One line per stop, and at most one a minute when the disk flaps.
+  stop_logged_ = !stop_logged_before_ || now - last_stop_logged_ >= std::chrono::minutes(1);
+  if (!stop_logged_ || !options_.log_warning) return;
+  stop_logged_before_ = true;
+  last_stop_logged_ = now;
+  options_.log_warning("disk tier '" + options_.path + "': a write failed (" + error +
+                       "); disk writes stop, requests are served as before, and a write is "
+                       "retried every " +
+                       std::to_string(options_.write_retry_interval.count()) +
+                       " ms (prefixd_disk_write_errors_total counts the records not written)");
+}
+
+void DiskTier::on_write_ok_locked_write() {
+  if (!writes_stopped_) return;
+  writes_stopped_ = false;
+  uint64_t n_lost;
+  {
+    std::lock_guard<std::mutex> lock(index_mu_);
+    stats_.writes_stopped = false;
+    n_lost = stats_.write_errors - write_errors_at_stop_;
+  }
+  if (stop_logged_ && options_.log_warning) {
+    options_.log_warning("disk tier '" + options_.path + "': writes resumed; " +
+                         std::to_string(n_lost) + " records were not written while stopped");
+  }
 }
 
 void DiskTier::remove_locked_write(const Key& k, bool count_corrupt, bool unauthenticated) {
@@ -351,14 +535,24 @@ RecordPtr DiskTier::get(const BlockKey& key, const RecordExpectations* expected)
   }
   rocksdb::PinnableSlice value;
   rocksdb::ReadOptions read_options;
-  // The record carries its own XXH3 checksums and key, all checked below;
-  // RocksDB's CRC pass over the same bytes would only repeat that work.
-  read_options.verify_checksums = false;
+  // The record carries its own MAC and checksums, checked below, but the
+  // table block that points to its blob does not: RocksDB checks that block
+  // (and the blob's CRC), so a damaged block is an error here, never a
+  // misread.
+  read_options.verify_checksums = true;
   rocksdb::Status s = db_->Get(read_options, records_cf_, key_slice(k), &value);
   if (s.IsNotFound()) {  // lost in a crash (WAL off) or removed meanwhile
     std::lock_guard<std::mutex> write_lock(write_mu_);
     remove_locked_write(k, /*count_corrupt=*/false, /*unauthenticated=*/false);
     std::lock_guard<std::mutex> lock(index_mu_);
+    ++stats_.misses;
+    return nullptr;
+  }
+  if (s.IsCorruption()) {  // RocksDB's checksum failed: the record is gone for good
+    std::lock_guard<std::mutex> write_lock(write_mu_);
+    remove_locked_write(k, /*count_corrupt=*/true, /*unauthenticated=*/false);
+    std::lock_guard<std::mutex> lock(index_mu_);
+    ++stats_.io_errors;
     ++stats_.misses;
     return nullptr;
   }

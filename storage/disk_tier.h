@@ -5,7 +5,9 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -30,6 +32,18 @@ struct DiskTierOptions {
   uint64_t capacity_bytes = 8ull << 30;  // bound on the sum of stored record sizes
   uint64_t min_blob_size = 4096;         // values at least this big go to blob files
   HostAllocator allocator = default_host_allocator();  // buffers returned by get()
+  // After a failed write (no space left, an I/O error) writes stop: put()
+  // refuses at once, counted, until this long has passed; then the next put()
+  // calls RocksDB's Resume() and tries again.
+  std::chrono::milliseconds write_retry_interval{2000};
+  // Told one line when writes stop and one when they resume (at most one
+  // "stopped" line a minute), on the thread that called put(). May be empty.
+  std::function<void(const std::string&)> log_warning;
+  // A database RocksDB finds damaged at open (a truncated or missing table
+  // file, MANIFEST or CURRENT; a corrupt block the open reads) is refused,
+  // or with this set, renamed to PATH.corrupt-YYYYmmdd-HHMMSS (kept 0700,
+  // told to log_warning) and replaced by an empty one.
+  bool reset_on_corruption = false;
 };
 
 struct DiskTierStats {
@@ -42,9 +56,12 @@ struct DiskTierStats {
   uint64_t evictions = 0;        // records removed by capacity
   uint64_t corrupt_records = 0;  // records that failed a check: deleted, counted as misses
   uint64_t unauthenticated_records = 0;  // of those, the ones whose MAC did not verify
-  uint64_t io_errors = 0;        // RocksDB errors other than NotFound (treated as misses)
+  uint64_t io_errors = 0;        // RocksDB errors other than NotFound (reads: misses)
   uint64_t inserts = 0;          // records written
   uint64_t declined = 0;         // records larger than the whole capacity
+  uint64_t write_errors = 0;     // records not written: the write failed (no space, I/O
+                                 // error), or writes were stopped after such a failure
+  bool writes_stopped = false;   // now: puts are refused until a retry succeeds
 };
 
 // Thread-safety: every method may be called from any thread. contains(),
@@ -67,6 +84,8 @@ class DiskTier {
   static Key encode_key(const BlockKey& key);
 
   // Opens (or creates) the database and loads the key index from "access".
+  // A damaged database fails with a message naming the directory and what to
+  // do, unless options.reset_on_corruption moves it aside (never serves it).
   static Result<std::unique_ptr<DiskTier>> open(const DiskTierOptions& options);
   // Flushes memtables (WAL is off) and closes the database.
   ~DiskTier();
@@ -80,11 +99,17 @@ class DiskTier {
   // Stores a record with its MAC trailer (overwrites the key), evicting least
   // recently used records first so that used_bytes stays within capacity. A
   // record larger than the capacity is declined: returns ok without storing it.
+  // A failed write (the disk is full: RocksDB's NoSpace, or another I/O
+  // error) changes nothing in the index, counts write_errors and stops
+  // writes; while stopped, put() fails at once (counted) until
+  // write_retry_interval has passed, when it calls RocksDB's Resume() (which
+  // retries the flush that failed) and tries again. Reads go on throughout.
   Status put(const BlockKey& key, std::span<const uint8_t> record);
   // Reads a record and checks it: always its MAC, its integrity and that it
   // belongs to `key`; also every field of `expected` when not null. A record that fails
   // is deleted and counted (corrupt_records) and the result is a miss
-  // (nullptr). A hit refreshes the key's LRU position.
+  // (nullptr); so is one RocksDB cannot read back (a block or blob whose
+  // checksum fails). A hit refreshes the key's LRU position.
   RecordPtr get(const BlockKey& key, const RecordExpectations* expected);
   // In-memory index only; never touches RocksDB.
   bool contains(const BlockKey& key) const;
@@ -112,12 +137,21 @@ class DiskTier {
   };
 
   DiskTier() = default;
+  // One attempt at open(); *damaged tells a database RocksDB found damaged
+  // from other failures (in use, permissions).
+  static Result<std::unique_ptr<DiskTier>> open_once(const DiskTierOptions& options,
+                                                     bool* damaged);
   Status load_index();
   Status load_or_create_secret();
   // Empties the record families of a database written before records had MACs.
   Status drop_unauthenticated_layout();
   // Deletes a key's record and access entry and drops it from the index.
   void remove_locked_write(const Key& key, bool count_corrupt, bool unauthenticated);
+  // Write-stop bookkeeping of put() (write_mu_ held): whether a put may be
+  // tried now, and what its outcome means for the stopped state.
+  bool may_write_locked_write();
+  void on_write_failed_locked_write(const std::string& error);
+  void on_write_ok_locked_write();
 
   DiskTierOptions options_;
   rocksdb::DB* db_ = nullptr;
@@ -128,6 +162,13 @@ class DiskTier {
   std::unique_ptr<RecordMac> mac_;  // keyed by secret_
 
   std::mutex write_mu_;  // serializes every RocksDB mutation; taken before index_mu_
+  // Guarded by write_mu_: the write-stop state (see put()).
+  bool writes_stopped_ = false;
+  std::chrono::steady_clock::time_point write_retry_at_{};
+  std::chrono::steady_clock::time_point last_stop_logged_{};
+  bool stop_logged_ = false;          // the current stop was told to log_warning
+  bool stop_logged_before_ = false;   // some stop was (last_stop_logged_ is set)
+  uint64_t write_errors_at_stop_ = 0;  // stats_.write_errors when writes stopped
 
   mutable std::mutex index_mu_;  // guards the members below
   std::unordered_map<Key, IndexEntry, KeyHasher> index_;

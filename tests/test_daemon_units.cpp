@@ -305,7 +305,7 @@ TEST_CASE("text prompts are tokenized with BOS (stories260K tokenizer)") {
 TEST_CASE("ServerOptions::validate checks every range and name") {
   ServerOptions o;
   CHECK(o.validate().ok());
-  CHECK(o.http_threads == o.max_concurrent_requests + o.max_queued_requests + 8);
+  CHECK(o.http_threads == std::max(4096, o.max_concurrent_requests + o.max_queued_requests + 8));
   auto bad = [](auto mutate) {
     ServerOptions x;
     mutate(x);

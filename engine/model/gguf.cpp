@@ -215,6 +215,14 @@ void GgufFile::release_pages(const uint8_t* data, uint64_t n) const {
   if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 
+void GgufFile::drop_mapping() {
+  if (mapping_ == nullptr) return;
+  munmap(mapping_, size_);
+  mapping_ = nullptr;
+  data_ = nullptr;
+  for (GgufTensorInfo& t : tensors_) t.data = nullptr;
+}
+
 Result<std::shared_ptr<GgufFile>> GgufFile::open(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Status::error("cannot open model file '" + path + "': " + std::strerror(errno));

@@ -89,6 +89,14 @@ class GgufFile {
   // parse()d bytes.
   void release_pages(const uint8_t* data, uint64_t n) const;
 
+  // Unmaps the file once everything needed from it has been copied out (the
+  // weights uploaded, the fingerprint computed): from then on the process
+  // never reads the file, so truncating or replacing it while the daemon runs
+  // cannot fault (SIGBUS) or change an answer. Metadata stays (it was parsed
+  // into copies); tensor data pointers and bytes() become null. No-op for
+  // parse()d bytes. Not thread-safe: call it before sharing the file.
+  void drop_mapping();
+
   const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
   const GgufTensorInfo* find_tensor(std::string_view name) const;
 

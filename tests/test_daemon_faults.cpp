@@ -1,0 +1,397 @@
+// Faults the real daemon must survive (issue 13): SIGTERM with 64 streams
+// open, a damaged RocksDB directory, unreadable records, and the model file
+// truncated or replaced while it runs. Each test starts prefixd on a free
+// loopback port with its own temporary directories.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+#include <rocksdb/db.h>
+
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <thread>
+
+#include "tests/daemon_process.h"
+#include "tests/golden.h"
+#include "tests/temp_dir.h"
+
+using nlohmann::json;
+using namespace prefixd::testing;
+using SteadyClock = std::chrono::steady_clock;
+
+namespace {
+
+std::unique_ptr<DaemonProcess> start_or_fail(const std::vector<std::string>& args) {
+  REQUIRE_MESSAGE(std::filesystem::exists(prefixd_binary()),
+                  "build the prefixd target first: " << prefixd_binary());
+  std::string error;
+  auto d = DaemonProcess::start(args, &error);
+  REQUIRE_MESSAGE(d != nullptr, error);
+  return d;
+}
+
+// stories260K with F32 KV (bit-stable outputs) and, with `dir`, a disk tier
+// there. Restores are forced: on so small a model recompute would often win.
+std::vector<std::string> args_for(const std::string& model, const std::string& dir) {
+  std::vector<std::string> a = {"--model", model, "--threads", "1", "--kv-dtype", "f32",
+                                "--restore-policy", "always"};
+  if (!dir.empty()) a.insert(a.end(), {"--disk-cache-dir", dir});
+  return a;
+}
+
+// Distinct prompts of `n_tokens` ids (< 512, valid for stories260K).
+std::vector<int32_t> prompt_for(int i, int n_tokens = 180) {
+  std::vector<int32_t> p = {1};
+  for (int t = 1; t < n_tokens; ++t) p.push_back(3 + (i * 131 + t * 17 + (t * t) % 7) % 500);
+  return p;
+}
+
+json completion(const std::vector<int32_t>& prompt, int max_tokens) {
+  return json{{"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}};
+}
+
+json stats(httplib::Client& c) {
+  HttpAnswer s = get(c, "/v1/cache/stats");
+  REQUIRE(s.status == 200);
+  return s.body;
+}
+
+int64_t disk_blocks(httplib::Client& c) {
+  return stats(c)["tiers"]["disk"]["blocks"].get<int64_t>();
+}
+
+// Waits until the disk tier holds at least `n_blocks` blocks (write-through is asynchronous).
+bool wait_disk_blocks(httplib::Client& c, int64_t n_blocks) {
+  const auto deadline = SteadyClock::now() + std::chrono::seconds(30);
+  while (SteadyClock::now() < deadline) {
+    if (disk_blocks(c) >= n_blocks) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+double seconds_since(SteadyClock::time_point t) {
+  return std::chrono::duration<double>(SteadyClock::now() - t).count();
+}
+
+}  // namespace
+
+TEST_CASE("SIGTERM with 64 streams open: every stream ends properly, exit 0, disk blocks kept") {
+  TempDir dir;
+  const std::string model = stories_model_path();
+  constexpr int kStreams = 64;
+  constexpr double kGraceS = 2;
+  std::vector<std::string> args = args_for(model, dir.path);
+  args.insert(args.end(), {"--shutdown-grace-s", "2"});
+  auto d = start_or_fail(args);
+
+  // 64 streams of 300 tokens each (EOS ignored), far more than the grace
+  // period lets them finish on two cores.
+  std::vector<SseAnswer> answers(kStreams);
+  std::vector<double> ended_at_s(kStreams, -1);
+  std::atomic<int> n_started{0};
+  std::atomic<int64_t> sigterm_at_ms{-1};
+  const SteadyClock::time_point t0 = SteadyClock::now();
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kStreams; ++i) {
+    clients.emplace_back([&, i] {
+      auto c = d->client();
+      json body = completion(prompt_for(i), 300);
+      body["stream"] = true;
+      body["ignore_eos"] = true;
+      bool counted = false;
+      answers[static_cast<size_t>(i)] = post_sse(*c, "/v1/completions", body, [&](size_t) {
+        if (!counted) n_started.fetch_add(1);
+        counted = true;
+        return true;
+      });
+      ended_at_s[static_cast<size_t>(i)] = seconds_since(t0);
+    });
+  }
+  // SIGTERM once every stream has produced an event (bounded wait).
+  const auto deadline = SteadyClock::now() + std::chrono::seconds(120);
+  while (n_started.load() < kStreams && SteadyClock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  REQUIRE(n_started.load() == kStreams);
+  // Blocks of the 64 prompts written so far (write-through is asynchronous).
+  const int64_t blocks_before = disk_blocks(*d->client());
+  const double t_sigterm = seconds_since(t0);
+  const int exit_code = d->stop(std::chrono::seconds(60));
+  const double t_exit = seconds_since(t0);
+  for (auto& t : clients) t.join();
+
+  CHECK(exit_code == 0);
+  // The grace period, then at most a few seconds of cancelling and closing.
+  CHECK(t_exit - t_sigterm < kGraceS + 8);
+  int n_done = 0, n_cancelled = 0;
+  for (int i = 0; i < kStreams; ++i) {
+    CAPTURE(i);
+    const SseAnswer& a = answers[static_cast<size_t>(i)];
+    CHECK(a.status == 200);
+    REQUIRE(!a.data.empty());
+    // Every stream ends with [DONE], right after a finish chunk or an error event.
+    CHECK(a.data.back() == "[DONE]");
+    REQUIRE(a.json.size() >= 1);
+    const json& last = a.json.back();
+    if (last.contains("error")) {
+      CHECK(last["error"]["message"].get<std::string>().find("shutting down") != std::string::npos);
+      ++n_cancelled;
+    } else {
+      CHECK(last["choices"][0]["finish_reason"] == "length");
+      ++n_done;
+    }
+    CHECK(ended_at_s[static_cast<size_t>(i)] <= t_exit + 1);
+  }
+  MESSAGE(n_done << " streams finished, " << n_cancelled << " cancelled at shutdown; "
+                 << blocks_before << " disk blocks before SIGTERM; exit "
+                 << (t_exit - t_sigterm) << " s after it");
+  CHECK(n_done + n_cancelled == kStreams);
+
+  // Restart on the same directory: the blocks written so far are there, and a
+  // prompt whose blocks were written is served from disk.
+  auto d2 = start_or_fail(args_for(model, dir.path));
+  auto c = d2->client();
+  CHECK(disk_blocks(*c) >= blocks_before);
+  REQUIRE(blocks_before > 0);
+  int n_from_disk = 0;
+  for (int i = 0; i < kStreams; ++i) {
+    HttpAnswer a = post_json(*c, "/v1/completions", completion(prompt_for(i), 2));
+    REQUIRE(a.status == 200);
+    if (a.body["prefix_cache"]["disk_tokens"].get<int64_t>() > 0) {
+      CHECK(a.body["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>() > 0);
+      ++n_from_disk;
+    }
+  }
+  CHECK(n_from_disk > 0);
+  std::string m = c->Get("/metrics")->body;
+  CHECK(metric(m, "prefixd_corrupt_records_total{tier=\"disk\"}") == 0);
+  CHECK(d2->stop() == 0);
+}
+
+namespace {
+
+// Runs a daemon on `dir` that answers `n_prompts` prompts (their blocks go to
+// disk), stops it, and returns its answers.
+std::vector<json> fill_disk_cache(const std::string& dir, int n_prompts) {
+  std::vector<json> answers;
+  auto d = start_or_fail(args_for(stories_model_path(), dir));
+  auto c = d->client();
+  for (int i = 0; i < n_prompts; ++i) {
+    HttpAnswer a = post_json(*c, "/v1/completions", completion(prompt_for(i), 8));
+    REQUIRE(a.status == 200);
+    answers.push_back(a.body["choices"][0]["token_ids"]);
+  }
+  REQUIRE(wait_disk_blocks(*c, n_prompts * (180 / 16)));
+  REQUIRE(d->stop() == 0);
+  return answers;
+}
+
+std::vector<std::filesystem::path> files_named(const std::string& dir, const std::string& prefix,
+                                               const std::string& suffix) {
+  std::vector<std::filesystem::path> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(prefix, 0) == 0 && name.size() >= suffix.size() &&
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
+      out.push_back(e.path());
+  }
+  return out;
+}
+
+void truncate_to_half(const std::filesystem::path& p) {
+  std::filesystem::resize_file(p, std::filesystem::file_size(p) / 2);
+}
+
+// Directories beside `dir` named DIR.corrupt-*.
+std::vector<std::filesystem::path> moved_aside(const std::string& dir) {
+  const std::filesystem::path d(dir);
+  return files_named(d.parent_path().string(), d.filename().string() + ".corrupt-", "");
+}
+
+}  // namespace
+
+TEST_CASE("a damaged disk cache directory is refused, or moved aside with --disk-cache-reset-on-corruption") {
+  struct Damage {
+    const char* what;
+    void (*apply)(const std::string& dir);
+  };
+  const Damage damages[] = {
+      {"every table file truncated to half",
+       [](const std::string& dir) {
+         auto ssts = files_named(dir, "", ".sst");
+         REQUIRE(!ssts.empty());
+         for (const auto& p : ssts) truncate_to_half(p);
+       }},
+      {"MANIFEST deleted",
+       [](const std::string& dir) {
+         for (const auto& p : files_named(dir, "MANIFEST-", "")) std::filesystem::remove(p);
+       }},
+      {"CURRENT deleted", [](const std::string& dir) { std::filesystem::remove(dir + "/CURRENT"); }},
+      {"CURRENT truncated to 0 bytes",
+       [](const std::string& dir) { std::filesystem::resize_file(dir + "/CURRENT", 0); }},
+  };
+  for (const Damage& damage : damages) {
+    const std::string what = damage.what;
+    CAPTURE(what);
+    TempDir parent;
+    const std::string dir = parent.path + "/disk";
+    const std::vector<json> first = fill_disk_cache(dir, 2);
+    damage.apply(dir);
+
+    // Refused, with a message naming the directory and what to do.
+    std::vector<std::string> args = args_for(stories_model_path(), dir);
+    args.insert(args.end(), {"--port", "0", "--cache-dir", test_cache_dir()});
+    ProcessExit refused = run_prefixd(args, {}, std::chrono::seconds(60));
+    CAPTURE(refused.output);
+    CHECK(refused.code == 1);
+    CHECK(refused.output.find("the database in '" + dir + "' is damaged") != std::string::npos);
+    CHECK(refused.output.find("--disk-cache-reset-on-corruption") != std::string::npos);
+    CHECK(moved_aside(dir).empty());
+
+    // With the flag: moved aside (0700), an empty tier, the same answers.
+    std::vector<std::string> reset = args_for(stories_model_path(), dir);
+    reset.push_back("--disk-cache-reset-on-corruption");
+    auto d = start_or_fail(reset);
+    const auto aside = moved_aside(dir);
+    REQUIRE(aside.size() == 1);
+    struct stat st {};
+    REQUIRE(::stat(aside[0].c_str(), &st) == 0);
+    CHECK((st.st_mode & 0777) == 0700);
+    auto c = d->client();
+    CHECK(disk_blocks(*c) == 0);
+    for (int i = 0; i < 2; ++i) {
+      HttpAnswer a = post_json(*c, "/v1/completions", completion(prompt_for(i), 8));
+      REQUIRE(a.status == 200);
+      CHECK(a.body["prefix_cache"]["cached_tokens"] == 0);
+      CHECK(a.body["choices"][0]["token_ids"] == first[static_cast<size_t>(i)]);
+    }
+    CHECK(d->stop() == 0);
+  }
+}
+
+// RocksDB reads a MANIFEST cut short as one whose writer crashed: it opens the
+// last state that was whole (older; files newer than it are deleted). The
+// daemon starts on it, and whatever it serves from it passes every check.
+TEST_CASE("a truncated MANIFEST opens at an older state and never gives a wrong answer") {
+  TempDir parent;
+  const std::string dir = parent.path + "/disk";
+  const std::vector<json> first = fill_disk_cache(dir, 3);
+  auto m = files_named(dir, "MANIFEST-", "");
+  REQUIRE(!m.empty());
+  for (const auto& p : m) truncate_to_half(p);
+  auto d = start_or_fail(args_for(stories_model_path(), dir));
+  auto c = d->client();
+  int64_t restored_tokens = 0;
+  for (int i = 0; i < 3; ++i) {
+    HttpAnswer a = post_json(*c, "/v1/completions", completion(prompt_for(i), 8));
+    REQUIRE(a.status == 200);
+    restored_tokens += a.body["prefix_cache"]["disk_tokens"].get<int64_t>();
+    CHECK(a.body["choices"][0]["token_ids"] == first[static_cast<size_t>(i)]);
+  }
+  MESSAGE(restored_tokens << " prompt tokens restored from the older state");
+  CHECK(d->stop() == 0);
+}
+
+TEST_CASE("a table block that fails its checksum on read is a counted miss, never a crash") {
+  TempDir dir;
+  const int n_prompts = 3;
+  const std::vector<json> first = fill_disk_cache(dir.path, n_prompts);
+  // The records family's table files hold the blob references of every
+  // record; their first data block starts at offset 0. Flip bytes in it.
+  std::vector<std::string> record_tables;
+  {
+    std::vector<rocksdb::ColumnFamilyDescriptor> families = {
+        {rocksdb::kDefaultColumnFamilyName, {}}, {"access", {}}, {"meta", {}}};
+    std::vector<rocksdb::ColumnFamilyHandle*> handles;
+    rocksdb::DB* db = nullptr;
+    rocksdb::Status s =
+        rocksdb::DB::OpenForReadOnly(rocksdb::DBOptions(), dir.path, families, &handles, &db);
+    REQUIRE_MESSAGE(s.ok(), s.ToString());
+    std::vector<rocksdb::LiveFileMetaData> files;
+    db->GetLiveFilesMetaData(&files);
+    for (const auto& f : files) {
+      if (f.column_family_name == rocksdb::kDefaultColumnFamilyName)
+        record_tables.push_back(dir.path + f.name);
+    }
+    for (auto* h : handles) db->DestroyColumnFamilyHandle(h);
+    delete db;
+  }
+  REQUIRE(!record_tables.empty());
+  for (const std::string& path : record_tables) {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    REQUIRE(f.good());
+    char bytes[32];
+    f.seekg(16);
+    f.read(bytes, sizeof(bytes));
+    for (char& b : bytes) b = static_cast<char>(b ^ 0x5a);
+    f.seekp(16);
+    f.write(bytes, sizeof(bytes));
+    REQUIRE(f.good());
+  }
+  auto d = start_or_fail(args_for(stories_model_path(), dir.path));
+  auto c = d->client();
+  for (int round = 0; round < 2; ++round) {
+    for (int i = 0; i < n_prompts; ++i) {
+      CAPTURE(round);
+      CAPTURE(i);
+      HttpAnswer a = post_json(*c, "/v1/completions", completion(prompt_for(i), 8));
+      REQUIRE(a.status == 200);
+      CHECK(a.body["prefix_cache"]["disk_tokens"] == 0);
+      CHECK(a.body["choices"][0]["token_ids"] == first[static_cast<size_t>(i)]);
+    }
+  }
+  const std::string m = c->Get("/metrics")->body;
+  CHECK(metric(m, "prefixd_corrupt_records_total{tier=\"disk\"}") >= 1);
+  CHECK(metric(m, "prefixd_disk_io_errors_total") >= 1);
+  CHECK(d->stop() == 0);
+}
+
+TEST_CASE("the model file truncated, then replaced, while the daemon runs: same answers, no crash") {
+  TempDir dir;
+  const std::string model = dir.path + "/model.gguf";
+  std::filesystem::copy_file(stories_model_path(), model);
+  auto d = start_or_fail({"--model", model, "--threads", "1", "--kv-dtype", "f32",
+                          "--host-cache-gb", "0"});
+  auto c = d->client();
+  // Short prompts and long continuations: every answer runs the whole model.
+  auto ask = [&](int i) {
+    HttpAnswer a = post_json(*c, "/v1/completions",
+                             json{{"prompt", prompt_for(50 + i, 20)},
+                                  {"max_tokens", 48},
+                                  {"temperature", 0},
+                                  {"ignore_eos", true}});
+    REQUIRE(a.status == 200);
+    return a.body["choices"][0]["token_ids"];
+  };
+  std::vector<json> before;
+  for (int i = 0; i < 4; ++i) before.push_back(ask(i));
+  // Once serving, the daemon has no mapping of the file left (the weights
+  // were copied out at load), so nothing it does can touch the file.
+  {
+    std::ifstream maps("/proc/" + std::to_string(d->pid()) + "/maps");
+    REQUIRE(maps.good());
+    std::string line;
+    while (std::getline(maps, line)) CHECK_MESSAGE(line.find(model) == std::string::npos, line);
+  }
+
+  truncate_to_half(model);
+  for (int i = 0; i < 4; ++i) CHECK(ask(i) == before[static_cast<size_t>(i)]);
+
+  // Replaced by rename with another model of other weights.
+  const std::string other = dir.path + "/other.gguf";
+  std::filesystem::copy_file(shared_path("models/rand-mqa-f16.gguf"), other);
+  std::filesystem::rename(other, model);
+  for (int i = 0; i < 4; ++i) CHECK(ask(i) == before[static_cast<size_t>(i)]);
+
+  // And truncated to nothing.
+  std::filesystem::resize_file(model, 0);
+  for (int i = 0; i < 4; ++i) CHECK(ask(i) == before[static_cast<size_t>(i)]);
+  CHECK(get(*c, "/health").status == 200);
+  CHECK(d->stop() == 0);
+}
