@@ -190,6 +190,7 @@ Status BenchOptions::validate() const {
   }
   if (temperature < 0) return Status::error("bench: --temperature must be >= 0");
   if (max_retries < 0) return Status::error("bench: max_retries must be >= 0");
+  if (first_question < 0) return Status::error("bench: --first-question must be >= 0");
   return Status::ok_status();
 }
 
@@ -227,7 +228,8 @@ BenchWorkload build_workload(const BenchOptions& options) {
         options.order == BenchOrder::kRandom
             ? static_cast<int32_t>(order_rng.below(static_cast<uint64_t>(options.n_system_prompts)))
             : i % options.n_system_prompts;
-    SplitMix64 rng = make_stream(options.seed, kQuestionStream, static_cast<uint64_t>(i));
+    SplitMix64 rng =
+        make_stream(options.seed, kQuestionStream, static_cast<uint64_t>(options.first_question) + i);
     std::vector<int32_t> question =
         draw_ids(&rng, options.question_tokens, options.vocab_lo, options.vocab_hi);
     const std::vector<int32_t>& sys = system_ids[static_cast<size_t>(e.system_prompt)];
@@ -395,6 +397,7 @@ json bench_report_json(const BenchReport& report) {
                     {"requests", o.n_requests},
                     {"output_tokens", o.output_tokens},
                     {"seed", o.seed},
+                    {"first_question", o.first_question},
                     {"vocab_lo", o.vocab_lo},
                     {"vocab_hi", o.vocab_hi},
                     {"order", bench_order_name(o.order)},

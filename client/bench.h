@@ -28,6 +28,8 @@ struct BenchOptions {
   int32_t n_requests = 32;        // N, requests in total (warmup excluded)
   int32_t output_tokens = 16;     // O, max_tokens of every request
   uint64_t seed = 1;              // the whole workload is a function of the options
+  int32_t first_question = 0;     // request i asks question first_question + i (a later run on
+                                  // the same system prompts with questions not asked before)
   int32_t vocab_lo = 3;           // token ids are drawn uniformly from [vocab_lo, vocab_hi)
   int32_t vocab_hi = 1000;
   BenchOrder order = BenchOrder::kRoundRobin;
@@ -53,7 +55,7 @@ struct BenchWorkload {
 };
 
 // Deterministic in the options: system prompt k comes from an RNG stream seeded by (seed, k),
-// question i from one seeded by (seed, i), the random order from one seeded by seed; so N or C
+// question i from one seeded by (seed, first_question + i), the random order from one seeded by seed; so N or C
 // never change the system prompts. Options must be valid.
 BenchWorkload build_workload(const BenchOptions& options);
 

@@ -235,6 +235,9 @@ int run(int argc, char** argv) {
   bench_cmd->add_option("--output-tokens", bopt.output_tokens, "O output tokens (max_tokens)")
       ->capture_default_str();
   bench_cmd->add_option("--seed", bopt.seed, "workload seed")->capture_default_str();
+  bench_cmd->add_option("--first-question", bopt.first_question,
+                        "request i asks question first-question + i (new questions on the same system prompts)")
+      ->capture_default_str();
   bench_cmd->add_option("--vocab-lo", bopt.vocab_lo, "smallest token id drawn")
       ->capture_default_str();
   bench_cmd->add_option("--vocab-hi", bopt.vocab_hi, "token ids drawn below this")

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstring>
 #include <random>
+#include <thread>
 
 namespace prefixd {
 namespace {
@@ -274,42 +275,85 @@ void TierManager::run_offload(OffloadJob& job) {
 void TierManager::run_onboard(OnboardJob& job) {
   OnboardCompletion c;
   c.request_id = job.request_id;
-  c.n_requested = static_cast<int32_t>(job.query.hashes.size());
-  c.records.reserve(job.query.hashes.size());
-  for (size_t i = 0; i < job.query.hashes.size(); ++i) {
+  const size_t n = job.query.hashes.size();
+  c.n_requested = static_cast<int32_t>(n);
+  c.records.reserve(n);
+  // The leading blocks host RAM holds.
+  size_t i = 0;
+  for (; i < n; ++i) {
     const BlockKey key{job.query.namespace_seed, job.query.hashes[i]};
     const RecordExpectations e = expectations(job.query, i);
     const double t0 = now_s();
     RecordPtr rec = host_->lookup(key);
-    if (rec != nullptr) {
-      if (check_block_record(rec->data(), rec->size(), e, nullptr) == RecordCheck::kOk) {
-        c.records.push_back(rec);
-        ++c.n_from_host;
-        c.host_bytes += rec->size();
-        c.host_seconds += now_s() - t0;
-        continue;
-      }
+    if (rec == nullptr) break;
+    if (check_block_record(rec->data(), rec->size(), e, nullptr) != RecordCheck::kOk) {
       // A host record that fails: corrupted in memory or a hash collision. Drop it.
       host_->erase(key);
-    }
-    if (disk_ == nullptr) break;
-    const double t1 = now_s();
-    rec = disk_->get(key, &e);  // checks everything; deletes and counts failures
-    if (rec == nullptr) {
-      // The chain breaks here: this request recomputes every later block.
-      // Their disk copies go, so that write-through stores the recomputed
-      // ones (it skips keys the disk holds) and a replaced or damaged
-      // directory heals in one pass instead of one block per request.
-      for (size_t j = i + 1; j < job.query.hashes.size(); ++j) {
-        disk_->erase(BlockKey{job.query.namespace_seed, job.query.hashes[j]});
-      }
       break;
     }
-    c.disk_seconds += now_s() - t1;
     c.records.push_back(rec);
-    ++c.n_from_disk;
-    c.disk_bytes += rec->size();
-    host_->insert(key, rec);  // onboard to host too; may push host records to disk
+    ++c.n_from_host;
+    c.host_bytes += rec->size();
+    c.host_seconds += now_s() - t0;
+  }
+  // The rest from disk, read by up to kDiskReaders threads at once: one
+  // read at a time leaves a cold restart waiting on the device's latency
+  // (page cache dropped, Zen 3 VM disk: 46 MB in 162 ms at one read at a
+  // time); each get checks its record (MAC, header, tokens) as before.
+  if (disk_ != nullptr && i < n) {
+    const double t1 = now_s();
+    std::vector<RecordPtr> got(n - i);
+    std::vector<uint8_t> in_host(n - i, 0);  // a later block host RAM still holds
+    auto read = [&](size_t first, size_t step) {
+      for (size_t j = first; j < got.size(); j += step) {
+        const BlockKey key{job.query.namespace_seed, job.query.hashes[i + j]};
+        const RecordExpectations e = expectations(job.query, i + j);
+        if (j > 0) {
+          RecordPtr rec = host_->lookup(key);
+          if (rec != nullptr && check_block_record(rec->data(), rec->size(), e, nullptr) == RecordCheck::kOk) {
+            got[j] = std::move(rec);
+            in_host[j] = 1;
+            continue;
+          }
+        }
+        got[j] = disk_->get(key, &e);  // checks everything; deletes and counts failures
+      }
+    };
+    // The first block alone: a chain that is not there at all (another
+    // model, a damaged directory) costs one read, as before.
+    read(0, got.size());
+    if (got[0] != nullptr && got.size() > 1) {
+      constexpr size_t kDiskReaders = 4;
+      const size_t readers = got.size() - 1 >= 2 * kDiskReaders ? kDiskReaders : 1;
+      auto read_rest = [&](size_t r) {
+        for (size_t j = 1 + r; j < got.size(); j += readers) read(j, got.size());
+      };
+      std::vector<std::thread> helpers;
+      for (size_t r = 1; r < readers; ++r) helpers.emplace_back(read_rest, r);
+      read_rest(0);
+      for (std::thread& t : helpers) t.join();
+    }
+    c.disk_seconds += now_s() - t1;
+    for (size_t j = 0; j < got.size(); ++j, ++i) {
+      const BlockKey key{job.query.namespace_seed, job.query.hashes[i]};
+      if (got[j] == nullptr) {
+        // The chain breaks here: this request recomputes every later block.
+        // Their disk copies go, so that write-through stores the recomputed
+        // ones (it skips keys the disk holds) and a replaced or damaged
+        // directory heals in one pass instead of one block per request.
+        for (size_t k = i + 1; k < n; ++k) disk_->erase(BlockKey{job.query.namespace_seed, job.query.hashes[k]});
+        break;
+      }
+      c.records.push_back(got[j]);
+      if (in_host[j]) {
+        ++c.n_from_host;
+        c.host_bytes += got[j]->size();
+        continue;
+      }
+      ++c.n_from_disk;
+      c.disk_bytes += got[j]->size();
+      host_->insert(key, got[j]);  // onboard to host too; may push host records to disk
+    }
   }
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -2,7 +2,7 @@
 // GFLOP/s (and weight GB/s for n=1) in F32 and BF16, and paged attention time
 // for causal prefill and decode with an F16 KV cache.
 // Usage: bench_cpu_kernels [n_threads (default 2)] [--cpu-isa auto|avx512bf16|avx512|avx2|portable]
-//        [--types F32,BF16,Q8_0,Q4_K,... (default F32,BF16; K formats on llama-245m shapes)] [--no-attention]
+//        [--types F32,BF16,Q8_0,Q4_K,... (default F32,BF16; K formats on llama-245m shapes)] [--no-attention] [--no-matmul]
 //        (default $PREFIXD_CPU_ISA, else auto)
 #include <algorithm>
 #include <chrono>
@@ -205,6 +205,7 @@ int main(int argc, char** argv) {
         p = e + 1;
       }
     } else if (std::strcmp(argv[i], "--no-attention") == 0) attention = false;
+    else if (std::strcmp(argv[i], "--no-matmul") == 0) types.clear();
     else n_threads = std::atoi(argv[i]);
   }
   Result<cpu::CpuIsa> isa = cpu::choose_cpu_isa(isa_name);
@@ -224,7 +225,8 @@ int main(int argc, char** argv) {
     const char* name;
     int32_t pos0, n_q;
   };
-  for (Case c : {Case{"prefill", 0, 512}, Case{"prefill", 0, 2048}, Case{"decode", 512, 1},
+  for (Case c : {Case{"prefill", 0, 512}, Case{"prefill", 0, 2048}, Case{"suffix", 2000, 100},
+                 Case{"decode", 512, 1},
                  Case{"decode", 2047, 1}}) {
     for (DType dt : {DType::F16, DType::F32}) {
       double gf = 0;

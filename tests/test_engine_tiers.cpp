@@ -168,18 +168,20 @@ TEST_CASE("corrupt disk records are counted misses and the answer stays correct"
   CHECK(warm.usage.disk_tokens == 32);  // the walk stops at the corrupt block
   CHECK(warm.usage.prefill_tokens == n - 32);
   CHECK(warm.ids == cold.ids);
-  CHECK(tiers->stats().disk.corrupt_records == 1);
+  // The blocks after the first are read at once (several readers), so the
+  // truncated block 4 was read and counted as well.
+  const uint64_t n_corrupt = hashes.size() > 4 ? 2 : 1;
+  CHECK(tiers->stats().disk.corrupt_records == n_corrupt);
   // The walk stopped at block 2, so this request recomputed every later
-  // block: the tier dropped their disk copies (the truncated block 4 among
-  // them, never read, so not counted) and write-through stored the recomputed
-  // ones. The next engine restores the whole chain.
+  // block: the tier dropped their disk copies and write-through stored the
+  // recomputed ones. The next engine restores the whole chain.
   tiers->wait_idle();
   tiers->host().clear();
   EngineUnderTest e2(g.model_file, o, tiers.get());
   Collected again = e2.run(req);
   CHECK(again.usage.disk_tokens == std::min((n / 16) * 16, n - 1));
   CHECK(again.ids == cold.ids);
-  CHECK(tiers->stats().disk.corrupt_records == 1);
+  CHECK(tiers->stats().disk.corrupt_records == n_corrupt);
 }
 
 TEST_CASE("restore_mode never recomputes and says so; another fingerprint finds nothing") {

@@ -174,6 +174,18 @@ inline void run_task(const AttnArgs& a, const AttnTask& task, float* scratch) {
       load_row(g.dtype, k_base + off, kc + j * D, D);
       load_row(g.dtype, v_base + off, vc + j * D, D);
     }
+    // The next chunk's rows are fetched while this one computes: the blocks
+    // are scattered over the pool, so the hardware prefetcher cannot follow
+    // them, and each row would otherwise miss on its first touch.
+    const int32_t next_end = std::min(task.kv_len, key0 + 2 * kChunk);
+    for (int32_t p = key0 + kChunk; p < next_end; ++p) {
+      const int64_t slot = static_cast<int64_t>(table[p / bs]) * bs + p % bs;
+      const size_t off = (static_cast<size_t>(slot) * g.n_kv_heads + task.kv_head) * D * elem;
+      for (size_t b = 0; b < D * elem; b += 64) {
+        __builtin_prefetch(k_base + off + b);
+        __builtin_prefetch(v_base + off + b);
+      }
+    }
     if (n_keys < kChunk) {  // keys past the end: finite zeros, masked as future
       std::memset(kc + n_keys * D, 0, sizeof(float) * (kChunk - n_keys) * D);
       std::memset(vc + n_keys * D, 0, sizeof(float) * (kChunk - n_keys) * D);
