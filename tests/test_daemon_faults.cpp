@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "tests/daemon_process.h"
+#include "tests/daemon_start.h"
 #include "tests/golden.h"
 #include "tests/temp_dir.h"
 
@@ -25,15 +26,6 @@ using namespace prefixd::testing;
 using SteadyClock = std::chrono::steady_clock;
 
 namespace {
-
-std::unique_ptr<DaemonProcess> start_or_fail(const std::vector<std::string>& args) {
-  REQUIRE_MESSAGE(std::filesystem::exists(prefixd_binary()),
-                  "build the prefixd target first: " << prefixd_binary());
-  std::string error;
-  auto d = DaemonProcess::start(args, &error);
-  REQUIRE_MESSAGE(d != nullptr, error);
-  return d;
-}
 
 // stories260K with F32 KV (bit-stable outputs) and, with `dir`, a disk tier
 // there. Restores are forced: on so small a model recompute would often win.

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "tests/daemon_process.h"
+#include "tests/daemon_start.h"
 
 using nlohmann::json;
 using namespace prefixd::testing;
@@ -24,22 +25,6 @@ const char* kStoriesReference =
     "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. "
     "One day, she "
     "saw a big, red ball. She wanted to play with it, but it was too high.\nLily's mom said";
-
-std::unique_ptr<DaemonProcess> start_or_fail(const std::vector<std::string>& args) {
-  REQUIRE_MESSAGE(std::filesystem::exists(prefixd_binary()),
-                  "build the prefixd target first: " << prefixd_binary());
-  std::string error;
-  auto d = DaemonProcess::start(args, &error);
-  REQUIRE_MESSAGE(d != nullptr, error);
-  return d;
-}
-
-std::vector<std::string> stories_args(std::vector<std::string> extra = {}) {
-  std::vector<std::string> a = {"--model", stories_model_path(), "--threads",
-                                "1",       "--kv-dtype",         "f32"};
-  a.insert(a.end(), extra.begin(), extra.end());
-  return a;
-}
 
 std::vector<std::string> demo_args(std::vector<std::string> extra = {}) {
   std::vector<std::string> a = {"--model", "demo", "--threads", "1"};

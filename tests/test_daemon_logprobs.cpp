@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "tests/daemon_process.h"
+#include "tests/daemon_start.h"
 
 using nlohmann::json;
 using namespace prefixd::testing;
@@ -37,23 +38,10 @@ std::vector<GoldenSource> golden_sources() {
           {"models/quant/rand-q-q8-0.gguf", "models/quant/golden/rand-q-q8-0.json", 0.4}};
 }
 
-std::unique_ptr<DaemonProcess> start_or_fail(const std::vector<std::string>& args) {
-  REQUIRE_MESSAGE(std::filesystem::exists(prefixd_binary()),
-                  "build the prefixd target first: " << prefixd_binary());
-  std::string error;
-  auto d = DaemonProcess::start(args, &error);
-  REQUIRE_MESSAGE(d != nullptr, error);
-  return d;
-}
-
 std::vector<std::string> model_args(const std::string& model, std::vector<std::string> extra = {}) {
   std::vector<std::string> a = {"--model", model, "--threads", "1", "--kv-dtype", "f32"};
   a.insert(a.end(), extra.begin(), extra.end());
   return a;
-}
-
-std::vector<std::string> stories_args(std::vector<std::string> extra = {}) {
-  return model_args(stories_model_path(), std::move(extra));
 }
 
 // The reference log-probability of `id` at one golden position: from the full

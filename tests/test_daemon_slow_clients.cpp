@@ -20,6 +20,7 @@
 
 #include "daemon/connection_threads.h"
 #include "tests/daemon_process.h"
+#include "tests/daemon_start.h"
 
 using nlohmann::json;
 using namespace prefixd::testing;
@@ -29,22 +30,6 @@ namespace {
 
 constexpr size_t kIdle = 1000;
 constexpr size_t kDrip = 200;
-
-std::unique_ptr<DaemonProcess> start_or_fail(const std::vector<std::string>& args) {
-  REQUIRE_MESSAGE(std::filesystem::exists(prefixd_binary()),
-                  "build the prefixd target first: " << prefixd_binary());
-  std::string error;
-  auto d = DaemonProcess::start(args, &error);
-  REQUIRE_MESSAGE(d != nullptr, error);
-  return d;
-}
-
-std::vector<std::string> stories_args(std::vector<std::string> extra = {}) {
-  std::vector<std::string> a = {"--model", stories_model_path(), "--threads",
-                                "1",       "--kv-dtype",         "f32"};
-  a.insert(a.end(), extra.begin(), extra.end());
-  return a;
-}
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();

@@ -16,6 +16,7 @@
 #include "daemon/api_keys.h"
 #include "daemon/tenant_limits.h"
 #include "tests/daemon_process.h"
+#include "tests/daemon_start.h"
 #include "tests/temp_dir.h"
 
 using nlohmann::json;
@@ -23,22 +24,6 @@ using namespace prefixd;
 using namespace prefixd::testing;
 
 namespace {
-
-std::unique_ptr<DaemonProcess> start_or_fail(const std::vector<std::string>& args) {
-  REQUIRE_MESSAGE(std::filesystem::exists(prefixd_binary()),
-                  "build the prefixd target first: " << prefixd_binary());
-  std::string error;
-  auto d = DaemonProcess::start(args, &error);
-  REQUIRE_MESSAGE(d != nullptr, error);
-  return d;
-}
-
-std::vector<std::string> stories_args(std::vector<std::string> extra = {}) {
-  std::vector<std::string> a = {"--model", stories_model_path(), "--threads",
-                                "1",       "--kv-dtype",         "f32"};
-  a.insert(a.end(), extra.begin(), extra.end());
-  return a;
-}
 
 void write_file(const std::string& path, const std::string& text, mode_t mode) {
   std::ofstream(path) << text;

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "tests/daemon_process.h"
+#include "tests/daemon_start.h"
 #include "tests/golden.h"
 #include "tests/temp_dir.h"
 
@@ -19,15 +20,6 @@ using nlohmann::json;
 using namespace prefixd::testing;
 
 namespace {
-
-std::unique_ptr<DaemonProcess> start_or_fail(const std::vector<std::string>& args) {
-  REQUIRE_MESSAGE(std::filesystem::exists(prefixd_binary()),
-                  "build the prefixd target first: " << prefixd_binary());
-  std::string error;
-  auto d = DaemonProcess::start(args, &error);
-  REQUIRE_MESSAGE(d != nullptr, error);
-  return d;
-}
 
 // stories260K with F32 KV (bit-stable outputs) and a disk tier in `dir`.
 // Restores are forced: on so small a model recompute would often win.

@@ -16,6 +16,7 @@
 #include "storage/block_record.h"
 #include "storage/record_mac.h"
 #include "tests/daemon_process.h"
+#include "tests/daemon_start.h"
 #include "tests/temp_dir.h"
 
 using namespace prefixd;
@@ -23,15 +24,6 @@ using namespace prefixd::testing;
 using json = nlohmann::json;
 
 namespace {
-
-std::unique_ptr<DaemonProcess> start_or_fail(const std::vector<std::string>& args) {
-  REQUIRE_MESSAGE(std::filesystem::exists(prefixd_binary()),
-                  "build the prefixd target first: " << prefixd_binary());
-  std::string error;
-  auto d = DaemonProcess::start(args, &error);
-  REQUIRE_MESSAGE(d != nullptr, error);
-  return d;
-}
 
 // stories260K, F32 KV, a disk tier in `dir`, restores forced (the model is so
 // small that the policy would often recompute instead).

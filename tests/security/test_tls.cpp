@@ -17,6 +17,7 @@
 
 #include "client/client.h"
 #include "tests/daemon_process.h"
+#include "tests/daemon_start.h"
 #include "tests/temp_dir.h"
 
 using namespace prefixd::testing;
@@ -81,22 +82,6 @@ Shared& shared() {
     g_shared = std::move(s);
   }
   return *g_shared;
-}
-
-std::vector<std::string> stories_args(std::vector<std::string> extra = {}) {
-  std::vector<std::string> a = {"--model", stories_model_path(), "--threads", "1", "--kv-dtype",
-                                "f32"};
-  a.insert(a.end(), extra.begin(), extra.end());
-  return a;
-}
-
-std::unique_ptr<DaemonProcess> start_or_fail(const std::vector<std::string>& args) {
-  REQUIRE_MESSAGE(std::filesystem::exists(prefixd_binary()),
-                  "build the prefixd target first: " << prefixd_binary());
-  std::string error;
-  auto d = DaemonProcess::start(args, &error);
-  REQUIRE_MESSAGE(d != nullptr, error);
-  return d;
 }
 
 DaemonProcess& https_daemon() {

@@ -1,0 +1,33 @@
+// Starting the real daemon from a doctest test: start_or_fail() fails the test
+// with the daemon's own message when it does not come up, and stories_args()
+// is the usual stories260K command line (1 thread, F32 KV: bit-stable outputs).
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tests/daemon_process.h"
+
+namespace prefixd::testing {
+
+inline std::unique_ptr<DaemonProcess> start_or_fail(const std::vector<std::string>& args) {
+  REQUIRE_MESSAGE(std::filesystem::exists(prefixd_binary()),
+                  "build the prefixd target first: " << prefixd_binary());
+  std::string error;
+  auto d = DaemonProcess::start(args, &error);
+  REQUIRE_MESSAGE(d != nullptr, error);
+  return d;
+}
+
+inline std::vector<std::string> stories_args(std::vector<std::string> extra = {}) {
+  std::vector<std::string> a = {"--model", stories_model_path(), "--threads",
+                                "1",       "--kv-dtype",         "f32"};
+  a.insert(a.end(), extra.begin(), extra.end());
+  return a;
+}
+
+}  // namespace prefixd::testing
