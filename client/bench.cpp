@@ -140,6 +140,7 @@ BenchRecord run_one(Client& client, const BenchPlanEntry& entry, int32_t index,
       rec.device_tokens = p.device_tokens;
       rec.host_tokens = p.host_tokens;
       rec.disk_tokens = p.disk_tokens;
+      rec.remote_tokens = p.remote_tokens;
       rec.prefill_tokens = p.prefill_tokens;
       rec.restore_path = p.restore_path;
       rec.server_ttft_ms = p.ttft_ms;
@@ -293,6 +294,7 @@ BenchSummary summarize_records(const std::vector<BenchRecord>& records, double w
     s.device_tokens += r.device_tokens;
     s.host_tokens += r.host_tokens;
     s.disk_tokens += r.disk_tokens;
+    s.remote_tokens += r.remote_tokens;
     if (r.cache_hit()) {
       ++s.n_hits;
     } else {
@@ -317,6 +319,7 @@ BenchSummary summarize_records(const std::vector<BenchRecord>& records, double w
     s.device_hit_ratio = static_cast<double>(s.device_tokens) / p;
     s.host_hit_ratio = static_cast<double>(s.host_tokens) / p;
     s.disk_hit_ratio = static_cast<double>(s.disk_tokens) / p;
+    s.remote_hit_ratio = static_cast<double>(s.remote_tokens) / p;
   }
   s.ttft_ms = summarize(std::move(ttft));
   s.ttft_hit_ms = summarize(std::move(ttft_hit));
@@ -430,11 +433,13 @@ json bench_report_json(const BenchReport& report) {
                     {"device_tokens", s.device_tokens},
                     {"host_tokens", s.host_tokens},
                     {"disk_tokens", s.disk_tokens},
+                    {"remote_tokens", s.remote_tokens},
                     {"hit_ratio",
                      {{"total", s.hit_ratio},
                       {"device", s.device_hit_ratio},
                       {"host", s.host_hit_ratio},
-                      {"disk", s.disk_hit_ratio}}},
+                      {"disk", s.disk_hit_ratio},
+                      {"remote", s.remote_hit_ratio}}},
                     {"hits", s.n_hits},
                     {"misses", s.n_misses},
                     {"ttft_ms", distribution_json(s.ttft_ms)},
@@ -465,6 +470,7 @@ json bench_report_json(const BenchReport& report) {
                         {"device_tokens", r.device_tokens},
                         {"host_tokens", r.host_tokens},
                         {"disk_tokens", r.disk_tokens},
+                        {"remote_tokens", r.remote_tokens},
                         {"prefill_tokens", r.prefill_tokens},
                         {"restore_path", r.restore_path},
                         {"finish_reason", r.finish_reason},
@@ -512,10 +518,11 @@ std::string format_bench_summary(const BenchReport& report) {
       s.requests_per_s, s.output_tokens_per_s, static_cast<long long>(s.completion_tokens));
   out += buf;
   std::snprintf(buf, sizeof(buf),
-                "cache       hit ratio %s (device %s, host %s, disk %s) of %lld prompt tokens; "
-                "%lld hits, %lld misses\n",
+                "cache       hit ratio %s (device %s, host %s, disk %s, remote %s) of %lld prompt "
+                "tokens; %lld hits, %lld misses\n",
                 pct(s.hit_ratio).c_str(), pct(s.device_hit_ratio).c_str(),
                 pct(s.host_hit_ratio).c_str(), pct(s.disk_hit_ratio).c_str(),
+                pct(s.remote_hit_ratio).c_str(),
                 static_cast<long long>(s.prompt_tokens), static_cast<long long>(s.n_hits),
                 static_cast<long long>(s.n_misses));
   out += buf;

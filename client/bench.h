@@ -83,6 +83,7 @@ struct BenchRecord {
   int64_t device_tokens = 0;
   int64_t host_tokens = 0;
   int64_t disk_tokens = 0;
+  int64_t remote_tokens = 0;
   int64_t prefill_tokens = 0;
   std::string restore_path;
   std::string finish_reason;
@@ -111,9 +112,9 @@ struct BenchSummary {
   double requests_per_s = 0;       // n_ok / wall_s
   double output_tokens_per_s = 0;  // completion_tokens / wall_s
   int64_t prompt_tokens = 0, completion_tokens = 0;
-  int64_t cached_tokens = 0, device_tokens = 0, host_tokens = 0, disk_tokens = 0;
+  int64_t cached_tokens = 0, device_tokens = 0, host_tokens = 0, disk_tokens = 0, remote_tokens = 0;
   double hit_ratio = 0;  // cached_tokens / prompt_tokens (0 when no prompt tokens)
-  double device_hit_ratio = 0, host_hit_ratio = 0, disk_hit_ratio = 0;
+  double device_hit_ratio = 0, host_hit_ratio = 0, disk_hit_ratio = 0, remote_hit_ratio = 0;
   int64_t n_hits = 0, n_misses = 0;  // ok requests with cached_tokens > 0 / == 0
   Distribution ttft_ms, ttft_hit_ms, ttft_miss_ms;
   Distribution server_ttft_ms;
@@ -163,8 +164,9 @@ Result<BenchReport> run_bench(const ClientOptions& client_options, const BenchOp
 //   "summary": {"requests": int, "ok": int, "failed": int, "retries": int,
 //               "wall_s": float, "requests_per_s": float, "output_tokens_per_s": float,
 //               "prompt_tokens": int, "completion_tokens": int, "cached_tokens": int,
-//               "device_tokens": int, "host_tokens": int, "disk_tokens": int,
-//               "hit_ratio": {"total": float, "device": float, "host": float, "disk": float},
+//               "device_tokens": int, "host_tokens": int, "disk_tokens": int, "remote_tokens": int,
+//               "hit_ratio": {"total": float, "device": float, "host": float, "disk": float,
+//                             "remote": float},
 //               "hits": int, "misses": int,
 //               "ttft_ms": D, "ttft_hit_ms": D, "ttft_miss_ms": D, "server_ttft_ms": D,
 //               "ttft_overhead_ms": D, "itl_ms": D, "latency_ms": D,
@@ -174,7 +176,7 @@ Result<BenchReport> run_bench(const ClientOptions& client_options, const BenchOp
 //                 "start_ms": float, "ttft_ms": float|null, "latency_ms": float|null,
 //                 "itl_ms": [float], "content_chunks": int,
 //                 "prompt_tokens": int, "completion_tokens": int, "cached_tokens": int,
-//                 "device_tokens": int, "host_tokens": int, "disk_tokens": int,
+//                 "device_tokens": int, "host_tokens": int, "disk_tokens": int, "remote_tokens": int,
 //                 "prefill_tokens": int, "restore_path": str, "finish_reason": str,
 //                 "cache_hit": bool, "server_ttft_ms": float|null,
 //                 "server_queue_ms": float|null, "server_restore_ms": float|null,

@@ -4,8 +4,10 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
@@ -113,6 +115,7 @@ PrefixCacheInfo prefix_cache_from(const json& p) {
   info.device_tokens = int_field(p, "device_tokens", 0);
   info.host_tokens = int_field(p, "host_tokens", 0);
   info.disk_tokens = int_field(p, "disk_tokens", 0);
+  info.remote_tokens = int_field(p, "remote_tokens", 0);
   info.prefill_tokens = int_field(p, "prefill_tokens", 0);
   info.restore_path = string_field(p, "restore_path");
   info.queue_ms = double_field(p, "queue_ms", 0);
@@ -185,6 +188,23 @@ std::string certificate_problem(long verify_result, const std::string& host) {
     default: return "certificate verify error " + std::to_string(verify_result);
   }
 }
+
+// FNV-1a, 64 bits: the prefix key needs a stable, well-spread value, not a secret one.
+class Fnv1a64 {
+ public:
+  void add(const void* bytes, size_t n) {
+    const auto* p = static_cast<const unsigned char*>(bytes);
+    for (size_t i = 0; i < n; ++i) h_ = (h_ ^ p[i]) * 0x100000001b3ULL;
+  }
+  std::string hex() const {
+    char buf[17];
+    std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h_));
+    return buf;
+  }
+
+ private:
+  uint64_t h_ = 0xcbf29ce484222325ULL;
+};
 
 // Answers above this (error bodies, or a stream request answered with plain JSON) abort the call.
 constexpr size_t kMaxPlainBodyBytes = size_t{64} << 20;
@@ -342,6 +362,36 @@ CacheQuery CacheQuery::of_messages(std::vector<ChatMessage> messages) {
   return q;
 }
 
+std::string prefix_key(const Prompt& prompt) {
+  Fnv1a64 h;
+  if (const auto* text = std::get_if<std::string>(&prompt)) {
+    h.add("text", 5);
+    h.add(text->data(), std::min(text->size(), kPrefixKeyTextBytes));
+  } else {
+    const auto& ids = std::get<std::vector<int32_t>>(prompt);
+    h.add("ids", 4);
+    for (size_t i = 0; i < std::min(ids.size(), kPrefixKeyIds); ++i) {
+      const uint32_t v = static_cast<uint32_t>(ids[i]);
+      const unsigned char le[4] = {  // little-endian whatever the host
+          static_cast<unsigned char>(v), static_cast<unsigned char>(v >> 8),
+          static_cast<unsigned char>(v >> 16), static_cast<unsigned char>(v >> 24)};
+      h.add(le, 4);
+    }
+  }
+  return h.hex();
+}
+
+std::string prefix_key(const std::vector<ChatMessage>& messages) {
+  Fnv1a64 h;
+  h.add("chat", 5);
+  if (!messages.empty()) {
+    const ChatMessage& first = messages.front();
+    h.add(first.role.c_str(), first.role.size() + 1);  // with its '\0': role and content apart
+    h.add(first.content.data(), std::min(first.content.size(), kPrefixKeyTextBytes));
+  }
+  return h.hex();
+}
+
 json completion_body(const CompletionRequest& request, bool stream) {
   json body = json::object();
   body["prompt"] = prompt_json(request.prompt);
@@ -418,6 +468,8 @@ Result<CacheStats> parse_cache_stats(const json& stats) {
     s.device = tier_from(object_field(tiers, "device"));
     s.host = tier_from(object_field(tiers, "host"));
     s.disk = tier_from(object_field(tiers, "disk"));
+    s.has_remote = tiers.contains("remote");
+    if (s.has_remote) s.remote = tier_from(object_field(tiers, "remote"));
     s.raw = stats;
     return s;
   });
@@ -508,10 +560,12 @@ Status Client::fail_transport(const std::string& method, const std::string& path
 }
 
 Result<std::string> Client::request_text(const std::string& method, const std::string& path,
-                                         const std::string& body, const std::string& content_type) {
+                                         const std::string& body, const std::string& content_type,
+                                         const std::string& prefix_key) {
   httplib::Request req;
   req.method = method;
   req.path = path;
+  if (!prefix_key.empty()) req.set_header(kPrefixKeyHeader, prefix_key);
   if (!body.empty() || method == "POST") {
     req.body = body;
     req.set_header("Content-Type", content_type);
@@ -524,6 +578,21 @@ Result<std::string> Client::request_text(const std::string& method, const std::s
   }
   last_error_ = ApiError{};
   return std::move(res.body);
+}
+
+Result<json> Client::post_cache_query(const std::string& path, const CacheQuery& query) {
+  std::string key;
+  if (options_.prefix_key_header) {
+    key = query.prompt ? prefix_key(*query.prompt) : prefix_key(query.messages);
+  }
+  Result<std::string> text =
+      request_text("POST", path, cache_query_body(query).dump(), "application/json", key);
+  if (!text.ok()) return text.status();
+  json parsed = json::parse(text.value(), nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded()) {
+    return fail_other("POST " + path + ": response is not JSON: " + text.value().substr(0, 200));
+  }
+  return parsed;
 }
 
 Result<json> Client::request_json(const std::string& method, const std::string& path,
@@ -539,37 +608,45 @@ Result<json> Client::request_json(const std::string& method, const std::string& 
   return parsed;
 }
 
-Result<Completion> Client::complete(const CompletionRequest& request) {
+Result<Completion> Client::post_completion(const std::string& path, const json& body,
+                                           const std::string& prefix_key) {
   auto t0 = std::chrono::steady_clock::now();
-  Result<json> r = request_json("POST", "/v1/completions", completion_body(request, false));
-  if (!r.ok()) return r.status();
-  Result<Completion> c = parse_completion(r.value());
+  Result<std::string> text =
+      request_text("POST", path, body.dump(), "application/json", prefix_key);
+  if (!text.ok()) return text.status();
+  json parsed = json::parse(text.value(), nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded()) {
+    return fail_other("POST " + path + ": response is not JSON: " + text.value().substr(0, 200));
+  }
+  Result<Completion> c = parse_completion(parsed);
   if (!c.ok()) return fail_other(c.message());
   c->total_ms = ms_since(t0);
   return c;
 }
 
+Result<Completion> Client::complete(const CompletionRequest& request) {
+  return post_completion("/v1/completions", completion_body(request, false),
+                         options_.prefix_key_header ? prefix_key(request.prompt) : "");
+}
+
 Result<Completion> Client::chat(const ChatRequest& request) {
-  auto t0 = std::chrono::steady_clock::now();
-  Result<json> r = request_json("POST", "/v1/chat/completions", chat_body(request, false));
-  if (!r.ok()) return r.status();
-  Result<Completion> c = parse_completion(r.value());
-  if (!c.ok()) return fail_other(c.message());
-  c->total_ms = ms_since(t0);
-  return c;
+  return post_completion("/v1/chat/completions", chat_body(request, false),
+                         options_.prefix_key_header ? prefix_key(request.messages) : "");
 }
 
 Result<Completion> Client::complete_stream(const CompletionRequest& request,
                                            const TokenCallback& on_delta) {
-  return stream("/v1/completions", completion_body(request, true), on_delta);
+  return stream("/v1/completions", completion_body(request, true),
+                options_.prefix_key_header ? prefix_key(request.prompt) : "", on_delta);
 }
 
 Result<Completion> Client::chat_stream(const ChatRequest& request, const TokenCallback& on_delta) {
-  return stream("/v1/chat/completions", chat_body(request, true), on_delta);
+  return stream("/v1/chat/completions", chat_body(request, true),
+                options_.prefix_key_header ? prefix_key(request.messages) : "", on_delta);
 }
 
 Result<Completion> Client::stream(const std::string& path, const json& body,
-                                  const TokenCallback& on_delta) {
+                                  const std::string& prefix_key, const TokenCallback& on_delta) {
   auto t0 = std::chrono::steady_clock::now();
   Completion out;
   out.raw = nullptr;
@@ -649,6 +726,7 @@ Result<Completion> Client::stream(const std::string& path, const json& body,
   req.body = body.dump();
   req.set_header("Content-Type", "application/json");
   req.set_header("Accept", "text/event-stream");
+  if (!prefix_key.empty()) req.set_header(kPrefixKeyHeader, prefix_key);
   req.response_handler = [&](const httplib::Response& res) {
     http_status = res.status;
     is_sse = res.get_header_value("Content-Type").rfind("text/event-stream", 0) == 0;
@@ -714,7 +792,7 @@ Result<CacheStats> Client::stats() {
 }
 
 Result<LookupResult> Client::lookup(const CacheQuery& query) {
-  Result<json> r = request_json("POST", "/v1/cache/lookup", cache_query_body(query));
+  Result<json> r = post_cache_query("/v1/cache/lookup", query);
   if (!r.ok()) return r.status();
   const json& j = r.value();
   Result<LookupResult> out = guarded<LookupResult>("lookup answer", [&]() -> Result<LookupResult> {
@@ -731,7 +809,7 @@ Result<LookupResult> Client::lookup(const CacheQuery& query) {
 }
 
 Result<PrefetchResult> Client::prefetch(const CacheQuery& query) {
-  Result<json> r = request_json("POST", "/v1/cache/prefetch", cache_query_body(query));
+  Result<json> r = post_cache_query("/v1/cache/prefetch", query);
   if (!r.ok()) return r.status();
   const json& j = r.value();
   Result<PrefetchResult> out =
@@ -757,7 +835,7 @@ static Result<PinResult> parse_pin(const json& j) {
 }
 
 Result<PinResult> Client::pin(const CacheQuery& query) {
-  Result<json> r = request_json("POST", "/v1/cache/pin", cache_query_body(query));
+  Result<json> r = post_cache_query("/v1/cache/pin", query);
   if (!r.ok()) return r.status();
   Result<PinResult> p = parse_pin(r.value());
   if (!p.ok()) return fail_other(p.message());
@@ -765,7 +843,7 @@ Result<PinResult> Client::pin(const CacheQuery& query) {
 }
 
 Result<PinResult> Client::unpin(const CacheQuery& query) {
-  Result<json> r = request_json("POST", "/v1/cache/unpin", cache_query_body(query));
+  Result<json> r = post_cache_query("/v1/cache/unpin", query);
   if (!r.ok()) return r.status();
   Result<PinResult> p = parse_pin(r.value());
   if (!p.ok()) return fail_other(p.message());

@@ -5,6 +5,7 @@
 // ApiError, ModelInfo, ...) and the test programs link both.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -39,6 +40,11 @@ struct ClientOptions {
   double write_timeout_s = 60.0;
   bool keep_alive = true;  // reuse one TCP connection across calls
   bool tcp_nodelay = true;  // no Nagle: request writes never wait for a delayed ACK
+  // Completions, chat and the cache queries (lookup, prefetch, pin, unpin) send
+  // "X-Prefix-Key: prefix_key(...)", so a load balancer in front of
+  // several replicas (ops/haproxy/haproxy.cfg) sends requests sharing a prompt's leading part to
+  // the same replica. The key is a hash: the prompt itself is never sent in a header.
+  bool prefix_key_header = true;
 
   // Sets host, port and tls from a base URL: "http://HOST[:PORT]" or "https://HOST[:PORT]"
   // (default ports 80 and 443; HOST may be a bracketed IPv6 address; a trailing "/" is allowed,
@@ -108,6 +114,7 @@ struct PrefixCacheInfo {
   int64_t device_tokens = 0;
   int64_t host_tokens = 0;
   int64_t disk_tokens = 0;
+  int64_t remote_tokens = 0;  // from the remote tier (a memcached pool shared by replicas)
   int64_t prefill_tokens = 0;
   std::string restore_path;  // "none" | "restore" | "recompute"
   double queue_ms = 0;
@@ -174,6 +181,8 @@ struct CacheStats {
   int64_t tokens_saved = 0;
   int64_t prompt_tokens = 0;
   TierStats device, host, disk;
+  bool has_remote = false;  // the daemon has a remote tier (tiers.remote)
+  TierStats remote;
   nlohmann::json raw;
 };
 
@@ -283,10 +292,17 @@ class Client {
                                       const nlohmann::json& body);
 
  private:
+  // prefix_key: sent as kPrefixKeyHeader when not empty.
   Result<std::string> request_text(const std::string& method, const std::string& path,
-                                   const std::string& body, const std::string& content_type);
+                                   const std::string& body, const std::string& content_type,
+                                   const std::string& prefix_key = "");
+  // The cache endpoints' POSTs, with the query's prefix key (so a prefetch or pin through a
+  // load balancer reaches the replica that will serve the prompt).
+  Result<nlohmann::json> post_cache_query(const std::string& path, const CacheQuery& query);
+  Result<Completion> post_completion(const std::string& path, const nlohmann::json& body,
+                                     const std::string& prefix_key);
   Result<Completion> stream(const std::string& path, const nlohmann::json& body,
-                            const TokenCallback& on_delta);
+                            const std::string& prefix_key, const TokenCallback& on_delta);
   Status fail_http(int32_t http_status, const std::string& body, double retry_after_s);
   Status fail_other(std::string message);
   // "METHOD PATH to URL failed: <transport error>", with the certificate problem for TLS.
@@ -296,6 +312,17 @@ class Client {
   std::unique_ptr<httplib::Client> http_;
   ApiError last_error_;
 };
+
+// The prefix-affinity header and its value: 16 lowercase hex digits of a 64-bit FNV-1a hash of
+// the prompt's leading part: the first kPrefixKeyTextBytes bytes of a text prompt, the first
+// kPrefixKeyIds token ids, or the first chat message (role and up to kPrefixKeyTextBytes bytes
+// of content: the system prompt). Prompts that share that part share the key; text, ids and
+// chat never collide by construction (each hashes a different tag first).
+inline constexpr const char* kPrefixKeyHeader = "X-Prefix-Key";
+inline constexpr size_t kPrefixKeyTextBytes = 1024;
+inline constexpr size_t kPrefixKeyIds = 256;
+std::string prefix_key(const Prompt& prompt);
+std::string prefix_key(const std::vector<ChatMessage>& messages);
 
 // Request bodies as sent on the wire (exposed for tests).
 nlohmann::json completion_body(const CompletionRequest& request, bool stream);

@@ -113,9 +113,10 @@ void print_completion_footer(const Completion& c) {
   }
   if (c.prefix_cache) {
     const PrefixCacheInfo& p = *c.prefix_cache;
-    std::fprintf(stderr, " device=%lld host=%lld disk=%lld prefill=%lld restore=%s ttft_ms=%.2f",
+    std::fprintf(stderr, " device=%lld host=%lld disk=%lld remote=%lld prefill=%lld restore=%s ttft_ms=%.2f",
                  static_cast<long long>(p.device_tokens), static_cast<long long>(p.host_tokens),
-                 static_cast<long long>(p.disk_tokens), static_cast<long long>(p.prefill_tokens),
+                 static_cast<long long>(p.disk_tokens), static_cast<long long>(p.remote_tokens),
+                 static_cast<long long>(p.prefill_tokens),
                  p.restore_path.c_str(), p.ttft_ms);
   }
   std::fprintf(stderr, " total_ms=%.2f]\n", c.total_ms);
@@ -174,6 +175,10 @@ int run(int argc, char** argv) {
                "https: do not verify the daemon's certificate (the connection can then be read "
                "and changed by anyone on the path, the API key included)");
   app.add_option("--api-key", copt.api_key, "bearer token")->envname("PREFIXD_API_KEY");
+  bool no_prefix_key = false;
+  app.add_flag("--no-prefix-key", no_prefix_key,
+               "do not send X-Prefix-Key (a hash of the prompt's leading part, which a load "
+               "balancer in front of several replicas routes on; ops/haproxy/haproxy.cfg)");
   app.add_option("--timeout", timeout_s, "read timeout, seconds")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
@@ -262,6 +267,7 @@ int run(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   copt.read_timeout_s = timeout_s;
+  copt.prefix_key_header = !no_prefix_key;
   if (!url.empty()) {
     if (Status st = copt.set_url(url); !st.ok()) {
       std::fprintf(stderr, "prefixctl: %s\n", st.message().c_str());
@@ -302,6 +308,7 @@ int run(int argc, char** argv) {
     print_tier("device", s->device);
     print_tier("host", s->host);
     print_tier("disk", s->disk);
+    if (s->has_remote) print_tier("remote", s->remote);
     return 0;
   }
   auto query_of = [](const PromptArgs& a) -> Result<CacheQuery> {

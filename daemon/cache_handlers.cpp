@@ -116,7 +116,8 @@ json cache_stats_json(const StatsSnapshot& s, int32_t block_size) {
   out["prompt_tokens"] = s.prompt_tokens;
   out["cached_tokens"] = {{"device", s.device.cached_tokens},
                           {"host", s.host.cached_tokens},
-                          {"disk", s.disk.cached_tokens}};
+                          {"disk", s.disk.cached_tokens},
+                          {"remote", s.remote.cached_tokens}};
   out["prefill_tokens"] = s.prefill_tokens;
   out["generated_tokens"] = s.generated_tokens;
   out["requests_running"] = s.running;
@@ -126,6 +127,20 @@ json cache_stats_json(const StatsSnapshot& s, int32_t block_size) {
   disk["io_errors"] = s.disk_io_errors;
   disk["writes_stopped"] = s.disk_writes_stopped;
   out["tiers"] = {{"device", device}, {"host", tier_json(s.host)}, {"disk", disk}};
+  if (s.has_remote_tier) {
+    const RemoteFigures& r = s.remote_io;
+    json remote = tier_json(s.remote);
+    remote["servers"] = r.servers;
+    remote["read_bytes"] = r.read_bytes;
+    remote["written_bytes"] = r.written_bytes;
+    remote["writes_dropped"] = r.writes_dropped;
+    remote["errors"] = r.errors;
+    remote["timeouts"] = r.timeouts;
+    remote["corrupt_records"] = r.corrupt_records;
+    remote["unauthenticated_records"] = r.unauthenticated_records;
+    remote["pending_write_bytes"] = r.pending_write_bytes;
+    out["tiers"]["remote"] = remote;
+  }
   return out;
 }
 

@@ -198,6 +198,7 @@ json prefix_cache_json(const Usage& u) {
   j["device_tokens"] = u.device_tokens;
   j["host_tokens"] = u.host_tokens;
   j["disk_tokens"] = u.disk_tokens;
+  j["remote_tokens"] = u.remote_tokens;
   j["prefill_tokens"] = u.prefill_tokens;
   j["restore_path"] = u.restore_path;
   j["queue_ms"] = u.queue_ms;

@@ -31,12 +31,13 @@ json counters_json(const StatsSnapshot& c) {
       {"cached_tokens",
        {{"device", c.device.cached_tokens},
         {"host", c.host.cached_tokens},
-        {"disk", c.disk.cached_tokens}}},
+        {"disk", c.disk.cached_tokens},
+        {"remote", c.remote.cached_tokens}}},
       {"prefill_tokens", c.prefill_tokens},
       {"generated_tokens", c.generated_tokens},
       {"evictions",
        {{"device", c.device.evictions}, {"host", c.host.evictions}, {"disk", c.disk.evictions}}},
-      {"onboard_blocks", c.host.onboard_blocks + c.disk.onboard_blocks},
+      {"onboard_blocks", c.host.onboard_blocks + c.disk.onboard_blocks + c.remote.onboard_blocks},
       {"onboard_bytes", c.onboard_bytes},
       {"offload_blocks", c.host.offload_blocks + c.disk.offload_blocks},
       {"offload_bytes", c.host.offload_bytes + c.disk.offload_bytes}};
@@ -65,7 +66,8 @@ json history_sample_json(const HistorySample& s) {
   j["prompt_tokens"] = d.prompt_tokens;
   j["cached_tokens"] = {{"device", d.device.cached_tokens},
                         {"host", d.host.cached_tokens},
-                        {"disk", d.disk.cached_tokens}};
+                        {"disk", d.disk.cached_tokens},
+                        {"remote", d.remote.cached_tokens}};
   j["prefill_tokens"] = d.prefill_tokens;
   j["generated_tokens"] = d.generated_tokens;
   if (d.prompt_tokens > 0) {
@@ -74,6 +76,7 @@ json history_sample_json(const HistorySample& s) {
         {"device", static_cast<double>(d.device.cached_tokens) / p},
         {"host", static_cast<double>(d.host.cached_tokens) / p},
         {"disk", static_cast<double>(d.disk.cached_tokens) / p},
+        {"remote", static_cast<double>(d.remote.cached_tokens) / p},
         {"miss",
          static_cast<double>(std::max<int64_t>(0, d.prompt_tokens - d.cached_tokens())) / p}};
   } else {
@@ -92,7 +95,7 @@ json history_sample_json(const HistorySample& s) {
       {"disk", {{"used_bytes", d.disk.used_bytes}, {"capacity_bytes", d.disk.capacity_bytes}}}};
   j["evictions"] = {
       {"device", d.device.evictions}, {"host", d.host.evictions}, {"disk", d.disk.evictions}};
-  j["onboard_blocks"] = d.host.onboard_blocks + d.disk.onboard_blocks;
+  j["onboard_blocks"] = d.host.onboard_blocks + d.disk.onboard_blocks + d.remote.onboard_blocks;
   j["onboard_bytes"] = d.onboard_bytes;
   j["offload_blocks"] = d.host.offload_blocks + d.disk.offload_blocks;
   j["offload_bytes"] = d.host.offload_bytes + d.disk.offload_bytes;
@@ -148,6 +151,7 @@ void Dashboard::record_request(std::span<const int32_t> prompt, const std::strin
   use.device_tokens = usage.device_tokens;
   use.host_tokens = usage.host_tokens;
   use.disk_tokens = usage.disk_tokens;
+  use.remote_tokens = usage.remote_tokens;
   prefixes_.record(prompt, cache_salt, use, now_ms);
   history_.observe_request(now_ms, usage.ttft_ms, usage.cached_tokens > 0);
 }

@@ -211,6 +211,8 @@ std::string Metrics::render(const StatsSnapshot& s, const BuildInfo& build) cons
   sample(&out, "prefixd_cached_tokens_total", "tier=\"device\"", s.device.cached_tokens);
   sample(&out, "prefixd_cached_tokens_total", "tier=\"host\"", s.host.cached_tokens);
   sample(&out, "prefixd_cached_tokens_total", "tier=\"disk\"", s.disk.cached_tokens);
+  if (s.has_remote_tier)
+    sample(&out, "prefixd_cached_tokens_total", "tier=\"remote\"", s.remote.cached_tokens);
   header(&out, "prefixd_prefill_tokens_total", "counter", "Prompt tokens computed by prefill.");
   sample(&out, "prefixd_prefill_tokens_total", "", s.prefill_tokens);
   header(&out, "prefixd_generated_tokens_total", "counter", "Tokens generated.");
@@ -225,11 +227,15 @@ std::string Metrics::render(const StatsSnapshot& s, const BuildInfo& build) cons
     sample(&out, "prefixd_offload_blocks_total", "tier=\"host\"", s.host.offload_blocks);
     if (s.has_disk_tier)
       sample(&out, "prefixd_offload_blocks_total", "tier=\"disk\"", s.disk.offload_blocks);
+    if (s.has_remote_tier)
+      sample(&out, "prefixd_offload_blocks_total", "tier=\"remote\"", s.remote.offload_blocks);
     header(&out, "prefixd_onboard_blocks_total", "counter",
            "Blocks restored from a tier into the device pool.");
     sample(&out, "prefixd_onboard_blocks_total", "tier=\"host\"", s.host.onboard_blocks);
     if (s.has_disk_tier)
       sample(&out, "prefixd_onboard_blocks_total", "tier=\"disk\"", s.disk.onboard_blocks);
+    if (s.has_remote_tier)
+      sample(&out, "prefixd_onboard_blocks_total", "tier=\"remote\"", s.remote.onboard_blocks);
     header(&out, "prefixd_tier_used_bytes", "gauge", "Bytes held by a tier below the device.");
     sample(&out, "prefixd_tier_used_bytes", "tier=\"host\"", s.host.used_bytes);
     if (s.has_disk_tier)
@@ -239,13 +245,45 @@ std::string Metrics::render(const StatsSnapshot& s, const BuildInfo& build) cons
     if (s.has_disk_tier)
       sample(&out, "prefixd_tier_capacity_bytes", "tier=\"disk\"", s.disk.capacity_bytes);
   }
-  if (s.has_disk_tier) {
+  if (s.has_disk_tier || s.has_remote_tier) {
     header(&out, "prefixd_corrupt_records_total", "counter",
            "Records that failed a check (MAC, checksums, key, model): deleted and treated as misses.");
-    sample(&out, "prefixd_corrupt_records_total", "tier=\"disk\"", s.corrupt_records);
+    if (s.has_disk_tier) sample(&out, "prefixd_corrupt_records_total", "tier=\"disk\"", s.corrupt_records);
+    if (s.has_remote_tier)
+      sample(&out, "prefixd_corrupt_records_total", "tier=\"remote\"", s.remote_io.corrupt_records);
     header(&out, "prefixd_unauthenticated_records_total", "counter",
            "Of the corrupt records, those whose keyed MAC did not verify (forged or damaged).");
-    sample(&out, "prefixd_unauthenticated_records_total", "tier=\"disk\"", s.unauthenticated_records);
+    if (s.has_disk_tier)
+      sample(&out, "prefixd_unauthenticated_records_total", "tier=\"disk\"", s.unauthenticated_records);
+    if (s.has_remote_tier) {
+      sample(&out, "prefixd_unauthenticated_records_total", "tier=\"remote\"",
+             s.remote_io.unauthenticated_records);
+    }
+  }
+  if (s.has_remote_tier) {
+    const RemoteFigures& r = s.remote_io;
+    header(&out, "prefixd_tier_hits_total", "counter",
+           "Blocks a tier returned (remote: the memcached pool shared by replicas).");
+    sample(&out, "prefixd_tier_hits_total", "tier=\"remote\"", s.remote.hits);
+    header(&out, "prefixd_tier_misses_total", "counter",
+           "Blocks asked of a tier and not returned (absent, or failed a check).");
+    sample(&out, "prefixd_tier_misses_total", "tier=\"remote\"", s.remote.misses);
+    header(&out, "prefixd_tier_read_bytes_total", "counter", "Bytes read from a tier.");
+    sample(&out, "prefixd_tier_read_bytes_total", "tier=\"remote\"", r.read_bytes);
+    header(&out, "prefixd_tier_written_bytes_total", "counter", "Bytes written to a tier.");
+    sample(&out, "prefixd_tier_written_bytes_total", "tier=\"remote\"", r.written_bytes);
+    header(&out, "prefixd_tier_errors_total", "counter",
+           "Failed tier operations (remote: server down, protocol error), timeouts included.");
+    sample(&out, "prefixd_tier_errors_total", "tier=\"remote\"", r.errors);
+    header(&out, "prefixd_tier_timeouts_total", "counter", "Tier operations that timed out.");
+    sample(&out, "prefixd_tier_timeouts_total", "tier=\"remote\"", r.timeouts);
+    header(&out, "prefixd_tier_writes_dropped_total", "counter",
+           "Writes dropped because the tier's write queue was over its byte bound.");
+    sample(&out, "prefixd_tier_writes_dropped_total", "tier=\"remote\"", r.writes_dropped);
+    header(&out, "prefixd_remote_servers", "gauge", "memcached servers configured for the remote tier.");
+    sample(&out, "prefixd_remote_servers", "", r.servers);
+  }
+  if (s.has_disk_tier) {
     header(&out, "prefixd_disk_write_errors_total", "counter",
            "Records not written to disk: the write failed (no space left, I/O error), or writes "
            "were stopped after such a failure (retried every few seconds).");

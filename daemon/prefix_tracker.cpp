@@ -4,6 +4,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <utility>
 #include <cstring>
 
 namespace prefixd {
@@ -116,11 +117,14 @@ void PrefixTracker::record(std::span<const int32_t> prompt, const std::string& c
   if (use.cached_tokens > 0) {
     ++e->hits;
     e->cached_tokens += use.cached_tokens;
-    if (use.device_tokens >= use.host_tokens && use.device_tokens >= use.disk_tokens) {
-      e->last_hit_tier = "device";
-    } else {
-      e->last_hit_tier = use.host_tokens >= use.disk_tokens ? "host" : "disk";
-    }
+    // The tier that supplied most of the cached tokens.
+    const std::pair<int32_t, const char*> tiers[] = {{use.device_tokens, "device"},
+                                                     {use.host_tokens, "host"},
+                                                     {use.disk_tokens, "disk"},
+                                                     {use.remote_tokens, "remote"}};
+    const auto* best = &tiers[0];
+    for (const auto& t : tiers) best = t.first > best->first ? &t : best;
+    e->last_hit_tier = best->second;
   }
 }
 

@@ -16,10 +16,11 @@ namespace prefixd {
 
 // How one finished request's prompt was served (a subset of engine Usage).
 struct PrefixUse {
-  int32_t cached_tokens = 0;  // device + host + disk
+  int32_t cached_tokens = 0;  // device + host + disk + remote
   int32_t device_tokens = 0;
   int32_t host_tokens = 0;
   int32_t disk_tokens = 0;
+  int32_t remote_tokens = 0;
 };
 
 // One tracked prefix. Its key is the first full block of the prompt (and the

@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <random>
@@ -152,8 +153,12 @@ EngineOptions engine_options(const ServerOptions& o, const Hash128& fingerprint)
 // (nothing the engine caches outlives the process).
 Status open_tiers(Server::State& s, const Hash128& fingerprint, EngineOptions* eo) {
   const ServerOptions& o = s.options;
-  const bool has_tiers = o.host_cache_gb > 0 || !o.disk_cache_dir.empty();
+  const bool has_tiers = o.host_cache_gb > 0 || !o.disk_cache_dir.empty() || !o.remote_cache.empty();
   if (!has_tiers) {
+    if (o.deployment_secret) {
+      eo->deployment_secret = *o.deployment_secret;
+      return Status::ok_status();
+    }
     std::random_device rd;
     for (auto& b : eo->deployment_secret) b = static_cast<uint8_t>(rd());
     return Status::ok_status();
@@ -179,6 +184,15 @@ Status open_tiers(Server::State& s, const Hash128& fingerprint, EngineOptions* e
     };
     to.disk = d;
   }
+  to.deployment_secret = o.deployment_secret;
+  if (!o.remote_cache.empty()) {
+    auto servers = parse_remote_cache_url(o.remote_cache);
+    if (!servers.ok()) return Status::error("--remote-cache: " + servers.message());
+    RemoteTierOptions r;
+    r.servers = *servers;
+    r.timeout = std::chrono::milliseconds(o.remote_cache_timeout_ms);
+    to.remote = r;
+  }
   auto wp = parse_write_policy(o.write_policy);
   if (!wp.ok()) return wp.status();
   to.write_policy = *wp;
@@ -195,7 +209,8 @@ Status open_tiers(Server::State& s, const Hash128& fingerprint, EngineOptions* e
           (o.disk_cache_dir.empty()
                ? std::string("off")
                : o.disk_cache_dir + " (" + std::to_string(o.disk_cache_bytes() >> 20) + " MiB)") +
-          ", " + o.write_policy);
+          ", remote " + (o.remote_cache.empty() ? std::string("off") : o.remote_cache) + ", " +
+          o.write_policy);
   return Status::ok_status();
 }
 

@@ -8,6 +8,8 @@
 #include <filesystem>
 
 #include "common/private_files.h"
+#include "storage/remote_tier.h"
+#include "daemon/deployment_secret.h"
 #include "daemon/secret_file.h"
 #include "daemon/tls_server.h"
 
@@ -93,6 +95,23 @@ Status ServerOptions::validate() {
   if (restore_policy != "auto" && restore_policy != "always" && restore_policy != "never") {
     return Status::error("--restore-policy '" + restore_policy +
                          "' is not one of auto, always, never");
+  }
+  if (!remote_cache.empty()) {
+    auto servers = parse_remote_cache_url(remote_cache);
+    if (!servers.ok()) return Status::error("--remote-cache: " + servers.message());
+    if (cache_secret_file.empty()) {
+      return Status::error(
+          "--remote-cache needs --cache-secret-file FILE: replicas share blocks only under one "
+          "deployment secret, and the remote tier's records are authenticated with it");
+    }
+  }
+  if (remote_cache_timeout_ms < 1 || remote_cache_timeout_ms > 60000) {
+    return range_error("remote-cache-timeout-ms", std::to_string(remote_cache_timeout_ms), "1..60000");
+  }
+  if (!cache_secret_file.empty()) {
+    auto secret = read_deployment_secret(cache_secret_file);
+    if (!secret.ok()) return secret.status();
+    deployment_secret = *secret;
   }
   if (log_level_name == "error")
     log_level = LogLevel::kError;
@@ -229,6 +248,15 @@ void register_server_flags(CLI::App& app, ServerOptions& o) {
   app.add_option("--restore-policy", o.restore_policy,
                  "blocks found in host/disk: auto (restore when faster than recompute), always, never")
       ->capture_default_str();
+  app.add_option("--remote-cache", o.remote_cache,
+                 "memcached://HOST:PORT[,HOST:PORT...]: a memcached pool shared by replicas as the "
+                 "tier below disk (needs --cache-secret-file)");
+  app.add_option("--remote-cache-timeout-ms", o.remote_cache_timeout_ms,
+                 "bound on each memcached operation, ms")
+      ->capture_default_str();
+  app.add_option("--cache-secret-file", o.cache_secret_file,
+                 "private file (0600, >= 16 bytes) holding the deployment secret that replicas "
+                 "sharing a cache must share (default: the disk directory's own, or random)");
   app.add_option("--log-level", o.log_level_name, "error, warn, info, debug")
       ->capture_default_str();
 }

@@ -3,8 +3,10 @@
 // (validate) before anything is loaded.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -68,6 +70,13 @@ struct ServerOptions {
   bool disk_cache_reset_on_corruption = false;  // move a damaged database aside, start empty
   std::string write_policy = "write-through";  // write-through | evict-only
   std::string restore_policy = "auto";         // auto | always | never (restore vs recompute)
+  // A memcached pool shared by replicas: "memcached://HOST:PORT[,HOST:PORT...]"; empty = none.
+  std::string remote_cache;
+  int32_t remote_cache_timeout_ms = 200;       // per memcached operation
+  // The deployment secret shared by replicas (daemon/deployment_secret.h);
+  // empty: the disk directory's own, or random per process. Required by --remote-cache.
+  std::string cache_secret_file;
+  std::optional<std::array<uint8_t, 16>> deployment_secret;  // read from it by validate()
 
   LogLevel log_level = LogLevel::kInfo;
   std::string log_level_name = "info";  // error | warn | info | debug
@@ -75,7 +84,8 @@ struct ServerOptions {
   // Checks ranges and names, fills derived fields (log_level, http_threads,
   // cpu_isa, origin_policy), reads the API key from --api-key-file or
   // PREFIXD_API_KEY when --api-key is not given, or the key file of
-  // --api-keys (api_keys), and checks the TLS pair
+  // --api-keys (api_keys), reads --cache-secret-file, checks --remote-cache's
+  // URL, and checks the TLS pair
   // (both or neither; readable, private key, OpenSSL accepts them).
   Status validate();
 

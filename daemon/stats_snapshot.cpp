@@ -75,12 +75,31 @@ StatsSnapshot read_stats(Engine& engine, const TierManager* tiers) {
     s.disk.offload_blocks = static_cast<int64_t>(ts.offload_disk_blocks);
     s.disk.offload_bytes = static_cast<int64_t>(ts.offload_disk_bytes);
     s.disk.onboard_blocks = static_cast<int64_t>(ts.onboard_disk_blocks);
+    s.has_remote_tier = ts.has_remote;
+    if (ts.has_remote) {
+      const RemoteTierStats& r = ts.remote;
+      s.remote.hits = static_cast<int64_t>(r.hits);
+      s.remote.misses = static_cast<int64_t>(r.misses);
+      s.remote.offload_blocks = static_cast<int64_t>(r.writes);
+      s.remote.offload_bytes = static_cast<int64_t>(r.written_bytes);
+      s.remote.onboard_blocks = static_cast<int64_t>(ts.onboard_remote_blocks);
+      s.remote_io.servers = r.servers;
+      s.remote_io.read_bytes = static_cast<int64_t>(r.read_bytes);
+      s.remote_io.written_bytes = static_cast<int64_t>(r.written_bytes);
+      s.remote_io.writes_dropped = static_cast<int64_t>(r.writes_dropped);
+      s.remote_io.errors = static_cast<int64_t>(r.errors);
+      s.remote_io.timeouts = static_cast<int64_t>(r.timeouts);
+      s.remote_io.corrupt_records = static_cast<int64_t>(r.corrupt_records);
+      s.remote_io.unauthenticated_records = static_cast<int64_t>(r.unauthenticated_records);
+      s.remote_io.pending_write_bytes = static_cast<int64_t>(r.pending_write_bytes);
+    }
     s.onboard_bytes = static_cast<int64_t>(ts.onboard_bytes);
   }
   // Reused prompt tokens by tier, as the engine counts them (with or without tiers).
   s.device.cached_tokens = es.cached_tokens_device;
   s.host.cached_tokens = es.cached_tokens_host;
   s.disk.cached_tokens = es.cached_tokens_disk;
+  s.remote.cached_tokens = es.cached_tokens_remote;
   return s;
 }
 
@@ -89,6 +108,16 @@ StatsSnapshot stats_delta(const StatsSnapshot& now, const StatsSnapshot& before)
   d.device = tier_delta(now.device, before.device);
   d.host = tier_delta(now.host, before.host);
   d.disk = tier_delta(now.disk, before.disk);
+  d.remote = tier_delta(now.remote, before.remote);
+  const RemoteFigures& rn = now.remote_io;
+  const RemoteFigures& rb = before.remote_io;
+  d.remote_io.read_bytes = increase(rn.read_bytes, rb.read_bytes);
+  d.remote_io.written_bytes = increase(rn.written_bytes, rb.written_bytes);
+  d.remote_io.writes_dropped = increase(rn.writes_dropped, rb.writes_dropped);
+  d.remote_io.errors = increase(rn.errors, rb.errors);
+  d.remote_io.timeouts = increase(rn.timeouts, rb.timeouts);
+  d.remote_io.corrupt_records = increase(rn.corrupt_records, rb.corrupt_records);
+  d.remote_io.unauthenticated_records = increase(rn.unauthenticated_records, rb.unauthenticated_records);
   d.prompt_tokens = increase(now.prompt_tokens, before.prompt_tokens);
   d.prefill_tokens = increase(now.prefill_tokens, before.prefill_tokens);
   d.generated_tokens = increase(now.generated_tokens, before.generated_tokens);

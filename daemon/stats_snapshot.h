@@ -10,7 +10,7 @@ namespace prefixd {
 class Engine;
 class TierManager;
 
-// What one tier (device pool, host RAM, disk) reports. A tier that is off
+// What one tier (device pool, host RAM, disk, remote) reports. A tier that is off
 // reports zeros.
 struct TierFigures {
   // Gauges.
@@ -27,12 +27,28 @@ struct TierFigures {
   int64_t onboard_blocks = 0;  // host, disk: blocks restored from this tier into the pool
 };
 
+// The remote tier's own figures (memcached pool), beside its TierFigures.
+struct RemoteFigures {
+  int64_t servers = 0;                  // gauge: configured memcached servers
+  int64_t read_bytes = 0;               // counters from here on
+  int64_t written_bytes = 0;
+  int64_t writes_dropped = 0;           // the write queue was over its bound
+  int64_t errors = 0;                   // failed operations (server down, protocol error)
+  int64_t timeouts = 0;                 // of those, timeouts
+  int64_t corrupt_records = 0;          // values that failed a check: deleted, misses
+  int64_t unauthenticated_records = 0;  // of those, the ones whose MAC did not verify
+  int64_t pending_write_bytes = 0;      // gauge
+};
+
 struct StatsSnapshot {
   TierFigures device;
   TierFigures host;
   TierFigures disk;
+  TierFigures remote;  // capacity, used bytes and blocks unknown (shared pool): zeros
+  RemoteFigures remote_io;
   bool has_host_tier = false;  // a host tier (and maybe a disk tier) is configured
   bool has_disk_tier = false;
+  bool has_remote_tier = false;
 
   // The device pool in blocks (gauges).
   int32_t pool_blocks_total = 0;
@@ -44,7 +60,7 @@ struct StatsSnapshot {
   int64_t prompt_tokens = 0;   // prompt tokens of admitted requests
   int64_t prefill_tokens = 0;  // prompt tokens computed by prefill
   int64_t generated_tokens = 0;
-  int64_t onboard_bytes = 0;    // bytes restored from host and disk together
+  int64_t onboard_bytes = 0;    // bytes restored from host, disk and remote together
   int64_t corrupt_records = 0;  // disk records that failed a check (deleted, a miss)
   int64_t unauthenticated_records = 0;  // of those, the ones whose MAC did not verify
   int64_t disk_write_errors = 0;  // disk records not written: a failed write, or writes stopped
@@ -57,12 +73,12 @@ struct StatsSnapshot {
 
   // Prompt tokens reused from any tier.
   int64_t cached_tokens() const {
-    return device.cached_tokens + host.cached_tokens + disk.cached_tokens;
+    return device.cached_tokens + host.cached_tokens + disk.cached_tokens + remote.cached_tokens;
   }
 };
 
-// Reads the engine's figures and, when `tiers` is not null, the host and disk
-// tiers'. Any thread (both stats() calls are thread-safe).
+// Reads the engine's figures and, when `tiers` is not null, the host, disk
+// and remote tiers'. Any thread (both stats() calls are thread-safe).
 StatsSnapshot read_stats(Engine& engine, const TierManager* tiers);
 
 // The change from `before` to `now`: counters are the increase (never

@@ -126,6 +126,8 @@ class Engine::Impl {
     }
     cv_.notify_all();
     thread_.join();
+    // Records still being built read the pool: let them finish first.
+    if (tiers_) tiers_->wait_builds();
     backend_.free_kv_pool(pool_);
   }
 
@@ -177,6 +179,7 @@ class Engine::Impl {
     s.cached_tokens_device = cached_totals_.device;
     s.cached_tokens_host = cached_totals_.host;
     s.cached_tokens_disk = cached_totals_.disk;
+    s.cached_tokens_remote = cached_totals_.remote;
     s.running = 0;
     for (const auto& r : scheduler_.running()) s.running += r->state == SeqState::kRunning ? 1 : 0;
     s.waiting = static_cast<int32_t>(scheduler_.waiting().size() + scheduler_.running().size()) - s.running;
@@ -226,13 +229,14 @@ class Engine::Impl {
       {
         std::unique_lock<std::mutex> lock(mu_);
         cv_.wait(lock, [&] {
-          return stopping_ || !incoming_.empty() || !tasks_.empty() || !scheduler_.waiting().empty() ||
-                 !scheduler_.running().empty();
+          return stopping_ || !incoming_.empty() || !tasks_.empty() || !copied_blocks_.empty() ||
+                 !scheduler_.waiting().empty() || !scheduler_.running().empty();
         });
         if (stopping_) break;
         incoming.swap(incoming_);
         tasks.swap(tasks_);
       }
+      release_copied_blocks();
       for (auto& s : incoming) take_in(std::move(s));
       for (auto& t : tasks) t();
       // Nothing could run although sequences exist (all loading from the
@@ -347,12 +351,17 @@ class Engine::Impl {
     h.offer = [this](const Sequence& s, int32_t from, int32_t to) {
       TierOffer offer;
       ChainLookup below = tiers_->lookup_chain(chain_query(s.namespace_seed, s.hashes, s.tokens, from, to));
-      if (below.n_blocks == 0) return offer;
-      RestoreDecision d = restore_.choose_chain(below.n_host, below.n_disk,
-                                                static_cast<int64_t>(below.n_blocks) * opts_.block_size);
+      // Blocks the remote tier may hold count as restorable: asking costs
+      // one round trip, and a miss only means computing them after all.
+      const int32_t n_offered = below.n_blocks + below.n_remote_candidates;
+      if (n_offered == 0) return offer;
+      RestoreDecision d = restore_.choose_chain(ChainTiers{below.n_host, below.n_disk, below.n_remote_candidates},
+                                                static_cast<int64_t>(n_offered) * opts_.block_size);
       if (opts_.restore_mode == EngineOptions::RestoreMode::kAlways) d.choice = RestoreChoice::kRestore;
       if (opts_.restore_mode == EngineOptions::RestoreMode::kNever) d.choice = RestoreChoice::kRecompute;
-      offer.n_blocks = below.n_blocks;
+      // Recomputing blocks nobody is known to hold is just a cold prompt.
+      if (d.choice == RestoreChoice::kRecompute && below.n_blocks == 0) return offer;
+      offer.n_blocks = n_offered;
       offer.restore = d.choice == RestoreChoice::kRestore;
       return offer;
     };
@@ -363,8 +372,23 @@ class Engine::Impl {
       h.published = [this](const Sequence& s, int32_t i) {
         const int32_t B = opts_.block_size;
         const BlockHash& parent = i == 0 ? kRootParentHash : s.hashes[i - 1];
-        offload_block(s.block_table[i], s.namespace_seed, s.hashes[i], parent,
-                      std::span<const int32_t>(s.tokens.data() + i * B, B), OffloadReason::kPublished);
+        const std::span<const int32_t> tokens(s.tokens.data() + i * B, B);
+        const int32_t block_id = s.block_table[i];
+        // The copy and checksum run on the tiers' offload thread while this
+        // one computes; the block is held (a reference) until its copy is
+        // done. Published blocks are immutable, so reading them concurrently
+        // is safe. When the tiers refuse (too many waiting), copy here.
+        if (backend_.reads_blocks_concurrently()) {
+          blocks_.acquire(std::span<const int32_t>(&block_id, 1));
+          if (tiers_->offload_published_later(
+                  s.namespace_seed, s.hashes[i], parent, tokens,
+                  [this, block_id](uint8_t* payload) { backend_.read_block(pool_, block_id, payload); },
+                  [this, block_id] { copied(block_id); })) {
+            return;
+          }
+          blocks_.release(std::span<const int32_t>(&block_id, 1));
+        }
+        offload_block(block_id, s.namespace_seed, s.hashes[i], parent, tokens, OffloadReason::kPublished);
       };
     }
     return h;
@@ -400,8 +424,28 @@ class Engine::Impl {
       s->usage.restore_ms = ms_between(s->t_loading_start, Clock::now());
       if (c.host_bytes > 0) restore_.observe_restore(StorageTier::kHost, c.host_bytes, c.host_seconds);
       if (c.disk_bytes > 0) restore_.observe_restore(StorageTier::kDisk, c.disk_bytes, c.disk_seconds);
-      scheduler_.onboarded(*s, v, c.n_from_host);
+      if (c.remote_bytes > 0) restore_.observe_restore(StorageTier::kRemote, c.remote_bytes, c.remote_seconds);
+      if (c.remote_miss_seconds > 0) restore_.observe_remote_round_trip(c.remote_miss_seconds);
+      scheduler_.onboarded(*s, v, c.n_from_host, c.n_from_remote);
     }
+  }
+
+  // A block whose record the offload thread has built: its reference is
+  // dropped on the engine thread (the block manager is this thread's).
+  void copied(int32_t block_id) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      copied_blocks_.push_back(block_id);
+    }
+    cv_.notify_all();
+  }
+  void release_copied_blocks() {
+    std::vector<int32_t> ids;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ids.swap(copied_blocks_);
+    }
+    if (!ids.empty()) blocks_.release(ids);
   }
 
   // Sends a pool block down to the host (and disk) tier as a record.
@@ -556,6 +600,7 @@ class Engine::Impl {
   std::condition_variable cv_;
   std::deque<std::unique_ptr<Sequence>> incoming_;
   std::deque<std::function<void()>> tasks_;
+  std::vector<int32_t> copied_blocks_;  // records built: references to drop (copied())
   bool stopping_ = false;
   uint64_t next_id_ = 0;
 

@@ -77,6 +77,7 @@ struct EngineStats {
   int64_t cached_tokens_device = 0;
   int64_t cached_tokens_host = 0;
   int64_t cached_tokens_disk = 0;
+  int64_t cached_tokens_remote = 0;
   int64_t prefill_tokens = 0;        // tokens computed for prompts
   int64_t generated_tokens = 0;
   int64_t forward_passes = 0;

@@ -42,10 +42,11 @@ enum class FinishReason : uint8_t { kNone, kStop, kLength, kCancelled, kError };
 struct Usage {
   int32_t prompt_tokens = 0;
   int32_t completion_tokens = 0;
-  int32_t cached_tokens = 0;     // device + host + disk
+  int32_t cached_tokens = 0;     // device + host + disk + remote
   int32_t device_tokens = 0;     // matched in the device pool
   int32_t host_tokens = 0;       // onboarded from host RAM
   int32_t disk_tokens = 0;       // onboarded from disk
+  int32_t remote_tokens = 0;     // onboarded from the remote tier (memcached)
   int32_t prefill_tokens = 0;    // prompt tokens computed (prompt_tokens - cached_tokens, plus recompute after preemption)
   std::string restore_path = "none";  // "none", "restore" or "recompute"
   double queue_ms = 0;           // submit -> admitted

@@ -100,7 +100,8 @@ bool Scheduler::try_admit(Sequence& s, Clock::time_point now) {
   return true;
 }
 
-void Scheduler::onboarded(Sequence& s, int32_t n_restored, int32_t n_from_host) {
+void Scheduler::onboarded(Sequence& s, int32_t n_restored, int32_t n_from_host,
+                          int32_t n_from_remote) {
   PREFIXD_CHECK(s.state == SeqState::kLoading, "onboarded: sequence is not loading");
   const int32_t k = s.cache.device_blocks;
   const int32_t v = n_restored;
@@ -111,7 +112,7 @@ void Scheduler::onboarded(Sequence& s, int32_t n_restored, int32_t n_from_host) 
   blocks_.release(unused);
   s.block_table.resize(static_cast<size_t>(k + v));
   s.n_computed = (k + v) * options_.block_size;
-  s.cache.restored(v, n_from_host);
+  s.cache.restored(v, n_from_host, n_from_remote);
   publish_full_blocks(s);
   start_running(s, k, v);
 }

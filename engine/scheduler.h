@@ -119,9 +119,10 @@ class Scheduler {
 
   // The tiers wrote `n_restored` leading blocks of a loading sequence's
   // offered range into its reserved blocks, `n_from_host` of them from host
-  // RAM: returns the reserved blocks left unfilled, publishes the restored
-  // ones and starts the sequence running after them.
-  void onboarded(Sequence& seq, int32_t n_restored, int32_t n_from_host);
+  // RAM and `n_from_remote` from the remote tier (the rest from disk):
+  // returns the reserved blocks left unfilled, publishes the restored ones
+  // and starts the sequence running after them.
+  void onboarded(Sequence& seq, int32_t n_restored, int32_t n_from_host, int32_t n_from_remote);
 
   // Plans the next forward pass: decode steps first, then prefill chunks of
   // the oldest sequences, within max_batch_tokens (and, for sequences that

@@ -37,11 +37,12 @@ struct CachedTokenTotals {
   int64_t device = 0;
   int64_t host = 0;
   int64_t disk = 0;
+  int64_t remote = 0;
 };
 
 // The cache split of a sequence's latest admission: how many of its prompt
 // tokens were matched in the device pool and how many were restored from host
-// RAM or from disk. The one place where those figures are worked out: the
+// RAM, from disk or from the remote tier. The one place where those figures are worked out: the
 // scheduler records each admission and onboarding here, report() writes the
 // split into the request's Usage when it starts computing, and commit() adds
 // it, once, to the engine's totals when the prompt is done (at the first
@@ -53,7 +54,8 @@ struct CacheSplit {
   bool committed = false;             // added to the totals; usage final
   int32_t device_blocks = 0;          // matched in the pool at this admission
   int32_t restored_blocks = 0;        // onboarded from the tiers at this admission
-  int32_t restored_host_blocks = 0;   // of which from host RAM (the rest from disk)
+  int32_t restored_host_blocks = 0;   // of which from host RAM
+  int32_t restored_remote_blocks = 0;  // of which from the remote tier (the rest from disk)
   const char* admission_path = "none";  // "none", or "recompute" when the tiers held
                                         // blocks and recomputing them was chosen
 
@@ -61,13 +63,16 @@ struct CacheSplit {
   void admit(int32_t n_device_blocks, const char* path) {
     admitted = true;
     device_blocks = n_device_blocks;
-    restored_blocks = restored_host_blocks = 0;
+    restored_blocks = restored_host_blocks = restored_remote_blocks = 0;
     admission_path = path;
   }
-  // The tiers brought `n_blocks` leading blocks; up to `n_from_host` from host RAM.
-  void restored(int32_t n_blocks, int32_t n_from_host) {
+  // The tiers brought `n_blocks` leading blocks: up to `n_from_host` from host
+  // RAM, up to `n_from_remote` (the chain's tail) from the remote tier, the
+  // rest from disk.
+  void restored(int32_t n_blocks, int32_t n_from_host, int32_t n_from_remote) {
     restored_blocks = n_blocks;
     restored_host_blocks = std::min(n_from_host, n_blocks);
+    restored_remote_blocks = std::min(n_from_remote, n_blocks - restored_host_blocks);
   }
   // The sequence starts computing at `cached_tokens` (its device and restored
   // blocks, less a last block or token it recomputes): writes the split into
@@ -76,11 +81,15 @@ struct CacheSplit {
     if (committed) return;
     const int32_t device = std::min(cached_tokens, device_blocks * block_size);
     const int32_t below = cached_tokens - device;
-    // Restored tokens keep their host/disk split (the last block may be recomputed).
+    // Restored tokens keep their tier split. What is recomputed of them (the
+    // last block or token) comes off the chain's tail: remote, then disk.
     const int32_t host = std::min(restored_host_blocks * block_size, below);
+    const int32_t disk_blocks = restored_blocks - restored_host_blocks - restored_remote_blocks;
+    const int32_t disk = std::min(disk_blocks * block_size, below - host);
     usage.device_tokens = device;
     usage.host_tokens = host;
-    usage.disk_tokens = below - host;
+    usage.disk_tokens = disk;
+    usage.remote_tokens = below - host - disk;
     usage.cached_tokens = cached_tokens;
     usage.restore_path = restored_blocks > 0 ? "restore" : admission_path;
   }
@@ -91,6 +100,7 @@ struct CacheSplit {
     totals.device += usage.device_tokens;
     totals.host += usage.host_tokens;
     totals.disk += usage.disk_tokens;
+    totals.remote += usage.remote_tokens;
   }
 };
 

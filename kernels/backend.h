@@ -151,6 +151,9 @@ class Backend {
   // Host buffer layout (geom.block_bytes()): for layer 0..n_layers-1: K then V,
   // each (block_size, n_kv_heads, head_dim) in pool dtype.
   virtual void read_block(const KvPool& pool, int32_t block_id, void* host_dst) = 0;
+  // Whether read_block may run on another thread while this one computes
+  // (on a block no kernel writes meanwhile). CPU: plain memory reads, yes.
+  virtual bool reads_blocks_concurrently() const { return false; }
   virtual void write_block(KvPool& pool, int32_t block_id, const void* host_src) = 0;
 };
 

@@ -9,6 +9,7 @@ packages=(
   libclang-rt-14-dev       # libFuzzer/ASan runtimes (only a Recommends of clang-14)
   libxxhash-dev            # block hashes (XXH3-128)
   librocksdb-dev           # disk tier
+  libmemcached-dev         # remote tier (a memcached pool shared by replicas)
   libcpp-httplib-dev       # HTTP server and client
   doctest-dev              # unit tests
   nlohmann-json3-dev       # JSON for the API and test oracles
@@ -21,7 +22,9 @@ if [[ "${PREFIXD_WITH_TEST_TOOLS:-0}" == "1" ]]; then
   packages+=(prometheus chromium nodejs npm
     qemu-user                # runs the tests as a CPU without AVX-512 (-cpu Haswell) and as aarch64
     g++-aarch64-linux-gnu    # cross-builds the portable kernels and forward pass for aarch64
-    haproxy                  # the shipped front proxy, tested in tests/security
+    haproxy                  # the shipped proxies (front, replica routing), tested in tests/
+    memcached                # the remote tier's servers in the cluster test
+    python3 jq               # the proxy and cluster test scripts
   )
 fi
 

@@ -290,7 +290,7 @@ Status DiskTier::load_or_create_secret() {
   std::string value;
   rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), meta_cf_, kLayoutKey, &value);
   if (s.ok() && value == kLayoutWithoutMacs) {
-    Status st = drop_unauthenticated_layout();
+    Status st = drop_records("drop records written without MACs");
     if (!st.ok()) return st;
     value = kLayoutVersion;
   }
@@ -299,16 +299,28 @@ Status DiskTier::load_or_create_secret() {
   }
   if (!s.ok() && !s.IsNotFound()) return rocks_error("read layout version", s);
   s = db_->Get(rocksdb::ReadOptions(), meta_cf_, kSecretKey, &value);
-  if (s.ok() && value.size() == secret_.size()) {
+  if (!s.ok() && !s.IsNotFound()) return rocks_error("read deployment secret", s);
+  const bool stored = s.ok() && value.size() == secret_.size();
+  if (options_.deployment_secret) {
+    secret_ = *options_.deployment_secret;
+    if (stored && std::memcmp(value.data(), secret_.data(), secret_.size()) == 0) {
+      return Status::ok_status();
+    }
+    if (stored) {
+      // Written under another secret: none of its keys can match again.
+      Status st = drop_records("drop records of another deployment secret");
+      if (!st.ok()) return st;
+    }
+  } else if (stored) {
     std::memcpy(secret_.data(), value.data(), secret_.size());
     return Status::ok_status();
-  }
-  if (!s.ok() && !s.IsNotFound()) return rocks_error("read deployment secret", s);
-  // First open (or a damaged secret: a new one only turns old keys into misses).
-  std::random_device rd;
-  for (size_t i = 0; i < secret_.size(); i += 4) {
-    const uint32_t r = rd();
-    std::memcpy(secret_.data() + i, &r, 4);
+  } else {
+    // First open (or a damaged secret: a new one only turns old keys into misses).
+    std::random_device rd;
+    for (size_t i = 0; i < secret_.size(); i += 4) {
+      const uint32_t r = rd();
+      std::memcpy(secret_.data() + i, &r, 4);
+    }
   }
   rocksdb::WriteBatch batch;
   batch.Put(meta_cf_, kLayoutKey, kLayoutVersion);
@@ -322,8 +334,10 @@ Status DiskTier::load_or_create_secret() {
   return Status::ok_status();
 }
 
-Status DiskTier::drop_unauthenticated_layout() {
-  // Its records cannot be told from forged ones: start empty, keep the secret.
+Status DiskTier::drop_records(const char* why) {
+  // Records written before MACs cannot be told from forged ones, and those of
+  // another secret are unreachable: start empty (the secret is kept or set by
+  // the caller).
   const std::string end(sizeof(Key) + 1, '\xff');  // above every 24-byte key
   rocksdb::WriteBatch batch;
   for (auto* cf : {records_cf_, access_cf_}) batch.DeleteRange(cf, rocksdb::Slice(), end);
@@ -331,7 +345,7 @@ Status DiskTier::drop_unauthenticated_layout() {
   rocksdb::WriteOptions durable;
   durable.sync = true;
   rocksdb::Status s = db_->Write(durable, &batch);
-  if (!s.ok()) return rocks_error("drop records written without MACs", s);
+  if (!s.ok()) return rocks_error(why, s);
   return Status::ok_status();
 }
 

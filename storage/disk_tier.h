@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -44,6 +45,11 @@ struct DiskTierOptions {
   // or with this set, renamed to PATH.corrupt-YYYYmmdd-HHMMSS (kept 0700,
   // told to log_warning) and replaced by an empty one.
   bool reset_on_corruption = false;
+  // The deployment secret from the operator (--cache-secret-file), shared by
+  // replicas. Empty: the directory keeps its own, made at its first open. A
+  // directory whose stored secret differs is emptied (its keys could never
+  // match again) and then stores this one.
+  std::optional<std::array<uint8_t, 16>> deployment_secret;
 };
 
 struct DiskTierStats {
@@ -93,7 +99,8 @@ class DiskTier {
   DiskTier& operator=(const DiskTier&) = delete;
 
   // 16 random bytes made on the first open of this directory, the same after
-  // every reopen. Mixed into namespace seeds so block keys stay valid.
+  // every reopen (or options.deployment_secret). Mixed into namespace seeds
+  // so block keys stay valid.
   const std::array<uint8_t, 16>& deployment_secret() const { return secret_; }
 
   // Stores a record with its MAC trailer (overwrites the key), evicting least
@@ -143,8 +150,8 @@ class DiskTier {
                                                      bool* damaged);
   Status load_index();
   Status load_or_create_secret();
-  // Empties the record families of a database written before records had MACs.
-  Status drop_unauthenticated_layout();
+  // Empties the record families (before records had MACs; another secret).
+  Status drop_records(const char* why);
   // Deletes a key's record and access entry and drops it from the index.
   void remove_locked_write(const Key& key, bool count_corrupt, bool unauthenticated);
   // Write-stop bookkeeping of put() (write_mu_ held): whether a put may be

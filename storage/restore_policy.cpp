@@ -1,6 +1,8 @@
 // RestorePolicy: exponentially averaged rates and a time comparison.
 #include "storage/restore_policy.h"
 
+#include <algorithm>
+
 #include "common/result.h"
 
 namespace prefixd {
@@ -11,16 +13,24 @@ double blend(double old_value, double sample, double weight) {
 }  // namespace
 
 const char* storage_tier_name(StorageTier tier) {
-  return tier == StorageTier::kHost ? "host" : "disk";
+  switch (tier) {
+    case StorageTier::kHost: return "host";
+    case StorageTier::kDisk: return "disk";
+    case StorageTier::kRemote: return "remote";
+  }
+  return "?";
 }
 
 RestorePolicy::RestorePolicy(const RestorePolicyOptions& options)
     : options_(options),
       host_bytes_per_s_(options.host_bytes_per_s),
       disk_bytes_per_s_(options.disk_bytes_per_s),
+      remote_bytes_per_s_(options.remote_bytes_per_s),
+      remote_round_trip_s_(options.remote_round_trip_s),
       prefill_tokens_per_s_(options.prefill_tokens_per_s) {
   PREFIXD_CHECK(options.block_bytes > 0, "RestorePolicy needs block_bytes");
   PREFIXD_CHECK(options.host_bytes_per_s > 0 && options.disk_bytes_per_s > 0 &&
+                    options.remote_bytes_per_s > 0 && options.remote_round_trip_s >= 0 &&
                     options.prefill_tokens_per_s > 0,
                 "RestorePolicy seeds must be positive");
   PREFIXD_CHECK(options.ema_weight > 0 && options.ema_weight <= 1, "ema_weight in (0, 1]");
@@ -28,9 +38,19 @@ RestorePolicy::RestorePolicy(const RestorePolicyOptions& options)
 
 void RestorePolicy::observe_restore(StorageTier tier, uint64_t n_bytes, double seconds) {
   if (n_bytes < options_.min_observed_bytes || !(seconds > 0)) return;
-  const double rate = static_cast<double>(n_bytes) / seconds;
-  double& target = tier == StorageTier::kHost ? host_bytes_per_s_ : disk_bytes_per_s_;
+  // A remote transfer's time includes its round trip, learned apart.
+  const double transfer_s =
+      tier == StorageTier::kRemote ? std::max(seconds - remote_round_trip_s_, seconds * 0.1) : seconds;
+  const double rate = static_cast<double>(n_bytes) / transfer_s;
+  double& target = tier == StorageTier::kHost   ? host_bytes_per_s_
+                   : tier == StorageTier::kDisk ? disk_bytes_per_s_
+                                                : remote_bytes_per_s_;
   target = blend(target, rate, options_.ema_weight);
+}
+
+void RestorePolicy::observe_remote_round_trip(double seconds) {
+  if (!(seconds > 0)) return;
+  remote_round_trip_s_ = blend(remote_round_trip_s_, seconds, options_.ema_weight);
 }
 
 void RestorePolicy::observe_prefill(int64_t n_tokens, double seconds) {
@@ -40,32 +60,35 @@ void RestorePolicy::observe_prefill(int64_t n_tokens, double seconds) {
 }
 
 double RestorePolicy::bytes_per_s(StorageTier tier) const {
-  return tier == StorageTier::kHost ? host_bytes_per_s_ : disk_bytes_per_s_;
+  return tier == StorageTier::kHost   ? host_bytes_per_s_
+         : tier == StorageTier::kDisk ? disk_bytes_per_s_
+                                      : remote_bytes_per_s_;
 }
 
 RestoreDecision RestorePolicy::choose(int64_t n_blocks, StorageTier tier,
                                       int64_t n_tokens) const {
-  return tier == StorageTier::kHost ? choose_chain(n_blocks, 0, n_tokens)
-                                    : choose_chain(0, n_blocks, n_tokens);
+  ChainTiers blocks;
+  (tier == StorageTier::kHost ? blocks.host : tier == StorageTier::kDisk ? blocks.disk : blocks.remote) =
+      n_blocks;
+  return choose_chain(blocks, n_tokens);
 }
 
-RestoreDecision RestorePolicy::choose_chain(int64_t n_host_blocks, int64_t n_disk_blocks,
-                                            int64_t n_tokens) const {
+RestoreDecision RestorePolicy::choose_chain(const ChainTiers& blocks, int64_t n_tokens) const {
   RestoreDecision d;
   d.prefill_tokens_per_s = prefill_tokens_per_s_;
   const double block_bytes = static_cast<double>(options_.block_bytes);
-  const double host_s = static_cast<double>(n_host_blocks) * block_bytes / host_bytes_per_s_;
-  const double disk_s = static_cast<double>(n_disk_blocks) * block_bytes / disk_bytes_per_s_;
-  const int64_t n_blocks = n_host_blocks + n_disk_blocks;
+  const double host_s = static_cast<double>(blocks.host) * block_bytes / host_bytes_per_s_;
+  const double disk_s = static_cast<double>(blocks.disk) * block_bytes / disk_bytes_per_s_;
+  const double remote_s = static_cast<double>(blocks.remote) * block_bytes / remote_bytes_per_s_;
+  const int64_t n_blocks = blocks.host + blocks.disk + blocks.remote;
   if (n_blocks <= 0) {
     d.choice = RestoreChoice::kRecompute;
     d.recompute_s = static_cast<double>(n_tokens) / prefill_tokens_per_s_;
     return d;
   }
-  d.restore_s = options_.restore_overhead_s + host_s + disk_s;
-  d.bytes_per_s = host_s + disk_s > 0
-                      ? static_cast<double>(n_blocks) * block_bytes / (host_s + disk_s)
-                      : 0;
+  const double transfer_s = host_s + disk_s + remote_s;
+  d.restore_s = options_.restore_overhead_s + transfer_s + (blocks.remote > 0 ? remote_round_trip_s_ : 0);
+  d.bytes_per_s = transfer_s > 0 ? static_cast<double>(n_blocks) * block_bytes / transfer_s : 0;
   d.recompute_s = static_cast<double>(n_tokens) / prefill_tokens_per_s_;
   d.choice = d.restore_s <= d.recompute_s ? RestoreChoice::kRestore : RestoreChoice::kRecompute;
   return d;

@@ -1,5 +1,6 @@
 // TierManager: host inserts happen on the caller's thread (memory only); disk
-// writes and onboards are jobs for a small pool of I/O threads. With two or
+// writes and onboards are jobs for a small pool of I/O threads; remote writes
+// go to the remote tier's own writer thread. With two or
 // more, one low-priority thread writes to disk and the others onboard, so a
 // waiting request never queues behind writes and writes yield to prefill.
 #include "storage/tier_manager.h"
@@ -45,13 +46,20 @@ Result<std::unique_ptr<TierManager>> TierManager::create(const TierManagerOption
   tm->slabs_.reset(new RecordSlabAllocator(block_record_bytes(options.geometry), options.allocator));
   tm->options_.allocator = tm->slabs_->allocator();
   tm->host_ = std::make_unique<HostTier>(HostTierOptions{options.host_capacity_bytes});
+  if (options.remote && !options.deployment_secret) {
+    // Replicas share blocks only under one secret; a random one would match nothing.
+    return Status::error("remote tier: needs the deployment's secret (--cache-secret-file)");
+  }
   if (options.disk) {
     DiskTierOptions disk_options = *options.disk;
     disk_options.allocator = tm->options_.allocator;
+    disk_options.deployment_secret = options.deployment_secret;
     auto disk = DiskTier::open(disk_options);
     if (!disk.ok()) return disk.status();
     tm->disk_ = std::move(disk).value();
     tm->secret_ = tm->disk_->deployment_secret();
+  } else if (options.deployment_secret) {
+    tm->secret_ = *options.deployment_secret;
   } else {
     std::random_device rd;
     for (size_t i = 0; i < tm->secret_.size(); i += 4) {
@@ -59,10 +67,20 @@ Result<std::unique_ptr<TierManager>> TierManager::create(const TierManagerOption
       std::memcpy(tm->secret_.data() + i, &r, 4);
     }
   }
+  if (options.remote) {
+    RemoteTierOptions remote_options = *options.remote;
+    remote_options.deployment_secret = tm->secret_;
+    remote_options.record_bytes = block_record_bytes(options.geometry);
+    remote_options.allocator = tm->options_.allocator;
+    auto remote = RemoteTier::open(remote_options);
+    if (!remote.ok()) return remote.status();
+    tm->remote_ = std::move(remote).value();
+  }
   TierManager* self = tm.get();
-  // Host evictions go down to disk (under write-through they usually are there already).
+  // Host evictions go down to disk and remote (under write-through they
+  // usually are there already).
   tm->host_->set_evict_callback(
-      [self](const BlockKey& key, RecordPtr record) { self->queue_disk_write(key, std::move(record)); });
+      [self](const BlockKey& key, RecordPtr record) { self->write_below(key, record); });
   for (int32_t i = 0; i < options.n_io_threads; ++i) {
     // With two or more threads, thread 0 writes to disk at a low CPU priority
     // (write-through must not slow prefill down) and the others onboard.
@@ -83,7 +101,8 @@ TierManager::~TierManager() {
   work_cv_.notify_all();
   for (std::thread& t : io_threads_) t.join();
   host_->set_evict_callback(nullptr);
-  disk_.reset();  // flushes and closes
+  remote_.reset();  // finishes its queued writes
+  disk_.reset();    // flushes and closes
 }
 
 std::shared_ptr<RecordBuffer> TierManager::start_record(uint64_t namespace_seed,
@@ -117,6 +136,11 @@ void TierManager::queue_disk_write(const BlockKey& key, RecordPtr record) {
   work_cv_.notify_all();  // threads differ in the jobs they take
 }
 
+void TierManager::write_below(const BlockKey& key, const RecordPtr& record) {
+  if (remote_) remote_->put_async(key, record);
+  queue_disk_write(key, record);
+}
+
 void TierManager::offload(const BlockKey& key, RecordPtr record, OffloadReason reason) {
   PREFIXD_CHECK(record != nullptr, "offload of a null record");
   const bool write_through = options_.write_policy == WritePolicy::kWriteThrough;
@@ -128,9 +152,47 @@ void TierManager::offload(const BlockKey& key, RecordPtr record, OffloadReason r
     ++counters_.offload_host_blocks;
     counters_.offload_host_bytes += n_bytes;
   }
-  // Disk: always under write-through; under evict-only only when the host
-  // cannot hold it (host evictions reach disk through the evict callback).
-  if (write_through || inserted == HostInsert::kDeclined) queue_disk_write(key, std::move(record));
+  // Disk and remote: always under write-through; under evict-only only when
+  // the host cannot hold it (host evictions reach them through the evict callback).
+  if (write_through || inserted == HostInsert::kDeclined) write_below(key, record);
+}
+
+bool TierManager::offload_published_later(uint64_t namespace_seed, const Hash128& block_hash,
+                                          const Hash128& parent_hash, std::span<const int32_t> token_ids,
+                                          std::function<void(uint8_t*)> fill, std::function<void()> done) {
+  PREFIXD_CHECK(token_ids.size() == static_cast<size_t>(options_.geometry.block_size),
+                "offload_published_later needs block_size token ids");
+  if (options_.write_policy != WritePolicy::kWriteThrough) return false;
+  const uint64_t n_bytes = record_bytes();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (pending_build_bytes_ + n_bytes > options_.max_pending_build_bytes) {
+      ++counters_.builds_refused;
+      return false;
+    }
+    pending_build_bytes_ += n_bytes;
+    ++counters_.builds_deferred;
+    build_queue_.push_back(BuildJob{namespace_seed, block_hash, parent_hash,
+                                    std::vector<int32_t>(token_ids.begin(), token_ids.end()),
+                                    std::move(fill), std::move(done)});
+  }
+  work_cv_.notify_all();
+  return true;
+}
+
+void TierManager::run_build(BuildJob& job) {
+  std::shared_ptr<RecordBuffer> rec = start_record(job.namespace_seed, job.block_hash, job.parent_hash, job.token_ids);
+  if (rec) {
+    job.fill(block_record_payload(*rec));
+    seal_block_record(*rec);
+  }
+  job.done();  // the block may change from here on; the record is complete
+  if (rec) offload(BlockKey{job.namespace_seed, job.block_hash}, std::move(rec), OffloadReason::kPublished);
+}
+
+void TierManager::wait_builds() {
+  std::unique_lock<std::mutex> lock(mu_);
+  builds_cv_.wait(lock, [this] { return build_queue_.empty() && pending_build_bytes_ == 0; });
 }
 
 RecordExpectations TierManager::expectations(const ChainQuery& query, size_t i) const {
@@ -170,6 +232,7 @@ ChainLookup TierManager::lookup_chain(const ChainQuery& query) const {
     break;
   }
   out.n_blocks = static_cast<int32_t>(out.tiers.size());
+  if (remote_) out.n_remote_candidates = static_cast<int32_t>(query.hashes.size()) - out.n_blocks;
   return out;
 }
 
@@ -222,8 +285,25 @@ void TierManager::io_loop(IoRole role) {
   for (;;) {
     work_cv_.wait(lock, [&] {
       return stopping_ || (onboards && !onboard_queue_.empty()) ||
-             (offloads && (!offload_queue_.empty() || prefault_bytes_ > 0));
+             (offloads && (!build_queue_.empty() || !offload_queue_.empty() || prefault_bytes_ > 0));
     });
+    // Builds first: each holds a block of the caller's pool. They are drained
+    // even while stopping (see offload_published_later).
+    if (offloads && !build_queue_.empty()) {
+      BuildJob job = std::move(build_queue_.front());
+      build_queue_.pop_front();
+      ++active_jobs_;
+      lock.unlock();
+      run_build(job);
+      lock.lock();
+      pending_build_bytes_ -= record_bytes();
+      --active_jobs_;
+      if (build_queue_.empty()) builds_cv_.notify_all();
+      if (active_jobs_ == 0 && onboard_queue_.empty() && offload_queue_.empty() && build_queue_.empty()) {
+        idle_cv_.notify_all();
+      }
+      continue;
+    }
     if (offloads && prefault_bytes_ > 0 && !stopping_) {
       const uint64_t n = prefault_bytes_;
       prefault_bytes_ = 0;
@@ -256,7 +336,7 @@ void TierManager::io_loop(IoRole role) {
     }
     lock.lock();
     --active_jobs_;
-    if (active_jobs_ == 0 && onboard_queue_.empty() && offload_queue_.empty()) {
+    if (active_jobs_ == 0 && onboard_queue_.empty() && offload_queue_.empty() && build_queue_.empty()) {
       idle_cv_.notify_all();
     }
   }
@@ -275,14 +355,15 @@ void TierManager::run_offload(OffloadJob& job) {
 void TierManager::run_onboard(OnboardJob& job) {
   OnboardCompletion c;
   c.request_id = job.request_id;
-  const size_t n = job.query.hashes.size();
+  const ChainQuery& query = job.query;
+  const size_t n = query.hashes.size();
   c.n_requested = static_cast<int32_t>(n);
   c.records.reserve(n);
   // The leading blocks host RAM holds.
   size_t i = 0;
   for (; i < n; ++i) {
-    const BlockKey key{job.query.namespace_seed, job.query.hashes[i]};
-    const RecordExpectations e = expectations(job.query, i);
+    const BlockKey key{query.namespace_seed, query.hashes[i]};
+    const RecordExpectations e = expectations(query, i);
     const double t0 = now_s();
     RecordPtr rec = host_->lookup(key);
     if (rec == nullptr) break;
@@ -296,70 +377,14 @@ void TierManager::run_onboard(OnboardJob& job) {
     c.host_bytes += rec->size();
     c.host_seconds += now_s() - t0;
   }
-  // The rest from disk, read by up to kDiskReaders threads at once: one
-  // read at a time leaves a cold restart waiting on the device's latency
-  // (page cache dropped, Zen 3 VM disk: 46 MB in 162 ms at one read at a
-  // time); each get checks its record (MAC, header, tokens) as before.
-  if (disk_ != nullptr && i < n) {
-    const double t1 = now_s();
-    std::vector<RecordPtr> got(n - i);
-    std::vector<uint8_t> in_host(n - i, 0);  // a later block host RAM still holds
-    auto read = [&](size_t first, size_t step) {
-      for (size_t j = first; j < got.size(); j += step) {
-        const BlockKey key{job.query.namespace_seed, job.query.hashes[i + j]};
-        const RecordExpectations e = expectations(job.query, i + j);
-        if (j > 0) {
-          RecordPtr rec = host_->lookup(key);
-          if (rec != nullptr && check_block_record(rec->data(), rec->size(), e, nullptr) == RecordCheck::kOk) {
-            got[j] = std::move(rec);
-            in_host[j] = 1;
-            continue;
-          }
-        }
-        got[j] = disk_->get(key, &e);  // checks everything; deletes and counts failures
-      }
-    };
-    // The first block alone: a chain that is not there at all (another
-    // model, a damaged directory) costs one read, as before.
-    read(0, got.size());
-    if (got[0] != nullptr && got.size() > 1) {
-      constexpr size_t kDiskReaders = 4;
-      const size_t readers = got.size() - 1 >= 2 * kDiskReaders ? kDiskReaders : 1;
-      auto read_rest = [&](size_t r) {
-        for (size_t j = 1 + r; j < got.size(); j += readers) read(j, got.size());
-      };
-      std::vector<std::thread> helpers;
-      for (size_t r = 1; r < readers; ++r) helpers.emplace_back(read_rest, r);
-      read_rest(0);
-      for (std::thread& t : helpers) t.join();
-    }
-    c.disk_seconds += now_s() - t1;
-    for (size_t j = 0; j < got.size(); ++j, ++i) {
-      const BlockKey key{job.query.namespace_seed, job.query.hashes[i]};
-      if (got[j] == nullptr) {
-        // The chain breaks here: this request recomputes every later block.
-        // Their disk copies go, so that write-through stores the recomputed
-        // ones (it skips keys the disk holds) and a replaced or damaged
-        // directory heals in one pass instead of one block per request.
-        for (size_t k = i + 1; k < n; ++k) disk_->erase(BlockKey{job.query.namespace_seed, job.query.hashes[k]});
-        break;
-      }
-      c.records.push_back(got[j]);
-      if (in_host[j]) {
-        ++c.n_from_host;
-        c.host_bytes += got[j]->size();
-        continue;
-      }
-      ++c.n_from_disk;
-      c.disk_bytes += got[j]->size();
-      host_->insert(key, got[j]);  // onboard to host too; may push host records to disk
-    }
-  }
+  if (disk_ != nullptr && i < n) i = onboard_from_disk(query, i, c);
+  if (remote_ != nullptr && i < n) i = onboard_from_remote(query, i, c);
   {
     std::lock_guard<std::mutex> lock(mu_);
     counters_.onboard_host_blocks += c.n_from_host;
     counters_.onboard_disk_blocks += c.n_from_disk;
-    counters_.onboard_bytes += c.host_bytes + c.disk_bytes;
+    counters_.onboard_remote_blocks += c.n_from_remote;
+    counters_.onboard_bytes += c.host_bytes + c.disk_bytes + c.remote_bytes;
   }
   std::function<void()> notifier;
   {
@@ -370,11 +395,115 @@ void TierManager::run_onboard(OnboardJob& job) {
   if (notifier) notifier();
 }
 
+// The blocks from i on that the disk holds (or host RAM, for a later one),
+// read by up to kDiskReaders threads at once: one read at a time leaves a
+// cold restart waiting on the device's latency (page cache dropped, Zen 3 VM
+// disk: 46 MB in 162 ms at one read at a time); each get checks its record
+// (MAC, header, tokens).
+size_t TierManager::onboard_from_disk(const ChainQuery& query, size_t i, OnboardCompletion& c) {
+  const size_t n = query.hashes.size();
+  // The run of blocks the disk index (or host RAM) holds: a block in neither
+  // is left to the remote tier without a disk read.
+  size_t end = i;
+  while (end < n) {
+    const BlockKey key{query.namespace_seed, query.hashes[end]};
+    if (!disk_->contains(key) && (end == i || host_->peek(key) == nullptr)) break;
+    ++end;
+  }
+  if (end == i) return i;
+  const double t1 = now_s();
+  std::vector<RecordPtr> got(end - i);
+  std::vector<uint8_t> in_host(end - i, 0);  // a later block host RAM still holds
+  auto read = [&](size_t j) {
+    const BlockKey key{query.namespace_seed, query.hashes[i + j]};
+    const RecordExpectations e = expectations(query, i + j);
+    if (j > 0) {
+      RecordPtr rec = host_->lookup(key);
+      if (rec != nullptr && check_block_record(rec->data(), rec->size(), e, nullptr) == RecordCheck::kOk) {
+        got[j] = std::move(rec);
+        in_host[j] = 1;
+        return;
+      }
+    }
+    got[j] = disk_->get(key, &e);  // checks everything; deletes and counts failures
+  };
+  // The first block alone: a chain that is not there at all (another model,
+  // a damaged directory) costs one read, as before.
+  read(0);
+  if (got[0] != nullptr && got.size() > 1) {
+    constexpr size_t kDiskReaders = 4;
+    const size_t readers = got.size() - 1 >= 2 * kDiskReaders ? kDiskReaders : 1;
+    auto read_rest = [&](size_t r) {
+      for (size_t j = 1 + r; j < got.size(); j += readers) read(j);
+    };
+    std::vector<std::thread> helpers;
+    for (size_t r = 1; r < readers; ++r) helpers.emplace_back(read_rest, r);
+    read_rest(0);
+    for (std::thread& t : helpers) t.join();
+  }
+  c.disk_seconds += now_s() - t1;
+  for (size_t j = 0; j < got.size(); ++j, ++i) {
+    const BlockKey key{query.namespace_seed, query.hashes[i]};
+    if (got[j] == nullptr) {
+      // A record that failed its checks: this request recomputes every later
+      // block (or takes it from the remote tier). Their disk copies go, so
+      // that write-through stores the recomputed ones (it skips keys the disk
+      // holds) and a replaced or damaged directory heals in one pass instead
+      // of one block per request.
+      for (size_t k = i + 1; k < n; ++k) disk_->erase(BlockKey{query.namespace_seed, query.hashes[k]});
+      return i;
+    }
+    c.records.push_back(got[j]);
+    if (in_host[j]) {
+      ++c.n_from_host;
+      c.host_bytes += got[j]->size();
+      continue;
+    }
+    ++c.n_from_disk;
+    c.disk_bytes += got[j]->size();
+    host_->insert(key, got[j]);  // onboard to host too; may push host records to disk
+  }
+  return i;
+}
+
+// The rest of the chain from the remote tier in one multi-get; what it
+// returns goes into host RAM and down to disk as well.
+size_t TierManager::onboard_from_remote(const ChainQuery& query, size_t i, OnboardCompletion& c) {
+  const size_t n = query.hashes.size();
+  std::vector<BlockKey> keys;
+  std::vector<RecordExpectations> expected;
+  keys.reserve(n - i);
+  expected.reserve(n - i);
+  for (size_t k = i; k < n; ++k) {
+    keys.push_back(BlockKey{query.namespace_seed, query.hashes[k]});
+    expected.push_back(expectations(query, k));
+  }
+  const double t0 = now_s();
+  std::vector<RecordPtr> got = remote_->get_chain(keys, expected);
+  const double seconds = now_s() - t0;
+  if (got.empty()) {
+    c.remote_miss_seconds = seconds;
+    return i;
+  }
+  c.remote_seconds = seconds;
+  for (size_t j = 0; j < got.size(); ++j, ++i) {
+    c.records.push_back(got[j]);
+    ++c.n_from_remote;
+    c.remote_bytes += got[j]->size();
+    host_->insert(keys[j], got[j]);
+    queue_disk_write(keys[j], got[j]);
+  }
+  return i;
+}
+
 void TierManager::wait_idle() {
-  std::unique_lock<std::mutex> lock(mu_);
-  idle_cv_.wait(lock, [this] {
-    return active_jobs_ == 0 && onboard_queue_.empty() && offload_queue_.empty();
-  });
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    idle_cv_.wait(lock, [this] {
+      return active_jobs_ == 0 && onboard_queue_.empty() && offload_queue_.empty() && build_queue_.empty();
+    });
+  }
+  if (remote_) remote_->wait_idle();
 }
 
 Status TierManager::clear() {
@@ -384,7 +513,7 @@ Status TierManager::clear() {
     offload_queue_.clear();
     queued_disk_keys_.clear();
     idle_cv_.wait(lock, [this] {
-      return active_jobs_ == 0 && onboard_queue_.empty() && offload_queue_.empty();
+      return active_jobs_ == 0 && onboard_queue_.empty() && offload_queue_.empty() && build_queue_.empty();
     });
   }
   host_->clear();
@@ -402,6 +531,8 @@ TierManagerStats TierManager::stats() const {
   s.host = host_->stats();
   s.has_disk = disk_ != nullptr;
   if (disk_) s.disk = disk_->stats();
+  s.has_remote = remote_ != nullptr;
+  if (remote_) s.remote = remote_->stats();
   return s;
 }
 

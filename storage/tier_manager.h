@@ -1,7 +1,7 @@
-// TierManager: the host and disk tiers behind one object, with its own I/O
-// threads. The engine offloads blocks (device pool -> host -> disk), asks how
-// much of a chain the tiers hold, and onboards chains (disk -> host -> engine)
-// without ever blocking on I/O.
+// TierManager: the host, disk and remote tiers behind one object, with its
+// own I/O threads. The engine offloads blocks (device pool -> host -> disk and
+// remote), asks how much of a chain the tiers hold, and onboards chains
+// (host, disk, then remote -> engine) without ever blocking on I/O.
 #pragma once
 
 #include <array>
@@ -23,6 +23,7 @@
 #include "storage/disk_tier.h"
 #include "storage/host_tier.h"
 #include "storage/record_slab_allocator.h"
+#include "storage/remote_tier.h"
 #include "storage/restore_policy.h"
 
 namespace prefixd {
@@ -40,11 +41,21 @@ struct TierManagerOptions {
   BlockGeometry geometry;                     // of every record (the pool's geometry)
   uint64_t host_capacity_bytes = 1ull << 30;  // 0 disables the host tier (every insert declines)
   std::optional<DiskTierOptions> disk;        // no disk tier when empty
+  // A memcached pool shared by replicas; no remote tier when empty. Its
+  // deployment_secret, record_bytes and allocator are filled in here.
+  std::optional<RemoteTierOptions> remote;
+  // The operator's deployment secret (--cache-secret-file); required with a
+  // remote tier. Empty: the disk directory's own, or random per process.
+  std::optional<std::array<uint8_t, 16>> deployment_secret;
   WritePolicy write_policy = WritePolicy::kWriteThrough;
   int32_t n_io_threads = 2;
   // Disk writes queued beyond this many bytes are dropped (counted), so a
   // slow disk cannot grow memory without bound.
   uint64_t max_pending_offload_bytes = 256ull << 20;
+  // Records of published blocks waiting to be built on the offload thread
+  // (offload_published_later) beyond this many bytes are refused: the caller
+  // builds them itself, so the blocks they hold in the pool stay bounded.
+  uint64_t max_pending_build_bytes = 64ull << 20;
   HostAllocator allocator = default_host_allocator();  // record buffers (pinned for CUDA)
 };
 
@@ -62,12 +73,16 @@ struct ChainQuery {
   std::vector<int32_t> token_ids;  // [n_blocks * block_size]
 };
 
-// How many leading blocks of a chain the host and disk tiers hold.
+// How many leading blocks of a chain the host and disk tiers hold, and how
+// many after them the remote tier may hold (it is not asked: that is I/O).
 struct ChainLookup {
   int32_t n_blocks = 0;  // leading blocks found in host or disk (walk stops at the first gap)
   int32_t n_host = 0;
   int32_t n_disk = 0;
   std::vector<StorageTier> tiers;  // [n_blocks] where each was found
+  // With a remote tier: the rest of the chain after the n_blocks, which an
+  // onboard asks the remote tier for (one round trip); 0 without one.
+  int32_t n_remote_candidates = 0;
 };
 
 // The result of request_onboard(): the valid leading blocks of the chain.
@@ -77,10 +92,14 @@ struct OnboardCompletion {
   std::vector<RecordPtr> records;  // [n valid leading blocks] in chain order, all checked
   int32_t n_from_host = 0;
   int32_t n_from_disk = 0;
+  int32_t n_from_remote = 0;
   uint64_t host_bytes = 0;    // bytes of records that came from host
   uint64_t disk_bytes = 0;    // bytes of records read from disk
+  uint64_t remote_bytes = 0;  // bytes of records read from the remote tier
   double host_seconds = 0;    // time spent on host records (lookup + checks)
   double disk_seconds = 0;    // time spent reading and checking disk records
+  double remote_seconds = 0;  // time of the remote request that returned records
+  double remote_miss_seconds = 0;  // time of a remote request that returned none (a round trip)
 };
 
 struct TierManagerStats {
@@ -92,17 +111,22 @@ struct TierManagerStats {
   uint64_t offload_disk_blocks = 0;  // records written to disk
   uint64_t offload_disk_bytes = 0;
   uint64_t offload_dropped = 0;      // disk writes dropped: queue over its byte bound
+  uint64_t builds_deferred = 0;      // records built on the offload thread (offload_published_later)
+  uint64_t builds_refused = 0;       // ... refused: the build queue was over its bound
   uint64_t pending_offload_bytes = 0;
   uint64_t onboard_requests = 0;
   uint64_t onboard_host_blocks = 0;
   uint64_t onboard_disk_blocks = 0;
+  uint64_t onboard_remote_blocks = 0;
   uint64_t onboard_bytes = 0;
+  bool has_remote = false;
+  RemoteTierStats remote;
 };
 
 // Thread-safety: every public method may be called from any thread.
 // offload(), lookup_chain(), request_onboard(), poll_completions() and stats()
 // never wait on I/O (offload() inserts into the host tier in memory and
-// queues disk writes), so the engine thread calls them freely. wait_idle()
+// queues disk and remote writes), so the engine thread calls them freely. wait_idle()
 // and clear() block until I/O threads finish their current work; the engine
 // thread should call them only from admin paths (DELETE /v1/cache), tests and
 // shutdown. Records handed in or out are immutable and shared.
@@ -130,7 +154,9 @@ class TierManager {
   WritePolicy write_policy() const { return options_.write_policy; }
   uint64_t record_bytes() const { return block_record_bytes(options_.geometry); }
   bool has_disk() const { return disk_ != nullptr; }
-  // The disk tier's persistent secret; without a disk tier, random per process.
+  bool has_remote() const { return remote_ != nullptr; }
+  // options.deployment_secret when set; else the disk tier's persistent
+  // secret; without a disk tier, random per process.
   const std::array<uint8_t, 16>& deployment_secret() const { return secret_; }
 
   // A record buffer (from the allocator) with header and tokens written; the
@@ -141,16 +167,37 @@ class TierManager {
                                              std::span<const int32_t> token_ids) const;
 
   // Offers a sealed record to the tiers (see WritePolicy). The host insert
-  // happens now (in memory); disk writes are queued for the I/O threads.
+  // happens now (in memory); disk and remote writes are queued for their
+  // threads (what goes to disk also goes to the remote tier).
   void offload(const BlockKey& key, RecordPtr record, OffloadReason reason);
 
+  // Write-through without the copy on the caller's thread: queues a newly
+  // published block for the offload thread, which starts its record, calls
+  // `fill` (the backend's read_block into the payload), seals it and offers
+  // it as kPublished, then calls `done` (also when no record could be
+  // allocated). The caller keeps the block unchanged until `done`. Returns
+  // false, queuing nothing, when builds over max_pending_build_bytes wait or
+  // the policy is not write-through: the caller then builds it itself.
+  // Builds run before disk writes; the offload thread drains them even while
+  // the manager is being destroyed, so the owner of what `fill` reads calls
+  // wait_builds() before freeing it.
+  bool offload_published_later(uint64_t namespace_seed, const Hash128& block_hash,
+                               const Hash128& parent_hash, std::span<const int32_t> token_ids,
+                               std::function<void(uint8_t* payload)> fill, std::function<void()> done);
+  // Blocks until every queued build has run (fill and done called).
+  void wait_builds();
+
   // Leading blocks of the chain held in host (header and tokens checked) or
-  // on disk (in-memory key index). Never waits on I/O.
+  // on disk (in-memory key index); with a remote tier, the rest of the chain
+  // as remote candidates. Never waits on I/O.
   ChainLookup lookup_chain(const ChainQuery& query) const;
 
   // Queues loading of the chain on an I/O thread; exactly one completion per
-  // call is posted for poll_completions(). Blocks read from disk are also
-  // inserted into the host tier. Onboards run before queued disk writes.
+  // call is posted for poll_completions(). The leading blocks come from host,
+  // then disk, then (from the first block neither holds) the remote tier in
+  // one multi-get. Blocks read from disk or the remote tier are also inserted
+  // into the host tier (and remote ones written to disk). Onboards run before
+  // queued disk writes.
   void request_onboard(uint64_t request_id, ChainQuery query);
   // Completions posted since the last call; never blocks.
   std::vector<OnboardCompletion> poll_completions();
@@ -165,15 +212,18 @@ class TierManager {
   // Bytes of record memory reserved so far (slabs).
   uint64_t reserved_record_bytes() const { return slabs_->reserved_bytes(); }
 
-  // Blocks until no job is queued or running (a prefault is not waited for).
+  // Blocks until no job is queued or running (a prefault is not waited for)
+  // and the remote tier's write queue is empty.
   void wait_idle();
-  // Drops queued disk writes, waits for running ones, empties both tiers.
+  // Drops queued disk writes, waits for running ones, empties host and disk.
+  // The remote tier is shared with other replicas and is left as it is.
   Status clear();
   TierManagerStats stats() const;
 
   // Direct access to the tiers (tests, metrics). Their own thread-safety holds.
   HostTier& host() { return *host_; }
   DiskTier* disk() { return disk_.get(); }
+  RemoteTier* remote() { return remote_.get(); }
 
  private:
   struct OffloadJob {
@@ -184,15 +234,30 @@ class TierManager {
     uint64_t request_id = 0;
     ChainQuery query;
   };
+  struct BuildJob {
+    uint64_t namespace_seed = 0;
+    Hash128 block_hash;
+    Hash128 parent_hash;
+    std::vector<int32_t> token_ids;
+    std::function<void(uint8_t*)> fill;
+    std::function<void()> done;
+  };
 
   explicit TierManager(const TierManagerOptions& options);
   enum class IoRole : uint8_t { kAll, kOffload, kOnboard };
   void io_loop(IoRole role);
   void run_offload(OffloadJob& job);
+  void run_build(BuildJob& job);
   void run_onboard(OnboardJob& job);
   // Queues a disk write unless the disk is absent, the key is already queued
   // or the queue is over its byte bound.
   void queue_disk_write(const BlockKey& key, RecordPtr record);
+  // What leaves host RAM: a disk write and a remote write.
+  void write_below(const BlockKey& key, const RecordPtr& record);
+  // Onboard steps: records for chain blocks [i, end) from disk (or host) and
+  // from the remote tier, appended to c; each returns the next block index.
+  size_t onboard_from_disk(const ChainQuery& query, size_t i, OnboardCompletion& c);
+  size_t onboard_from_remote(const ChainQuery& query, size_t i, OnboardCompletion& c);
   RecordExpectations expectations(const ChainQuery& query, size_t i) const;
 
   TierManagerOptions options_;  // its allocator is slabs_'s once created
@@ -202,12 +267,16 @@ class TierManager {
   std::array<uint8_t, 16> secret_{};
   std::unique_ptr<HostTier> host_;
   std::unique_ptr<DiskTier> disk_;
+  std::unique_ptr<RemoteTier> remote_;
 
   mutable std::mutex mu_;  // guards the queues, counters and flags below
   std::condition_variable work_cv_;
   std::condition_variable idle_cv_;
   std::deque<OnboardJob> onboard_queue_;
   std::deque<OffloadJob> offload_queue_;
+  std::deque<BuildJob> build_queue_;
+  uint64_t pending_build_bytes_ = 0;  // records of build_queue_ and the running build
+  std::condition_variable builds_cv_;  // build_queue_ drained
   std::unordered_set<BlockKey, BlockKeyHasher> queued_disk_keys_;
   uint64_t pending_offload_bytes_ = 0;
   int32_t active_jobs_ = 0;

@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 #include <httplib.h>
 
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -678,4 +679,81 @@ TEST_CASE("malformed answers and refused connections are errors, not crashes") {
   REQUIRE_FALSE(h.ok());
   CHECK(dead.last_error().http_status == 0);
   CHECK(h.message().find("GET /health to 127.0.0.1:" + std::to_string(dead_port) + " failed") == 0);
+}
+
+TEST_CASE("X-Prefix-Key: equal for prompts sharing their leading part, different otherwise, "
+          "sent by completions, streams, chat and prefetch, not when turned off") {
+  FakeDaemon d;
+  std::mutex mu;
+  std::vector<std::string> keys;  // X-Prefix-Key of each request, "-" when absent
+  auto record_key = [&](const httplib::Request& req) {
+    std::lock_guard<std::mutex> lock(mu);
+    keys.push_back(req.has_header("X-Prefix-Key") ? req.get_header_value("X-Prefix-Key") : "-");
+  };
+  d.server.Post("/v1/completions", [&](const httplib::Request& req, httplib::Response& res) {
+    record_key(req);
+    if (req.get_header_value("Accept") == "text/event-stream") {
+      serve_sse(res, completion_sse("\n"));
+    } else {
+      res.set_content(kCompletionJson, "application/json");
+    }
+  });
+  d.server.Post("/v1/chat/completions", [&](const httplib::Request& req, httplib::Response& res) {
+    record_key(req);
+    res.set_content(kCompletionJson, "application/json");
+  });
+  d.server.Post("/v1/cache/prefetch", [&](const httplib::Request& req, httplib::Response& res) {
+    record_key(req);
+    res.set_content(R"({"prompt_tokens":4,"cached_tokens":0,"prefill_tokens":4,"blocks":0})",
+                    "application/json");
+  });
+  d.start();
+
+  const std::string system(kPrefixKeyTextBytes, 's');  // a shared leading part of 1024 bytes
+  auto text = [](std::string s) { return CompletionRequest{Prompt(std::move(s)), {}}; };
+  std::vector<int32_t> shared_ids(kPrefixKeyIds, 7), other_ids(kPrefixKeyIds, 7);
+  other_ids[kPrefixKeyIds - 1] = 8;
+  auto with_question = [&](std::vector<int32_t> ids, int32_t question) {
+    ids.push_back(question);
+    return CompletionRequest{Prompt(std::move(ids)), {}};
+  };
+  auto chat = [](std::string system_prompt, std::string question) {
+    return ChatRequest{{{"system", std::move(system_prompt)}, {"user", std::move(question)}}, {}};
+  };
+
+  Client client(d.options());
+  REQUIRE(client.complete(text(system + " question one")).ok());
+  REQUIRE(client.complete_stream(text(system + " question two"), nullptr).ok());
+  REQUIRE(client.complete(text("t" + system)).ok());
+  REQUIRE(client.complete(with_question(shared_ids, 1)).ok());
+  REQUIRE(client.complete(with_question(shared_ids, 2)).ok());
+  REQUIRE(client.complete(with_question(other_ids, 1)).ok());
+  REQUIRE(client.chat(chat("You are a pirate.", "Where is the gold?")).ok());
+  REQUIRE(client.chat(chat("You are a pirate.", "And the ship?")).ok());
+  REQUIRE(client.chat(chat("You are a poet.", "Where is the gold?")).ok());
+  REQUIRE(client.prefetch(CacheQuery::of_text(system + " question three")).ok());
+  ClientOptions off = d.options();
+  off.prefix_key_header = false;
+  Client no_key(off);
+  REQUIRE(no_key.complete(text(system)).ok());
+  REQUIRE(no_key.chat(chat("You are a pirate.", "Where is the gold?")).ok());
+
+  std::lock_guard<std::mutex> lock(mu);
+  REQUIRE(keys.size() == 12);
+  for (size_t i = 0; i < 10; ++i) {
+    CAPTURE(i);
+    CHECK(keys[i].size() == 16);
+    CHECK(keys[i].find_first_not_of("0123456789abcdef") == std::string::npos);
+  }
+  CHECK(keys[0] == prefix_key(Prompt(system)));
+  CHECK(keys[1] == keys[0]);  // the same first 1024 bytes, streamed or not
+  CHECK(keys[2] != keys[0]);  // one byte more in front shifts them
+  CHECK(keys[3] == prefix_key(Prompt(shared_ids)));
+  CHECK(keys[4] == keys[3]);  // the same first 256 ids
+  CHECK(keys[5] != keys[3]);  // the 256th id differs
+  CHECK(keys[6] == keys[7]);  // the same first (system) message
+  CHECK(keys[8] != keys[6]);
+  CHECK(keys[9] == keys[0]);  // a prefetch goes where the completions go
+  CHECK(keys[10] == "-");
+  CHECK(keys[11] == "-");
 }

@@ -347,7 +347,7 @@ TEST_CASE("run_bench against a fake daemon: exact hit ratio, token counts and a 
   CHECK(round["warmup"].empty());
   std::string table = format_bench_summary(r.value());
   CHECK(table.find("6 ok, 0 failed, 1 retries") != std::string::npos);
-  CHECK(table.find("hit ratio 55.6% (device 55.6%, host 0.0%, disk 0.0%)") != std::string::npos);
+  CHECK(table.find("hit ratio 55.6% (device 55.6%, host 0.0%, disk 0.0%, remote 0.0%)") != std::string::npos);
 }
 
 TEST_CASE("run_bench with warmup prefetches every system prompt; concurrency keeps all records") {

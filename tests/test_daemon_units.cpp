@@ -703,7 +703,8 @@ TEST_CASE("one StatsSnapshot feeds /metrics, /v1/cache/stats and the dashboard a
   const json stats = cache_stats_json(s, 16);
   CHECK(stats["block_size"] == 16);
   CHECK(stats["tokens_saved"] == 56);
-  CHECK(stats["cached_tokens"] == json{{"device", 32}, {"host", 16}, {"disk", 8}});
+  CHECK(stats["cached_tokens"] == json{{"device", 32}, {"host", 16}, {"disk", 8}, {"remote", 0}});
+  CHECK_FALSE(stats["tiers"].contains("remote"));  // only with a remote tier
   CHECK(stats["tiers"]["host"] == json{{"capacity_bytes", 8192},
                                        {"used_bytes", 2048},
                                        {"blocks", 5},
@@ -722,6 +723,55 @@ TEST_CASE("one StatsSnapshot feeds /metrics, /v1/cache/stats and the dashboard a
   CHECK(row["offload_blocks"] == 20);
   CHECK(row["offload_bytes"] == 2000);
   CHECK(row["pinned_blocks"] == 2);
+}
+
+TEST_CASE("the remote tier's figures in /metrics and /v1/cache/stats, only when it is configured") {
+  StatsSnapshot s;
+  s.has_host_tier = true;
+  s.prompt_tokens = 100;
+  s.device.cached_tokens = 16;
+  CHECK(Metrics().render(s, BuildInfo{}).find("tier=\"remote\"") == std::string::npos);
+  s.has_remote_tier = true;
+  s.remote.cached_tokens = 48;
+  s.remote.hits = 3;
+  s.remote.misses = 2;
+  s.remote.offload_blocks = 5;
+  s.remote.onboard_blocks = 3;
+  s.remote_io.servers = 2;
+  s.remote_io.read_bytes = 3000;
+  s.remote_io.errors = 4;
+  s.remote_io.timeouts = 1;
+  s.remote_io.corrupt_records = 2;
+  s.remote_io.unauthenticated_records = 1;
+  s.remote_io.writes_dropped = 6;
+  CHECK(s.cached_tokens() == 64);
+  const std::string text = Metrics().render(s, BuildInfo{});
+  for (const char* line : {"prefixd_cached_tokens_total{tier=\"remote\"} 48\n",
+                           "prefixd_onboard_blocks_total{tier=\"remote\"} 3\n",
+                           "prefixd_offload_blocks_total{tier=\"remote\"} 5\n",
+                           "prefixd_corrupt_records_total{tier=\"remote\"} 2\n",
+                           "prefixd_unauthenticated_records_total{tier=\"remote\"} 1\n",
+                           "prefixd_tier_hits_total{tier=\"remote\"} 3\n",
+                           "prefixd_tier_misses_total{tier=\"remote\"} 2\n",
+                           "prefixd_tier_read_bytes_total{tier=\"remote\"} 3000\n",
+                           "prefixd_tier_errors_total{tier=\"remote\"} 4\n",
+                           "prefixd_tier_timeouts_total{tier=\"remote\"} 1\n",
+                           "prefixd_tier_writes_dropped_total{tier=\"remote\"} 6\n",
+                           "prefixd_remote_servers 2\n"}) {
+    CHECK_MESSAGE(text.find(line) != std::string::npos, line);
+  }
+  // No disk tier: its corrupt-record sample stays out while the remote one is in.
+  CHECK(text.find("prefixd_corrupt_records_total{tier=\"disk\"}") == std::string::npos);
+  const json stats = cache_stats_json(s, 16);
+  CHECK(stats["cached_tokens"]["remote"] == 48);
+  CHECK(stats["tiers"]["remote"]["hits"] == 3);
+  CHECK(stats["tiers"]["remote"]["servers"] == 2);
+  CHECK(stats["tiers"]["remote"]["unauthenticated_records"] == 1);
+  HistorySample sample;
+  sample.delta = s;
+  const json row = history_sample_json(sample);
+  CHECK(row["hit_ratio"]["remote"].get<double>() == doctest::Approx(0.48));
+  CHECK(row["onboard_blocks"] == 3);
 }
 
 TEST_CASE("stats_delta: counters become increases (never negative), gauges stay as they are") {

@@ -90,11 +90,31 @@ TEST_CASE("faster_measured_prefill_makes_recompute_win_sooner") {
 
 TEST_CASE("mixed_chain_adds_host_and_disk_times") {
   const RestorePolicy policy(round_options());
-  const RestoreDecision d = policy.choose_chain(10, 5, 1000);
+  const RestoreDecision d = policy.choose_chain(ChainTiers{10, 5, 0}, 1000);
   CHECK(d.restore_s == doctest::Approx(0.01 + 0.05).epsilon(1e-12));
   CHECK(d.bytes_per_s == doctest::Approx(15e6 / 0.06).epsilon(1e-12));
   CHECK(d.choice == RestoreChoice::kRestore);
-  const RestoreDecision none = policy.choose_chain(0, 0, 1000);
+  const RestoreDecision none = policy.choose_chain(ChainTiers{}, 1000);
   CHECK(none.choice == RestoreChoice::kRecompute);
   CHECK(std::string(storage_tier_name(StorageTier::kDisk)) == "disk");
+}
+
+TEST_CASE("remote_blocks_add_one_round_trip_and_learn_bandwidth_apart_from_it") {
+  RestorePolicyOptions o = round_options();
+  o.remote_bytes_per_s = 5e8;
+  o.remote_round_trip_s = 0.002;
+  RestorePolicy policy(o);
+  // 4 host blocks (4 ms) then 10 remote blocks (20 ms) and one 2 ms round trip.
+  const RestoreDecision d = policy.choose_chain(ChainTiers{4, 0, 10}, 224);
+  CHECK(d.restore_s == doctest::Approx(0.004 + 0.020 + 0.002).epsilon(1e-12));
+  CHECK(d.choice == RestoreChoice::kRestore);
+  // 1 remote block (2 ms) and a round trip (2 ms) against 3 tokens (3 ms): recompute.
+  CHECK(policy.choose(1, StorageTier::kRemote, 3).choice == RestoreChoice::kRecompute);
+  // A 10 MB transfer in 12 ms with a 2 ms round trip: 1e9 B/s sample, blended 0.5.
+  policy.observe_restore(StorageTier::kRemote, 10000000, 0.012);
+  CHECK(policy.bytes_per_s(StorageTier::kRemote) == doctest::Approx(7.5e8).epsilon(1e-12));
+  CHECK(policy.bytes_per_s(StorageTier::kDisk) == 1e8);
+  policy.observe_remote_round_trip(0.004);
+  CHECK(policy.remote_round_trip_s() == doctest::Approx(0.003).epsilon(1e-12));
+  CHECK(std::string(storage_tier_name(StorageTier::kRemote)) == "remote");
 }

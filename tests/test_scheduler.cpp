@@ -254,7 +254,7 @@ TEST_CASE("a newer decoder goes before an older prefill; restored blocks report 
   CHECK(d->state == SeqState::kRunning);
   CHECK(h.step() == "2:2@0");  // the loading one is not planned
   // The tiers answer: both blocks, the first from host RAM, the second from disk.
-  h.sched.onboarded(*a, 2, 1);
+  h.sched.onboarded(*a, 2, 1, 0);
   CHECK(a->state == SeqState::kRunning);
   CHECK(a->n_computed == 8);
   CHECK(a->n_published == 2);
@@ -280,7 +280,7 @@ TEST_CASE("tiers that fill only part of the reserved blocks, and a choice to rec
   REQUIRE(a->state == SeqState::kLoading);
   CHECK(a->block_table.size() == 3);
   CHECK(h.blocks.stats().blocks_used == 3);
-  h.sched.onboarded(*a, 1, 0);  // one block, from disk; the other two reserved blocks go back
+  h.sched.onboarded(*a, 1, 0, 0);  // one block, from disk; the other two reserved blocks go back
   CHECK(a->block_table.size() == 1);
   CHECK(h.blocks.stats().blocks_used == 1);
   CHECK(a->usage.disk_tokens == 4);
@@ -381,7 +381,7 @@ TEST_CASE("the cache split is committed once, and only for an admitted sequence"
 
   CacheSplit split;
   split.admit(2, "none");
-  split.restored(3, 2);
+  split.restored(3, 2, 0);
   split.report(19, 4, u);  // 2 device blocks, 3 restored (2 from host), last token recomputed
   CHECK(u.device_tokens == 8);
   CHECK(u.host_tokens == 8);
@@ -397,4 +397,26 @@ TEST_CASE("the cache split is committed once, and only for an admitted sequence"
   split.admit(0, "none");
   split.report(0, 4, u);
   CHECK(u.cached_tokens == 19);
+}
+
+TEST_CASE("the cache split takes recomputed tokens off the remote tail first") {
+  Usage u;
+  CacheSplit split;
+  split.admit(1, "none");
+  split.restored(5, 1, 2);  // 1 host, 2 disk, 2 remote blocks of 4 tokens
+  split.report(4 + 20 - 1, 4, u);  // the last token is recomputed
+  CHECK(u.device_tokens == 4);
+  CHECK(u.host_tokens == 4);
+  CHECK(u.disk_tokens == 8);
+  CHECK(u.remote_tokens == 7);
+  CacheSplit whole_block;
+  whole_block.admit(0, "none");
+  whole_block.restored(3, 0, 1);  // 2 disk, 1 remote block
+  Usage w;
+  whole_block.report(8, 4, w);  // the last block is recomputed whole
+  CHECK(w.disk_tokens == 8);
+  CHECK(w.remote_tokens == 0);
+  CachedTokenTotals totals;
+  split.commit(u, totals);
+  CHECK(totals.remote == 7);
 }

@@ -333,3 +333,68 @@ TEST_CASE("write_policy_names_parse") {
   CHECK_FALSE(parse_write_policy("sometimes").ok());
   CHECK(std::string(write_policy_name(WritePolicy::kEvictOnly)) == "evict-only");
 }
+
+TEST_CASE("published records are built on the offload thread: filled, sealed, stored, then done") {
+  TempDir dir;
+  const std::string path = dir.path + "/db";
+  auto tm = make_tm(&path, WritePolicy::kWriteThrough);
+  const Chain c = make_chain(*tm, 3);
+  std::atomic<int> done{0};
+  for (int i = 0; i < 3; ++i) {
+    const Hash128 parent = i == 0 ? Hash128{} : c.query.hashes[i - 1];
+    const std::span<const int32_t> tokens(c.query.token_ids.data() + i * kGeom.block_size, kGeom.block_size);
+    const RecordPtr expected = c.records[i];
+    CHECK(tm->offload_published_later(
+        kNs, c.query.hashes[i], parent, tokens,
+        [expected](uint8_t* payload) {
+          std::memcpy(payload, expected->data() + expected->size() - kGeom.payload_bytes(), kGeom.payload_bytes());
+        },
+        [&done] { done.fetch_add(1); }));
+  }
+  tm->wait_builds();
+  CHECK(done.load() == 3);
+  tm->wait_idle();
+  // The records the thread built are byte for byte the ones built here, and on both tiers.
+  const OnboardCompletion got = onboard(*tm, 7, c.query);
+  REQUIRE(got.records.size() == 3);
+  for (int i = 0; i < 3; ++i) {
+    CHECK(got.records[i]->size() == c.records[i]->size());
+    CHECK(std::memcmp(got.records[i]->data(), c.records[i]->data(), c.records[i]->size()) == 0);
+    CHECK(tm->disk()->contains(key_of(c, i)));
+  }
+  CHECK(tm->stats().builds_deferred == 3);
+  CHECK(tm->stats().builds_refused == 0);
+}
+
+TEST_CASE("deferred builds are refused over their byte bound and under evict-only") {
+  TierManagerOptions o;
+  o.model_fingerprint = kFingerprint;
+  o.geometry = kGeom;
+  o.max_pending_build_bytes = kRecordBytes;  // one record waiting at most
+  auto tm = std::move(TierManager::create(o)).value();
+  const Chain c = make_chain(*tm, 2);
+  std::atomic<bool> release{false};
+  std::atomic<int> done{0};
+  auto tokens = [&](int i) {
+    return std::span<const int32_t>(c.query.token_ids.data() + i * kGeom.block_size, kGeom.block_size);
+  };
+  // The first build blocks in its fill until released, so the second finds the bound reached.
+  CHECK(tm->offload_published_later(
+      kNs, c.query.hashes[0], Hash128{}, tokens(0),
+      [&](uint8_t*) {
+        for (int i = 0; i < 5000 && !release.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      },
+      [&] { done.fetch_add(1); }));
+  CHECK_FALSE(tm->offload_published_later(kNs, c.query.hashes[1], c.query.hashes[0], tokens(1),
+                                          [](uint8_t*) {}, [&] { done.fetch_add(1); }));
+  CHECK(tm->stats().builds_refused == 1);
+  release.store(true);
+  tm->wait_builds();
+  CHECK(done.load() == 1);  // a refused build never calls done: the caller builds it itself
+
+  o.max_pending_build_bytes = 64 << 20;
+  o.write_policy = WritePolicy::kEvictOnly;
+  auto evict_only = std::move(TierManager::create(o)).value();
+  CHECK_FALSE(evict_only->offload_published_later(kNs, c.query.hashes[0], Hash128{}, tokens(0),
+                                                  [](uint8_t*) {}, [] {}));
+}

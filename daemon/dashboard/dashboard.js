@@ -8,7 +8,7 @@
   const KEY_STORAGE = 'prefixd.apiKey';
   const MAX_SAMPLES = 600;   // 10 minutes at one sample per second
   const RATIO_WINDOW = 10;   // samples in the rolling hit-ratio window
-  const COLORS = { device: '#2f6fde', host: '#16a37f', disk: '#c7841a', miss: '#d64545',
+  const COLORS = { device: '#2f6fde', host: '#16a37f', disk: '#c7841a', remote: '#b5479b', miss: '#d64545',
                    a: '#7b4fd6', b: '#2aa6c9', c: '#8a8f99' };
   const hasCharts = typeof window.uPlot === 'function';
   const state = { since: 0, samples: [], totals: null, charts: {}, prefixes: [], tick: 0,
@@ -47,30 +47,35 @@
 
   // ---- series -------------------------------------------------------------
 
+  // Prompt tokens reused from every tier (the remote tier only with one).
+  function cachedTotal(c) { return c.device + c.host + c.disk + (c.remote || 0); }
+
   function perSecond(s, v) { return s.interval_ms > 0 ? v * 1000 / s.interval_ms : null; }
 
   function buildSeries() {
     const S = state.samples;
     const t = S.map((s) => s.t_ms / 1000);
-    const hit = { device: [], host: [], disk: [], miss: [] };
+    const hit = { device: [], host: [], disk: [], remote: [], miss: [] };
     for (let i = 0; i < S.length; i++) {
-      let p = 0, d = 0, h = 0, k = 0;
+      let p = 0, d = 0, h = 0, k = 0, r = 0;
       for (let j = Math.max(0, i - RATIO_WINDOW + 1); j <= i; j++) {
         p += S[j].prompt_tokens;
         d += S[j].cached_tokens.device;
         h += S[j].cached_tokens.host;
         k += S[j].cached_tokens.disk;
+        r += S[j].cached_tokens.remote || 0;
       }
       const ok = p > 0;
       hit.device.push(ok ? d / p : null);
       hit.host.push(ok ? h / p : null);
       hit.disk.push(ok ? k / p : null);
-      hit.miss.push(ok ? Math.max(0, p - d - h - k) / p : null);
+      hit.remote.push(ok ? r / p : null);
+      hit.miss.push(ok ? Math.max(0, p - d - h - k - r) / p : null);
     }
     const pct = (o) => (o.capacity_bytes > 0 ? (100 * o.used_bytes) / o.capacity_bytes : null);
-    const cached = (s) => s.cached_tokens.device + s.cached_tokens.host + s.cached_tokens.disk;
+    const cached = (s) => cachedTotal(s.cached_tokens);
     return {
-      hit: [t, hit.device, hit.host, hit.disk, hit.miss],
+      hit: [t, hit.device, hit.host, hit.disk, hit.remote, hit.miss],
       tokens: [t, S.map((s) => perSecond(s, cached(s))), S.map((s) => perSecond(s, s.prefill_tokens))],
       ttft: [t, S.map((s) => s.ttft_ms.hit_p50), S.map((s) => s.ttft_ms.hit_p95),
              S.map((s) => s.ttft_ms.miss_p50), S.map((s) => s.ttft_ms.miss_p95)],
@@ -85,7 +90,8 @@
 
   const CHARTS = {
     hit: { el: '#chart-hit', y: { range: [0, 1] }, fmt: fmtPct,
-           series: [['device', COLORS.device], ['host', COLORS.host], ['disk', COLORS.disk], ['miss', COLORS.miss]] },
+           series: [['device', COLORS.device], ['host', COLORS.host], ['disk', COLORS.disk], ['remote', COLORS.remote],
+                    ['miss', COLORS.miss]] },
     tokens: { el: '#chart-tokens', fmt: fmtInt,
               series: [['saved (cached)', COLORS.device], ['computed (prefill)', COLORS.miss]] },
     ttft: { el: '#chart-ttft', fmt: (v) => (v == null ? '–' : v.toFixed(1) + ' ms'),
@@ -147,7 +153,7 @@
     }
     const T = state.totals;
     if (T) {
-      const cached = T.cached_tokens.device + T.cached_tokens.host + T.cached_tokens.disk;
+      const cached = cachedTotal(T.cached_tokens);
       $('#tile-hit-ratio').textContent = T.prompt_tokens > 0 ? fmtPct(cached / T.prompt_tokens) : '–';
       $('#tile-saved').textContent = fmtInt(cached);
       $('#tile-computed').textContent = fmtInt(T.prefill_tokens);

@@ -123,6 +123,7 @@ class CpuBackend : public Backend {
 
   void copy_block(KvPool& pool, int32_t src, int32_t dst) override;
   void read_block(const KvPool& pool, int32_t block_id, void* host_dst) override;
+  bool reads_blocks_concurrently() const override { return true; }
   void write_block(KvPool& pool, int32_t block_id, const void* host_src) override;
 
  private:

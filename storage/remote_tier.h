@@ -1,0 +1,118 @@
+// RemoteTier: block records in a pool of memcached servers shared by several
+// prefixd replicas (libmemcached: binary protocol, ketama consistent hashing,
+// dead servers ejected and retried by the library). Values are the disk
+// tier's bytes: record || RecordMac trailer under the deployment secret.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "storage/block_record.h"
+
+namespace prefixd {
+
+struct RemoteServer {
+  std::string host;
+  uint16_t port = 11211;
+};
+
+// "memcached://HOST:PORT[,HOST:PORT...]" -> servers. Refuses (naming the
+// part) another scheme, an empty list, a missing or out-of-range port.
+Result<std::vector<RemoteServer>> parse_remote_cache_url(const std::string& url);
+
+struct RemoteTierOptions {
+  // Every replica must name the servers alike ("127.0.0.1:11211" and
+  // "localhost:11211" differ): ketama places keys by hashing the names. The
+  // order does not matter.
+  std::vector<RemoteServer> servers;
+  std::array<uint8_t, 16> deployment_secret{};  // keys the MAC of every value
+  uint64_t record_bytes = 0;                     // block_record_bytes(geometry); required
+  // Per-operation bound: connect, send and receive (libmemcached timeouts).
+  std::chrono::milliseconds timeout{200};
+  // A server that failed this many times in a row is ejected from the ketama
+  // ring; it is retried after retry_interval. libmemcached counts failed
+  // connects only (a server that accepts and then stalls is never ejected:
+  // each operation on it waits the timeout), per handle, and keeps
+  // retry_interval in whole seconds (rounded up here). With 1, an operation
+  // that a dead server refused is tried once more at once, on the ring
+  // without it, so a dead server costs a connect attempt per retry_interval,
+  // not a lost read or write.
+  int32_t failure_limit = 1;
+  std::chrono::milliseconds retry_interval{2000};
+  // Writes queued beyond this many bytes are dropped (counted).
+  uint64_t max_pending_write_bytes = 256ull << 20;
+  HostAllocator allocator = default_host_allocator();  // buffers returned by get_chain()
+};
+
+struct RemoteTierStats {
+  uint64_t hits = 0;                     // records returned that passed every check
+  uint64_t misses = 0;                   // keys asked for and not returned (absent, or failed
+                                         // below); per key: hits + misses = keys asked
+  uint64_t read_bytes = 0;               // value bytes received
+  uint64_t writes = 0;                   // records stored
+  uint64_t written_bytes = 0;            // value bytes: record + MAC trailer
+  uint64_t writes_dropped = 0;           // not queued: the queue was over its byte bound
+                                         // (or dropped at shutdown, see ~RemoteTier)
+  uint64_t errors = 0;                   // operations that failed (server down, protocol error):
+                                         // one per get_chain, write or delete that saw a failure
+  uint64_t timeouts = 0;                 // of those, the ones that timed out
+  uint64_t corrupt_records = 0;          // values that failed a check (MAC, layout, key): misses
+  uint64_t unauthenticated_records = 0;  // of those, the ones whose MAC did not verify
+  uint64_t pending_write_bytes = 0;      // now
+  int32_t servers = 0;                   // configured
+};
+
+// Thread-safety: every method may be called from any thread (each call takes
+// a libmemcached handle of its own from a pool of up to 16; a 17th concurrent
+// caller waits for one). The writer thread has its own. get_chain() does
+// network I/O and belongs on tier I/O threads; put_async() only queues.
+class RemoteTier {
+ public:
+  // Connects to every server and reads its item size limit (memcached's
+  // "item_size_max"): refuses, naming the server and memcached's -I option,
+  // when a value (record + MAC trailer) would not fit, and refuses a server
+  // that does not answer within the timeout. Starts the writer thread.
+  static Result<std::unique_ptr<RemoteTier>> open(const RemoteTierOptions& options);
+  // Finishes queued writes (each bounded by the timeout), then stops; after a
+  // write that timed out it drops the rest (writes_dropped) instead.
+  ~RemoteTier();
+  RemoteTier(const RemoteTier&) = delete;
+  RemoteTier& operator=(const RemoteTier&) = delete;
+
+  // The leading blocks of a chain: keys[i] with expected[i] (same length).
+  // Asks for all keys in one multi-get round trip and returns records for
+  // the leading keys that were found and pass every check (MAC, record
+  // integrity, key, every field of expected); stops at the first that is
+  // missing or fails. A value that fails is counted and deleted from the pool.
+  // Every key not returned is a miss, those after the first failure included.
+  // Waits at most about the timeout per server that does not answer.
+  std::vector<RecordPtr> get_chain(std::span<const BlockKey> keys,
+                                   std::span<const RecordExpectations> expected);
+  // Queues a record (sealed) for the writer thread; returns at once. Dropped
+  // and counted when the queue is over max_pending_write_bytes; skipped when
+  // the key is already queued or was recently stored or read by this process.
+  void put_async(const BlockKey& key, RecordPtr record);
+  // Waits until the write queue is empty and no write is running.
+  void wait_idle();
+  RemoteTierStats stats() const;
+
+  // The memcached key of a block: "pfxd1:" + 48 lowercase hex digits of the
+  // namespace seed (8 bytes big-endian) and the block hash (hi, lo; 8 bytes
+  // big-endian each).
+  static std::string memcached_key(const BlockKey& key);
+  // Test hook: stores raw bytes as the value of `key`, synchronously.
+  Status debug_set_value(const BlockKey& key, std::span<const uint8_t> value);
+
+ private:
+  struct Impl;
+  explicit RemoteTier(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace prefixd

@@ -1,0 +1,705 @@
+// Tests for RemoteTier against real memcached servers on loopback ports:
+// URL parsing, round trip over two servers, concurrent callers, chain
+// cut-offs, forged values, the item size check at open, a server killed
+// (ejected, then back), a stalled server (timeouts), shutdown, the write queue
+// bound. Skipped (exit 77) when /usr/bin/memcached is not installed.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <arpa/inet.h>
+#include <doctest/doctest.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "storage/record_mac.h"
+#include "storage/remote_tier.h"
+
+using namespace prefixd;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr char kMemcachedBinary[] = "/usr/bin/memcached";
+
+const Hash128 kFingerprint{0x0123456789ABCDEFull, 0xFEDCBA9876543210ull};
+const BlockGeometry kGeom{4, 2, 2, 8, kKvDtypeF16};  // 512-byte payload, 640-byte record
+const std::array<uint8_t, 16> kSecret{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+
+struct TestBlock {
+  BlockKey key;
+  std::vector<int32_t> tokens;  // [4]
+  Hash128 parent;
+  RecordPtr record;
+  RecordExpectations expect() const {
+    BlockRecordInfo info{kFingerprint, key.namespace_seed, kGeom, key.block_hash, parent};
+    return RecordExpectations{info, tokens};
+  }
+};
+
+TestBlock make_block(uint64_t i, uint64_t ns = 99) {
+  TestBlock b;
+  b.key = BlockKey{ns, Hash128{0x1000 + i, 0x2000 + i}};
+  b.tokens = {static_cast<int32_t>(i), 1, 2, 3};
+  b.parent = Hash128{i, 0};
+  std::vector<uint8_t> payload(kGeom.payload_bytes());
+  for (size_t j = 0; j < payload.size(); ++j) payload[j] = static_cast<uint8_t>(i * 13 + j);
+  BlockRecordInfo info{kFingerprint, ns, kGeom, b.key.block_hash, b.parent};
+  b.record = encode_block_record(info, b.tokens, payload);
+  REQUIRE(b.record != nullptr);
+  return b;
+}
+
+// A chain: keys and expectations of copies of `blocks` (the expectations'
+// token spans point into the copies, which move with the Chain).
+struct Chain {
+  std::vector<TestBlock> blocks;
+  std::vector<BlockKey> keys;
+  std::vector<RecordExpectations> expected;
+};
+Chain chain_of(std::vector<TestBlock> blocks) {
+  Chain c;
+  c.blocks = std::move(blocks);
+  for (const TestBlock& b : c.blocks) {
+    c.keys.push_back(b.key);
+    c.expected.push_back(b.expect());
+  }
+  return c;
+}
+
+bool same_bytes(const RecordPtr& a, const RecordPtr& b) {
+  return a && b && a->size() == b->size() && std::memcmp(a->data(), b->data(), a->size()) == 0;
+}
+
+bool memcached_installed() { return access(kMemcachedBinary, X_OK) == 0; }
+
+// A loopback port nobody listens on right now.
+uint16_t free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  socklen_t len = sizeof(addr);
+  REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+int connect_loopback(uint16_t port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  timeval tv{2, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(port);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// One ASCII-protocol command; reads until the reply ends with `terminator`.
+std::string ascii_command(uint16_t port, const std::string& command,
+                          const std::string& terminator) {
+  const int fd = connect_loopback(port);
+  if (fd < 0) return "";
+  std::string reply;
+  if (send(fd, command.data(), command.size(), MSG_NOSIGNAL) ==
+      static_cast<ssize_t>(command.size())) {
+    char buf[4096];
+    for (int i = 0; i < 10000; ++i) {
+      const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+      if (n <= 0) break;
+      reply.append(buf, static_cast<size_t>(n));
+      if (reply.size() >= terminator.size() &&
+          reply.compare(reply.size() - terminator.size(), terminator.size(), terminator) == 0) {
+        break;
+      }
+    }
+  }
+  close(fd);
+  return reply;
+}
+
+// The server's "curr_items" stat, or -1.
+long curr_items(uint16_t port) {
+  const std::string stats = ascii_command(port, "stats\r\n", "END\r\n");
+  const size_t at = stats.find("STAT curr_items ");
+  if (at == std::string::npos) return -1;
+  return std::stol(stats.substr(at + 16));
+}
+
+bool server_holds(uint16_t port, const BlockKey& key) {
+  const std::string reply =
+      ascii_command(port, "get " + RemoteTier::memcached_key(key) + "\r\n", "END\r\n");
+  return reply.rfind("VALUE ", 0) == 0;
+}
+
+// A memcached server on a free loopback port, SIGKILLed when destroyed.
+class MemcachedServer {
+ public:
+  // On a free port, or on `port` (one try) when it is not 0.
+  explicit MemcachedServer(const std::string& item_size_max = "2m", uint16_t port = 0) {
+    for (int attempt = 0; attempt < (port != 0 ? 1 : 5) && pid_ <= 0; ++attempt) {
+      port_ = port != 0 ? port : free_port();
+      const std::string port_text = std::to_string(port_);
+      std::vector<std::string> args = {
+          kMemcachedBinary, "-l", "127.0.0.1", "-p", port_text, "-U", "0", "-m", "64", "-I",
+          item_size_max};
+      if (geteuid() == 0) {
+        args.push_back("-u");
+        args.push_back("root");
+      }
+      const pid_t pid = fork();
+      REQUIRE(pid >= 0);
+      if (pid == 0) {
+        const int devnull = open("/dev/null", O_RDWR);
+        if (devnull >= 0) {
+          dup2(devnull, 1);
+          dup2(devnull, 2);
+        }
+        std::vector<char*> argv;
+        for (std::string& a : args) argv.push_back(a.data());
+        argv.push_back(nullptr);
+        execv(argv[0], argv.data());
+        _exit(127);
+      }
+      pid_ = pid;
+      // Wait (at most 5 s) until it accepts connections, or gave up (port taken).
+      bool up = false;
+      for (int i = 0; i < 500 && !up; ++i) {
+        const int fd = connect_loopback(port_);
+        if (fd >= 0) {
+          close(fd);
+          up = true;
+          break;
+        }
+        int status = 0;
+        if (waitpid(pid_, &status, WNOHANG) == pid_) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      if (!up) stop();
+    }
+    REQUIRE_MESSAGE(pid_ > 0, "memcached did not start");
+  }
+  ~MemcachedServer() { stop(); }
+  MemcachedServer(const MemcachedServer&) = delete;
+  MemcachedServer& operator=(const MemcachedServer&) = delete;
+
+  uint16_t port() const { return port_; }
+  RemoteServer server() const { return RemoteServer{"127.0.0.1", port_}; }
+  // SIGSTOP / SIGCONT: a server that accepts connections and never answers.
+  void pause() { kill(pid_, SIGSTOP); }
+  void resume() { kill(pid_, SIGCONT); }
+  // SIGKILL and reap.
+  void stop() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGKILL);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  uint16_t port_ = 0;
+};
+
+RemoteTierOptions tier_options(std::vector<RemoteServer> servers) {
+  RemoteTierOptions o;
+  o.servers = std::move(servers);
+  o.deployment_secret = kSecret;
+  o.record_bytes = block_record_bytes(kGeom);
+  o.timeout = std::chrono::milliseconds(200);
+  o.failure_limit = 2;
+  o.retry_interval = std::chrono::milliseconds(1000);
+  return o;
+}
+
+std::unique_ptr<RemoteTier> open_tier(const RemoteTierOptions& o) {
+  auto t = RemoteTier::open(o);
+  REQUIRE_MESSAGE(t.ok(), t.message());
+  return std::move(t).value();
+}
+
+}  // namespace
+
+TEST_CASE("remote_tier_parses_server_lists_and_refuses_bad_urls") {
+  auto one = parse_remote_cache_url("memcached://127.0.0.1:11211");
+  REQUIRE_MESSAGE(one.ok(), one.message());
+  REQUIRE(one->size() == 1);
+  CHECK((*one)[0].host == "127.0.0.1");
+  CHECK((*one)[0].port == 11211);
+
+  auto many = parse_remote_cache_url("memcached://cache-a.internal:11211,10.0.0.7:22122,[::1]:5");
+  REQUIRE_MESSAGE(many.ok(), many.message());
+  REQUIRE(many->size() == 3);
+  CHECK((*many)[0].host == "cache-a.internal");
+  CHECK((*many)[0].port == 11211);
+  CHECK((*many)[1].host == "10.0.0.7");
+  CHECK((*many)[1].port == 22122);
+  CHECK((*many)[2].host == "::1");
+  CHECK((*many)[2].port == 5);
+
+  const std::pair<const char*, const char*> bad[] = {
+      {"redis://127.0.0.1:6379", "scheme"},
+      {"127.0.0.1:11211", "scheme"},
+      {"memcached://", "no servers"},
+      {"memcached://127.0.0.1", "missing :PORT"},
+      {"memcached://127.0.0.1:", "port"},
+      {"memcached://127.0.0.1:0", "port"},
+      {"memcached://127.0.0.1:65536", "port"},
+      {"memcached://127.0.0.1:11x", "port"},
+      {"memcached://:11211", "empty host"},
+      {"memcached://a:1,,b:2", "empty server entry"},
+      {"memcached://a:1,", "empty server entry"},
+      {"memcached://a:1,a:1", "twice"},
+      {"memcached://::1:11211", "IPv6"},
+      {"memcached://a/b:1", "host"},
+  };
+  for (const auto& [url, why] : bad) {
+    auto r = parse_remote_cache_url(url);
+    CHECK_MESSAGE(!r.ok(), url);
+    if (!r.ok()) {
+      CHECK_MESSAGE(r.message().find(why) != std::string::npos, r.message());
+      CHECK_MESSAGE(r.message().find(url) != std::string::npos, r.message());
+    }
+  }
+}
+
+TEST_CASE("remote_tier_key_is_prefix_and_48_hex_digits") {
+  const BlockKey key{0x0102030405060708ull, Hash128{0x1112131415161718ull, 0xA1A2A3A4A5A6A7A8ull}};
+  CHECK(RemoteTier::memcached_key(key) == "pfxd1:0102030405060708a1a2a3a4a5a6a7a81112131415161718");
+}
+
+TEST_CASE("remote_tier_round_trip_spreads_a_chain_over_two_servers") {
+  MemcachedServer a, b;
+  auto tier = open_tier(tier_options({a.server(), b.server()}));
+  CHECK(tier->stats().servers == 2);
+  std::vector<TestBlock> blocks;
+  for (uint64_t i = 0; i < 16; ++i) blocks.push_back(make_block(i));
+  for (const TestBlock& blk : blocks) tier->put_async(blk.key, blk.record);
+  tier->wait_idle();
+  RemoteTierStats s = tier->stats();
+  CHECK(s.writes == 16);
+  const uint64_t stored_bytes = blocks[0].record->size() + RecordMac::kTrailerBytes;
+  CHECK(s.written_bytes == 16 * stored_bytes);
+  CHECK(s.pending_write_bytes == 0);
+  CHECK(s.errors == 0);
+  // Ketama put some keys on each server (16 keys all on one: p = 2^-15).
+  const long on_a = curr_items(a.port());
+  const long on_b = curr_items(b.port());
+  CHECK(on_a > 0);
+  CHECK(on_b > 0);
+  CHECK(on_a + on_b == 16);
+
+  const Chain c = chain_of(blocks);
+  const std::vector<RecordPtr> got = tier->get_chain(c.keys, c.expected);
+  REQUIRE(got.size() == 16);
+  for (size_t i = 0; i < got.size(); ++i) CHECK(same_bytes(got[i], blocks[i].record));
+  s = tier->stats();
+  CHECK(s.hits == 16);
+  CHECK(s.misses == 0);
+  CHECK(s.read_bytes == 16 * stored_bytes);
+  CHECK(s.corrupt_records == 0);
+  CHECK(s.errors == 0);
+
+  // Stored and read: queuing them again writes nothing.
+  for (const TestBlock& blk : blocks) tier->put_async(blk.key, blk.record);
+  tier->wait_idle();
+  CHECK(tier->stats().writes == 16);
+
+  // A second tier (another replica with the same secret) reads the same bytes.
+  auto replica = open_tier(tier_options({b.server(), a.server()}));
+  const std::vector<RecordPtr> again = replica->get_chain(c.keys, c.expected);
+  REQUIRE(again.size() == 16);
+  CHECK(same_bytes(again[15], blocks[15].record));
+}
+
+TEST_CASE("remote_tier_serves_concurrent_callers_with_a_handle_each") {
+  MemcachedServer a, b;
+  auto tier = open_tier(tier_options({a.server(), b.server()}));
+  std::vector<TestBlock> blocks;
+  for (uint64_t i = 0; i < 8; ++i) blocks.push_back(make_block(500 + i));
+  for (const TestBlock& blk : blocks) tier->put_async(blk.key, blk.record);
+  tier->wait_idle();
+  const Chain c = chain_of(blocks);
+  constexpr int kThreads = 4;
+  constexpr int kRounds = 20;
+  std::vector<int> full(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int r = 0; r < kRounds; ++r) {
+        const std::vector<RecordPtr> got = tier->get_chain(c.keys, c.expected);
+        bool same = got.size() == blocks.size();
+        for (size_t i = 0; same && i < got.size(); ++i) same = same_bytes(got[i], blocks[i].record);
+        full[t] += same ? 1 : 0;
+        // Writes queued from every thread meanwhile (new keys).
+        const TestBlock extra = make_block(600 + static_cast<uint64_t>(t * kRounds + r));
+        tier->put_async(extra.key, extra.record);
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  tier->wait_idle();
+  for (int t = 0; t < kThreads; ++t) CHECK(full[t] == kRounds);
+  const RemoteTierStats s = tier->stats();
+  CHECK(s.hits == static_cast<uint64_t>(kThreads * kRounds) * blocks.size());
+  CHECK(s.misses == 0);
+  CHECK(s.writes == blocks.size() + kThreads * kRounds);
+  CHECK(s.errors == 0);
+  CHECK(curr_items(a.port()) + curr_items(b.port()) == static_cast<long>(s.writes));
+}
+
+TEST_CASE("remote_tier_chain_stops_at_first_missing_or_mismatched_block") {
+  MemcachedServer a, b;
+  auto tier = open_tier(tier_options({a.server(), b.server()}));
+  std::vector<TestBlock> blocks;
+  for (uint64_t i = 0; i < 6; ++i) blocks.push_back(make_block(100 + i));
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    if (i != 3) tier->put_async(blocks[i].key, blocks[i].record);
+  }
+  tier->wait_idle();
+  REQUIRE(tier->stats().writes == 5);
+
+  const Chain c = chain_of(blocks);
+  std::vector<RecordPtr> got = tier->get_chain(c.keys, c.expected);
+  REQUIRE(got.size() == 3);
+  for (size_t i = 0; i < 3; ++i) CHECK(same_bytes(got[i], blocks[i].record));
+  RemoteTierStats s = tier->stats();
+  CHECK(s.hits == 3);
+  CHECK(s.misses == 3);  // per key: block 3 and the two after it
+  CHECK(s.corrupt_records == 0);
+
+  // Expectations of other tokens for block 1: the record is not that block.
+  Chain other = chain_of(blocks);
+  const std::vector<int32_t> other_tokens = {7, 7, 7, 7};
+  other.expected[1].token_ids = other_tokens;
+  got = tier->get_chain(other.keys, other.expected);
+  REQUIRE(got.size() == 1);
+  CHECK(same_bytes(got[0], blocks[0].record));
+  s = tier->stats();
+  CHECK(s.hits == 4);
+  CHECK(s.misses == 8);
+  CHECK(s.corrupt_records == 1);
+  CHECK(s.unauthenticated_records == 0);
+  // Deleted from the pool: with the right expectations it is now a miss.
+  CHECK(!server_holds(a.port(), blocks[1].key));
+  CHECK(!server_holds(b.port(), blocks[1].key));
+  got = tier->get_chain(c.keys, c.expected);
+  CHECK(got.size() == 1);
+
+  // An empty chain asks nothing.
+  CHECK(tier->get_chain({}, {}).empty());
+}
+
+TEST_CASE("remote_tier_rejects_forged_values_counts_and_deletes_them") {
+  MemcachedServer a;
+  auto tier = open_tier(tier_options({a.server()}));
+  const TestBlock zero_trailer = make_block(1);
+  const TestBlock other_secret = make_block(2);
+  const TestBlock short_value = make_block(3);
+  const TestBlock genuine = make_block(4);
+
+  // A valid record (layout, checksums) with a trailer of zeros.
+  std::vector<uint8_t> forged(zero_trailer.record->data(),
+                              zero_trailer.record->data() + zero_trailer.record->size());
+  forged.resize(forged.size() + RecordMac::kTrailerBytes, 0);
+  REQUIRE(tier->debug_set_value(zero_trailer.key, forged).ok());
+  // A valid record signed under another deployment's secret.
+  std::array<uint8_t, 16> stranger = kSecret;
+  stranger[0] ^= 0xFF;
+  const RecordMac other_mac(stranger);
+  const RecordMac::Trailer t = other_mac.sign(other_secret.record->bytes());
+  std::vector<uint8_t> foreign(other_secret.record->data(),
+                               other_secret.record->data() + other_secret.record->size());
+  foreign.insert(foreign.end(), t.begin(), t.end());
+  REQUIRE(tier->debug_set_value(other_secret.key, foreign).ok());
+  // Shorter than a trailer.
+  const std::vector<uint8_t> tiny = {1, 2, 3};
+  REQUIRE(tier->debug_set_value(short_value.key, tiny).ok());
+  // The genuine block, through the tier's own writer.
+  tier->put_async(genuine.key, genuine.record);
+  tier->wait_idle();
+  REQUIRE(curr_items(a.port()) == 4);
+
+  for (const TestBlock* blk : {&zero_trailer, &other_secret, &short_value}) {
+    const Chain c = chain_of({*blk, genuine});
+    CHECK(tier->get_chain(c.keys, c.expected).empty());
+    CHECK(!server_holds(a.port(), blk->key));
+  }
+  RemoteTierStats s = tier->stats();
+  CHECK(s.hits == 0);
+  CHECK(s.misses == 6);
+  CHECK(s.corrupt_records == 3);
+  CHECK(s.unauthenticated_records == 3);
+  CHECK(curr_items(a.port()) == 1);
+
+  const Chain g = chain_of({genuine});
+  const std::vector<RecordPtr> got = tier->get_chain(g.keys, g.expected);
+  REQUIRE(got.size() == 1);
+  CHECK(same_bytes(got[0], genuine.record));
+  // A forged value was never counted as read by this process: it may be
+  // written again over the deleted key.
+  tier->put_async(zero_trailer.key, zero_trailer.record);
+  tier->wait_idle();
+  const Chain z = chain_of({zero_trailer});
+  CHECK(tier->get_chain(z.keys, z.expected).size() == 1);
+}
+
+TEST_CASE("remote_tier_open_refuses_servers_with_a_small_item_size_or_no_answer") {
+  MemcachedServer big;
+  MemcachedServer small("1m");
+  RemoteTierOptions o = tier_options({big.server(), small.server()});
+  o.record_bytes = 1200000;  // a record of a big model: about 1.14 MiB
+  auto t = RemoteTier::open(o);
+  REQUIRE(!t.ok());
+  const std::string m = t.message();
+  CHECK_MESSAGE(m.find("127.0.0.1:" + std::to_string(small.port())) != std::string::npos, m);
+  CHECK_MESSAGE(m.find("item_size_max") != std::string::npos, m);
+  CHECK_MESSAGE(m.find("1048576") != std::string::npos, m);
+  CHECK_MESSAGE(m.find("-I 2m") != std::string::npos, m);
+  CHECK_MESSAGE(m.find("127.0.0.1:" + std::to_string(big.port())) == std::string::npos, m);
+
+  // The same records fit on the 2m server alone.
+  o.servers = {big.server()};
+  CHECK(RemoteTier::open(o).ok());
+
+  // A port nobody listens on.
+  const uint16_t dead_port = free_port();
+  o.servers = {big.server(), RemoteServer{"127.0.0.1", dead_port}};
+  const auto start = Clock::now();
+  auto dead = RemoteTier::open(o);
+  REQUIRE(!dead.ok());
+  CHECK_MESSAGE(dead.message().find("127.0.0.1:" + std::to_string(dead_port)) != std::string::npos,
+                dead.message());
+  CHECK_MESSAGE(dead.message().find("does not answer") != std::string::npos, dead.message());
+  CHECK(Clock::now() - start < std::chrono::seconds(10));  // a hang detector, not a speed test
+
+  RemoteTierOptions none = tier_options({});
+  CHECK(!RemoteTier::open(none).ok());
+  RemoteTierOptions no_size = tier_options({big.server()});
+  no_size.record_bytes = 0;
+  CHECK(!RemoteTier::open(no_size).ok());
+}
+
+TEST_CASE("remote_tier_keeps_serving_the_other_server_when_one_is_killed") {
+  MemcachedServer a, b;
+  auto tier = open_tier(tier_options({a.server(), b.server()}));
+  std::vector<TestBlock> blocks;
+  for (uint64_t i = 0; i < 24; ++i) blocks.push_back(make_block(200 + i));
+  for (const TestBlock& blk : blocks) tier->put_async(blk.key, blk.record);
+  tier->wait_idle();
+  REQUIRE(tier->stats().writes == 24);
+  // Which blocks live on the server that survives.
+  std::vector<bool> on_a(blocks.size());
+  size_t n_on_a = 0;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    on_a[i] = server_holds(a.port(), blocks[i].key);
+    n_on_a += on_a[i] ? 1 : 0;
+  }
+  REQUIRE(n_on_a > 0);
+  REQUIRE(n_on_a < blocks.size());
+
+  b.stop();  // SIGKILL
+  const auto start = Clock::now();
+  size_t hits = 0;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const Chain c = chain_of({blocks[i]});
+    const std::vector<RecordPtr> got = tier->get_chain(c.keys, c.expected);
+    if (on_a[i]) {
+      CHECK_MESSAGE(got.size() == 1, "block " << i << " on the live server");
+      if (got.size() == 1) CHECK(same_bytes(got[0], blocks[i].record));
+    } else {
+      CHECK_MESSAGE(got.empty(), "block " << i << " on the killed server");
+    }
+    hits += got.size();
+  }
+  CHECK(hits == n_on_a);
+  // A chain whose second block is on the killed server: the first still comes.
+  {
+    size_t i_a = 0, i_b = 0;
+    while (!on_a[i_a]) ++i_a;
+    while (on_a[i_b]) ++i_b;
+    const Chain c = chain_of({blocks[i_a], blocks[i_b]});
+    const std::vector<RecordPtr> got = tier->get_chain(c.keys, c.expected);
+    REQUIRE(got.size() == 1);
+    CHECK(same_bytes(got[0], blocks[i_a].record));
+  }
+  RemoteTierStats s = tier->stats();
+  CHECK(s.errors > 0);
+  CHECK(s.corrupt_records == 0);
+
+  // New writes: those the ring sends to the live server are stored and read
+  // back; those sent to the dead one fail (counted), never hang.
+  std::vector<TestBlock> fresh;
+  for (uint64_t i = 0; i < 24; ++i) fresh.push_back(make_block(300 + i));
+  for (const TestBlock& blk : fresh) tier->put_async(blk.key, blk.record);
+  tier->wait_idle();
+  const RemoteTierStats after = tier->stats();
+  const uint64_t stored = after.writes - s.writes;
+  CHECK(stored > 0);
+  CHECK(after.pending_write_bytes == 0);
+  size_t fresh_hits = 0;
+  for (const TestBlock& blk : fresh) {
+    const Chain c = chain_of({blk});
+    const std::vector<RecordPtr> got = tier->get_chain(c.keys, c.expected);
+    if (!got.empty()) {
+      CHECK(same_bytes(got[0], blk.record));
+      CHECK(server_holds(a.port(), blk.key));
+    }
+    fresh_hits += got.size();
+  }
+  CHECK(fresh_hits == stored);
+  CHECK(stored + (after.errors - s.errors) >= fresh.size());  // each write stored or counted
+
+  // The blocks whose writes failed map to the dead server. After
+  // failure_limit failed connects, retry_interval apart, libmemcached ejects
+  // it from the ring and those keys move to the live server.
+  std::vector<TestBlock> unstored;
+  for (const TestBlock& blk : fresh) {
+    if (!server_holds(a.port(), blk.key)) unstored.push_back(blk);
+  }
+  REQUIRE(!unstored.empty());
+  bool moved = false;
+  for (int attempt = 0; attempt < 100 && !moved; ++attempt) {
+    for (const TestBlock& blk : unstored) tier->put_async(blk.key, blk.record);
+    tier->wait_idle();
+    moved = std::all_of(unstored.begin(), unstored.end(),
+                        [&](const TestBlock& blk) { return server_holds(a.port(), blk.key); });
+    if (!moved) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  CHECK_MESSAGE(moved, "the killed server was not ejected within 10 s");
+  CHECK(Clock::now() - start < std::chrono::seconds(30));  // a hang detector
+
+  // Restarted on its port, it rejoins the ring after the retry interval
+  // (libmemcached's dead timeout): a new block that maps to it lands there.
+  MemcachedServer back("2m", b.port());
+  bool rejoined = false;
+  for (int attempt = 0; attempt < 100 && !rejoined; ++attempt) {
+    const TestBlock blk = make_block(1000 + static_cast<uint64_t>(attempt));
+    tier->put_async(blk.key, blk.record);
+    tier->wait_idle();
+    rejoined = curr_items(back.port()) > 0;
+    if (!rejoined) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  CHECK_MESSAGE(rejoined, "the restarted server did not rejoin the ring within 10 s");
+}
+
+TEST_CASE("remote_tier_counts_timeouts_of_a_server_that_stops_answering") {
+  MemcachedServer a, b;
+  auto tier = open_tier(tier_options({a.server(), b.server()}));
+  std::vector<TestBlock> blocks;
+  for (uint64_t i = 0; i < 16; ++i) blocks.push_back(make_block(400 + i));
+  for (const TestBlock& blk : blocks) tier->put_async(blk.key, blk.record);
+  tier->wait_idle();
+  REQUIRE(tier->stats().writes == 16);
+  std::vector<bool> on_a(blocks.size());
+  for (size_t i = 0; i < blocks.size(); ++i) on_a[i] = server_holds(a.port(), blocks[i].key);
+
+  b.pause();
+  const RemoteTierStats before = tier->stats();
+  size_t n_b_asked = 0;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const Chain c = chain_of({blocks[i]});
+    const auto start = Clock::now();
+    const std::vector<RecordPtr> got = tier->get_chain(c.keys, c.expected);
+    // A hang detector (the bound is 200 ms per server), not a speed test.
+    CHECK(Clock::now() - start < std::chrono::seconds(5));
+    CHECK(got.size() == (on_a[i] ? 1u : 0u));
+    if (!on_a[i]) ++n_b_asked;
+  }
+  const RemoteTierStats s = tier->stats();
+  REQUIRE(n_b_asked > 0);
+  CHECK(s.timeouts - before.timeouts >= 1);
+  CHECK(s.errors - before.errors >= s.timeouts - before.timeouts);
+  CHECK(s.corrupt_records == 0);
+
+  // Answering again: the whole chain comes back (no stale answers, nothing
+  // ejected: a server that times out is not a failed connect to libmemcached).
+  b.resume();
+  const Chain c = chain_of(blocks);
+  std::vector<RecordPtr> got;
+  for (int attempt = 0; attempt < 50 && got.size() != blocks.size(); ++attempt) {
+    got = tier->get_chain(c.keys, c.expected);
+    if (got.size() != blocks.size()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  REQUIRE(got.size() == blocks.size());
+  for (size_t i = 0; i < got.size(); ++i) CHECK(same_bytes(got[i], blocks[i].record));
+  CHECK(tier->stats().corrupt_records == 0);
+}
+
+TEST_CASE("remote_tier_destructor_drains_the_queue_and_gives_up_behind_a_stalled_server") {
+  MemcachedServer a;
+  {
+    auto tier = open_tier(tier_options({a.server()}));
+    for (uint64_t i = 0; i < 20; ++i) tier->put_async(make_block(i).key, make_block(i).record);
+  }  // no wait_idle(): the destructor writes them
+  CHECK(curr_items(a.port()) == 20);
+
+  auto tier = open_tier(tier_options({a.server()}));
+  a.pause();
+  for (uint64_t i = 100; i < 150; ++i) tier->put_async(make_block(i).key, make_block(i).record);
+  const auto start = Clock::now();
+  // A write that times out (200 ms) and more queued: the first timeout at
+  // shutdown drops the rest instead of paying 200 ms for each of 50 writes.
+  tier.reset();
+  CHECK(Clock::now() - start < std::chrono::seconds(5));  // a hang detector
+  a.resume();
+  CHECK(curr_items(a.port()) < 20 + 50);
+}
+
+TEST_CASE("remote_tier_drops_writes_over_the_queue_bound") {
+  MemcachedServer a;
+  RemoteTierOptions o = tier_options({a.server()});
+  const TestBlock first = make_block(1);
+  const uint64_t value_bytes = first.record->size() + RecordMac::kTrailerBytes;
+  o.max_pending_write_bytes = value_bytes - 1;  // not even one record fits
+  auto tier = open_tier(o);
+  for (uint64_t i = 0; i < 5; ++i) tier->put_async(make_block(i).key, make_block(i).record);
+  tier->wait_idle();
+  RemoteTierStats s = tier->stats();
+  CHECK(s.writes_dropped == 5);
+  CHECK(s.writes == 0);
+  CHECK(curr_items(a.port()) == 0);
+
+  // Room for exactly one: the same key twice is queued once.
+  o.max_pending_write_bytes = value_bytes;
+  auto one = open_tier(o);
+  one->put_async(first.key, first.record);
+  one->put_async(first.key, first.record);
+  one->wait_idle();
+  s = one->stats();
+  CHECK(s.writes == 1);
+  CHECK(s.writes_dropped == 0);  // the duplicate is skipped: its key is queued or being written
+}
+
+int main(int argc, char** argv) {
+  if (!memcached_installed()) {
+    std::printf(
+        "skipped: %s is not installed (Debian package memcached; scripts/setup.sh "
+        "installs it with PREFIXD_WITH_TEST_TOOLS=1)\n",
+        kMemcachedBinary);
+    return 77;
+  }
+  doctest::Context context(argc, argv);
+  return context.run();
+}
