@@ -191,6 +191,7 @@ Status open_tiers(Server::State& s, const Hash128& fingerprint, EngineOptions* e
     RemoteTierOptions r;
     r.servers = *servers;
     r.timeout = std::chrono::milliseconds(o.remote_cache_timeout_ms);
+    r.log_warning = [opts = &s.options](const std::string& line) { log_line(*opts, LogLevel::kWarn, line); };
     to.remote = r;
   }
   auto wp = parse_write_policy(o.write_policy);

@@ -6,12 +6,14 @@
 # prompts and no host or disk tier, so what one replica cannot hold comes
 # from the remote tier or is recomputed. Every run starts from empty caches.
 #   (a) round robin, no remote tier   (b) round robin + remote tier
-#   (c) affinity + remote tier        (d) one replica alone (no remote tier)
+#   (c) affinity + remote tier        (d) one replica alone (no remote tier;
+#                                         1 GB of host RAM: every prompt fits)
 # Then a remote-tier hit against a host-tier hit (direct requests).
 #
 #   scripts/bench_cluster.sh [--build DIR] [--prefixctl FILE] [--model FILE] [--requests N] [--threads T]
 #                            [--system-prompts K] [--system-tokens S]
 #                            [--question-tokens Q] [--output-tokens O] [--vocab-hi V]
+#                            [--setups abcde]   (e: the direct host-hit vs remote-hit requests)
 # Needs memcached and haproxy. Without --model it generates smol-135m BF16.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +28,7 @@ S=2000
 Q=100
 O=16
 VH=1000
+setups=abcde
 while (($#)); do
   case "$1" in
     --build) build="$2"; shift 2 ;;
@@ -38,6 +41,7 @@ while (($#)); do
     --question-tokens) Q="$2"; shift 2 ;;
     --output-tokens) O="$2"; shift 2 ;;
     --vocab-hi) VH="$2"; shift 2 ;;
+    --setups) setups="$2"; shift 2 ;;
     *) echo "bench_cluster: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -149,23 +153,34 @@ bench() {
 echo "prefixd bench_cluster: $(basename "$model"), 3 replicas x $T threads, pool $pool_mib MiB each" \
   "(about 3 prompts), no host/disk tier; K=$K S=$S Q=$Q O=$O, $N requests, random order, 1 client"
 printf "%-34s %8s %8s %9s %6s\n" setup "hit" "remote" "TTFT p50" "p95 ms"
-start_replicas 3 0
-start_haproxy roundrobin
-bench "$front" "(a) round robin, no remote tier"
-stop_all
-flush_pool
-start_replicas 3 0 --remote-cache "$pool" --cache-secret-file "$work/secret"
-start_haproxy roundrobin
-bench "$front" "(b) round robin + remote tier"
-stop_all
-flush_pool
-start_replicas 3 0 --remote-cache "$pool" --cache-secret-file "$work/secret"
-start_haproxy affinity
-bench "$front" "(c) affinity + remote tier"
-stop_all
-start_replicas 1 0
-bench "${ports[0]}" "(d) one replica alone"
-stop_all
+if [[ $setups == *a* ]]; then
+  start_replicas 3 0
+  start_haproxy roundrobin
+  bench "$front" "(a) round robin, no remote tier"
+  stop_all
+fi
+if [[ $setups == *b* ]]; then
+  flush_pool
+  start_replicas 3 0 --remote-cache "$pool" --cache-secret-file "$work/secret"
+  start_haproxy roundrobin
+  bench "$front" "(b) round robin + remote tier"
+  stop_all
+fi
+if [[ $setups == *c* ]]; then
+  flush_pool
+  start_replicas 3 0 --remote-cache "$pool" --cache-secret-file "$work/secret"
+  start_haproxy affinity
+  bench "$front" "(c) affinity + remote tier"
+  stop_all
+fi
+if [[ $setups == *d* ]]; then
+  # The reference: one replica that sees every request, with host RAM for
+  # every prompt (what one big node would reach).
+  start_replicas 1 1
+  bench "${ports[0]}" "(d) one replica alone, 1 GB host"
+  stop_all
+fi
+[[ $setups == *e* ]] || exit 0
 
 # A remote-tier hit against a host-tier hit: X computes 3 prompts, then 3
 # more (its pool holds 3: the first 3 go to host RAM); the first 3 again on

@@ -4,6 +4,10 @@
 #include "storage/remote_tier.h"
 
 #include <libmemcached/memcached.h>
+#include <sched.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -130,13 +134,16 @@ memcached_return_t read_setting(const memcached_instance_st*, const char* key, s
 }
 
 // Asks one server for "stats settings" and checks that a value fits.
-Status check_server(const RemoteTierOptions& o, const RemoteServer& server) {
+// *unreachable tells a server that did not answer from one that answered no.
+Status check_server(const RemoteTierOptions& o, const RemoteServer& server, bool* unreachable) {
+  *unreachable = false;
   auto memc = make_handle(o, std::span<const RemoteServer>(&server, 1));
   if (!memc.ok()) return memc.status();
   SettingsProbe probe;
   const memcached_return_t rc =
       memcached_stat_execute(memc->get(), "settings", read_setting, &probe);
   if (memcached_failed(rc)) {
+    *unreachable = true;
     return Status::error("remote cache: memcached at " + server_name(server) +
                          " does not answer (timeout " + std::to_string(o.timeout.count()) +
                          " ms): " + memcached_last_error_message(memc->get()));
@@ -327,6 +334,14 @@ memcached_return_t RemoteTier::Impl::store(memcached_st* memc, const std::string
 }
 
 void RemoteTier::Impl::writer_loop() {
+  // Writes run only on otherwise idle CPU time, as the disk tier's do
+  // (TierManager): sealing and sending 46 MB per 2000-token prompt must not
+  // slow the next prefill down. Under constant load the queue fills and
+  // writes are dropped (counted). Best effort: a refusal is harmless.
+  sched_param param{};
+  if (sched_setscheduler(static_cast<pid_t>(syscall(SYS_gettid)), SCHED_IDLE, &param) != 0) {
+    (void)setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 19);
+  }
   std::unique_lock<std::mutex> lock(queue_mu);
   while (true) {
     queue_changed.wait(lock, [&] { return stopping || !queue.empty(); });
@@ -396,9 +411,24 @@ Result<std::unique_ptr<RemoteTier>> RemoteTier::open(const RemoteTierOptions& op
   if (options.allocator.alloc == nullptr || options.allocator.free == nullptr) {
     return Status::error("remote cache: the host allocator has no alloc or free function");
   }
+  // A server that does not answer now is left to the library (ejected, tried
+  // again every retry_interval) as long as another one answers, so that a
+  // replica starts while one cache server is down; its item size is then
+  // unchecked (a set it refuses is counted as an error).
+  std::vector<std::string> unanswered;
   for (const RemoteServer& server : options.servers) {
-    Status s = check_server(options, server);
-    if (!s.ok()) return s;
+    bool unreachable = false;
+    Status s = check_server(options, server, &unreachable);
+    if (!s.ok() && !unreachable) return s;
+    if (!s.ok()) unanswered.push_back(s.message());
+  }
+  if (unanswered.size() == options.servers.size()) {
+    return Status::error(unanswered.size() == 1 ? unanswered.front()
+                                                : "remote cache: no memcached server answers; " +
+                                                      unanswered.front());
+  }
+  for (const std::string& line : unanswered) {
+    if (options.log_warning) options.log_warning(line + "; starting without it until it answers");
   }
   auto impl = std::make_unique<Impl>();
   impl->options = options;

@@ -7,6 +7,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -48,6 +49,9 @@ struct RemoteTierOptions {
   // Writes queued beyond this many bytes are dropped (counted).
   uint64_t max_pending_write_bytes = 256ull << 20;
   HostAllocator allocator = default_host_allocator();  // buffers returned by get_chain()
+  // Told one line per server that does not answer at open() (when another
+  // one does). May be empty.
+  std::function<void(const std::string&)> log_warning;
 };
 
 struct RemoteTierStats {
@@ -76,8 +80,10 @@ class RemoteTier {
  public:
   // Connects to every server and reads its item size limit (memcached's
   // "item_size_max"): refuses, naming the server and memcached's -I option,
-  // when a value (record + MAC trailer) would not fit, and refuses a server
-  // that does not answer within the timeout. Starts the writer thread.
+  // when a value (record + MAC trailer) would not fit. A server that does not
+  // answer within the timeout is told to log_warning and left to the library
+  // (tried again every retry_interval); when none answers, refuses. Starts
+  // the writer thread.
   static Result<std::unique_ptr<RemoteTier>> open(const RemoteTierOptions& options);
   // Finishes queued writes (each bounded by the timeout), then stops; after a
   // write that timed out it drops the rest (writes_dropped) instead.
@@ -94,7 +100,8 @@ class RemoteTier {
   // Waits at most about the timeout per server that does not answer.
   std::vector<RecordPtr> get_chain(std::span<const BlockKey> keys,
                                    std::span<const RecordExpectations> expected);
-  // Queues a record (sealed) for the writer thread; returns at once. Dropped
+  // Queues a record (sealed) for the writer thread (idle CPU priority);
+  // returns at once. Dropped
   // and counted when the queue is over max_pending_write_bytes; skipped when
   // the key is already queued or was recently stored or read by this process.
   void put_async(const BlockKey& key, RecordPtr record);
