@@ -14,6 +14,7 @@
 #                            [--system-prompts K] [--system-tokens S]
 #                            [--question-tokens Q] [--output-tokens O] [--vocab-hi V]
 #                            [--setups abcde]   (e: the direct host-hit vs remote-hit requests)
+#                            [--keep-json DIR]  (each setup's prefixctl bench JSON, per request)
 # Needs memcached and haproxy. Without --model it generates smol-135m BF16.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,6 +30,7 @@ Q=100
 O=16
 VH=1000
 setups=abcde
+keep=""
 while (($#)); do
   case "$1" in
     --build) build="$2"; shift 2 ;;
@@ -42,6 +44,7 @@ while (($#)); do
     --output-tokens) O="$2"; shift 2 ;;
     --vocab-hi) VH="$2"; shift 2 ;;
     --setups) setups="$2"; shift 2 ;;
+    --keep-json) keep="$2"; shift 2 ;;
     *) echo "bench_cluster: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -143,6 +146,7 @@ bench() {
   "$prefixctl" --port "$1" bench -q --system-prompts "$K" --system-tokens "$S" \
     --question-tokens "$Q" --output-tokens "$O" --requests "$N" --order random \
     --vocab-hi "$VH" --json "$work/bench.json" >/dev/null || true  # failures are in the JSON
+  [[ -z "$keep" ]] || cp "$work/bench.json" "$keep/bench-${2:1:1}.json"
   local row
   row=$(jq -r '.summary | [.hit_ratio.total * 100, (.hit_ratio.remote // 0) * 100, .ttft_ms.p50,
     .ttft_ms.p95, .failed] | @tsv' "$work/bench.json")
