@@ -585,20 +585,13 @@ Result<json> Client::post_cache_query(const std::string& path, const CacheQuery&
   if (options_.prefix_key_header) {
     key = query.prompt ? prefix_key(*query.prompt) : prefix_key(query.messages);
   }
-  Result<std::string> text =
-      request_text("POST", path, cache_query_body(query).dump(), "application/json", key);
-  if (!text.ok()) return text.status();
-  json parsed = json::parse(text.value(), nullptr, /*allow_exceptions=*/false);
-  if (parsed.is_discarded()) {
-    return fail_other("POST " + path + ": response is not JSON: " + text.value().substr(0, 200));
-  }
-  return parsed;
+  return request_json("POST", path, cache_query_body(query), key);
 }
 
 Result<json> Client::request_json(const std::string& method, const std::string& path,
-                                  const json& body) {
-  Result<std::string> text =
-      request_text(method, path, body.is_null() ? std::string() : body.dump(), "application/json");
+                                  const json& body, const std::string& prefix_key) {
+  Result<std::string> text = request_text(method, path, body.is_null() ? std::string() : body.dump(),
+                                          "application/json", prefix_key);
   if (!text.ok()) return text.status();
   json parsed = json::parse(text.value(), nullptr, /*allow_exceptions=*/false);
   if (parsed.is_discarded()) {
@@ -611,14 +604,9 @@ Result<json> Client::request_json(const std::string& method, const std::string& 
 Result<Completion> Client::post_completion(const std::string& path, const json& body,
                                            const std::string& prefix_key) {
   auto t0 = std::chrono::steady_clock::now();
-  Result<std::string> text =
-      request_text("POST", path, body.dump(), "application/json", prefix_key);
-  if (!text.ok()) return text.status();
-  json parsed = json::parse(text.value(), nullptr, /*allow_exceptions=*/false);
-  if (parsed.is_discarded()) {
-    return fail_other("POST " + path + ": response is not JSON: " + text.value().substr(0, 200));
-  }
-  Result<Completion> c = parse_completion(parsed);
+  Result<json> r = request_json("POST", path, body, prefix_key);
+  if (!r.ok()) return r.status();
+  Result<Completion> c = parse_completion(r.value());
   if (!c.ok()) return fail_other(c.message());
   c->total_ms = ms_since(t0);
   return c;

@@ -287,9 +287,9 @@ class Client {
   Result<std::string> metrics();  // Prometheus text
 
   // Raw access for tests and tools: sends body (JSON, or nothing when null) and returns the
-  // parsed JSON answer of a 2xx response.
+  // parsed JSON answer of a 2xx response. prefix_key: sent as kPrefixKeyHeader when not empty.
   Result<nlohmann::json> request_json(const std::string& method, const std::string& path,
-                                      const nlohmann::json& body);
+                                      const nlohmann::json& body, const std::string& prefix_key = "");
 
  private:
   // prefix_key: sent as kPrefixKeyHeader when not empty.

@@ -186,10 +186,8 @@ Status open_tiers(Server::State& s, const Hash128& fingerprint, EngineOptions* e
   }
   to.deployment_secret = o.deployment_secret;
   if (!o.remote_cache.empty()) {
-    auto servers = parse_remote_cache_url(o.remote_cache);
-    if (!servers.ok()) return Status::error("--remote-cache: " + servers.message());
     RemoteTierOptions r;
-    r.servers = *servers;
+    r.servers = o.remote_servers;
     r.timeout = std::chrono::milliseconds(o.remote_cache_timeout_ms);
     r.log_warning = [opts = &s.options](const std::string& line) { log_line(*opts, LogLevel::kWarn, line); };
     to.remote = r;

@@ -8,7 +8,6 @@
 #include <filesystem>
 
 #include "common/private_files.h"
-#include "storage/remote_tier.h"
 #include "daemon/deployment_secret.h"
 #include "daemon/secret_file.h"
 #include "daemon/tls_server.h"
@@ -99,6 +98,7 @@ Status ServerOptions::validate() {
   if (!remote_cache.empty()) {
     auto servers = parse_remote_cache_url(remote_cache);
     if (!servers.ok()) return Status::error("--remote-cache: " + servers.message());
+    remote_servers = std::move(servers).value();
     if (cache_secret_file.empty()) {
       return Status::error(
           "--remote-cache needs --cache-secret-file FILE: replicas share blocks only under one "

@@ -15,6 +15,7 @@
 #include "daemon/cpu_isa_option.h"
 #include "daemon/model_source.h"
 #include "daemon/request_origin.h"
+#include "storage/remote_tier.h"
 
 namespace CLI {
 class App;
@@ -72,6 +73,7 @@ struct ServerOptions {
   std::string restore_policy = "auto";         // auto | always | never (restore vs recompute)
   // A memcached pool shared by replicas: "memcached://HOST:PORT[,HOST:PORT...]"; empty = none.
   std::string remote_cache;
+  std::vector<RemoteServer> remote_servers;    // parsed from it by validate()
   int32_t remote_cache_timeout_ms = 200;       // per memcached operation
   // The deployment secret shared by replicas (daemon/deployment_secret.h);
   // empty: the disk directory's own, or random per process. Required by --remote-cache.

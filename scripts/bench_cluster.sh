@@ -157,26 +157,22 @@ bench() {
 echo "prefixd bench_cluster: $(basename "$model"), 3 replicas x $T threads, pool $pool_mib MiB each" \
   "(about 3 prompts), no host/disk tier; K=$K S=$S Q=$Q O=$O, $N requests, random order, 1 client"
 printf "%-34s %8s %8s %9s %6s\n" setup "hit" "remote" "TTFT p50" "p95 ms"
-if [[ $setups == *a* ]]; then
-  start_replicas 3 0
-  start_haproxy roundrobin
-  bench "$front" "(a) round robin, no remote tier"
-  stop_all
-fi
-if [[ $setups == *b* ]]; then
+# cluster_setup LETTER BALANCE LABEL [prefixd flags...]: 3 fresh replicas
+# behind HAProxy, one bench row; skipped unless LETTER is in --setups.
+cluster_setup() {
+  local letter=$1 balance=$2 label=$3
+  shift 3
+  [[ $setups == *$letter* ]] || return 0
   flush_pool
-  start_replicas 3 0 --remote-cache "$pool" --cache-secret-file "$work/secret"
-  start_haproxy roundrobin
-  bench "$front" "(b) round robin + remote tier"
+  start_replicas 3 0 "$@"
+  start_haproxy "$balance"
+  bench "$front" "$label"
   stop_all
-fi
-if [[ $setups == *c* ]]; then
-  flush_pool
-  start_replicas 3 0 --remote-cache "$pool" --cache-secret-file "$work/secret"
-  start_haproxy affinity
-  bench "$front" "(c) affinity + remote tier"
-  stop_all
-fi
+}
+remote=(--remote-cache "$pool" --cache-secret-file "$work/secret")
+cluster_setup a roundrobin "(a) round robin, no remote tier"
+cluster_setup b roundrobin "(b) round robin + remote tier" "${remote[@]}"
+cluster_setup c affinity "(c) affinity + remote tier" "${remote[@]}"
 if [[ $setups == *d* ]]; then
   # The reference: one replica that sees every request, with host RAM for
   # every prompt (what one big node would reach).
