@@ -87,7 +87,7 @@ void bench_matmul(Backend& be, const std::vector<WeightType>& types) {
         }
       }
       auto w = be.upload_matrix(type, s.rows, s.cols, bytes.data(), false);
-      for (int64_t n : {512, 1}) {
+      for (int64_t n : {512, 100, 1}) {
         std::vector<float> x(n * s.cols);
         for (auto& v : x) v = d(rng);
         auto* dx = static_cast<float*>(be.alloc(x.size() * 4));
@@ -184,6 +184,7 @@ int main(int argc, char** argv) {
   std::string isa_name = isa_env != nullptr ? isa_env : "auto";
   std::vector<WeightType> types = {WeightType::F32, WeightType::BF16};
   bool attention = true;
+  std::string attention_case;  // empty: every case
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--cpu-isa") == 0 && i + 1 < argc) isa_name = argv[++i];
     else if (std::strcmp(argv[i], "--types") == 0 && i + 1 < argc) {
@@ -204,6 +205,9 @@ int main(int argc, char** argv) {
         }
         p = e + 1;
       }
+    } else if (std::strcmp(argv[i], "--attention-case") == 0 && i + 1 < argc) {
+      attention_case = argv[++i];  // profiling aid: only this attention case, no matmul
+      types.clear();
     } else if (std::strcmp(argv[i], "--no-attention") == 0) attention = false;
     else if (std::strcmp(argv[i], "--no-matmul") == 0) types.clear();
     else n_threads = std::atoi(argv[i]);
@@ -228,6 +232,7 @@ int main(int argc, char** argv) {
   for (Case c : {Case{"prefill", 0, 512}, Case{"prefill", 0, 2048}, Case{"suffix", 2000, 100},
                  Case{"decode", 512, 1},
                  Case{"decode", 2047, 1}}) {
+    if (!attention_case.empty() && attention_case != c.name) continue;
     for (DType dt : {DType::F16, DType::F32}) {
       double gf = 0;
       const double t = bench_attention(*be, c.pos0, c.n_q, dt, &gf);

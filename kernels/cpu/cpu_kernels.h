@@ -98,6 +98,14 @@ struct AttnArgs {
   float* out;      // (n_tokens, n_heads * head_dim)
   int32_t n_heads;
   float scale;
+  // K and V already in f32 (attention() converts them once when a sequence's
+  // KV head has several tasks): rows (key, head_dim) of (seq, kv head) start at
+  // f32_k + f32_offset[seq * n_kv_heads + kv_head] (the same in f32_v), zero
+  // rows after the last key up to a whole attn_chunk_keys. Offset -1, or no
+  // f32_offset at all: the task converts the pool's rows itself.
+  const float* f32_k = nullptr;
+  const float* f32_v = nullptr;
+  const int64_t* f32_offset = nullptr;
 };
 
 struct CpuKernels {
@@ -125,6 +133,7 @@ struct CpuKernels {
 
   // --- attention ------------------------------------------------------------
   int32_t attn_task_lanes;  // (row, head) indices per task
+  int32_t attn_chunk_keys;  // keys per online-softmax step
   size_t (*attn_scratch_floats)(int32_t head_dim);
   void (*attention_task)(const AttnArgs& a, const AttnTask& task, float* scratch);
 

@@ -20,8 +20,11 @@ struct Vec {
   // accumulators of the 16 registers; a 32-wide panel is done in two halves).
   static constexpr int kGemmRows = 6;
   static constexpr int kGemmVecs = 2;
-  static constexpr int kAttnChunk = 8;
-  static constexpr int kPvRows = 4;
+  // attention: register tiles of 6 keys (or head-dim rows) x 2 lane groups
+  // (12 accumulators), keys per online-softmax step.
+  static constexpr int kAttnRowTile = 6;
+  static constexpr int kAttnGroupTile = 2;
+  static constexpr int kAttnChunk = 24;
   static constexpr int kRegisters = 16;  // vector registers of the target
   static constexpr bool kHasBf16Dot = false;
 

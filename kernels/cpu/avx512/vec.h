@@ -24,9 +24,11 @@ struct Vec {
   // gemm: x rows per micro-tile and vectors per tile row (2 x 16 = a panel of 32).
   static constexpr int kGemmRows = 12;
   static constexpr int kGemmVecs = 2;
-  // attention: keys per chunk and accumulator rows updated together in P·V.
-  static constexpr int kAttnChunk = 16;
-  static constexpr int kPvRows = 8;
+  // attention: register tiles of 6 keys (or head-dim rows) x 4 lane groups
+  // (24 accumulators), keys per online-softmax step.
+  static constexpr int kAttnRowTile = 6;
+  static constexpr int kAttnGroupTile = 4;
+  static constexpr int kAttnChunk = 24;
   static constexpr int kRegisters = 32;  // vector registers of the target
 #if defined(__AVX512BF16__)
   static constexpr bool kHasBf16Dot = true;

@@ -1,10 +1,13 @@
 // Paged causal attention (flash-attention style, online softmax) for one task,
 // written once over a set's vector layer `Vec` (N lanes). Lanes run over N
 // (query row, head) pairs of one KV-head group, so scores, max, exp and the
-// softmax sums are all vertical operations: per chunk of C keys,
-// S_j (N lanes) = sum_d K[j][d] * Qᵀ[d], then accᵀ[d] += V[j][d] * P_j.
-// K/V rows are converted to f32 once per chunk and shared by up to kGroups
-// lane groups. Included by kernels/cpu/<isa>/kernels.cpp only.
+// softmax sums are all vertical operations. Per chunk of C keys in f32 (from
+// the rows attention() converted once for all tasks of the KV head, or
+// converted here from the pool), shared by every lane group of the task, both
+// products are register-tiled like a matrix product: R keys x G lane groups of scores
+// (S = K Qᵀ: each K value loaded once for G groups, each Q vector once for R
+// keys), then R head-dim rows x G groups of P·V (accᵀ = accᵀ·alpha + Vᵀ P).
+// Included by kernels/cpu/<isa>/kernels.cpp only.
 #pragma once
 
 #include <algorithm>
@@ -21,17 +24,22 @@ namespace attn {
 
 using V = typename Vec::T;
 constexpr int kLanes = Vec::N;
-constexpr int kChunk = Vec::kAttnChunk;
-constexpr int kPvRows = Vec::kPvRows;
-constexpr int kGroups = 64 / kLanes;  // a task covers 64 (row, head) pairs
+constexpr int kGroups = 64 / kLanes;            // lane groups per task: 64 (row, head) pairs
+constexpr int kGroupTile = Vec::kAttnGroupTile;  // lane groups per register tile
+constexpr int kRowTile = Vec::kAttnRowTile;      // keys (scores) or head-dim rows (P·V) per tile
+constexpr int kChunk = Vec::kAttnChunk;          // keys per online-softmax step
+static_assert(kChunk % kRowTile == 0, "a chunk is whole score tiles");
+static_assert(kGroups % kGroupTile == 0, "a task is whole group tiles");
 
-// Scratch: qt, acc [kGroups][head_dim][kLanes]; kc, vc [kChunk][head_dim].
+// Scratch: qt, acc [kGroups][head_dim][kLanes]; kc, vc [kChunk][head_dim];
+// p [kGroupTile][kChunk][kLanes] (one tile's scores, then probabilities).
 inline size_t scratch_floats(int32_t head_dim) {
-  return 2 * static_cast<size_t>(kGroups) * head_dim * kLanes + 2 * static_cast<size_t>(kChunk) * head_dim;
+  return 2 * static_cast<size_t>(kGroups) * head_dim * kLanes + 2 * static_cast<size_t>(kChunk) * head_dim +
+         static_cast<size_t>(kGroupTile) * kChunk * kLanes;
 }
 
 // dst (n) f32 = src (n) in `dtype`.
-inline void load_row(DType dtype, const void* src, float* dst, int32_t n) {
+PREFIXD_VEC_INLINE void load_row(DType dtype, const void* src, float* dst, int32_t n) {
   switch (dtype) {
     case DType::F32:
       std::memcpy(dst, src, n * sizeof(float));
@@ -53,65 +61,129 @@ inline void load_row(DType dtype, const void* src, float* dst, int32_t n) {
   }
 }
 
-// One chunk of kChunk keys starting at position `key0` for one lane group:
-// scores, causal mask, online softmax update and P·V.
-// qt, acc: (head_dim, kLanes) f32. kc, vc: (kChunk, head_dim) f32. m, l: one
-// vector each. kHeadDim > 0 fixes head_dim at compile time (row offsets become
-// constants, which frees the registers the loops need); 0 reads `dynamic_head_dim`.
-template <int kHeadDim>
-inline void chunk_step(const float* qt, float* acc, const float* kc, const float* vc,
-                       int32_t dynamic_head_dim, float scale, float key0, V qpos, bool need_mask,
-                       V& m, V& l) {
-  const int32_t head_dim = kHeadDim > 0 ? kHeadDim : dynamic_head_dim;
-  V s[kChunk];
-#pragma GCC unroll 16
-  for (int j = 0; j < kChunk; ++j) s[j] = Vec::zero();
-  for (int32_t d = 0; d < head_dim; ++d) {
-    const V qd = Vec::load(qt + d * kLanes);
-#pragma GCC unroll 16
-    for (int j = 0; j < kChunk; ++j) s[j] = Vec::fmadd(Vec::set1(kc[j * head_dim + d]), qd, s[j]);
+// Calls fn.template operator()<m>() for a runtime m in [1, kMax].
+template <int kMax, typename Fn>
+inline void with_count(int m, Fn&& fn) {
+  if constexpr (kMax >= 1) {
+    if (m == kMax) {
+      fn.template operator()<kMax>();
+      return;
+    }
+    with_count<kMax - 1>(m, fn);
+  }
+}
+
+// Scores of R keys for G lane groups: s[g][r] = scale * sum_d kc[r][d] * qt[g][d],
+// -inf where key `key_r0 + r` is in lane's future (with `mask`); mx[g] takes
+// their maximum. qt: G groups of (D, kLanes), group stride D * kLanes.
+// kc: (R, D). s: group stride kChunk * kLanes, key stride kLanes. kHeadDim > 0
+// fixes D at compile time (offsets become constants, which frees registers);
+// 0 reads `dynamic_d`.
+template <int R, int G, int kHeadDim>
+inline void score_tile(const float* qt, const float* kc, int32_t dynamic_d, float* s, V scale, bool mask,
+                       float key_r0, const V* qpos, V* mx) {
+  const int32_t D = kHeadDim > 0 ? kHeadDim : dynamic_d;
+  V acc[R][G];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g) acc[r][g] = Vec::zero();
+  for (int32_t d = 0; d < D; ++d) {
+    V q[G];
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g) q[g] = Vec::load(qt + (static_cast<size_t>(g) * D + d) * kLanes);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const V k = Vec::set1(kc[r * D + d]);
+#pragma GCC unroll 4
+      for (int g = 0; g < G; ++g) acc[r][g] = Vec::fmadd(k, q[g], acc[r][g]);
+    }
+  }
+  const V neg_inf = Vec::set1(-INFINITY);
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g) {
+      V v = Vec::mul(acc[r][g], scale);
+      if (mask) v = Vec::select_gt(Vec::set1(key_r0 + static_cast<float>(r)), qpos[g], neg_inf, v);
+      mx[g] = Vec::max(mx[g], v);
+      Vec::store(s + (static_cast<size_t>(g) * kChunk + r) * kLanes, v);
+    }
+  }
+}
+
+// R head-dim rows from d0 of G groups' accumulators:
+// acc[g][d] = acc[g][d] * alpha[g] + sum_j vc[j][d] * p[g][j], j in [0, kChunk).
+// Each element sums in key order, the same order whatever the tile shape.
+template <int R, int G, int kHeadDim>
+inline void pv_tile(float* acc, const float* vc, const float* p, const V* alpha, int32_t dynamic_d, int32_t d0) {
+  const int32_t D = kHeadDim > 0 ? kHeadDim : dynamic_d;
+  V a[R][G];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g)
+      a[r][g] = Vec::mul(Vec::load(acc + (static_cast<size_t>(g) * D + d0 + r) * kLanes), alpha[g]);
+  for (int j = 0; j < kChunk; ++j) {
+    V pj[G];
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g) pj[g] = Vec::load(p + (static_cast<size_t>(g) * kChunk + j) * kLanes);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const V v = Vec::set1(vc[j * D + d0 + r]);
+#pragma GCC unroll 4
+      for (int g = 0; g < G; ++g) a[r][g] = Vec::fmadd(v, pj[g], a[r][g]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g) Vec::store(acc + (static_cast<size_t>(g) * D + d0 + r) * kLanes, a[r][g]);
+}
+
+// Per-lane online-softmax state of one lane group.
+struct LaneState {
+  V m, l, qpos;
+};
+
+// One chunk of kChunk keys starting at position `key0` for G lane groups:
+// scores, causal mask, online softmax update and P·V. qt, acc: G groups of
+// (D, kLanes). kc, vc: (kChunk, D) f32. p: the tile's probability scratch.
+template <int G, int kHeadDim>
+inline void chunk_step(const float* qt, float* acc, const float* kc, const float* vc, float* p,
+                       int32_t dynamic_d, float scale, float key0, bool need_mask, LaneState* st) {
+  const int32_t D = kHeadDim > 0 ? kHeadDim : dynamic_d;
+  V qpos[G], mx[G];
+  for (int g = 0; g < G; ++g) {
+    qpos[g] = st[g].qpos;
+    mx[g] = st[g].m;
   }
   const V vscale = Vec::set1(scale);
-  const V neg_inf = Vec::set1(-INFINITY);
-  V mx = m;
-#pragma GCC unroll 16
-  for (int j = 0; j < kChunk; ++j) {
-    s[j] = Vec::mul(s[j], vscale);
-    if (need_mask) s[j] = Vec::select_gt(Vec::set1(key0 + static_cast<float>(j)), qpos, neg_inf, s[j]);
-    mx = Vec::max(mx, s[j]);
+#pragma GCC unroll 1
+  for (int j0 = 0; j0 < kChunk; j0 += kRowTile) {
+    score_tile<kRowTile, G, kHeadDim>(qt, kc + j0 * D, D, p + j0 * kLanes, vscale, need_mask,
+                                      key0 + static_cast<float>(j0), qpos, mx);
   }
-  const V alpha = Vec::exp(Vec::sub(m, mx));  // 0 while m == -inf
-  V sum = Vec::zero();
-#pragma GCC unroll 16
-  for (int j = 0; j < kChunk; ++j) {
-    s[j] = Vec::exp(Vec::sub(s[j], mx));
-    sum = Vec::add(sum, s[j]);
-  }
-  l = Vec::fmadd(l, alpha, sum);
-  m = mx;
-  // accᵀ[d] = accᵀ[d] * alpha + sum_j V[j][d] * P_j. kPvRows rows d at a time:
-  // each row's sum over j is one dependent FMA chain, so interleaving several
-  // keeps the FMA ports busy (same order per row: the result is unchanged).
-  int32_t d = 0;
-  for (; d + kPvRows <= head_dim; d += kPvRows) {
-    V a[kPvRows];
-#pragma GCC unroll 8
-    for (int r = 0; r < kPvRows; ++r) a[r] = Vec::mul(Vec::load(acc + (d + r) * kLanes), alpha);
-#pragma GCC unroll 16
+  V alpha[G];
+  for (int g = 0; g < G; ++g) {
+    float* pg = p + static_cast<size_t>(g) * kChunk * kLanes;
+    alpha[g] = Vec::exp(Vec::sub(st[g].m, mx[g]));  // 0 while m == -inf
+    V sum = Vec::zero();
     for (int j = 0; j < kChunk; ++j) {
-      const float* vj = vc + j * head_dim + d;
-#pragma GCC unroll 8
-      for (int r = 0; r < kPvRows; ++r) a[r] = Vec::fmadd(Vec::set1(vj[r]), s[j], a[r]);
+      const V e = Vec::exp(Vec::sub(Vec::load(pg + j * kLanes), mx[g]));
+      Vec::store(pg + j * kLanes, e);
+      sum = Vec::add(sum, e);
     }
-#pragma GCC unroll 8
-    for (int r = 0; r < kPvRows; ++r) Vec::store(acc + (d + r) * kLanes, a[r]);
+    st[g].l = Vec::fmadd(st[g].l, alpha[g], sum);
+    st[g].m = mx[g];
   }
-  if constexpr (kHeadDim == 0 || kHeadDim % kPvRows != 0) {  // rows left over by the groups
-    for (; d < head_dim; ++d) {
-      V a = Vec::mul(Vec::load(acc + d * kLanes), alpha);
-#pragma GCC unroll 16
-      for (int j = 0; j < kChunk; ++j) a = Vec::fmadd(Vec::set1(vc[j * head_dim + d]), s[j], a);
-      Vec::store(acc + d * kLanes, a);
+
+  for (int32_t d0 = 0; d0 < D; d0 += kRowTile) {
+    const int rows = static_cast<int>(std::min<int32_t>(kRowTile, D - d0));
+    if (rows == kRowTile) {
+      pv_tile<kRowTile, G, kHeadDim>(acc, vc, p, alpha, D, d0);
+    } else {
+      with_count<kRowTile - 1>(rows, [&]<int R>() { pv_tile<R, G, kHeadDim>(acc, vc, p, alpha, D, d0); });
     }
   }
 }
@@ -127,18 +199,20 @@ inline void run_task(const AttnArgs& a, const AttnTask& task, float* scratch) {
   const int32_t* table = batch.block_tables.data() + seq.table_start;
   const int64_t q_row = static_cast<int64_t>(a.n_heads) * D;
   const int32_t n_groups = (task.f_end - task.f_begin + kLanes - 1) / kLanes;
+  const size_t group_floats = static_cast<size_t>(D) * kLanes;
 
   float* const qt_all = scratch;
-  float* const acc_all = qt_all + static_cast<size_t>(kGroups) * D * kLanes;
-  float* const kc = acc_all + static_cast<size_t>(kGroups) * D * kLanes;
-  float* const vc = kc + static_cast<size_t>(kChunk) * D;
+  float* const acc_all = qt_all + kGroups * group_floats;
+  float* const kc_scratch = acc_all + kGroups * group_floats;
+  float* const vc_scratch = kc_scratch + static_cast<size_t>(kChunk) * D;
+  float* const p = vc_scratch + static_cast<size_t>(kChunk) * D;
 
-  V m[kGroups], l[kGroups], qpos[kGroups];
+  LaneState st[kGroups];
   int32_t min_qpos[kGroups], max_qpos[kGroups];
   for (int32_t gi = 0; gi < n_groups; ++gi) {
-    float* qt = qt_all + static_cast<size_t>(gi) * D * kLanes;
-    std::memset(qt, 0, sizeof(float) * D * kLanes);
-    std::memset(acc_all + static_cast<size_t>(gi) * D * kLanes, 0, sizeof(float) * D * kLanes);
+    float* qt = qt_all + gi * group_floats;
+    std::memset(qt, 0, sizeof(float) * group_floats);
+    std::memset(acc_all + gi * group_floats, 0, sizeof(float) * group_floats);
     alignas(64) float pos[kLanes];
     min_qpos[gi] = INT32_MAX;
     max_qpos[gi] = 0;
@@ -150,69 +224,103 @@ inline void run_task(const AttnArgs& a, const AttnTask& task, float* scratch) {
       }
       const int32_t i = f / G;
       const int32_t h = task.kv_head * G + f % G;
-      const int32_t p = seq.pos0 + i;
-      pos[lane] = static_cast<float>(p);  // exact: positions are far below 2^24
-      min_qpos[gi] = std::min(min_qpos[gi], p);
-      max_qpos[gi] = std::max(max_qpos[gi], p);
+      const int32_t pq = seq.pos0 + i;
+      pos[lane] = static_cast<float>(pq);  // exact: positions are far below 2^24
+      min_qpos[gi] = std::min(min_qpos[gi], pq);
+      max_qpos[gi] = std::max(max_qpos[gi], pq);
       const float* qv = a.q + (seq.q_start + i) * q_row + static_cast<int64_t>(h) * D;
       for (int32_t d = 0; d < D; ++d) qt[d * kLanes + lane] = qv[d];
     }
-    qpos[gi] = Vec::load(pos);
-    m[gi] = Vec::set1(-INFINITY);
-    l[gi] = Vec::zero();
+    st[gi].qpos = Vec::load(pos);
+    st[gi].m = Vec::set1(-INFINITY);
+    st[gi].l = Vec::zero();
   }
 
   const size_t elem = dtype_bytes(g.dtype);
   const auto* k_base = static_cast<const uint8_t*>(kv.k[a.layer]);
   const auto* v_base = static_cast<const uint8_t*>(kv.v[a.layer]);
-  for (int32_t key0 = 0; key0 < task.kv_len; key0 += kChunk) {
-    const int32_t n_keys = std::min(kChunk, task.kv_len - key0);
-    for (int32_t j = 0; j < n_keys; ++j) {
-      const int32_t p = key0 + j;
-      const int64_t slot = static_cast<int64_t>(table[p / bs]) * bs + p % bs;
-      const size_t off = (static_cast<size_t>(slot) * g.n_kv_heads + task.kv_head) * D * elem;
-      load_row(g.dtype, k_base + off, kc + j * D, D);
-      load_row(g.dtype, v_base + off, vc + j * D, D);
+  const size_t slot_bytes = static_cast<size_t>(g.n_kv_heads) * D * elem;  // one position's K (or V) row
+  // fn(j, byte offset, run) for each run of keys [key, key + n) that sit in
+  // one pool block (consecutive slots): this head's row of key `key + j` is
+  // at the offset, the next run - 1 rows follow at slot_bytes apart.
+  auto for_each_run = [&](int32_t key, int32_t n, auto&& fn) {
+    for (int32_t j = 0; j < n;) {
+      const int32_t pk = key + j, in_block = pk % bs;
+      const int32_t run = std::min(bs - in_block, n - j);
+      const int64_t slot = static_cast<int64_t>(table[pk / bs]) * bs + in_block;
+      fn(j, static_cast<size_t>(slot) * slot_bytes + static_cast<size_t>(task.kv_head) * D * elem, run);
+      j += run;
     }
+  };
+  // kc, vc = this head's K, V rows of keys [key0, key0 + kChunk), f32; keys
+  // past the end are zeros (finite, and masked as future).
+  auto convert_chunk = [&](int32_t key0) {
+    const int32_t n_keys = std::min(kChunk, task.kv_len - key0);
+    for_each_run(key0, n_keys, [&](int32_t j, size_t off, int32_t run) {
+      for (int32_t t = 0; t < run; ++t) {
+        load_row(g.dtype, k_base + off + t * slot_bytes, kc_scratch + (j + t) * D, D);
+        load_row(g.dtype, v_base + off + t * slot_bytes, vc_scratch + (j + t) * D, D);
+      }
+    });
     // The next chunk's rows are fetched while this one computes: the blocks
     // are scattered over the pool, so the hardware prefetcher cannot follow
     // them, and each row would otherwise miss on its first touch.
-    const int32_t next_end = std::min(task.kv_len, key0 + 2 * kChunk);
-    for (int32_t p = key0 + kChunk; p < next_end; ++p) {
-      const int64_t slot = static_cast<int64_t>(table[p / bs]) * bs + p % bs;
-      const size_t off = (static_cast<size_t>(slot) * g.n_kv_heads + task.kv_head) * D * elem;
-      for (size_t b = 0; b < D * elem; b += 64) {
-        __builtin_prefetch(k_base + off + b);
-        __builtin_prefetch(v_base + off + b);
-      }
+    if (key0 + kChunk < task.kv_len) {
+      for_each_run(key0 + kChunk, std::min(kChunk, task.kv_len - key0 - kChunk), [&](int32_t, size_t off, int32_t run) {
+        for (int32_t t = 0; t < run; ++t) {
+          for (size_t b = 0; b < D * elem; b += 64) {
+            __builtin_prefetch(k_base + off + t * slot_bytes + b);
+            __builtin_prefetch(v_base + off + t * slot_bytes + b);
+          }
+        }
+      });
     }
-    if (n_keys < kChunk) {  // keys past the end: finite zeros, masked as future
-      std::memset(kc + n_keys * D, 0, sizeof(float) * (kChunk - n_keys) * D);
-      std::memset(vc + n_keys * D, 0, sizeof(float) * (kChunk - n_keys) * D);
+    if (n_keys < kChunk) {
+      std::memset(kc_scratch + n_keys * D, 0, sizeof(float) * (kChunk - n_keys) * D);
+      std::memset(vc_scratch + n_keys * D, 0, sizeof(float) * (kChunk - n_keys) * D);
+    }
+  };
+  const int64_t f32_offset = a.f32_offset != nullptr ? a.f32_offset[task.seq * g.n_kv_heads + task.kv_head] : -1;
+  for (int32_t key0 = 0; key0 < task.kv_len; key0 += kChunk) {
+    const float* kc = kc_scratch;
+    const float* vc = vc_scratch;
+    if (f32_offset >= 0) {  // converted once for every task of this KV head
+      kc = a.f32_k + f32_offset + static_cast<int64_t>(key0) * D;
+      vc = a.f32_v + f32_offset + static_cast<int64_t>(key0) * D;
+    } else {
+      convert_chunk(key0);
     }
     const float fkey0 = static_cast<float>(key0);
-    for (int32_t gi = 0; gi < n_groups; ++gi) {
-      if (key0 > max_qpos[gi]) continue;
-      const bool need_mask = key0 + kChunk - 1 > min_qpos[gi];
-      float* qt = qt_all + static_cast<size_t>(gi) * D * kLanes;
-      float* acc = acc_all + static_cast<size_t>(gi) * D * kLanes;
-      switch (D) {
-        case 64:
-          chunk_step<64>(qt, acc, kc, vc, D, a.scale, fkey0, qpos[gi], need_mask, m[gi], l[gi]);
-          break;
-        case 128:
-          chunk_step<128>(qt, acc, kc, vc, D, a.scale, fkey0, qpos[gi], need_mask, m[gi], l[gi]);
-          break;
-        default:
-          chunk_step<0>(qt, acc, kc, vc, D, a.scale, fkey0, qpos[gi], need_mask, m[gi], l[gi]);
+    for (int32_t g0 = 0; g0 < n_groups; g0 += kGroupTile) {
+      const int n_tile = static_cast<int>(std::min<int32_t>(kGroupTile, n_groups - g0));
+      int32_t tile_min = INT32_MAX, tile_max = 0;
+      for (int t = 0; t < n_tile; ++t) {
+        tile_min = std::min(tile_min, min_qpos[g0 + t]);
+        tile_max = std::max(tile_max, max_qpos[g0 + t]);
       }
+      if (key0 > tile_max) continue;  // every key of the chunk is in these rows' future
+      const bool need_mask = key0 + kChunk - 1 > tile_min;
+      const float* qt = qt_all + g0 * group_floats;
+      float* acc = acc_all + g0 * group_floats;
+      with_count<kGroupTile>(n_tile, [&]<int NG>() {
+        switch (D) {
+          case 64:
+            chunk_step<NG, 64>(qt, acc, kc, vc, p, D, a.scale, fkey0, need_mask, st + g0);
+            break;
+          case 128:
+            chunk_step<NG, 128>(qt, acc, kc, vc, p, D, a.scale, fkey0, need_mask, st + g0);
+            break;
+          default:
+            chunk_step<NG, 0>(qt, acc, kc, vc, p, D, a.scale, fkey0, need_mask, st + g0);
+        }
+      });
     }
   }
 
   for (int32_t gi = 0; gi < n_groups; ++gi) {
     alignas(64) float inv_l[kLanes];
-    Vec::store(inv_l, Vec::div(Vec::set1(1.0f), l[gi]));
-    const float* acc = acc_all + static_cast<size_t>(gi) * D * kLanes;
+    Vec::store(inv_l, Vec::div(Vec::set1(1.0f), st[gi].l));
+    const float* acc = acc_all + gi * group_floats;
     for (int lane = 0; lane < kLanes; ++lane) {
       const int32_t f = task.f_begin + gi * kLanes + lane;
       if (f >= task.f_end) break;

@@ -23,8 +23,11 @@ struct Vec {
   static constexpr int N = 4;
   static constexpr int kGemmRows = 4;
   static constexpr int kGemmVecs = 2;
-  static constexpr int kAttnChunk = 8;
-  static constexpr int kPvRows = 4;
+  // attention: register tiles of 3 keys (or head-dim rows) x 4 lane groups,
+  // keys per online-softmax step.
+  static constexpr int kAttnRowTile = 3;
+  static constexpr int kAttnGroupTile = 4;
+  static constexpr int kAttnChunk = 24;
   static constexpr int kRegisters = 16;  // vector registers of the target
   static constexpr bool kHasBf16Dot = false;
 
