@@ -43,7 +43,17 @@ void attention(const CpuKernels& k, ThreadPool& pool, const CpuBatch& batch, con
   PREFIXD_CHECK(n_heads % g.n_kv_heads == 0, "n_heads must be a multiple of n_kv_heads");
   PREFIXD_CHECK(batch.block_size == g.block_size, "batch block size differs from the pool's");
   const int32_t G = n_heads / g.n_kv_heads;
-  const int32_t task_lanes = k.attn_task_lanes;
+  // (row, head) pairs per task: attn_task_lanes, or fewer when the batch makes
+  // few tasks (a prompt's uncached suffix: 15 tasks of near-equal length on 2
+  // threads leave one idle for most of a task), down to one register tile,
+  // until there are 8 per thread.
+  int32_t task_lanes = k.attn_task_lanes;
+  auto count_tasks = [&](int32_t lanes) {
+    int64_t n = 0;
+    for (const BatchSeq& seq : batch.seqs) n += g.n_kv_heads * ((seq.n_q * G + lanes - 1) / lanes);
+    return n;
+  };
+  while (task_lanes / 2 >= k.attn_tile_lanes && count_tasks(task_lanes) < 8 * pool.n_threads()) task_lanes /= 2;
 
   std::vector<AttnTask> tasks;
   for (int32_t s = 0; s < static_cast<int32_t>(batch.seqs.size()); ++s) {

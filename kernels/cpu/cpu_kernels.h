@@ -132,7 +132,8 @@ struct CpuKernels {
   void (*quantize_x_q8k)(const float* x, int64_t r0, int64_t r1, int64_t cols, XQ8KBlock* out);
 
   // --- attention ------------------------------------------------------------
-  int32_t attn_task_lanes;  // (row, head) indices per task
+  int32_t attn_task_lanes;  // (row, head) indices per task, at most
+  int32_t attn_tile_lanes;  // ... and at least, when there are few tasks (one register tile's)
   int32_t attn_chunk_keys;  // keys per online-softmax step
   size_t (*attn_scratch_floats)(int32_t head_dim);
   void (*attention_task)(const AttnArgs& a, const AttnTask& task, float* scratch);
