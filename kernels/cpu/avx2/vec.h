@@ -24,7 +24,7 @@ struct Vec {
   // (12 accumulators), keys per online-softmax step.
   static constexpr int kAttnRowTile = 6;
   static constexpr int kAttnGroupTile = 2;
-  static constexpr int kAttnChunk = 24;
+  static constexpr int kAttnChunk = 48;
   static constexpr int kRegisters = 16;  // vector registers of the target
   static constexpr bool kHasBf16Dot = false;
 

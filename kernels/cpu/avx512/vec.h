@@ -28,7 +28,7 @@ struct Vec {
   // (24 accumulators), keys per online-softmax step.
   static constexpr int kAttnRowTile = 6;
   static constexpr int kAttnGroupTile = 4;
-  static constexpr int kAttnChunk = 24;
+  static constexpr int kAttnChunk = 48;
   static constexpr int kRegisters = 32;  // vector registers of the target
 #if defined(__AVX512BF16__)
   static constexpr bool kHasBf16Dot = true;

@@ -27,7 +27,7 @@ struct Vec {
   // keys per online-softmax step.
   static constexpr int kAttnRowTile = 3;
   static constexpr int kAttnGroupTile = 4;
-  static constexpr int kAttnChunk = 24;
+  static constexpr int kAttnChunk = 48;
   static constexpr int kRegisters = 16;  // vector registers of the target
   static constexpr bool kHasBf16Dot = false;
 
