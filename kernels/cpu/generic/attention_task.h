@@ -17,6 +17,7 @@
 
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/generic/with_count.h"
 
 namespace prefixd::cpu::PREFIXD_ISA_NS {
 
@@ -58,18 +59,6 @@ PREFIXD_VEC_INLINE void load_row(DType dtype, const void* src, float* dst, int32
       if (i < n) Vec::store_n(dst + i, Vec::load_bf16_n(s + i, n - i), n - i);
       break;
     }
-  }
-}
-
-// Calls fn.template operator()<m>() for a runtime m in [1, kMax].
-template <int kMax, typename Fn>
-inline void with_count(int m, Fn&& fn) {
-  if constexpr (kMax >= 1) {
-    if (m == kMax) {
-      fn.template operator()<kMax>();
-      return;
-    }
-    with_count<kMax - 1>(m, fn);
   }
 }
 

@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/generic/with_count.h"
 
 namespace prefixd::cpu::PREFIXD_ISA_NS {
 
@@ -136,18 +137,6 @@ void tile_bf16_dot(const uint16_t* panel, const uint16_t* xb, int64_t ldx, int64
 }
 #endif
 
-// Calls fn.template operator()<m>() for a runtime m in [1, kMax].
-template <int kMax, typename Fn>
-inline void with_rows(int m, Fn&& fn) {
-  if constexpr (kMax >= 1) {
-    if (m == kMax) {
-      fn.template operator()<kMax>();
-      return;
-    }
-    with_rows<kMax - 1>(m, fn);
-  }
-}
-
 // BF16 panel (K2, P, 2) -> F32 panel (K, P).
 inline void widen_panel(const uint16_t* panel, int64_t K, float* out) {
   const int64_t k_pairs = (K + 1) / 2;
@@ -176,7 +165,7 @@ inline void f32_panel_rows(const float* panel, const float* x, int64_t K, float*
   if (n_rows < kTileRows && kGroups > 1) {
     for (int64_t i = 0; i < n_rows; i += kWideRows) {
       const int m = static_cast<int>(std::min<int64_t>(kWideRows, n_rows - i));
-      with_rows<kWideRows>(m, [&]<int M>() { tile_f32<M, kWideVecs>(panel, x + i * K, K, K, y + i * ldy, ldy, valid); });
+      with_count<kWideRows>(m, [&]<int M>() { tile_f32<M, kWideVecs>(panel, x + i * K, K, K, y + i * ldy, ldy, valid); });
     }
     return;
   }
@@ -185,7 +174,7 @@ inline void f32_panel_rows(const float* panel, const float* x, int64_t K, float*
     if (valid - c0 <= 0) break;
     for (int64_t i = 0; i < n_rows; i += kTileRows) {
       const int m = static_cast<int>(std::min<int64_t>(kTileRows, n_rows - i));
-      with_rows<kTileRows>(m, [&]<int M>() {
+      with_count<kTileRows>(m, [&]<int M>() {
         tile_f32<M, kTileVecs>(panel + c0, x + i * K, K, K, y + i * ldy + c0, ldy, valid - c0);
       });
     }
@@ -198,7 +187,7 @@ inline void bf16_dot_panel_rows(const uint16_t* panel, const uint16_t* xb, int64
                                 int64_t ldy, int64_t valid, int64_t n_rows) {
   for (int64_t i = 0; i < n_rows; i += kTileRows) {
     const int m = static_cast<int>(std::min<int64_t>(kTileRows, n_rows - i));
-    with_rows<kTileRows>(m, [&]<int M>() { tile_bf16_dot<M>(panel, xb + i * ldx, ldx, K2, y + i * ldy, ldy, valid); });
+    with_count<kTileRows>(m, [&]<int M>() { tile_bf16_dot<M>(panel, xb + i * ldx, ldx, K2, y + i * ldy, ldy, valid); });
   }
 }
 #endif
@@ -241,7 +230,7 @@ inline void panels(const GemmArgs& a, int64_t p0, int64_t p1, int64_t i0, int64_
     }
     for (int64_t i = 0; i < n_rows; i += kWideRows) {
       const int m = static_cast<int>(std::min<int64_t>(kWideRows, n_rows - i));
-      with_rows<kWideRows>(m, [&]<int M>() {
+      with_count<kWideRows>(m, [&]<int M>() {
         tile_bf16_widen<M, kWideVecs>(panel, x + i * K, K, K, y + i * a.rows, a.rows, valid);
       });
     }
