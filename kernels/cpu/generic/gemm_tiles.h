@@ -195,10 +195,9 @@ inline void bf16_dot_panel_rows(const uint16_t* panel, const uint16_t* xb, int64
 // x rows at or above which a BF16 panel is widened once instead of per tile.
 constexpr int64_t kWidenPanelRows = 8;
 
-// F32 panels are copied into the per-thread scratch before many x rows use
-// them: one sequential read from memory, then every tile pass hits the same
-// L2-resident buffer (pp512 on a Zen 3 rose from about 500 to 530-590 t/s).
-constexpr bool kCopyF32Panels = true;
+// Whether F32 panels are copied into the per-thread scratch before many x
+// rows use them: a set's choice, measured (see its vec.h).
+constexpr bool kCopyF32Panels = Vec::kCopyF32Panels;
 
 inline size_t scratch_floats(int64_t cols) { return static_cast<size_t>(cols) * P; }
 

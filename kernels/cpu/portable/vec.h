@@ -23,6 +23,9 @@ struct Vec {
   static constexpr int N = 4;
   static constexpr int kGemmRows = 4;
   static constexpr int kGemmVecs = 2;
+  // F32 panels are copied into per-thread scratch before many x rows use
+  // them (the panel is read in 4 column groups; the copy keeps it in L2).
+  static constexpr bool kCopyF32Panels = true;
   // attention: register tiles of 3 keys (or head-dim rows) x 4 lane groups,
   // keys per online-softmax step.
   static constexpr int kAttnRowTile = 3;
