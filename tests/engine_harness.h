@@ -2,6 +2,9 @@
 // helper that submits a request and collects everything it produces.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
+#include <functional>
 #include <chrono>
 #include <filesystem>
 #include <memory>
@@ -54,11 +57,13 @@ struct EngineUnderTest {
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<Engine> engine;
 
+  // auto_kv_dtype: opts.kv_dtype is replaced by the model's (`--kv-dtype auto`).
   explicit EngineUnderTest(const std::string& model_path, EngineOptions opts = {}, TierManager* tiers = nullptr,
-                           int n_threads = 2, cpu::CpuIsa isa = cpu::best_cpu_isa()) {
+                           int n_threads = 2, cpu::CpuIsa isa = cpu::best_cpu_isa(), bool auto_kv_dtype = false) {
     file = GgufFile::open(model_path).value();
     backend = make_cpu_backend(n_threads, isa);
     model = std::move(Model::load(file, *backend).value());
+    if (auto_kv_dtype) opts.kv_dtype = model->auto_kv_dtype();
     if (auto t = Tokenizer::from_gguf(*file); t.ok()) tokenizer = std::move(t.value());
     auto e = Engine::create(*model, tokenizer.get(), tiers, opts);
     if (!e.ok()) {
@@ -70,6 +75,39 @@ struct EngineUnderTest {
 
   Collected run(Request r) { return collect(engine->submit(std::move(r))); }
 };
+
+// How a cached run's answer compares with the cold one (both with
+// return_logits): greedy ids and logits compared up to the cold run's first
+// near-tie (top-2 logit gap below twice the tolerance), where a computation
+// within tolerance may pick either token (the golden files' rule). Models
+// whose rows are computed one way whatever the batch give the same bits
+// cached or not; quantized ones multiply short batches (a suffix after a
+// cached prefix, decode) with 8-bit products and long ones in BF16 or F32,
+// within the tolerance of each other.
+struct AnswerDiff {
+  size_t compared_steps = 0;  // steps whose ids must agree (before the near-tie)
+  bool ids_agree = false;     // every compared id, and the lengths when no near-tie
+  double worst_logit = 0;     // largest |logit difference| up to and including the near-tie
+};
+inline AnswerDiff compare_answers(const Collected& cached, const Collected& cold, int32_t n_vocab, double tol) {
+  AnswerDiff d;
+  const size_t steps = std::min(cold.logits.size(), cold.ids.size());
+  size_t t = 0;
+  for (; t < steps; ++t) {
+    std::vector<float> top(cold.logits[t].begin(), cold.logits[t].end());
+    std::partial_sort(top.begin(), top.begin() + 2, top.end(), std::greater<float>());
+    if (top[0] - top[1] < 2 * tol) break;  // a near-tie: step t may differ
+  }
+  d.compared_steps = t;
+  d.ids_agree = cached.ids.size() >= t &&
+                std::equal(cold.ids.begin(), cold.ids.begin() + static_cast<std::ptrdiff_t>(t), cached.ids.begin()) &&
+                (t < steps || cached.ids == cold.ids);
+  for (size_t s = 0; s <= t && s < cold.logits.size() && s < cached.logits.size(); ++s) {
+    for (int32_t v = 0; v < n_vocab; ++v)
+      d.worst_logit = std::max(d.worst_logit, static_cast<double>(std::fabs(cached.logits[s][v] - cold.logits[s][v])));
+  }
+  return d;
+}
 
 // The golden case with the most prompt ids.
 inline const GoldenCase& longest_case(const GoldenModel& g) {
