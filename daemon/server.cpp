@@ -133,10 +133,13 @@ Status load_text(Server::State& s) {
 
 // The engine's options from the serve options (the deployment secret is
 // filled by open_tiers()).
-EngineOptions engine_options(const ServerOptions& o, const Hash128& fingerprint) {
+EngineOptions engine_options(const ServerOptions& o, const Model& model, const Hash128& fingerprint) {
   EngineOptions eo;
   eo.block_size = o.block_size;
-  eo.kv_dtype = o.kv_dtype == "f32" ? DType::F32 : o.kv_dtype == "bf16" ? DType::BF16 : DType::F16;
+  eo.kv_dtype = o.kv_dtype == "auto"   ? model.auto_kv_dtype()
+                : o.kv_dtype == "f32"  ? DType::F32
+                : o.kv_dtype == "bf16" ? DType::BF16
+                                       : DType::F16;
   eo.kv_pool_bytes = o.kv_pool_bytes();
   eo.max_batch_tokens = o.max_batch_tokens;
   eo.max_running = o.max_concurrent_requests;
@@ -331,7 +334,9 @@ Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
   // Weights, tokenizer and fingerprint are copied out: the file is never read
   // again, so replacing or truncating it while serving cannot SIGBUS.
   s->file->drop_mapping();
-  EngineOptions eo = engine_options(o, *fingerprint);
+  EngineOptions eo = engine_options(o, *s->model, *fingerprint);
+  log_line(o, LogLevel::kInfo,
+           std::string("KV cache: ") + dtype_name(eo.kv_dtype) + (o.kv_dtype == "auto" ? " (--kv-dtype auto)" : ""));
   if (Status st = eo.validate(cfg); !st.ok()) return st;
   if (Status st = open_tiers(*s, *fingerprint, &eo); !st.ok()) return st;
   auto engine = Engine::create(*s->model, s->tokenizer.get(), s->tiers.get(), eo);

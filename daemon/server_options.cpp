@@ -55,8 +55,8 @@ Status ServerOptions::validate() {
   }
   if (block_size < 1 || block_size > 1024)
     return range_error("block-size", std::to_string(block_size), "1..1024");
-  if (kv_dtype != "f32" && kv_dtype != "f16" && kv_dtype != "bf16") {
-    return Status::error("--kv-dtype '" + kv_dtype + "' is not one of f32, f16, bf16");
+  if (kv_dtype != "auto" && kv_dtype != "f32" && kv_dtype != "f16" && kv_dtype != "bf16") {
+    return Status::error("--kv-dtype '" + kv_dtype + "' is not one of auto, f32, f16, bf16");
   }
   if (max_batch_tokens < 1 || max_batch_tokens > (1 << 20)) {
     return range_error("max-batch-tokens", std::to_string(max_batch_tokens), "1..1048576");
@@ -183,7 +183,8 @@ void register_server_flags(CLI::App& app, ServerOptions& o) {
   app.add_option("--kv-pool-mib", o.kv_pool_mib, "device KV pool size in MiB")
       ->capture_default_str();
   app.add_option("--block-size", o.block_size, "tokens per KV block")->capture_default_str();
-  app.add_option("--kv-dtype", o.kv_dtype, "KV cache type: f32, f16, bf16")->capture_default_str();
+  app.add_option("--kv-dtype", o.kv_dtype,
+                 "KV cache type: auto (bf16 for a model with BF16 K/V weights, else f16), f32, f16, bf16")->capture_default_str();
   app.add_option("--max-batch-tokens", o.max_batch_tokens,
                  "tokens per forward pass (chunked prefill budget)")
       ->capture_default_str();

@@ -57,7 +57,7 @@ struct ServerOptions {
   cpu::CpuIsa cpu_isa{};                 // the set it resolves to (filled by validate)
   int64_t kv_pool_mib = 256;             // device KV pool budget, MiB
   int32_t block_size = 16;               // tokens per KV block
-  std::string kv_dtype = "f16";          // f32 | f16 | bf16
+  std::string kv_dtype = "auto";         // auto | f32 | f16 | bf16 (auto: Model::auto_kv_dtype)
   int32_t max_batch_tokens = 512;        // tokens per forward pass (chunked prefill budget)
   int32_t max_concurrent_requests = 64;  // sequences running in the engine at once
   int32_t max_queued_requests = 256;     // requests admitted beyond those; more get 429

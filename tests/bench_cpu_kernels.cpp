@@ -233,7 +233,7 @@ int main(int argc, char** argv) {
                  Case{"decode", 512, 1},
                  Case{"decode", 2047, 1}}) {
     if (!attention_case.empty() && attention_case != c.name) continue;
-    for (DType dt : {DType::F16, DType::F32}) {
+    for (DType dt : {DType::F16, DType::F32, DType::BF16}) {
       double gf = 0;
       const double t = bench_attention(*be, c.pos0, c.n_q, dt, &gf);
       std::printf("%-8s %-5s %6d %6d %10.3f %9.1f\n", c.name, dtype_name(dt), c.pos0, c.n_q, t * 1e3, gf);

@@ -11,7 +11,7 @@
 // reopened (a restart), with the restore bandwidth of each.
 //
 // Usage: bench_engine [--model smol-135m:bf16] [--threads 2] [--system 2000]
-//                     [--question 100] [--out 16] [--reps 3] [--suffix-only 1] [--kv f16] [--tiers DIR]
+//                     [--question 100] [--out 16] [--reps 3] [--suffix-only 1] [--kv auto] [--tiers DIR]
 //                     [--cpu-isa auto|avx512bf16|avx512|avx2|portable (default $PREFIXD_CPU_ISA)]
 #include <algorithm>
 #include <chrono>
@@ -64,7 +64,7 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model_spec = "smol-135m:bf16", kv_name = "f16", tier_dir;
+  std::string model_spec = "smol-135m:bf16", kv_name = "auto", tier_dir;
   const char* isa_env = std::getenv("PREFIXD_CPU_ISA");
   std::string isa_name = isa_env != nullptr ? isa_env : "auto", isa_source = "PREFIXD_CPU_ISA";
   int threads = 2, n_system = 2000, n_question = 100, n_out = 16, reps = 3;
@@ -97,7 +97,10 @@ int main(int argc, char** argv) {
   const std::string preset = model_spec.substr(0, colon);
   const std::string type = colon == std::string::npos ? "bf16" : model_spec.substr(colon + 1);
   const WeightType wt = type == "f32" ? WeightType::F32 : type == "f16" ? WeightType::F16 : WeightType::BF16;
-  const DType kv = kv_name == "f32" ? DType::F32 : kv_name == "bf16" ? DType::BF16 : DType::F16;
+  if (kv_name != "auto" && kv_name != "f32" && kv_name != "f16" && kv_name != "bf16") {
+    std::fprintf(stderr, "--kv '%s' is not one of auto, f32, f16, bf16\n", kv_name.c_str());
+    return 2;
+  }
   const std::string dir = std::filesystem::temp_directory_path() / "prefixd-bench-models";
   std::filesystem::create_directories(dir);
   const std::string path = dir + "/" + preset + "-" + type + ".gguf";
@@ -109,12 +112,14 @@ int main(int argc, char** argv) {
   }
 
   EngineOptions opts;
-  opts.kv_dtype = kv;
+  opts.kv_dtype = kv_name == "f32" ? DType::F32 : kv_name == "bf16" ? DType::BF16 : DType::F16;  // auto: the model's
   opts.kv_pool_bytes = 1024ull << 20;
-  EngineUnderTest e(path, opts, nullptr, threads, isa.value());
+  EngineUnderTest e(path, opts, nullptr, threads, isa.value(), kv_name == "auto");
   const ModelConfig& c = e.model->config();
+  const DType kv = e.engine->options().kv_dtype;
   std::printf("bench_engine: %s %s, %d threads, cpu_isa %s, kv %s, system %d + question %d tokens, %d out\n",
-              preset.c_str(), type.c_str(), threads, cpu::cpu_isa_name(isa.value()), kv_name.c_str(), n_system,
+              preset.c_str(), type.c_str(), threads, cpu::cpu_isa_name(isa.value()),
+              (std::string(dtype_name(kv)) + (kv_name == "auto" ? " (auto)" : "")).c_str(), n_system,
               n_question, n_out);
 
   // TTFT: each rep uses a fresh system prompt (cold), then a second question

@@ -171,7 +171,7 @@ TEST_CASE("matmul matches a double reference for every weight type and batch siz
     int64_t rows, cols;
   };
   for (WeightType type : every_weight_type()) {
-    for (Shape s : {Shape{37, 96}, Shape{130, 200}, Shape{5, 33}, Shape{64, 576}, Shape{40, 512}}) {
+    for (Shape s : {Shape{37, 96}, Shape{130, 200}, Shape{5, 33}, Shape{64, 576}, Shape{40, 512}, Shape{1024, 256}, Shape{256, 768}}) {
       if (s.cols % weight_type_traits(type).block_elements != 0) continue;
       HostWeights hw = make_weights(rng, type, s.rows, s.cols);
       for (bool outlives : {false, true}) {
@@ -179,7 +179,7 @@ TEST_CASE("matmul matches a double reference for every weight type and batch siz
         CHECK(w->rows == s.rows);
         CHECK(w->cols == s.cols);
         CHECK(w->source_type == type);
-        for (int64_t n : {1, 2, 7, 64, 300}) {
+        for (int64_t n : {1, 2, 7, 12, 15, 64, 300}) {
           CAPTURE(type_name(type));
           CAPTURE(s.rows);
           CAPTURE(s.cols);
@@ -483,6 +483,7 @@ TEST_CASE("kv_store and paged attention match a double reference (varlen, GQA, e
       {8, 4, 8, 8, {{0, 33}, {9, 20}}},                       // tiny head_dim, block size 8
       {10, 2, 64, 32, {{3, 50}, {0, 2}}},                     // 5 heads per group
       {20, 1, 16, 16, {{0, 9}, {40, 3}}},                     // 20 heads on one KV head (> 16 lanes)
+      {6, 2, 32, 7, {{0, 45}, {20, 13}, {11, 1}}},            // odd block size: key pairs split over blocks
   };
   for (const Case& c : cases) {
     for (DType dt : {DType::F32, DType::F16, DType::BF16}) {
@@ -548,6 +549,14 @@ TEST_CASE("kv_store and paged attention match a double reference (varlen, GQA, e
       const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
       be->attention(pool, layer, dq, dout, c.n_heads, scale);
       const int32_t group = c.n_heads / c.n_kv_heads;
+      // Sets with a BF16 dot product multiply a BF16 pool as it is, with Q and
+      // the probabilities rounded to BF16: the reference takes the rounded Q,
+      // and a probability's rounding (relative 2^-9) moves an output by at
+      // most 2^-9 of the largest |v| (2).
+      const bool bf16_operands =
+          static_cast<const cpu::CpuBackend&>(*be).kernels().attn_bf16_operands(dt, c.head_dim);
+      const double tolerance = bf16_operands ? 2.0 / 512 + 2e-5 : 2e-5;
+      double worst = 0;
       int64_t bad = 0;
       int32_t row = 0;
       for (size_t s = 0; s < c.seqs.size(); ++s) {
@@ -561,7 +570,8 @@ TEST_CASE("kv_store and paged attention match a double reference (varlen, GQA, e
             for (int32_t p = 0; p <= qpos; ++p) {
               double dot = 0;
               for (int32_t d = 0; d < c.head_dim; ++d)
-                dot += static_cast<double>(qv[d]) * k_all[s][p * kv_row + kvh * c.head_dim + d];
+                dot += static_cast<double>(bf16_operands ? round_to(DType::BF16, qv[d]) : qv[d]) *
+                       k_all[s][p * kv_row + kvh * c.head_dim + d];
               score[p] = dot * scale;
               mx = std::max(mx, score[p]);
             }
@@ -571,16 +581,101 @@ TEST_CASE("kv_store and paged attention match a double reference (varlen, GQA, e
               double ref = 0;
               for (int32_t p = 0; p <= qpos; ++p) ref += score[p] * v_all[s][p * kv_row + kvh * c.head_dim + d];
               ref /= sum;
-              if (std::fabs(ref - dout[row * q_row + h * c.head_dim + d]) > 2e-5) ++bad;
+              const double err = std::fabs(ref - dout[row * q_row + h * c.head_dim + d]);
+              worst = std::max(worst, err);
+              if (err > tolerance) ++bad;
             }
           }
         }
       }
+      CAPTURE(worst);
       CHECK(bad == 0);
       be->free(dq);
       be->free(dout);
       be->free_kv_pool(pool);
     }
+  }
+}
+
+// Rows [pos0, pos0 + n_q) of one sequence over the pool blocks `table`.
+Batch one_sequence(const std::vector<int32_t>& table, int32_t block_size, int32_t pos0, int32_t n_q) {
+  Batch b;
+  BatchSeq seq;
+  seq.n_q = n_q;
+  seq.pos0 = pos0;
+  seq.n_table = static_cast<int32_t>(table.size());
+  b.block_tables = table;
+  for (int32_t p = pos0; p < pos0 + n_q; ++p) {
+    b.tokens.push_back(0);
+    b.positions.push_back(p);
+    b.slots.push_back(table[p / block_size] * block_size + p % block_size);
+  }
+  b.seqs.push_back(seq);
+  return b;
+}
+
+TEST_CASE("paged attention rows do not depend on the batch: prefill, suffix and decode agree bit for bit") {
+  // What the prefix cache relies on: a row's output is the same whether its
+  // prompt ran whole, as an uncached suffix after restored blocks, or one
+  // token at a time (every KV dtype, so also with BF16 operands).
+  auto be = make_cpu_backend(2, testing::isa_under_test());
+  std::mt19937 rng(11);
+  struct Shape {
+    int32_t n_heads, n_kv_heads, head_dim, block_size, n, suffix0;
+  };
+  for (const Shape sh : {Shape{9, 3, 64, 7, 150, 101}, Shape{4, 2, 64, 16, 701, 688}})
+  for (DType dt : {DType::F32, DType::F16, DType::BF16}) {
+    const int32_t n_heads = sh.n_heads, n_kv_heads = sh.n_kv_heads, head_dim = sh.head_dim;
+    const int32_t block_size = sh.block_size, n = sh.n;
+    const int64_t q_row = static_cast<int64_t>(n_heads) * head_dim, kv_row = static_cast<int64_t>(n_kv_heads) * head_dim;
+    CAPTURE(n);
+    CAPTURE(dtype_name(dt));
+    KvGeometry geom;
+    geom.n_layers = 1;
+    geom.n_blocks = n / block_size + 8;
+    geom.block_size = block_size;
+    geom.n_kv_heads = n_kv_heads;
+    geom.head_dim = head_dim;
+    geom.dtype = dt;
+    auto pool_r = be->allocate_kv_pool(geom);
+    REQUIRE(pool_r.ok());
+    KvPool& pool = *pool_r;
+    std::vector<int32_t> table(geom.n_blocks);
+    std::iota(table.begin(), table.end(), 0);
+    std::shuffle(table.begin(), table.end(), rng);
+    table.resize((n + block_size - 1) / block_size);
+    const std::vector<float> q = random_floats(rng, n * q_row, -2, 2);
+    const std::vector<float> k = random_floats(rng, n * kv_row, -2, 2);
+    const std::vector<float> v = random_floats(rng, n * kv_row, -2, 2);
+    // Runs rows [pos0, pos0 + n_q) and returns their outputs.
+    auto run = [&](int32_t pos0, int32_t n_q) {
+      be->prepare_batch(one_sequence(table, block_size, pos0, n_q), block_size);
+      std::vector<float> rows(q.begin() + pos0 * q_row, q.begin() + (pos0 + n_q) * q_row);
+      float* dq = alloc_floats(*be, rows);
+      auto* dout = static_cast<float*>(be->alloc(rows.size() * sizeof(float)));
+      be->attention(pool, 0, dq, dout, n_heads, 0.125f);
+      std::vector<float> out(dout, dout + rows.size());
+      be->free(dq);
+      be->free(dout);
+      return out;
+    };
+    be->prepare_batch(one_sequence(table, block_size, 0, n), block_size);
+    float* dk = alloc_floats(*be, k);
+    float* dv = alloc_floats(*be, v);
+    be->kv_store(pool, 0, dk, dv);
+    be->free(dk);
+    be->free(dv);
+    const std::vector<float> whole = run(0, n);
+    auto same_rows = [&](const std::vector<float>& part, int32_t pos0) {
+      return std::memcmp(part.data(), whole.data() + pos0 * q_row, part.size() * sizeof(float)) == 0;
+    };
+    CHECK(same_rows(run(sh.suffix0, n - sh.suffix0), sh.suffix0));  // an uncached suffix
+    CHECK(same_rows(run(64, 40), 64));
+    for (int32_t p : {0, 1, 48, 97, n - 2, n - 1}) {
+      CAPTURE(p);
+      CHECK(same_rows(run(p, 1), p));  // decode
+    }
+    be->free_kv_pool(pool);
   }
 }
 

@@ -16,6 +16,12 @@ Result<std::unique_ptr<Model>> Model::load(std::shared_ptr<GgufFile> file, Backe
   return m;
 }
 
+DType Model::auto_kv_dtype() const {
+  const LayerWeights& l = layers_.front();
+  const bool bf16 = l.wk->source_type == WeightType::BF16 && l.wv->source_type == WeightType::BF16;
+  return bf16 ? DType::BF16 : DType::F16;
+}
+
 Model::~Model() {
   layers_.clear();
   token_embd_.reset();

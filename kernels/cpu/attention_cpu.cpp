@@ -2,9 +2,10 @@
 // head) pairs into tasks of one KV head each, longest first, and runs the
 // instruction set's attention kernel (generic/attention_task.h) on them.
 // When a sequence's KV head has several tasks (a prefill chunk, a prompt's
-// uncached suffix), its K and V rows are first converted to f32 once, in
-// parallel, into a buffer its tasks share: each task would otherwise read
-// and convert the whole context again from the pool.
+// uncached suffix), its K and V rows are first converted to the set's
+// operand layout (f32, or BF16 key pairs) once, in parallel, into a buffer
+// its tasks share: each task would otherwise read and convert the whole
+// context again from the pool.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -15,24 +16,9 @@ namespace prefixd::cpu {
 
 namespace {
 
-// Most floats (K and V together) the shared f32 rows of one call may take;
-// sequences beyond it convert in their tasks.
-constexpr size_t kMaxSharedFloats = size_t{16} << 20;  // 64 MiB
-
-// out (n) f32 = src (n) in `dtype`.
-void convert_row(const CpuKernels& k, DType dtype, const void* src, float* out, int64_t n) {
-  switch (dtype) {
-    case DType::F32:
-      std::memcpy(out, src, n * sizeof(float));
-      break;
-    case DType::F16:
-      k.f16_to_f32_n(static_cast<const uint16_t*>(src), out, n);
-      break;
-    case DType::BF16:
-      k.bf16_to_f32_n(static_cast<const uint16_t*>(src), out, n);
-      break;
-  }
-}
+// Most bytes (K and V together) the shared operand rows of one call may
+// take; sequences beyond it convert in their tasks.
+constexpr size_t kMaxSharedBytes = size_t{64} << 20;
 
 }  // namespace
 
@@ -72,32 +58,35 @@ void attention(const CpuKernels& k, ThreadPool& pool, const CpuBatch& batch, con
                    [](const AttnTask& a, const AttnTask& b) { return a.kv_len > b.kv_len; });
   AttnArgs args{&batch, &kv, layer, q, out, n_heads, scale};
 
-  // Shared f32 rows: (seq, kv head) regions of round_up(kv_len, chunk) rows.
+  // Shared operand rows: (seq, kv head) regions of round_up(kv_len, chunk) keys.
   const int32_t D = g.head_dim;
   const int32_t n_seqs = static_cast<int32_t>(batch.seqs.size());
   const int32_t chunk = k.attn_chunk_keys;
-  static thread_local std::vector<int64_t> offsets;  // (seq, kv head) -> first float, or -1
-  static thread_local std::vector<float> shared;     // K regions, then V regions
+  const size_t key_bytes = k.attn_key_bytes(g.dtype, D);
+  static thread_local std::vector<int64_t> offsets;  // (seq, kv head) -> first byte, or -1
+  static thread_local std::vector<float> shared;     // K regions, then V regions (floats for alignment)
   offsets.assign(static_cast<size_t>(n_seqs) * g.n_kv_heads, -1);
   struct Block {
     int32_t seq, index;  // the sequence's index-th table block
   };
   std::vector<Block> blocks;
-  int64_t k_floats = 0;
+  size_t k_bytes = 0;
   for (int32_t s = 0; s < n_seqs; ++s) {
     const BatchSeq& seq = batch.seqs[s];
     if (seq.n_q * G <= task_lanes) continue;  // one task per KV head: nothing to share
     const int32_t kv_len = seq.pos0 + seq.n_q;
-    const int64_t rows = (kv_len + chunk - 1) / chunk * chunk;
-    if (static_cast<size_t>(2 * (k_floats + rows * D * g.n_kv_heads)) > kMaxSharedFloats) continue;
-    for (int32_t h = 0; h < g.n_kv_heads; ++h) offsets[static_cast<size_t>(s) * g.n_kv_heads + h] = k_floats + h * rows * D;
-    k_floats += rows * D * g.n_kv_heads;
+    const size_t region = static_cast<size_t>((kv_len + chunk - 1) / chunk * chunk) * key_bytes;
+    if (2 * (k_bytes + region * g.n_kv_heads) > kMaxSharedBytes) continue;
+    for (int32_t h = 0; h < g.n_kv_heads; ++h)
+      offsets[static_cast<size_t>(s) * g.n_kv_heads + h] = static_cast<int64_t>(k_bytes + h * region);
+    k_bytes += region * g.n_kv_heads;
     for (int32_t b = 0; b * batch.block_size < kv_len; ++b) blocks.push_back(Block{s, b});
   }
   if (!blocks.empty()) {
-    if (shared.size() < static_cast<size_t>(2 * k_floats)) shared.resize(static_cast<size_t>(2 * k_floats));
-    float* const f32_k = shared.data();
-    float* const f32_v = f32_k + k_floats;
+    const size_t floats = (2 * k_bytes + sizeof(float) - 1) / sizeof(float);
+    if (shared.size() < floats) shared.resize(floats);
+    auto* const rows_k = reinterpret_cast<uint8_t*>(shared.data());
+    uint8_t* const rows_v = rows_k + k_bytes;
     const size_t elem = dtype_bytes(g.dtype);
     const size_t slot_bytes = static_cast<size_t>(g.n_kv_heads) * D * elem;
     const auto* k_base = static_cast<const uint8_t*>(kv.k[layer]);
@@ -109,28 +98,23 @@ void attention(const CpuKernels& k, ThreadPool& pool, const CpuBatch& batch, con
       const Block blk = blocks[static_cast<size_t>(t)];
       const BatchSeq& seq = batch.seqs[blk.seq];
       const int32_t kv_len = seq.pos0 + seq.n_q;
-      const int64_t rows = (kv_len + chunk - 1) / chunk * chunk;
+      const int32_t rows = (kv_len + chunk - 1) / chunk * chunk;
       const int32_t key0 = blk.index * bs;
       const int32_t n_keys = std::min(bs, kv_len - key0);
       const size_t block_off =
           static_cast<size_t>(batch.block_tables[seq.table_start + blk.index]) * bs * slot_bytes;
       for (int32_t h = 0; h < g.n_kv_heads; ++h) {
         const int64_t region = region_of[static_cast<size_t>(blk.seq) * g.n_kv_heads + h];
-        for (int32_t j = 0; j < n_keys; ++j) {
-          const size_t off = block_off + j * slot_bytes + static_cast<size_t>(h) * D * elem;
-          convert_row(k, g.dtype, k_base + off, f32_k + region + static_cast<int64_t>(key0 + j) * D, D);
-          convert_row(k, g.dtype, v_base + off, f32_v + region + static_cast<int64_t>(key0 + j) * D, D);
-        }
-        if (key0 + bs >= kv_len) {  // the last block: zero rows up to the region's end
-          const int64_t from = region + static_cast<int64_t>(kv_len) * D, to = region + rows * D;
-          std::memset(f32_k + from, 0, (to - from) * sizeof(float));
-          std::memset(f32_v + from, 0, (to - from) * sizeof(float));
-        }
+        const size_t off = block_off + static_cast<size_t>(h) * D * elem;
+        k.attn_put_keys(g.dtype, k_base + off, v_base + off, slot_bytes, D, key0, n_keys, rows_k + region,
+                        rows_v + region);
+        // The last block zeroes the region's keys past the end.
+        if (key0 + bs >= kv_len) k.attn_zero_keys(g.dtype, D, kv_len, rows, rows_k + region, rows_v + region);
       }
     });
-    args.f32_k = f32_k;
-    args.f32_v = f32_v;
-    args.f32_offset = offsets.data();
+    args.rows_k = rows_k;
+    args.rows_v = rows_v;
+    args.rows_offset = offsets.data();
   }
 
   const size_t scratch_floats = k.attn_scratch_floats(g.head_dim);

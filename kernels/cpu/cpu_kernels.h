@@ -98,14 +98,15 @@ struct AttnArgs {
   float* out;      // (n_tokens, n_heads * head_dim)
   int32_t n_heads;
   float scale;
-  // K and V already in f32 (attention() converts them once when a sequence's
-  // KV head has several tasks): rows (key, head_dim) of (seq, kv head) start at
-  // f32_k + f32_offset[seq * n_kv_heads + kv_head] (the same in f32_v), zero
-  // rows after the last key up to a whole attn_chunk_keys. Offset -1, or no
-  // f32_offset at all: the task converts the pool's rows itself.
-  const float* f32_k = nullptr;
-  const float* f32_v = nullptr;
-  const int64_t* f32_offset = nullptr;
+  // K and V already in the set's operand layout (attention() converts them
+  // once when a sequence's KV head has several tasks; attn_key_bytes per key):
+  // (seq, kv head)'s rows start rows_offset[seq * n_kv_heads + kv_head] bytes
+  // into rows_k (the same in rows_v), zero rows after the last key up to a
+  // whole attn_chunk_keys. Offset -1, or no rows_offset at all: the task
+  // converts the pool's rows itself.
+  const void* rows_k = nullptr;
+  const void* rows_v = nullptr;
+  const int64_t* rows_offset = nullptr;
 };
 
 struct CpuKernels {
@@ -137,6 +138,17 @@ struct CpuKernels {
   int32_t attn_chunk_keys;  // keys per online-softmax step
   size_t (*attn_scratch_floats)(int32_t head_dim);
   void (*attention_task)(const AttnArgs& a, const AttnTask& task, float* scratch);
+  // Whether a pool of `dtype` is multiplied with BF16 dot products (Q and the
+  // probabilities rounded to BF16) rather than converted to F32.
+  bool (*attn_bf16_operands)(DType dtype, int32_t head_dim);
+  // Bytes per key of one KV head's operand rows (K or V).
+  size_t (*attn_key_bytes)(DType dtype, int32_t head_dim);
+  // Keys [j0, j0 + n) of one KV head (pool rows `stride` bytes apart) into
+  // operand rows at key j0 of k_region and v_region.
+  void (*attn_put_keys)(DType dtype, const void* k_src, const void* v_src, size_t stride, int32_t head_dim,
+                        int32_t j0, int32_t n, void* k_region, void* v_region);
+  // Zero operand rows of keys [j0, j1).
+  void (*attn_zero_keys)(DType dtype, int32_t head_dim, int32_t j0, int32_t j1, void* k_region, void* v_region);
 
   // --- rows and elementwise ---------------------------------------------------
   // out rows [r0, r1) of (., dim) = x / rms(x) * weight.

@@ -170,6 +170,28 @@ struct Vec {
   static PREFIXD_VEC_INLINE T dot_bf16_pairs(T acc, const uint16_t* w_pairs, int32_t x_pair) {
     return _mm512_dpbf16_ps(acc, (__m512bh)_mm512_loadu_si512(w_pairs), (__m512bh)_mm512_set1_epi32(x_pair));
   }
+  // --- BF16 pair vectors: N lanes of two BF16 halves (low half first) -------
+  using PairT = __m512i;
+  static PREFIXD_VEC_INLINE PairT load_pairs(const uint16_t* p) { return _mm512_loadu_si512(p); }
+  static PREFIXD_VEC_INLINE void store_pairs(uint16_t* p, PairT v) { _mm512_storeu_si512(p, v); }
+  // acc += per lane lo*x.lo + hi*x.hi, x one pair broadcast to every lane.
+  static PREFIXD_VEC_INLINE T dot_pairs(T acc, PairT a, int32_t x_pair) {
+    return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)_mm512_set1_epi32(x_pair));
+  }
+  // Lane i = (bf16(lo[i]), bf16(hi[i])), rounded to nearest even; finite inputs.
+  static PREFIXD_VEC_INLINE PairT round_pairs(T lo, T hi) {
+    const __m512i one = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(0x7fff);
+    const __m512i l = _mm512_castps_si512(lo), h = _mm512_castps_si512(hi);
+    const __m512i rl = _mm512_add_epi32(l, _mm512_add_epi32(bias, _mm512_and_si512(_mm512_srli_epi32(l, 16), one)));
+    const __m512i rh = _mm512_add_epi32(h, _mm512_add_epi32(bias, _mm512_and_si512(_mm512_srli_epi32(h, 16), one)));
+    // (rl >> 16) | (rh & 0xffff0000)
+    return _mm512_ternarylogic_epi32(_mm512_srli_epi32(rl, 16), rh, _mm512_set1_epi32(static_cast<int>(0xffff0000u)),
+                                     0xF8);
+  }
+  // Lane i = (lo[i], hi[i]) of N BF16 values each.
+  static PREFIXD_VEC_INLINE PairT zip_bf16(const uint16_t* lo, const uint16_t* hi) {
+    return _mm512_or_si512(_mm512_cvtepu16_epi32(load16(lo)), _mm512_slli_epi32(_mm512_cvtepu16_epi32(load16(hi)), 16));
+  }
 #endif
   // --- small integers of the block formats (N lanes of int32) ---------------
   using QI = __m512i;

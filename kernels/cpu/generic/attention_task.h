@@ -7,6 +7,9 @@
 // products are register-tiled like a matrix product: R keys x G lane groups of scores
 // (S = K Qᵀ: each K value loaded once for G groups, each Q vector once for R
 // keys), then R head-dim rows x G groups of P·V (accᵀ = accᵀ·alpha + Vᵀ P).
+// Sets with a BF16 dot product multiply a BF16 pool's rows as they are, with
+// Q and the probabilities rounded to BF16 (FlashAttention's BF16 operands):
+// the products then take pairs of head-dim elements (scores) or of keys (P·V).
 // Included by kernels/cpu/<isa>/kernels.cpp only.
 #pragma once
 
@@ -18,6 +21,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/generic/with_count.h"
+#include "kernels/dtype.h"
 
 namespace prefixd::cpu::PREFIXD_ISA_NS {
 
@@ -33,10 +37,23 @@ static_assert(kChunk % kRowTile == 0, "a chunk is whole score tiles");
 static_assert(kGroups % kGroupTile == 0, "a task is whole group tiles");
 
 // Scratch: qt, acc [kGroups][head_dim][kLanes]; kc, vc [kChunk][head_dim];
-// p [kGroupTile][kChunk][kLanes] (one tile's scores, then probabilities).
+// p [kGroupTile][kChunk][kLanes] (one tile's scores, then probabilities);
+// pb, the same probabilities as BF16 key pairs (half as many floats).
 inline size_t scratch_floats(int32_t head_dim) {
   return 2 * static_cast<size_t>(kGroups) * head_dim * kLanes + 2 * static_cast<size_t>(kChunk) * head_dim +
-         static_cast<size_t>(kGroupTile) * kChunk * kLanes;
+         static_cast<size_t>(kGroupTile) * kChunk * kLanes * 3 / 2;
+}
+
+// Whether a pool's rows are multiplied in BF16 (else converted to F32).
+inline bool bf16_operands(DType dtype, int32_t head_dim) {
+  return Vec::kHasBf16Dot && dtype == DType::BF16 && head_dim % 2 == 0;
+}
+
+// Operand rows of one KV head, per key: F32 K and V rows (key, D); in BF16,
+// K rows (key, D) as in the pool and V in key pairs (key / 2, D, 2), so a
+// V element's two keys sit side by side for the dot product.
+inline size_t key_bytes(DType dtype, int32_t head_dim) {
+  return static_cast<size_t>(head_dim) * (bf16_operands(dtype, head_dim) ? 2 : 4);
 }
 
 // dst (n) f32 = src (n) in `dtype`.
@@ -62,12 +79,88 @@ PREFIXD_VEC_INLINE void load_row(DType dtype, const void* src, float* dst, int32
   }
 }
 
+// Keys [j0, j0 + n) of one KV head, whose pool rows sit `stride` bytes apart
+// from k_src and v_src, into operand rows (see key_bytes) at key j0 of the
+// regions. A V key pair split over two calls is put a half at a time.
+inline void put_keys(DType dtype, const void* k_src, const void* v_src, size_t stride, int32_t D, int32_t j0,
+                     int32_t n, void* k_region, void* v_region) {
+  const auto* ks = static_cast<const uint8_t*>(k_src);
+  const auto* vs = static_cast<const uint8_t*>(v_src);
+  if (!bf16_operands(dtype, D)) {
+    float* kd = static_cast<float*>(k_region) + static_cast<size_t>(j0) * D;
+    float* vd = static_cast<float*>(v_region) + static_cast<size_t>(j0) * D;
+    for (int32_t t = 0; t < n; ++t) {
+      load_row(dtype, ks + t * stride, kd + static_cast<size_t>(t) * D, D);
+      load_row(dtype, vs + t * stride, vd + static_cast<size_t>(t) * D, D);
+    }
+    return;
+  }
+#if defined(__AVX512BF16__)
+  auto* kd = static_cast<uint16_t*>(k_region);
+  auto* vd = static_cast<uint16_t*>(v_region);
+  for (int32_t t = 0; t < n; ++t) std::memcpy(kd + static_cast<size_t>(j0 + t) * D, ks + t * stride, D * sizeof(uint16_t));
+  for (int32_t t = 0; t < n;) {
+    const int32_t j = j0 + t;
+    uint16_t* pair = vd + static_cast<size_t>(j & ~1) * D;  // (D, 2): keys j & ~1 and (j & ~1) + 1
+    const auto* row = reinterpret_cast<const uint16_t*>(vs + t * stride);
+    if ((j & 1) == 0 && t + 1 < n) {
+      const auto* next = reinterpret_cast<const uint16_t*>(vs + (t + 1) * stride);
+      int32_t d = 0;
+      for (; d + kLanes <= D; d += kLanes) Vec::store_pairs(pair + 2 * d, Vec::zip_bf16(row + d, next + d));
+      for (; d < D; ++d) {
+        pair[2 * d] = row[d];
+        pair[2 * d + 1] = next[d];
+      }
+      t += 2;
+    } else {
+      for (int32_t d = 0; d < D; ++d) pair[2 * d + (j & 1)] = row[d];
+      t += 1;
+    }
+  }
+#endif
+}
+
+// Zero operand rows of keys [j0, j1) (past the last key: finite, and masked
+// as future).
+inline void zero_keys(DType dtype, int32_t D, int32_t j0, int32_t j1, void* k_region, void* v_region) {
+  if (j1 <= j0) return;
+  const size_t row = key_bytes(dtype, D);
+  std::memset(static_cast<uint8_t*>(k_region) + j0 * row, 0, (j1 - j0) * row);
+  if (!bf16_operands(dtype, D)) {
+    std::memset(static_cast<uint8_t*>(v_region) + j0 * row, 0, (j1 - j0) * row);
+    return;
+  }
+  auto* vd = static_cast<uint16_t*>(v_region);
+  for (int32_t j = j0; j < j1; ++j) {
+    uint16_t* pair = vd + static_cast<size_t>(j & ~1) * D;
+    for (int32_t d = 0; d < D; ++d) pair[2 * d + (j & 1)] = 0;
+  }
+}
+
+// Scale, causal mask (-inf where key `key_r0 + r` is in a lane's future) and
+// running max of R x G accumulated scores, stored to s (group stride
+// kChunk * kLanes, key stride kLanes).
+template <int R, int G>
+PREFIXD_VEC_INLINE void score_epilogue(V (&acc)[R][G], float* s, V scale, bool mask, float key_r0, const V* qpos,
+                                       V* mx) {
+  const V neg_inf = Vec::set1(-INFINITY);
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g) {
+      V v = Vec::mul(acc[r][g], scale);
+      if (mask) v = Vec::select_gt(Vec::set1(key_r0 + static_cast<float>(r)), qpos[g], neg_inf, v);
+      mx[g] = Vec::max(mx[g], v);
+      Vec::store(s + (static_cast<size_t>(g) * kChunk + r) * kLanes, v);
+    }
+  }
+}
+
 // Scores of R keys for G lane groups: s[g][r] = scale * sum_d kc[r][d] * qt[g][d],
-// -inf where key `key_r0 + r` is in lane's future (with `mask`); mx[g] takes
-// their maximum. qt: G groups of (D, kLanes), group stride D * kLanes.
-// kc: (R, D). s: group stride kChunk * kLanes, key stride kLanes. kHeadDim > 0
-// fixes D at compile time (offsets become constants, which frees registers);
-// 0 reads `dynamic_d`.
+// masked, mx[g] taking their maximum (score_epilogue). qt: G groups of
+// (D, kLanes), group stride D * kLanes. kc: (R, D). kHeadDim > 0 fixes D at
+// compile time (offsets become constants, which frees registers); 0 reads
+// `dynamic_d`.
 template <int R, int G, int kHeadDim>
 inline void score_tile(const float* qt, const float* kc, int32_t dynamic_d, float* s, V scale, bool mask,
                        float key_r0, const V* qpos, V* mx) {
@@ -88,17 +181,7 @@ inline void score_tile(const float* qt, const float* kc, int32_t dynamic_d, floa
       for (int g = 0; g < G; ++g) acc[r][g] = Vec::fmadd(k, q[g], acc[r][g]);
     }
   }
-  const V neg_inf = Vec::set1(-INFINITY);
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 4
-    for (int g = 0; g < G; ++g) {
-      V v = Vec::mul(acc[r][g], scale);
-      if (mask) v = Vec::select_gt(Vec::set1(key_r0 + static_cast<float>(r)), qpos[g], neg_inf, v);
-      mx[g] = Vec::max(mx[g], v);
-      Vec::store(s + (static_cast<size_t>(g) * kChunk + r) * kLanes, v);
-    }
-  }
+  score_epilogue<R, G>(acc, s, scale, mask, key_r0, qpos, mx);
 }
 
 // R head-dim rows from d0 of G groups' accumulators:
@@ -130,6 +213,65 @@ inline void pv_tile(float* acc, const float* vc, const float* p, const V* alpha,
     for (int g = 0; g < G; ++g) Vec::store(acc + (static_cast<size_t>(g) * D + d0 + r) * kLanes, a[r][g]);
 }
 
+#if defined(__AVX512BF16__)
+// score_tile with BF16 operands: qt G groups of (D / 2, kLanes, 2) BF16 at
+// the F32 layout's group stride (2 * D * kLanes halves), kc (R, D) BF16; each
+// dot product takes a pair of head-dim elements.
+template <int R, int G, int kHeadDim>
+inline void score_tile_bf16(const uint16_t* qt, const uint16_t* kc, int32_t dynamic_d, float* s, V scale, bool mask,
+                            float key_r0, const V* qpos, V* mx) {
+  const int32_t D = kHeadDim > 0 ? kHeadDim : dynamic_d;
+  V acc[R][G];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g) acc[r][g] = Vec::zero();
+  for (int32_t d = 0; d < D; d += 2) {
+    typename Vec::PairT q[G];
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g) q[g] = Vec::load_pairs(qt + (static_cast<size_t>(g) * 2 * D + d) * kLanes);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      int32_t k;
+      std::memcpy(&k, kc + r * D + d, sizeof(k));
+#pragma GCC unroll 4
+      for (int g = 0; g < G; ++g) acc[r][g] = Vec::dot_pairs(acc[r][g], q[g], k);
+    }
+  }
+  score_epilogue<R, G>(acc, s, scale, mask, key_r0, qpos, mx);
+}
+
+// pv_tile with BF16 operands: vc (kChunk / 2, D, 2) and pb G groups of
+// (kChunk / 2, kLanes, 2) BF16 key pairs; sums run over key pairs in order.
+template <int R, int G, int kHeadDim>
+inline void pv_tile_bf16(float* acc, const uint16_t* vc, const uint16_t* pb, const V* alpha, int32_t dynamic_d,
+                         int32_t d0) {
+  const int32_t D = kHeadDim > 0 ? kHeadDim : dynamic_d;
+  V a[R][G];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g)
+      a[r][g] = Vec::mul(Vec::load(acc + (static_cast<size_t>(g) * D + d0 + r) * kLanes), alpha[g]);
+  for (int j = 0; j < kChunk; j += 2) {
+    typename Vec::PairT pj[G];
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g) pj[g] = Vec::load_pairs(pb + (static_cast<size_t>(g) * kChunk + j) * kLanes);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      int32_t v;
+      std::memcpy(&v, vc + static_cast<size_t>(j) * D + 2 * (d0 + r), sizeof(v));
+#pragma GCC unroll 4
+      for (int g = 0; g < G; ++g) a[r][g] = Vec::dot_pairs(a[r][g], pj[g], v);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g) Vec::store(acc + (static_cast<size_t>(g) * D + d0 + r) * kLanes, a[r][g]);
+}
+#endif
+
 // Per-lane online-softmax state of one lane group.
 struct LaneState {
   V m, l, qpos;
@@ -137,9 +279,11 @@ struct LaneState {
 
 // One chunk of kChunk keys starting at position `key0` for G lane groups:
 // scores, causal mask, online softmax update and P·V. qt, acc: G groups of
-// (D, kLanes). kc, vc: (kChunk, D) f32. p: the tile's probability scratch.
-template <int G, int kHeadDim>
-inline void chunk_step(const float* qt, float* acc, const float* kc, const float* vc, float* p,
+// (D, kLanes). kc, vc: the chunk's operand rows (key_bytes; f32, or with
+// kBf16 BF16). p: the tile's score and probability scratch; pb: the
+// probabilities as BF16 key pairs (kBf16).
+template <bool kBf16, int G, int kHeadDim>
+inline void chunk_step(const void* qt, float* acc, const void* kc, const void* vc, float* p, uint16_t* pb,
                        int32_t dynamic_d, float scale, float key0, bool need_mask, LaneState* st) {
   const int32_t D = kHeadDim > 0 ? kHeadDim : dynamic_d;
   V qpos[G], mx[G];
@@ -150,34 +294,64 @@ inline void chunk_step(const float* qt, float* acc, const float* kc, const float
   const V vscale = Vec::set1(scale);
 #pragma GCC unroll 1
   for (int j0 = 0; j0 < kChunk; j0 += kRowTile) {
-    score_tile<kRowTile, G, kHeadDim>(qt, kc + j0 * D, D, p + j0 * kLanes, vscale, need_mask,
-                                      key0 + static_cast<float>(j0), qpos, mx);
+    const float fkey = key0 + static_cast<float>(j0);
+    if constexpr (kBf16) {
+#if defined(__AVX512BF16__)
+      score_tile_bf16<kRowTile, G, kHeadDim>(static_cast<const uint16_t*>(qt), static_cast<const uint16_t*>(kc) + j0 * D,
+                                             D, p + j0 * kLanes, vscale, need_mask, fkey, qpos, mx);
+#endif
+    } else {
+      score_tile<kRowTile, G, kHeadDim>(static_cast<const float*>(qt), static_cast<const float*>(kc) + j0 * D, D,
+                                        p + j0 * kLanes, vscale, need_mask, fkey, qpos, mx);
+    }
   }
   V alpha[G];
   for (int g = 0; g < G; ++g) {
     float* pg = p + static_cast<size_t>(g) * kChunk * kLanes;
     alpha[g] = Vec::exp(Vec::sub(st[g].m, mx[g]));  // 0 while m == -inf
     V sum = Vec::zero();
-    for (int j = 0; j < kChunk; ++j) {
-      const V e = Vec::exp(Vec::sub(Vec::load(pg + j * kLanes), mx[g]));
-      Vec::store(pg + j * kLanes, e);
-      sum = Vec::add(sum, e);
+    if constexpr (kBf16) {
+#if defined(__AVX512BF16__)
+      uint16_t* pbg = pb + static_cast<size_t>(g) * kChunk * kLanes;
+      for (int j = 0; j < kChunk; j += 2) {
+        const V e0 = Vec::exp(Vec::sub(Vec::load(pg + j * kLanes), mx[g]));
+        const V e1 = Vec::exp(Vec::sub(Vec::load(pg + (j + 1) * kLanes), mx[g]));
+        Vec::store_pairs(pbg + j * kLanes, Vec::round_pairs(e0, e1));
+        sum = Vec::add(Vec::add(sum, e0), e1);
+      }
+#endif
+    } else {
+      for (int j = 0; j < kChunk; ++j) {
+        const V e = Vec::exp(Vec::sub(Vec::load(pg + j * kLanes), mx[g]));
+        Vec::store(pg + j * kLanes, e);
+        sum = Vec::add(sum, e);
+      }
     }
     st[g].l = Vec::fmadd(st[g].l, alpha[g], sum);
     st[g].m = mx[g];
   }
 
+  auto pv = [&]<int R>(int32_t d0) {
+    if constexpr (kBf16) {
+#if defined(__AVX512BF16__)
+      pv_tile_bf16<R, G, kHeadDim>(acc, static_cast<const uint16_t*>(vc), pb, alpha, D, d0);
+#endif
+    } else {
+      pv_tile<R, G, kHeadDim>(acc, static_cast<const float*>(vc), p, alpha, D, d0);
+    }
+  };
   for (int32_t d0 = 0; d0 < D; d0 += kRowTile) {
     const int rows = static_cast<int>(std::min<int32_t>(kRowTile, D - d0));
     if (rows == kRowTile) {
-      pv_tile<kRowTile, G, kHeadDim>(acc, vc, p, alpha, D, d0);
+      pv.template operator()<kRowTile>(d0);
     } else {
-      with_count<kRowTile - 1>(rows, [&]<int R>() { pv_tile<R, G, kHeadDim>(acc, vc, p, alpha, D, d0); });
+      with_count<kRowTile - 1>(rows, [&]<int R>() { pv.template operator()<R>(d0); });
     }
   }
 }
 
-inline void run_task(const AttnArgs& a, const AttnTask& task, float* scratch) {
+template <bool kBf16>
+inline void run_task_on(const AttnArgs& a, const AttnTask& task, float* scratch) {
   const CpuBatch& batch = *a.batch;
   const KvPool& kv = *a.kv;
   const KvGeometry& g = kv.geom;
@@ -190,16 +364,18 @@ inline void run_task(const AttnArgs& a, const AttnTask& task, float* scratch) {
   const int32_t n_groups = (task.f_end - task.f_begin + kLanes - 1) / kLanes;
   const size_t group_floats = static_cast<size_t>(D) * kLanes;
 
-  float* const qt_all = scratch;
+  float* const qt_all = scratch;  // BF16 operands: (D / 2, kLanes, 2) halves per group, same group stride
   float* const acc_all = qt_all + kGroups * group_floats;
   float* const kc_scratch = acc_all + kGroups * group_floats;
   float* const vc_scratch = kc_scratch + static_cast<size_t>(kChunk) * D;
   float* const p = vc_scratch + static_cast<size_t>(kChunk) * D;
+  auto* const pb = reinterpret_cast<uint16_t*>(p + static_cast<size_t>(kGroupTile) * kChunk * kLanes);
 
   LaneState st[kGroups];
   int32_t min_qpos[kGroups], max_qpos[kGroups];
   for (int32_t gi = 0; gi < n_groups; ++gi) {
     float* qt = qt_all + gi * group_floats;
+    auto* qtb = reinterpret_cast<uint16_t*>(qt);
     std::memset(qt, 0, sizeof(float) * group_floats);
     std::memset(acc_all + gi * group_floats, 0, sizeof(float) * group_floats);
     alignas(64) float pos[kLanes];
@@ -218,7 +394,14 @@ inline void run_task(const AttnArgs& a, const AttnTask& task, float* scratch) {
       min_qpos[gi] = std::min(min_qpos[gi], pq);
       max_qpos[gi] = std::max(max_qpos[gi], pq);
       const float* qv = a.q + (seq.q_start + i) * q_row + static_cast<int64_t>(h) * D;
-      for (int32_t d = 0; d < D; ++d) qt[d * kLanes + lane] = qv[d];
+      if constexpr (kBf16) {
+        for (int32_t d = 0; d < D; d += 2) {
+          qtb[(d * kLanes + 2 * lane)] = prefixd::f32_to_bf16(qv[d]);
+          qtb[(d * kLanes + 2 * lane) + 1] = prefixd::f32_to_bf16(qv[d + 1]);
+        }
+      } else {
+        for (int32_t d = 0; d < D; ++d) qt[d * kLanes + lane] = qv[d];
+      }
     }
     st[gi].qpos = Vec::load(pos);
     st[gi].m = Vec::set1(-INFINITY);
@@ -241,15 +424,12 @@ inline void run_task(const AttnArgs& a, const AttnTask& task, float* scratch) {
       j += run;
     }
   };
-  // kc, vc = this head's K, V rows of keys [key0, key0 + kChunk), f32; keys
-  // past the end are zeros (finite, and masked as future).
+  // kc, vc = this head's operand rows of keys [key0, key0 + kChunk); keys
+  // past the end are zeros.
   auto convert_chunk = [&](int32_t key0) {
     const int32_t n_keys = std::min(kChunk, task.kv_len - key0);
     for_each_run(key0, n_keys, [&](int32_t j, size_t off, int32_t run) {
-      for (int32_t t = 0; t < run; ++t) {
-        load_row(g.dtype, k_base + off + t * slot_bytes, kc_scratch + (j + t) * D, D);
-        load_row(g.dtype, v_base + off + t * slot_bytes, vc_scratch + (j + t) * D, D);
-      }
+      put_keys(g.dtype, k_base + off, v_base + off, slot_bytes, D, j, run, kc_scratch, vc_scratch);
     });
     // The next chunk's rows are fetched while this one computes: the blocks
     // are scattered over the pool, so the hardware prefetcher cannot follow
@@ -264,18 +444,16 @@ inline void run_task(const AttnArgs& a, const AttnTask& task, float* scratch) {
         }
       });
     }
-    if (n_keys < kChunk) {
-      std::memset(kc_scratch + n_keys * D, 0, sizeof(float) * (kChunk - n_keys) * D);
-      std::memset(vc_scratch + n_keys * D, 0, sizeof(float) * (kChunk - n_keys) * D);
-    }
+    zero_keys(g.dtype, D, n_keys, kChunk, kc_scratch, vc_scratch);
   };
-  const int64_t f32_offset = a.f32_offset != nullptr ? a.f32_offset[task.seq * g.n_kv_heads + task.kv_head] : -1;
+  const size_t row_bytes = key_bytes(g.dtype, D);
+  const int64_t rows_offset = a.rows_offset != nullptr ? a.rows_offset[task.seq * g.n_kv_heads + task.kv_head] : -1;
   for (int32_t key0 = 0; key0 < task.kv_len; key0 += kChunk) {
-    const float* kc = kc_scratch;
-    const float* vc = vc_scratch;
-    if (f32_offset >= 0) {  // converted once for every task of this KV head
-      kc = a.f32_k + f32_offset + static_cast<int64_t>(key0) * D;
-      vc = a.f32_v + f32_offset + static_cast<int64_t>(key0) * D;
+    const void* kc = kc_scratch;
+    const void* vc = vc_scratch;
+    if (rows_offset >= 0) {  // converted once for every task of this KV head
+      kc = static_cast<const uint8_t*>(a.rows_k) + rows_offset + static_cast<size_t>(key0) * row_bytes;
+      vc = static_cast<const uint8_t*>(a.rows_v) + rows_offset + static_cast<size_t>(key0) * row_bytes;
     } else {
       convert_chunk(key0);
     }
@@ -294,13 +472,13 @@ inline void run_task(const AttnArgs& a, const AttnTask& task, float* scratch) {
       with_count<kGroupTile>(n_tile, [&]<int NG>() {
         switch (D) {
           case 64:
-            chunk_step<NG, 64>(qt, acc, kc, vc, p, D, a.scale, fkey0, need_mask, st + g0);
+            chunk_step<kBf16, NG, 64>(qt, acc, kc, vc, p, pb, D, a.scale, fkey0, need_mask, st + g0);
             break;
           case 128:
-            chunk_step<NG, 128>(qt, acc, kc, vc, p, D, a.scale, fkey0, need_mask, st + g0);
+            chunk_step<kBf16, NG, 128>(qt, acc, kc, vc, p, pb, D, a.scale, fkey0, need_mask, st + g0);
             break;
           default:
-            chunk_step<NG, 0>(qt, acc, kc, vc, p, D, a.scale, fkey0, need_mask, st + g0);
+            chunk_step<kBf16, NG, 0>(qt, acc, kc, vc, p, pb, D, a.scale, fkey0, need_mask, st + g0);
         }
       });
     }
@@ -319,6 +497,16 @@ inline void run_task(const AttnArgs& a, const AttnTask& task, float* scratch) {
       for (int32_t d = 0; d < D; ++d) ov[d] = acc[d * kLanes + lane] * inv_l[lane];
     }
   }
+}
+
+inline void run_task(const AttnArgs& a, const AttnTask& task, float* scratch) {
+#if defined(__AVX512BF16__)
+  if (bf16_operands(a.kv->geom.dtype, a.kv->geom.head_dim)) {
+    run_task_on<true>(a, task, scratch);
+    return;
+  }
+#endif
+  run_task_on<false>(a, task, scratch);
 }
 
 }  // namespace attn
