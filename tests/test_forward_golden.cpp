@@ -138,6 +138,16 @@ TEST_CASE("F16 and BF16 KV caches stay within the tolerance plus 5e-2 (BF16 on s
   }
 }
 
+TEST_CASE("--kv-dtype auto picks BF16 for a model with BF16 K and V weights, F16 otherwise") {
+  for (const auto& [name, tol] : all_golden_models()) {
+    CAPTURE(name);
+    GoldenModel g = load_golden(name, tol);
+    Loaded l = load(g);
+    const bool bf16 = name.find("bf16") != std::string::npos;  // rand-qwen2-bf16, rand-qwen3-bf16
+    CHECK(l.model->auto_kv_dtype() == (bf16 ? DType::BF16 : DType::F16));
+  }
+}
+
 namespace {
 
 // A copy of `src` re-encoded after `edit` (GgufWriter::set replaces a key),
