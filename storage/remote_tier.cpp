@@ -1,6 +1,7 @@
-// RemoteTier on libmemcached: a pool of cloned handles for readers, one writer
-// thread with its own handle behind a byte-bounded queue. Failure handling
-// (timeouts, ejection from the ketama ring, retry) is the library's own.
+// RemoteTier on libmemcached: a pool of handles for readers, one writer
+// thread with its own handle behind a byte-bounded queue. Timeouts are the
+// library's; which servers form the ketama ring is the tier's, one view for
+// every handle (a server that refuses connections leaves it, then is retried).
 #include "storage/remote_tier.h"
 
 #include <libmemcached/memcached.h>
@@ -75,14 +76,13 @@ Status configure(memcached_st* memc, const RemoteTierOptions& o) {
       {MEMCACHED_BEHAVIOR_POLL_TIMEOUT, timeout_ms},
       {MEMCACHED_BEHAVIOR_SND_TIMEOUT, timeout_ms * 1000},  // microseconds
       {MEMCACHED_BEHAVIOR_RCV_TIMEOUT, timeout_ms * 1000},
-      // A server whose connect fails is skipped for retry_s; after
-      // failure_limit such failures it leaves the ring (its keys move to the
-      // others) and is tried again after dead_timeout. Without a dead
-      // timeout libmemcached never retries an ejected server.
-      {MEMCACHED_BEHAVIOR_SERVER_FAILURE_LIMIT, static_cast<uint64_t>(o.failure_limit)},
-      {MEMCACHED_BEHAVIOR_REMOVE_FAILED_SERVERS, 1},
+      // A server whose connect fails is skipped by this handle for retry_s.
+      // Leaving the ring is the tier's decision, for every handle at once
+      // (RemoteTier::Impl::note_failure): libmemcached's own ejection is per
+      // handle, and a reader and the writer that disagreed about where a key
+      // lives could miss a block they had just written, for good.
+      {MEMCACHED_BEHAVIOR_REMOVE_FAILED_SERVERS, 0},
       {MEMCACHED_BEHAVIOR_RETRY_TIMEOUT, retry_s},
-      {MEMCACHED_BEHAVIOR_DEAD_TIMEOUT, retry_s},
   };
   for (const auto& [behaviour, value] : behaviours) {
     const memcached_return_t rc = memcached_behavior_set(memc, behaviour, value);
@@ -243,15 +243,51 @@ std::string RemoteTier::memcached_key(const BlockKey& key) {
   return std::string(buf, kKeyBytes);
 }
 
+namespace {
+
+// A connection failure (not a timeout: a server that accepts and then
+// stalls stays in the ring, each operation waiting the timeout).
+bool is_connection_failure(memcached_st* memc, memcached_return_t rc) {
+  switch (rc) {
+    case MEMCACHED_CONNECTION_FAILURE:
+    case MEMCACHED_CONNECTION_SOCKET_CREATE_FAILURE:
+    case MEMCACHED_SERVER_TEMPORARILY_DISABLED:
+    case MEMCACHED_SERVER_MARKED_DEAD:
+    case MEMCACHED_UNKNOWN_READ_FAILURE:
+    case MEMCACHED_READ_FAILURE:
+    case MEMCACHED_WRITE_FAILURE:
+    case MEMCACHED_ERRNO:
+      return !is_timeout(memc, rc);
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
 struct RemoteTier::Impl {
   RemoteTierOptions options;
   std::unique_ptr<RecordMac> mac;
-  MemcachedPtr prototype;  // configured, never used for I/O: cloned into handles
 
+  // The ring every handle uses: the servers not marked down. A server that
+  // fails failure_limit connects in a row is marked down for retry_interval
+  // (its keys move to the others in every handle of this process at once),
+  // then joins again; `ring` counts changes, and a handle built for an older
+  // ring is rebuilt before its next operation.
+  using Clock = std::chrono::steady_clock;
+  std::mutex ring_mu;
+  std::vector<Clock::time_point> down_until;  // per options.servers; {} = in the ring
+  std::vector<int32_t> failures;             // connects failed since it joined
+  uint64_t ring = 1;
+
+  struct Handle {
+    MemcachedPtr memc;
+    uint64_t ring = 0;  // the ring its server list came from
+  };
   // Reader handles: idle ones in `idle_handles`; `n_handles` made so far.
   std::mutex handles_mu;
   std::condition_variable handle_freed;
-  std::vector<MemcachedPtr> idle_handles;
+  std::vector<Handle> idle_handles;
   size_t n_handles = 0;
 
   mutable std::mutex stats_mu;
@@ -274,11 +310,21 @@ struct RemoteTier::Impl {
   bool writing = false;
   bool stopping = false;
   bool drop_rest = false;  // the last write timed out: when stopping, drop the queue
-  MemcachedPtr writer_handle;
+  Handle writer_handle;
   std::thread writer;
 
-  MemcachedPtr acquire_handle();
-  void release_handle(MemcachedPtr handle);
+  // The current ring's generation; servers whose time out of it is over join
+  // again first. *servers (optional): its servers (all when every one is down,
+  // so that operations keep trying).
+  uint64_t current_ring(std::vector<RemoteServer>* servers);
+  // Marks the server of a connection failure on `memc` (its last disconnect)
+  // down once it has failed failure_limit times.
+  void note_failure(memcached_st* memc, memcached_return_t rc);
+  // Rebuilds the handle when the ring changed since it was made (memc null
+  // when out of memory: the caller treats it as a failed operation).
+  void refresh(Handle& h);
+  Handle acquire_handle();
+  void release_handle(Handle handle);
   void note_recent_locked(const BlockKey& key);
   void count_failure(memcached_st* memc, memcached_return_t rc);
   void writer_loop();
@@ -286,20 +332,70 @@ struct RemoteTier::Impl {
                            std::span<const uint8_t> record);
 };
 
-MemcachedPtr RemoteTier::Impl::acquire_handle() {
-  std::unique_lock<std::mutex> lock(handles_mu);
-  handle_freed.wait(lock, [&] { return !idle_handles.empty() || n_handles < kMaxReaderHandles; });
-  if (!idle_handles.empty()) {
-    MemcachedPtr h = std::move(idle_handles.back());
-    idle_handles.pop_back();
-    return h;
+uint64_t RemoteTier::Impl::current_ring(std::vector<RemoteServer>* servers) {
+  std::lock_guard<std::mutex> lock(ring_mu);
+  const Clock::time_point now = Clock::now();
+  for (size_t i = 0; i < down_until.size(); ++i) {
+    if (down_until[i] != Clock::time_point{} && down_until[i] <= now) {
+      down_until[i] = Clock::time_point{};
+      failures[i] = 0;
+      ++ring;
+    }
   }
-  MemcachedPtr h(memcached_clone(nullptr, prototype.get()));
-  if (h) ++n_handles;
-  return h;  // null when out of memory: the caller treats it as a failed operation
+  if (servers != nullptr) {
+    servers->clear();
+    for (size_t i = 0; i < options.servers.size(); ++i) {
+      if (down_until[i] == Clock::time_point{}) servers->push_back(options.servers[i]);
+    }
+    if (servers->empty()) *servers = options.servers;
+  }
+  return ring;
 }
 
-void RemoteTier::Impl::release_handle(MemcachedPtr handle) {
+void RemoteTier::Impl::note_failure(memcached_st* memc, memcached_return_t rc) {
+  if (memc == nullptr || !is_connection_failure(memc, rc)) return;
+  const memcached_instance_st* server = memcached_server_get_last_disconnect(memc);
+  if (server == nullptr) return;
+  const std::string host = memcached_server_name(server);
+  const auto port = static_cast<uint16_t>(memcached_server_port(server));
+  std::lock_guard<std::mutex> lock(ring_mu);
+  for (size_t i = 0; i < options.servers.size(); ++i) {
+    if (options.servers[i].host != host || options.servers[i].port != port) continue;
+    if (down_until[i] != Clock::time_point{}) return;  // already out
+    if (++failures[i] >= options.failure_limit) {
+      down_until[i] = Clock::now() + options.retry_interval;
+      ++ring;
+    }
+    return;
+  }
+}
+
+void RemoteTier::Impl::refresh(Handle& h) {
+  std::vector<RemoteServer> servers;
+  const uint64_t r = current_ring(&servers);
+  if (h.memc && h.ring == r) return;
+  auto made = make_handle(options, servers);
+  h.memc = made.ok() ? std::move(made).value() : nullptr;
+  h.ring = r;
+}
+
+RemoteTier::Impl::Handle RemoteTier::Impl::acquire_handle() {
+  Handle h;
+  {
+    std::unique_lock<std::mutex> lock(handles_mu);
+    handle_freed.wait(lock, [&] { return !idle_handles.empty() || n_handles < kMaxReaderHandles; });
+    if (!idle_handles.empty()) {
+      h = std::move(idle_handles.back());
+      idle_handles.pop_back();
+    } else {
+      ++n_handles;
+    }
+  }
+  refresh(h);
+  return h;
+}
+
+void RemoteTier::Impl::release_handle(Handle handle) {
   {
     std::lock_guard<std::mutex> lock(handles_mu);
     idle_handles.push_back(std::move(handle));
@@ -365,23 +461,29 @@ void RemoteTier::Impl::writer_loop() {
     lock.unlock();
 
     memcached_return_t rc = MEMCACHED_MEMORY_ALLOCATION_FAILURE;
-    if (writer_handle) {
-      const std::string name = memcached_key(w.key);
-      rc = store(writer_handle.get(), name, w.record->bytes());
-      // Refused (the server is down; out of the ring now, see get_chain): once more.
-      if (memcached_failed(rc) && !is_timeout(writer_handle.get(), rc)) {
-        count_failure(writer_handle.get(), rc);
-        rc = store(writer_handle.get(), name, w.record->bytes());
+    refresh(writer_handle);
+    const std::string name = memcached_key(w.key);
+    if (writer_handle.memc) {
+      rc = store(writer_handle.memc.get(), name, w.record->bytes());
+      // Refused (the server is down): once more, on the ring without it
+      // when that made it leave.
+      if (memcached_failed(rc) && !is_timeout(writer_handle.memc.get(), rc)) {
+        count_failure(writer_handle.memc.get(), rc);
+        note_failure(writer_handle.memc.get(), rc);
+        refresh(writer_handle);
+        if (writer_handle.memc) rc = store(writer_handle.memc.get(), name, w.record->bytes());
       }
     }
+    memcached_st* const memc = writer_handle.memc.get();
     if (memcached_success(rc)) {
       std::lock_guard<std::mutex> stats_lock(stats_mu);
       ++stats.writes;
       stats.written_bytes += w.n_bytes;
     } else {
-      count_failure(writer_handle.get(), rc);
+      count_failure(memc, rc);
+      note_failure(memc, rc);
     }
-    const bool timed_out = !memcached_success(rc) && is_timeout(writer_handle.get(), rc);
+    const bool timed_out = !memcached_success(rc) && is_timeout(memc, rc);
 
     lock.lock();
     drop_rest = timed_out;
@@ -411,16 +513,20 @@ Result<std::unique_ptr<RemoteTier>> RemoteTier::open(const RemoteTierOptions& op
   if (options.allocator.alloc == nullptr || options.allocator.free == nullptr) {
     return Status::error("remote cache: the host allocator has no alloc or free function");
   }
-  // A server that does not answer now is left to the library (ejected, tried
-  // again every retry_interval) as long as another one answers, so that a
-  // replica starts while one cache server is down; its item size is then
-  // unchecked (a set it refuses is counted as an error).
+  // A server that does not answer now starts out of the ring (tried again
+  // every retry_interval) as long as another one answers, so that a replica
+  // starts while one cache server is down; its item size is then unchecked
+  // (a set it refuses is counted as an error).
   std::vector<std::string> unanswered;
-  for (const RemoteServer& server : options.servers) {
+  std::vector<size_t> unanswered_index;
+  for (size_t i = 0; i < options.servers.size(); ++i) {
     bool unreachable = false;
-    Status s = check_server(options, server, &unreachable);
+    Status s = check_server(options, options.servers[i], &unreachable);
     if (!s.ok() && !unreachable) return s;
-    if (!s.ok()) unanswered.push_back(s.message());
+    if (!s.ok()) {
+      unanswered.push_back(s.message());
+      unanswered_index.push_back(i);
+    }
   }
   if (unanswered.size() == options.servers.size()) {
     return Status::error(unanswered.size() == 1 ? unanswered.front()
@@ -433,11 +539,13 @@ Result<std::unique_ptr<RemoteTier>> RemoteTier::open(const RemoteTierOptions& op
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->mac = std::make_unique<RecordMac>(options.deployment_secret);
-  auto prototype = make_handle(options, options.servers);
-  if (!prototype.ok()) return prototype.status();
-  impl->prototype = std::move(prototype).value();
-  impl->writer_handle.reset(memcached_clone(nullptr, impl->prototype.get()));
-  if (!impl->writer_handle) return Status::error("remote cache: memcached_clone failed");
+  impl->down_until.assign(options.servers.size(), RemoteTier::Impl::Clock::time_point{});
+  impl->failures.assign(options.servers.size(), 0);
+  for (size_t i : unanswered_index) impl->down_until[i] = RemoteTier::Impl::Clock::now() + options.retry_interval;
+  auto first = make_handle(options, options.servers);  // checks every server can be added
+  if (!first.ok()) return first.status();
+  impl->refresh(impl->writer_handle);
+  if (!impl->writer_handle.memc) return Status::error("remote cache: memcached_create failed (out of memory)");
   impl->stats.servers = static_cast<int32_t>(options.servers.size());
   Impl* raw = impl.get();
   impl->writer = std::thread([raw] { raw->writer_loop(); });
@@ -473,16 +581,19 @@ std::vector<RecordPtr> RemoteTier::get_chain(std::span<const BlockKey> keys,
     index_of.emplace(names[i], i);  // a repeated key keeps its first position
   }
 
-  MemcachedPtr memc = d.acquire_handle();
-  if (!memc) {
+  RemoteTier::Impl::Handle handle = d.acquire_handle();
+  if (!handle.memc) {
     d.count_failure(nullptr, MEMCACHED_MEMORY_ALLOCATION_FAILURE);
+    d.release_handle(std::move(handle));
     std::lock_guard<std::mutex> lock(d.stats_mu);
     d.stats.misses += keys.size();
     return out;
   }
   // One multi-get: libmemcached writes each server's keys, then reads the
-  // answers as they come; keys on a server that is down or ejected are
-  // simply not answered.
+  // answers as they come; keys on a server that is down are simply not
+  // answered. Handles replaced during the call stay alive until the end: the
+  // values they fetched point back to them.
+  std::vector<MemcachedPtr> retired;
   std::vector<ResultPtr> values(keys.size());
   uint64_t received_bytes = 0;
   // Asks for the keys from `first` on that have no value yet. Returns the
@@ -495,7 +606,7 @@ std::vector<RecordPtr> RemoteTier::get_chain(std::span<const BlockKey> keys,
       ptrs.push_back(name_ptrs[i]);
       lengths.push_back(name_lengths[i]);
     }
-    memcached_return_t rc = memcached_mget(memc.get(), ptrs.data(), lengths.data(), ptrs.size());
+    memcached_return_t rc = memcached_mget(handle.memc.get(), ptrs.data(), lengths.data(), ptrs.size());
     bool failed = memcached_failed(rc) && rc != MEMCACHED_NOTFOUND;
     // Fetched even when mget failed: its status is that of the last server it
     // connected to, and the keys sent to the others are answered. With nothing
@@ -504,7 +615,7 @@ std::vector<RecordPtr> RemoteTier::get_chain(std::span<const BlockKey> keys,
     const size_t max_fetches = ptrs.size() * 2 + 16;
     for (size_t n = 0; n < max_fetches; ++n) {
       memcached_return_t fetch_rc = MEMCACHED_SUCCESS;
-      ResultPtr r(memcached_fetch_result(memc.get(), nullptr, &fetch_rc));
+      ResultPtr r(memcached_fetch_result(handle.memc.get(), nullptr, &fetch_rc));
       if (!r) {
         if (fetch_rc != MEMCACHED_END && fetch_rc != MEMCACHED_NOTFOUND) failed = true;
         break;
@@ -516,7 +627,7 @@ std::vector<RecordPtr> RemoteTier::get_chain(std::span<const BlockKey> keys,
     }
     // Errors recorded on the handle during this query (a server refused the
     // connection, timed out, was skipped as dead) even when others answered.
-    const memcached_return_t last = memcached_last_error(memc.get());
+    const memcached_return_t last = memcached_last_error(handle.memc.get());
     if (memcached_failed(last) && last != MEMCACHED_NOTFOUND) {
       failed = true;
       rc = last;
@@ -525,18 +636,24 @@ std::vector<RecordPtr> RemoteTier::get_chain(std::span<const BlockKey> keys,
   };
   memcached_return_t rc = multi_get(0);
   if (memcached_failed(rc)) {
-    d.count_failure(memc.get(), rc);
-    // A server that refused the connection is out of this handle's ring now
-    // (failure_limit 1), or it is one the library tried again after
-    // retry_interval: ask once more for what is missing, which the ring
-    // places on live servers, where the blocks recomputed since it died were
-    // written. A timeout is not asked again (it would wait once more).
-    if (!is_timeout(memc.get(), rc)) {
+    d.count_failure(handle.memc.get(), rc);
+    // A server that refused the connection is out of the ring now (after
+    // failure_limit refusals), or it is one that joined again after
+    // retry_interval: ask once more for what is missing, on the ring without
+    // it, where the blocks recomputed since it died were written. A timeout
+    // is not asked again (it would wait once more).
+    if (!is_timeout(handle.memc.get(), rc)) {
+      d.note_failure(handle.memc.get(), rc);
+      retired.push_back(std::move(handle.memc));
+      d.refresh(handle);
       size_t first_missing = 0;
       while (first_missing < keys.size() && values[first_missing]) ++first_missing;
-      if (first_missing < keys.size()) {
+      if (handle.memc && first_missing < keys.size()) {
         memcached_return_t again = multi_get(first_missing);
-        if (memcached_failed(again)) d.count_failure(memc.get(), again);
+        if (memcached_failed(again)) {
+          d.count_failure(handle.memc.get(), again);
+          d.note_failure(handle.memc.get(), again);
+        }
       }
     }
   }
@@ -581,13 +698,14 @@ std::vector<RecordPtr> RemoteTier::get_chain(std::span<const BlockKey> keys,
   values.clear();
 
   for (size_t i : bad) {
+    if (!handle.memc) break;
     const memcached_return_t del_rc =
-        memcached_delete(memc.get(), names[i].data(), names[i].size(), 0);
+        memcached_delete(handle.memc.get(), names[i].data(), names[i].size(), 0);
     if (memcached_failed(del_rc) && del_rc != MEMCACHED_NOTFOUND) {
-      d.count_failure(memc.get(), del_rc);
+      d.count_failure(handle.memc.get(), del_rc);
     }
   }
-  d.release_handle(std::move(memc));
+  d.release_handle(std::move(handle));
 
   {
     std::lock_guard<std::mutex> lock(d.queue_mu);
@@ -648,16 +766,19 @@ RemoteTierStats RemoteTier::stats() const {
 
 Status RemoteTier::debug_set_value(const BlockKey& key, std::span<const uint8_t> value) {
   Impl& d = *impl_;
-  MemcachedPtr memc = d.acquire_handle();
-  if (!memc) return Status::error("remote cache: memcached_clone failed");
+  RemoteTier::Impl::Handle handle = d.acquire_handle();
+  if (!handle.memc) {
+    d.release_handle(std::move(handle));
+    return Status::error("remote cache: memcached_create failed (out of memory)");
+  }
   const std::string name = memcached_key(key);
   const memcached_return_t rc =
-      memcached_set(memc.get(), name.data(), name.size(),
+      memcached_set(handle.memc.get(), name.data(), name.size(),
                     reinterpret_cast<const char*>(value.data()), value.size(), 0, 0);
   Status s = memcached_success(rc) ? Status::ok_status()
                                    : Status::error("remote cache: set " + name + ": " +
-                                                   memcached_last_error_message(memc.get()));
-  d.release_handle(std::move(memc));
+                                                   memcached_last_error_message(handle.memc.get()));
+  d.release_handle(std::move(handle));
   return s;
 }
 

@@ -1,6 +1,6 @@
 // RemoteTier: block records in a pool of memcached servers shared by several
-// prefixd replicas (libmemcached: binary protocol, ketama consistent hashing,
-// dead servers ejected and retried by the library). Values are the disk
+// prefixd replicas (libmemcached: binary protocol, ketama consistent hashing;
+// a dead server leaves every handle's ring at once and is retried). Values are the disk
 // tier's bytes: record || RecordMac trailer under the deployment secret.
 #pragma once
 
@@ -36,14 +36,13 @@ struct RemoteTierOptions {
   uint64_t record_bytes = 0;                     // block_record_bytes(geometry); required
   // Per-operation bound: connect, send and receive (libmemcached timeouts).
   std::chrono::milliseconds timeout{200};
-  // A server that failed this many times in a row is ejected from the ketama
-  // ring; it is retried after retry_interval. libmemcached counts failed
-  // connects only (a server that accepts and then stalls is never ejected:
-  // each operation on it waits the timeout), per handle, and keeps
-  // retry_interval in whole seconds (rounded up here). With 1, an operation
-  // that a dead server refused is tried once more at once, on the ring
-  // without it, so a dead server costs a connect attempt per retry_interval,
-  // not a lost read or write.
+  // A server that refused this many connects in a row leaves the ketama
+  // ring of every handle of the tier at once (its keys move to the others);
+  // it joins again after retry_interval. Only connection failures count (a
+  // server that accepts and then stalls stays: each operation on it waits
+  // the timeout). With 1, an operation that a dead server refused is tried
+  // once more at once, on the ring without it, so a dead server costs a
+  // connect attempt per retry_interval, not a lost read or write.
   int32_t failure_limit = 1;
   std::chrono::milliseconds retry_interval{2000};
   // Writes queued beyond this many bytes are dropped (counted).
