@@ -137,6 +137,32 @@ inline void zero_keys(DType dtype, int32_t D, int32_t j0, int32_t j1, void* k_re
   }
 }
 
+// Register-tile helpers: zero; load R head-dim rows from d0 of G groups'
+// accumulators (group stride D * kLanes) times alpha[g], the online-softmax
+// rescale; store them back.
+template <int R, int G>
+PREFIXD_VEC_INLINE void zero_tile(V (&t)[R][G]) {
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g) t[r][g] = Vec::zero();
+}
+template <int R, int G>
+PREFIXD_VEC_INLINE void load_rescaled(V (&t)[R][G], const float* acc, const V* alpha, int32_t D, int32_t d0) {
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g)
+      t[r][g] = Vec::mul(Vec::load(acc + (static_cast<size_t>(g) * D + d0 + r) * kLanes), alpha[g]);
+}
+template <int R, int G>
+PREFIXD_VEC_INLINE void store_tile(const V (&t)[R][G], float* acc, int32_t D, int32_t d0) {
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g) Vec::store(acc + (static_cast<size_t>(g) * D + d0 + r) * kLanes, t[r][g]);
+}
+
 // Scale, causal mask (-inf where key `key_r0 + r` is in a lane's future) and
 // running max of R x G accumulated scores, stored to s (group stride
 // kChunk * kLanes, key stride kLanes).
@@ -166,10 +192,7 @@ inline void score_tile(const float* qt, const float* kc, int32_t dynamic_d, floa
                        float key_r0, const V* qpos, V* mx) {
   const int32_t D = kHeadDim > 0 ? kHeadDim : dynamic_d;
   V acc[R][G];
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-    for (int g = 0; g < G; ++g) acc[r][g] = Vec::zero();
+  zero_tile<R, G>(acc);
   for (int32_t d = 0; d < D; ++d) {
     V q[G];
 #pragma GCC unroll 4
@@ -191,11 +214,7 @@ template <int R, int G, int kHeadDim>
 inline void pv_tile(float* acc, const float* vc, const float* p, const V* alpha, int32_t dynamic_d, int32_t d0) {
   const int32_t D = kHeadDim > 0 ? kHeadDim : dynamic_d;
   V a[R][G];
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-    for (int g = 0; g < G; ++g)
-      a[r][g] = Vec::mul(Vec::load(acc + (static_cast<size_t>(g) * D + d0 + r) * kLanes), alpha[g]);
+  load_rescaled<R, G>(a, acc, alpha, D, d0);
   for (int j = 0; j < kChunk; ++j) {
     V pj[G];
 #pragma GCC unroll 4
@@ -207,10 +226,7 @@ inline void pv_tile(float* acc, const float* vc, const float* p, const V* alpha,
       for (int g = 0; g < G; ++g) a[r][g] = Vec::fmadd(v, pj[g], a[r][g]);
     }
   }
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-    for (int g = 0; g < G; ++g) Vec::store(acc + (static_cast<size_t>(g) * D + d0 + r) * kLanes, a[r][g]);
+  store_tile<R, G>(a, acc, D, d0);
 }
 
 #if defined(__AVX512BF16__)
@@ -222,10 +238,7 @@ inline void score_tile_bf16(const uint16_t* qt, const uint16_t* kc, int32_t dyna
                             float key_r0, const V* qpos, V* mx) {
   const int32_t D = kHeadDim > 0 ? kHeadDim : dynamic_d;
   V acc[R][G];
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-    for (int g = 0; g < G; ++g) acc[r][g] = Vec::zero();
+  zero_tile<R, G>(acc);
   for (int32_t d = 0; d < D; d += 2) {
     typename Vec::PairT q[G];
 #pragma GCC unroll 4
@@ -248,11 +261,7 @@ inline void pv_tile_bf16(float* acc, const uint16_t* vc, const uint16_t* pb, con
                          int32_t d0) {
   const int32_t D = kHeadDim > 0 ? kHeadDim : dynamic_d;
   V a[R][G];
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-    for (int g = 0; g < G; ++g)
-      a[r][g] = Vec::mul(Vec::load(acc + (static_cast<size_t>(g) * D + d0 + r) * kLanes), alpha[g]);
+  load_rescaled<R, G>(a, acc, alpha, D, d0);
   for (int j = 0; j < kChunk; j += 2) {
     typename Vec::PairT pj[G];
 #pragma GCC unroll 4
@@ -265,10 +274,7 @@ inline void pv_tile_bf16(float* acc, const uint16_t* vc, const uint16_t* pb, con
       for (int g = 0; g < G; ++g) a[r][g] = Vec::dot_pairs(a[r][g], pj[g], v);
     }
   }
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-    for (int g = 0; g < G; ++g) Vec::store(acc + (static_cast<size_t>(g) * D + d0 + r) * kLanes, a[r][g]);
+  store_tile<R, G>(a, acc, D, d0);
 }
 #endif
 
