@@ -170,6 +170,21 @@ struct Vec {
   static PREFIXD_VEC_INLINE T dot_bf16_pairs(T acc, const uint16_t* w_pairs, int32_t x_pair) {
     return _mm512_dpbf16_ps(acc, (__m512bh)_mm512_loadu_si512(w_pairs), (__m512bh)_mm512_set1_epi32(x_pair));
   }
+  // 2^x for x <= 0 (scores less their running max, in log2 units) where the
+  // result is rounded to BF16 (relative 2^-9) anyway: degree 4 on
+  // [-1/2, 1/2], relative error below 5e-5; 2^0 = 1 exactly, and x < -126
+  // (-inf: masked keys) gives 0 exactly.
+  static PREFIXD_VEC_INLINE T exp2_nonpositive(T x) {
+    const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-126.0f), _CMP_GE_OQ);
+    const T k = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const T r = _mm512_sub_ps(x, k);
+    T p = _mm512_set1_ps(9.618129108e-3f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.550410866e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(2.402265070e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(6.931471806e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_maskz_mov_ps(keep, _mm512_scalef_ps(p, k));
+  }
   // --- BF16 pair vectors: N lanes of two BF16 halves (low half first) -------
   using PairT = __m512i;
   static PREFIXD_VEC_INLINE PairT load_pairs(const uint16_t* p) { return _mm512_loadu_si512(p); }

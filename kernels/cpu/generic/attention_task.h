@@ -297,7 +297,9 @@ inline void chunk_step(const void* qt, float* acc, const void* kc, const void* v
     qpos[g] = st[g].qpos;
     mx[g] = st[g].m;
   }
-  const V vscale = Vec::set1(scale);
+  // BF16 operands: scores in log2 units (scale * log2 e), so that the
+  // probabilities are powers of 2 (Vec::exp2_nonpositive).
+  const V vscale = Vec::set1(kBf16 ? scale * 1.44269504088896341f : scale);
 #pragma GCC unroll 1
   for (int j0 = 0; j0 < kChunk; j0 += kRowTile) {
     const float fkey = key0 + static_cast<float>(j0);
@@ -314,19 +316,20 @@ inline void chunk_step(const void* qt, float* acc, const void* kc, const void* v
   V alpha[G];
   for (int g = 0; g < G; ++g) {
     float* pg = p + static_cast<size_t>(g) * kChunk * kLanes;
-    alpha[g] = Vec::exp(Vec::sub(st[g].m, mx[g]));  // 0 while m == -inf
     V sum = Vec::zero();
     if constexpr (kBf16) {
 #if defined(__AVX512BF16__)
+      alpha[g] = Vec::exp2_nonpositive(Vec::sub(st[g].m, mx[g]));  // 0 while m == -inf
       uint16_t* pbg = pb + static_cast<size_t>(g) * kChunk * kLanes;
       for (int j = 0; j < kChunk; j += 2) {
-        const V e0 = Vec::exp(Vec::sub(Vec::load(pg + j * kLanes), mx[g]));
-        const V e1 = Vec::exp(Vec::sub(Vec::load(pg + (j + 1) * kLanes), mx[g]));
+        const V e0 = Vec::exp2_nonpositive(Vec::sub(Vec::load(pg + j * kLanes), mx[g]));
+        const V e1 = Vec::exp2_nonpositive(Vec::sub(Vec::load(pg + (j + 1) * kLanes), mx[g]));
         Vec::store_pairs(pbg + j * kLanes, Vec::round_pairs(e0, e1));
         sum = Vec::add(Vec::add(sum, e0), e1);
       }
 #endif
     } else {
+      alpha[g] = Vec::exp(Vec::sub(st[g].m, mx[g]));  // 0 while m == -inf
       for (int j = 0; j < kChunk; ++j) {
         const V e = Vec::exp(Vec::sub(Vec::load(pg + j * kLanes), mx[g]));
         Vec::store(pg + j * kLanes, e);
