@@ -117,6 +117,7 @@ int main(int argc, char** argv) {
   EngineUnderTest e(path, opts, nullptr, threads, isa.value(), kv_name == "auto");
   const ModelConfig& c = e.model->config();
   const DType kv = e.engine->options().kv_dtype;
+  opts.kv_dtype = kv;  // the tier runs below use the same pool type
   std::printf("bench_engine: %s %s, %d threads, cpu_isa %s, kv %s, system %d + question %d tokens, %d out\n",
               preset.c_str(), type.c_str(), threads, cpu::cpu_isa_name(isa.value()),
               (std::string(dtype_name(kv)) + (kv_name == "auto" ? " (auto)" : "")).c_str(), n_system,
