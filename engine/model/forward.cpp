@@ -47,9 +47,9 @@ void ForwardPass::run(const Batch& batch, KvPool& pool, std::vector<float>* logi
     const LayerWeights& l = model_.layer(il);
     // Attention sub-layer.
     backend_.rmsnorm(x_, l.attn_norm, h_, n, c.n_embd, c.rms_eps);
-    backend_.matmul(*l.wq, h_, q_, n);
-    backend_.matmul(*l.wk, h_, k_, n);
-    backend_.matmul(*l.wv, h_, v_, n);
+    const Matrix* qkv[] = {l.wq.get(), l.wk.get(), l.wv.get()};
+    float* qkv_out[] = {q_, k_, v_};
+    backend_.matmul_same_x(qkv, h_, qkv_out, n);
     if (c.has_qkv_bias) {
       backend_.add_bias(q_, l.bq, n, q_dim);
       backend_.add_bias(k_, l.bk, n, kv_dim);
@@ -68,8 +68,9 @@ void ForwardPass::run(const Batch& batch, KvPool& pool, std::vector<float>* logi
     backend_.add(x_, proj_, n * c.n_embd);
     // Feed-forward sub-layer.
     backend_.rmsnorm(x_, l.ffn_norm, h_, n, c.n_embd, c.rms_eps);
-    backend_.matmul(*l.w_gate, h_, gate_, n);
-    backend_.matmul(*l.w_up, h_, up_, n);
+    const Matrix* gate_up[] = {l.w_gate.get(), l.w_up.get()};
+    float* gate_up_out[] = {gate_, up_};
+    backend_.matmul_same_x(gate_up, h_, gate_up_out, n);
     backend_.swiglu(gate_, up_, gate_, n * c.n_ff);
     backend_.matmul(*l.w_down, gate_, proj_, n);
     backend_.add(x_, proj_, n * c.n_embd);

@@ -2,9 +2,9 @@
 // bookkeeping, KV pool allocation and block transfers. Ops live in their own files.
 #include "kernels/cpu/cpu_backend.h"
 
+#include <array>
 #include <cstdlib>
 #include <cstring>
-
 
 namespace prefixd::cpu {
 
@@ -123,6 +123,14 @@ void CpuBackend::rmsnorm(const float* x, const float* weight, float* out, int64_
 
 void CpuBackend::matmul(const Matrix& w, const float* x, float* y, int64_t n) {
   cpu::matmul(k_, pool_, static_cast<const CpuMatrix&>(w), x, y, n);
+}
+
+void CpuBackend::matmul_same_x(std::span<const Matrix* const> ws, const float* x, std::span<float* const> ys,
+                               int64_t n) {
+  std::array<const CpuMatrix*, 8> cpu_ws;
+  PREFIXD_CHECK(ws.size() <= cpu_ws.size(), "matmul_same_x: at most 8 matrices");
+  for (size_t i = 0; i < ws.size(); ++i) cpu_ws[i] = static_cast<const CpuMatrix*>(ws[i]);
+  cpu::matmul_same_x(k_, pool_, std::span<const CpuMatrix* const>(cpu_ws.data(), ws.size()), x, ys, n);
 }
 
 void CpuBackend::add_bias(float* y, const float* bias, int64_t n, int64_t dim) {

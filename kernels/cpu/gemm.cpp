@@ -3,8 +3,10 @@
 // panels (ceil(cols/2), 32, 2) with column pairs interleaved; F16 and block
 // types stay rows in their own bits. This file packs and splits the work into
 // tasks; the kernels are the instruction set's (generic/gemm_tiles.h,
-// generic/quant_gemm.h).
+// generic/quant_gemm.h). Panel matrices that multiply the same x (q/k/v,
+// gate/up) run as one set of tasks over all their panels, x converted once.
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <vector>
 
@@ -16,13 +18,18 @@ namespace prefixd::cpu {
 namespace {
 
 constexpr int64_t kPanel = kGemmPanel;  // output rows per panel
-constexpr int64_t kXChunk = 48;         // x rows per task, at most
+constexpr int64_t kXChunk = 48;         // x rows per task, at most, past kWholeXRows
+constexpr int64_t kWholeXRows = 128;    // up to this many x rows, every task takes them all
+constexpr size_t kMaxSameX = 4;         // matrices in one matmul_same_x call, at most
 
-// x rows per task: the n rows split evenly over ceil(n / kXChunk) tasks,
-// rounded up to 6 (whole AVX2 register tiles, half AVX-512 ones). 100 rows
-// (a prompt's uncached suffix) run as 36 + 36 + 28 instead of 48 + 48 + 4,
-// whose 4-row tasks take the few-row kernels at a fraction of the speed.
+// x rows per task. Up to kWholeXRows (a prompt's uncached suffix, decode
+// batches) all of them: the tasks split the panels only, each panel is read
+// once, and every task has the same work, so the two halves of a 2-thread
+// machine end together. Past it, the n rows split evenly over
+// ceil(n / kXChunk) tasks, rounded up to 6 (whole AVX2 register tiles, half
+// AVX-512 ones).
 int64_t x_chunk_rows(int64_t n) {
+  if (n <= kWholeXRows) return n;
   const int64_t tasks = (n + kXChunk - 1) / kXChunk;
   return std::min(kXChunk, ((n + tasks - 1) / tasks + 5) / 6 * 6);
 }
@@ -44,6 +51,67 @@ void convert_x_bf16(const CpuKernels& k, ThreadPool& pool, const float* x, int64
     pool.parallel_for((n + per - 1) / per,
                       [&](int64_t t, int) { convert_rows(t * per, std::min(n, (t + 1) * per)); });
   }
+}
+
+// Row stride of x in BF16: cols rounded up to 32.
+int64_t bf16_stride(int64_t cols) { return (cols + 31) / 32 * 32; }
+
+// x (n, cols) in BF16 for sets with a BF16 dot product, (n, bf16_stride) zero
+// padded: the caller thread's buffer, shared with the workers by pointer.
+const uint16_t* x_bf16(const CpuKernels& k, ThreadPool& pool, const float* x, int64_t n, int64_t cols) {
+  static thread_local std::vector<uint16_t> buffer;
+  const int64_t stride = bf16_stride(cols);
+  if (buffer.size() < static_cast<size_t>(n * stride)) buffer.resize(n * stride);
+  convert_x_bf16(k, pool, x, n, cols, stride, buffer.data());
+  return buffer.data();
+}
+
+// ys[i] (n, ws[i]->rows) = x (n, cols) · Wᵢᵀ for panel matrices of one dtype
+// and cols: x converted to BF16 once (sets with a BF16 dot product), then one
+// task list of (panels of one matrix) x (x rows), about 8 tasks per thread in
+// all, x-chunk major so that tasks running together share x.
+void panel_matmul(const CpuKernels& k, ThreadPool& pool, std::span<const CpuMatrix* const> ws, const float* x,
+                  std::span<float* const> ys, int64_t n) {
+  const int64_t cols = ws[0]->cols;
+  std::array<GemmArgs, kMaxSameX> args;
+  std::array<int64_t, kMaxSameX + 1> first_task{};  // per x chunk: matrix i's tasks start at first_task[i]
+  int64_t all_panels = 0;
+  for (const CpuMatrix* w : ws) all_panels += (w->rows + kPanel - 1) / kPanel;
+  const int64_t x_chunk = x_chunk_rows(n);
+  const int64_t x_tasks = (n + x_chunk - 1) / x_chunk;
+  const int64_t want_tasks = 8 * pool.n_threads();
+  // Panels per task, rounded down: more tasks rather than fewer, larger ones.
+  const int64_t per = std::max<int64_t>(1, all_panels * x_tasks / want_tasks);
+
+  const int64_t stride = bf16_stride(cols);
+  const uint16_t* xb = ws[0]->dtype == DType::BF16 && k.gemm_bf16_x ? x_bf16(k, pool, x, n, cols) : nullptr;
+  for (size_t i = 0; i < ws.size(); ++i) {
+    GemmArgs& a = args[i];
+    a.packed = ws[i]->packed;
+    a.dtype = ws[i]->dtype;
+    a.rows = ws[i]->rows;
+    a.cols = cols;
+    a.x = x;
+    a.y = ys[i];
+    a.xb = xb;
+    a.xb_stride = stride;
+    const int64_t n_panels = (a.rows + kPanel - 1) / kPanel;
+    first_task[i + 1] = first_task[i] + (n_panels + per - 1) / per;
+  }
+  const int64_t chunk_tasks = first_task[ws.size()];
+  const size_t scratch_floats = k.gemm_scratch_floats(cols);
+  pool.parallel_for(chunk_tasks * x_tasks, [&](int64_t t, int) {
+    static thread_local std::vector<float> scratch;  // the set's per-thread panel scratch
+    if (scratch.size() < scratch_floats) scratch.resize(scratch_floats);
+    const int64_t xt = t / chunk_tasks, ct = t % chunk_tasks;
+    size_t i = 0;
+    while (ct >= first_task[i + 1]) ++i;
+    const GemmArgs& a = args[i];
+    const int64_t n_panels = (a.rows + kPanel - 1) / kPanel;
+    const int64_t p0 = (ct - first_task[i]) * per, p1 = std::min(n_panels, p0 + per);
+    const int64_t i0 = xt * x_chunk, i1 = std::min(n, i0 + x_chunk);
+    k.gemm_panels(a, p0, p1, i0, i1, scratch.data());
+  });
 }
 
 }  // namespace
@@ -136,55 +204,44 @@ void matmul(const CpuKernels& k, ThreadPool& pool, const CpuMatrix& w, const flo
     return;
   }
 
-  static thread_local std::vector<uint16_t> xb_buffer;  // (n, stride) bf16, see below
-  if (!w.has_panels()) {
-    // Rows layout: every task takes all x rows, so each group of 32 weight
-    // rows is dequantized once per call.
-    a.rows_data = w.rows_data;
-    a.row_bytes = w.row_bytes;
-    a.row_type = w.source_type;
-    if (k.gemm_bf16_x && w.source_type != WeightType::F16 && n >= kInt8MaxRows) {
-      // Block formats dequantize to BF16 panels in these sets (quant_gemm.h).
-      const int64_t stride = (cols + 31) / 32 * 32;
-      if (xb_buffer.size() < static_cast<size_t>(n * stride)) xb_buffer.resize(n * stride);
-      convert_x_bf16(k, pool, x, n, cols, stride, xb_buffer.data());
-      a.xb = xb_buffer.data();
-      a.xb_stride = stride;
-    }
-    const int64_t per = std::clamp<int64_t>((n_panels + want_tasks - 1) / want_tasks, 1, n_panels);
-    pool.parallel_for((n_panels + per - 1) / per, [&](int64_t t, int) {
-      static thread_local std::vector<float> scratch;  // the set's per-thread scratch
-      if (scratch.size() < scratch_floats) scratch.resize(scratch_floats);
-      k.gemm_rows(a, t * per, std::min(n_panels, (t + 1) * per), 0, n, scratch.data());
-    });
+  if (w.has_panels()) {
+    const CpuMatrix* one[] = {&w};
+    float* one_y[] = {y};
+    panel_matmul(k, pool, one, x, one_y, n);
     return;
   }
 
-  const int64_t x_chunk = x_chunk_rows(n);
-  const int64_t x_tasks = (n + x_chunk - 1) / x_chunk;
-  // Panels per task: about 8 tasks per thread in all.
-  int64_t per = (n_panels * x_tasks + want_tasks - 1) / want_tasks;
-  per = std::clamp<int64_t>(per, 1, n_panels);
-  const int64_t p_tasks = (n_panels + per - 1) / per;
-  a.packed = w.packed;
-  a.dtype = w.dtype;
-  // BF16 x for sets with a BF16 dot product: the caller thread's buffer,
-  // shared with the workers by pointer.
-  if (w.dtype == DType::BF16 && k.gemm_bf16_x) {
-    const int64_t stride = (cols + 31) / 32 * 32;
-    if (xb_buffer.size() < static_cast<size_t>(n * stride)) xb_buffer.resize(n * stride);
-    convert_x_bf16(k, pool, x, n, cols, stride, xb_buffer.data());
-    a.xb = xb_buffer.data();
-    a.xb_stride = stride;
+  // Rows layout: every task takes all x rows, so each group of 32 weight rows
+  // is dequantized once per call.
+  a.rows_data = w.rows_data;
+  a.row_bytes = w.row_bytes;
+  a.row_type = w.source_type;
+  if (k.gemm_bf16_x && w.source_type != WeightType::F16 && n >= kInt8MaxRows) {
+    // Block formats dequantize to BF16 panels in these sets (quant_gemm.h).
+    a.xb = x_bf16(k, pool, x, n, cols);
+    a.xb_stride = bf16_stride(cols);
   }
-  pool.parallel_for(p_tasks * x_tasks, [&](int64_t t, int) {
-    static thread_local std::vector<float> scratch;  // the set's per-thread panel scratch
+  const int64_t per = std::clamp<int64_t>((n_panels + want_tasks - 1) / want_tasks, 1, n_panels);
+  pool.parallel_for((n_panels + per - 1) / per, [&](int64_t t, int) {
+    static thread_local std::vector<float> scratch;  // the set's per-thread scratch
     if (scratch.size() < scratch_floats) scratch.resize(scratch_floats);
-    const int64_t pt = t % p_tasks, xt = t / p_tasks;
-    const int64_t p0 = pt * per, p1 = std::min(n_panels, p0 + per);
-    const int64_t i0 = xt * x_chunk, i1 = std::min(n, i0 + x_chunk);
-    k.gemm_panels(a, p0, p1, i0, i1, scratch.data());
+    k.gemm_rows(a, t * per, std::min(n_panels, (t + 1) * per), 0, n, scratch.data());
   });
+}
+
+void matmul_same_x(const CpuKernels& k, ThreadPool& pool, std::span<const CpuMatrix* const> ws, const float* x,
+                   std::span<float* const> ys, int64_t n) {
+  PREFIXD_CHECK(ws.size() == ys.size() && !ws.empty(), "matmul_same_x: one output per matrix");
+  bool same_panels = ws.size() <= kMaxSameX;
+  for (const CpuMatrix* w : ws) {
+    same_panels = same_panels && w->has_panels() && w->dtype == ws[0]->dtype && w->cols == ws[0]->cols;
+  }
+  if (n <= 0) return;
+  if (!same_panels) {
+    for (size_t i = 0; i < ws.size(); ++i) matmul(k, pool, *ws[i], x, ys[i], n);
+    return;
+  }
+  panel_matmul(k, pool, ws, x, ys, n);
 }
 
 }  // namespace prefixd::cpu
