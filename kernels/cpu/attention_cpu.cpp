@@ -1,6 +1,7 @@
 // Paged causal attention over a batch: splits every sequence's (query row,
-// head) pairs into tasks of one KV head each, longest first, and runs the
-// instruction set's attention kernel (generic/attention_task.h) on them.
+// head) pairs into tasks of one KV head each, most work first (the last ones
+// split into single lane groups), and runs the instruction set's attention
+// kernel (generic/attention_task.h) on them.
 // When a sequence's KV head has several tasks (a prefill chunk, a prompt's
 // uncached suffix), its K and V rows are first converted to the set's
 // operand layout (f32, or BF16 key pairs) once, in parallel, into a buffer
@@ -53,9 +54,29 @@ void attention(const CpuKernels& k, ThreadPool& pool, const CpuBatch& batch, con
       }
     }
   }
-  // Longest first, so the dynamic schedule ends balanced.
-  std::stable_sort(tasks.begin(), tasks.end(),
-                   [](const AttnTask& a, const AttnTask& b) { return a.kv_len > b.kv_len; });
+  // Most work first, so the dynamic schedule ends balanced.
+  auto work = [](const AttnTask& t) { return static_cast<int64_t>(t.f_end - t.f_begin) * t.kv_len; };
+  std::stable_sort(tasks.begin(), tasks.end(), [&](const AttnTask& a, const AttnTask& b) { return work(a) > work(b); });
+  // The last task of each thread split into single lane groups: the threads
+  // then end within one group's work of each other. (15 tasks of a suffix's
+  // 100 rows left one thread idle for about half a task per layer.)
+  const size_t tail = std::min(tasks.size(), static_cast<size_t>(pool.n_threads()));
+  if (tasks.size() > 1 && tail > 0) {
+    const int32_t piece = k.attn_group_lanes;
+    const size_t first = tasks.size() - tail;
+    for (size_t i = first, n = tasks.size(); i < n; ++i) {
+      const AttnTask t = tasks[i];
+      if (t.f_end - t.f_begin <= piece) continue;
+      tasks[i].f_end = t.f_begin + piece;
+      tasks[i].kv_len = batch.seqs[t.seq].pos0 + (tasks[i].f_end - 1) / G + 1;
+      for (int32_t f0 = t.f_begin + piece; f0 < t.f_end; f0 += piece) {
+        const int32_t f1 = std::min(t.f_end, f0 + piece);
+        tasks.push_back(AttnTask{t.seq, t.kv_head, f0, f1, batch.seqs[t.seq].pos0 + (f1 - 1) / G + 1});
+      }
+    }
+    std::stable_sort(tasks.begin() + static_cast<std::ptrdiff_t>(first), tasks.end(),
+                     [&](const AttnTask& a, const AttnTask& b) { return work(a) > work(b); });
+  }
   AttnArgs args{&batch, &kv, layer, q, out, n_heads, scale};
 
   // Shared operand rows: (seq, kv head) regions of round_up(kv_len, chunk) keys.
@@ -63,26 +84,45 @@ void attention(const CpuKernels& k, ThreadPool& pool, const CpuBatch& batch, con
   const int32_t n_seqs = static_cast<int32_t>(batch.seqs.size());
   const int32_t chunk = k.attn_chunk_keys;
   const size_t key_bytes = k.attn_key_bytes(g.dtype, D);
+  std::vector<uint8_t> several_tasks(batch.seqs.size(), 0);  // per sequence: a KV head has more than one task
+  {
+    std::vector<int32_t> count(batch.seqs.size() * g.n_kv_heads, 0);
+    for (const AttnTask& t : tasks) {
+      if (++count[static_cast<size_t>(t.seq) * g.n_kv_heads + t.kv_head] > 1) several_tasks[t.seq] = 1;
+    }
+  }
   static thread_local std::vector<int64_t> offsets;  // (seq, kv head) -> first byte, or -1
   static thread_local std::vector<float> shared;     // K regions, then V regions (floats for alignment)
   offsets.assign(static_cast<size_t>(n_seqs) * g.n_kv_heads, -1);
-  struct Block {
-    int32_t seq, index;  // the sequence's index-th table block
+  // Runs of consecutive table blocks of one sequence, a task each: a thread
+  // streams its run in order (the pool is read from memory: a long context's
+  // rows of every layer do not fit the caches).
+  struct Run {
+    int32_t seq, first, end;  // the sequence's table blocks [first, end)
   };
-  std::vector<Block> blocks;
+  std::vector<Run> runs;
   size_t k_bytes = 0;
+  int64_t n_blocks = 0;
   for (int32_t s = 0; s < n_seqs; ++s) {
     const BatchSeq& seq = batch.seqs[s];
-    if (seq.n_q * G <= task_lanes) continue;  // one task per KV head: nothing to share
+    if (!several_tasks[s]) continue;  // one task per KV head: nothing to share
     const int32_t kv_len = seq.pos0 + seq.n_q;
     const size_t region = static_cast<size_t>((kv_len + chunk - 1) / chunk * chunk) * key_bytes;
     if (2 * (k_bytes + region * g.n_kv_heads) > kMaxSharedBytes) continue;
     for (int32_t h = 0; h < g.n_kv_heads; ++h)
       offsets[static_cast<size_t>(s) * g.n_kv_heads + h] = static_cast<int64_t>(k_bytes + h * region);
     k_bytes += region * g.n_kv_heads;
-    for (int32_t b = 0; b * batch.block_size < kv_len; ++b) blocks.push_back(Block{s, b});
+    runs.push_back(Run{s, 0, (kv_len + batch.block_size - 1) / batch.block_size});
+    n_blocks += runs.back().end;
   }
-  if (!blocks.empty()) {
+  if (!runs.empty()) {
+    // About 4 runs per thread in all.
+    const int32_t per = static_cast<int32_t>(std::max<int64_t>(1, n_blocks / (4 * pool.n_threads())));
+    std::vector<Run> split;
+    for (const Run& r : runs) {
+      for (int32_t b = r.first; b < r.end; b += per) split.push_back(Run{r.seq, b, std::min(r.end, b + per)});
+    }
+    runs.swap(split);
     const size_t floats = (2 * k_bytes + sizeof(float) - 1) / sizeof(float);
     if (shared.size() < floats) shared.resize(floats);
     auto* const rows_k = reinterpret_cast<uint8_t*>(shared.data());
@@ -92,24 +132,37 @@ void attention(const CpuKernels& k, ThreadPool& pool, const CpuBatch& batch, con
     const auto* k_base = static_cast<const uint8_t*>(kv.k[layer]);
     const auto* v_base = static_cast<const uint8_t*>(kv.v[layer]);
     const int32_t bs = batch.block_size;
+    const size_t block_bytes = static_cast<size_t>(bs) * slot_bytes;
     const int64_t* const region_of = offsets.data();  // thread_locals are the caller's: by pointer
-    // A task per pool block: its slots hold every head's rows side by side.
-    pool.parallel_for(static_cast<int64_t>(blocks.size()), [&](int64_t t, int) {
-      const Block blk = blocks[static_cast<size_t>(t)];
-      const BatchSeq& seq = batch.seqs[blk.seq];
+    pool.parallel_for(static_cast<int64_t>(runs.size()), [&](int64_t t, int) {
+      const Run run = runs[static_cast<size_t>(t)];
+      const BatchSeq& seq = batch.seqs[run.seq];
+      const int32_t* table = batch.block_tables.data() + seq.table_start;
       const int32_t kv_len = seq.pos0 + seq.n_q;
       const int32_t rows = (kv_len + chunk - 1) / chunk * chunk;
-      const int32_t key0 = blk.index * bs;
-      const int32_t n_keys = std::min(bs, kv_len - key0);
-      const size_t block_off =
-          static_cast<size_t>(batch.block_tables[seq.table_start + blk.index]) * bs * slot_bytes;
-      for (int32_t h = 0; h < g.n_kv_heads; ++h) {
-        const int64_t region = region_of[static_cast<size_t>(blk.seq) * g.n_kv_heads + h];
-        const size_t off = block_off + static_cast<size_t>(h) * D * elem;
-        k.attn_put_keys(g.dtype, k_base + off, v_base + off, slot_bytes, D, key0, n_keys, rows_k + region,
-                        rows_v + region);
-        // The last block zeroes the region's keys past the end.
-        if (key0 + bs >= kv_len) k.attn_zero_keys(g.dtype, D, kv_len, rows, rows_k + region, rows_v + region);
+      for (int32_t b = run.first; b < run.end; ++b) {
+        // The next block's rows are fetched while this one is put: blocks
+        // sit anywhere in the pool, where the hardware prefetcher cannot
+        // follow.
+        if (b + 1 < run.end) {
+          const size_t next = static_cast<size_t>(table[b + 1]) * block_bytes;
+          for (size_t off = 0; off < block_bytes; off += 64) {
+            __builtin_prefetch(k_base + next + off);
+            __builtin_prefetch(v_base + next + off);
+          }
+        }
+        const int32_t key0 = b * bs;
+        const int32_t n_keys = std::min(bs, kv_len - key0);
+        const size_t block_off = static_cast<size_t>(table[b]) * block_bytes;
+        // Every head's rows of a slot sit side by side.
+        for (int32_t h = 0; h < g.n_kv_heads; ++h) {
+          const int64_t region = region_of[static_cast<size_t>(run.seq) * g.n_kv_heads + h];
+          const size_t off = block_off + static_cast<size_t>(h) * D * elem;
+          k.attn_put_keys(g.dtype, k_base + off, v_base + off, slot_bytes, D, key0, n_keys, rows_k + region,
+                          rows_v + region);
+          // The last block zeroes the region's keys past the end.
+          if (key0 + bs >= kv_len) k.attn_zero_keys(g.dtype, D, kv_len, rows, rows_k + region, rows_v + region);
+        }
       }
     });
     args.rows_k = rows_k;

@@ -135,6 +135,7 @@ struct CpuKernels {
   // --- attention ------------------------------------------------------------
   int32_t attn_task_lanes;  // (row, head) indices per task, at most
   int32_t attn_tile_lanes;  // ... and at least, when there are few tasks (one register tile's)
+  int32_t attn_group_lanes;  // (row, head) indices of one vector: the smallest task
   int32_t attn_chunk_keys;  // keys per online-softmax step
   size_t (*attn_scratch_floats)(int32_t head_dim);
   void (*attention_task)(const AttnArgs& a, const AttnTask& task, float* scratch);

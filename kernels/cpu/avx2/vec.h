@@ -57,6 +57,9 @@ struct Vec {
   static PREFIXD_VEC_INLINE T mul(T a, T b) { return _mm256_mul_ps(a, b); }
   static PREFIXD_VEC_INLINE T div(T a, T b) { return _mm256_div_ps(a, b); }
   static PREFIXD_VEC_INLINE T max(T a, T b) { return _mm256_max_ps(a, b); }
+  static PREFIXD_VEC_INLINE bool all_equal(T a, float c) {
+    return _mm256_movemask_ps(_mm256_cmp_ps(a, _mm256_set1_ps(c), _CMP_EQ_OQ)) == 0xff;
+  }
   static PREFIXD_VEC_INLINE T fmadd(T a, T b, T c) { return _mm256_fmadd_ps(a, b, c); }
   static PREFIXD_VEC_INLINE T fmsub(T a, T b, T c) { return _mm256_fmsub_ps(a, b, c); }
   static PREFIXD_VEC_INLINE float reduce_add(T a) {

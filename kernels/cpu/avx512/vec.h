@@ -58,6 +58,9 @@ struct Vec {
   static PREFIXD_VEC_INLINE T mul(T a, T b) { return _mm512_mul_ps(a, b); }
   static PREFIXD_VEC_INLINE T div(T a, T b) { return _mm512_div_ps(a, b); }
   static PREFIXD_VEC_INLINE T max(T a, T b) { return _mm512_max_ps(a, b); }
+  static PREFIXD_VEC_INLINE bool all_equal(T a, float c) {
+    return _mm512_cmp_ps_mask(a, _mm512_set1_ps(c), _CMP_EQ_OQ) == 0xffff;
+  }
   static PREFIXD_VEC_INLINE T fmadd(T a, T b, T c) { return _mm512_fmadd_ps(a, b, c); }  // a*b + c
   static PREFIXD_VEC_INLINE T fmsub(T a, T b, T c) { return _mm512_fmsub_ps(a, b, c); }  // a*b - c
   static PREFIXD_VEC_INLINE float reduce_add(T a) { return _mm512_reduce_add_ps(a); }
@@ -172,10 +175,11 @@ struct Vec {
   }
   // 2^x for x <= 0 (scores less their running max, in log2 units) where the
   // result is rounded to BF16 (relative 2^-9) anyway: degree 4 on
-  // [-1/2, 1/2], relative error below 5e-5; 2^0 = 1 exactly, and x < -126
-  // (-inf: masked keys) gives 0 exactly.
+  // [-1/2, 1/2], relative error below 5e-5; 2^0 = 1 exactly. x <= -127
+  // (-inf: masked keys) gives 2^-127, a denormal that round_pairs flushes to
+  // 0 and that vanishes in any sum holding a 1 (the row's maximum).
   static PREFIXD_VEC_INLINE T exp2_nonpositive(T x) {
-    const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-126.0f), _CMP_GE_OQ);
+    x = _mm512_max_ps(x, _mm512_set1_ps(-127.0f));  // a NaN x too: vmaxps then returns its second operand
     const T k = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const T r = _mm512_sub_ps(x, k);
     T p = _mm512_set1_ps(9.618129108e-3f);
@@ -183,7 +187,7 @@ struct Vec {
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(2.402265070e-1f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(6.931471806e-1f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    return _mm512_maskz_mov_ps(keep, _mm512_scalef_ps(p, k));
+    return _mm512_scalef_ps(p, k);
   }
   // --- BF16 pair vectors: N lanes of two BF16 halves (low half first) -------
   using PairT = __m512i;
@@ -193,19 +197,17 @@ struct Vec {
   static PREFIXD_VEC_INLINE T dot_pairs(T acc, PairT a, int32_t x_pair) {
     return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)_mm512_set1_epi32(x_pair));
   }
-  // Lane i = (bf16(lo[i]), bf16(hi[i])), rounded to nearest even; finite inputs.
+  // Lane i = (bf16(lo[i]), bf16(hi[i])), rounded to nearest even
+  // (vcvtne2ps2bf16, which flushes denormals to zero), then interleaved.
   static PREFIXD_VEC_INLINE PairT round_pairs(T lo, T hi) {
-    const __m512i one = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(0x7fff);
-    const __m512i l = _mm512_castps_si512(lo), h = _mm512_castps_si512(hi);
-    const __m512i rl = _mm512_add_epi32(l, _mm512_add_epi32(bias, _mm512_and_si512(_mm512_srli_epi32(l, 16), one)));
-    const __m512i rh = _mm512_add_epi32(h, _mm512_add_epi32(bias, _mm512_and_si512(_mm512_srli_epi32(h, 16), one)));
-    // (rl >> 16) | (rh & 0xffff0000)
-    return _mm512_ternarylogic_epi32(_mm512_srli_epi32(rl, 16), rh, _mm512_set1_epi32(static_cast<int>(0xffff0000u)),
-                                     0xF8);
+    const __m512i halves = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);  // lo[0..15], then hi[0..15]
+    const __m512i index = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    return _mm512_permutexvar_epi16(index, halves);
   }
   // Lane i = (lo[i], hi[i]) of N BF16 values each.
   static PREFIXD_VEC_INLINE PairT zip_bf16(const uint16_t* lo, const uint16_t* hi) {
-    return _mm512_or_si512(_mm512_cvtepu16_epi32(load16(lo)), _mm512_slli_epi32(_mm512_cvtepu16_epi32(load16(hi)), 16));
+    const __m512i index = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);  // the second vector's halves are 32 onwards
+    return _mm512_permutex2var_epi16(_mm512_castsi256_si512(load16(lo)), index, _mm512_castsi256_si512(load16(hi)));
   }
 #endif
   // --- small integers of the block formats (N lanes of int32) ---------------

@@ -98,7 +98,13 @@ inline void put_keys(DType dtype, const void* k_src, const void* v_src, size_t s
 #if defined(__AVX512BF16__)
   auto* kd = static_cast<uint16_t*>(k_region);
   auto* vd = static_cast<uint16_t*>(v_region);
-  for (int32_t t = 0; t < n; ++t) std::memcpy(kd + static_cast<size_t>(j0 + t) * D, ks + t * stride, D * sizeof(uint16_t));
+  for (int32_t t = 0; t < n; ++t) {
+    uint16_t* dst = kd + static_cast<size_t>(j0 + t) * D;
+    const auto* src = reinterpret_cast<const uint16_t*>(ks + t * stride);
+    int32_t d = 0;
+    for (; d + 2 * kLanes <= D; d += 2 * kLanes) Vec::store_pairs(dst + d, Vec::load_pairs(src + d));
+    if (d < D) std::memcpy(dst + d, src + d, (D - d) * sizeof(uint16_t));
+  }
   for (int32_t t = 0; t < n;) {
     const int32_t j = j0 + t;
     uint16_t* pair = vd + static_cast<size_t>(j & ~1) * D;  // (D, 2): keys j & ~1 and (j & ~1) + 1
@@ -138,8 +144,9 @@ inline void zero_keys(DType dtype, int32_t D, int32_t j0, int32_t j1, void* k_re
 }
 
 // Register-tile helpers: zero; load R head-dim rows from d0 of G groups'
-// accumulators (group stride D * kLanes) times alpha[g], the online-softmax
-// rescale; store them back.
+// accumulators (group stride D * kLanes), times alpha[g], the online-softmax
+// rescale, unless every alpha is 1 (no lane's maximum moved: most chunks of a
+// long context); store them back.
 template <int R, int G>
 PREFIXD_VEC_INLINE void zero_tile(V (&t)[R][G]) {
 #pragma GCC unroll 8
@@ -148,7 +155,15 @@ PREFIXD_VEC_INLINE void zero_tile(V (&t)[R][G]) {
     for (int g = 0; g < G; ++g) t[r][g] = Vec::zero();
 }
 template <int R, int G>
-PREFIXD_VEC_INLINE void load_rescaled(V (&t)[R][G], const float* acc, const V* alpha, int32_t D, int32_t d0) {
+PREFIXD_VEC_INLINE void load_rescaled(V (&t)[R][G], const float* acc, const V* alpha, bool rescale, int32_t D,
+                                      int32_t d0) {
+  if (!rescale) {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+      for (int g = 0; g < G; ++g) t[r][g] = Vec::load(acc + (static_cast<size_t>(g) * D + d0 + r) * kLanes);
+    return;
+  }
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
@@ -211,10 +226,11 @@ inline void score_tile(const float* qt, const float* kc, int32_t dynamic_d, floa
 // acc[g][d] = acc[g][d] * alpha[g] + sum_j vc[j][d] * p[g][j], j in [0, kChunk).
 // Each element sums in key order, the same order whatever the tile shape.
 template <int R, int G, int kHeadDim>
-inline void pv_tile(float* acc, const float* vc, const float* p, const V* alpha, int32_t dynamic_d, int32_t d0) {
+inline void pv_tile(float* acc, const float* vc, const float* p, const V* alpha, bool rescale, int32_t dynamic_d,
+                    int32_t d0) {
   const int32_t D = kHeadDim > 0 ? kHeadDim : dynamic_d;
   V a[R][G];
-  load_rescaled<R, G>(a, acc, alpha, D, d0);
+  load_rescaled<R, G>(a, acc, alpha, rescale, D, d0);
   for (int j = 0; j < kChunk; ++j) {
     V pj[G];
 #pragma GCC unroll 4
@@ -257,11 +273,11 @@ inline void score_tile_bf16(const uint16_t* qt, const uint16_t* kc, int32_t dyna
 // pv_tile with BF16 operands: vc (kChunk / 2, D, 2) and pb G groups of
 // (kChunk / 2, kLanes, 2) BF16 key pairs; sums run over key pairs in order.
 template <int R, int G, int kHeadDim>
-inline void pv_tile_bf16(float* acc, const uint16_t* vc, const uint16_t* pb, const V* alpha, int32_t dynamic_d,
-                         int32_t d0) {
+inline void pv_tile_bf16(float* acc, const uint16_t* vc, const uint16_t* pb, const V* alpha, bool rescale,
+                         int32_t dynamic_d, int32_t d0) {
   const int32_t D = kHeadDim > 0 ? kHeadDim : dynamic_d;
   V a[R][G];
-  load_rescaled<R, G>(a, acc, alpha, D, d0);
+  load_rescaled<R, G>(a, acc, alpha, rescale, D, d0);
   for (int j = 0; j < kChunk; j += 2) {
     typename Vec::PairT pj[G];
 #pragma GCC unroll 4
@@ -339,14 +355,16 @@ inline void chunk_step(const void* qt, float* acc, const void* kc, const void* v
     st[g].l = Vec::fmadd(st[g].l, alpha[g], sum);
     st[g].m = mx[g];
   }
+  bool rescale = false;
+  for (int g = 0; g < G; ++g) rescale = rescale || !Vec::all_equal(alpha[g], 1.0f);
 
   auto pv = [&]<int R>(int32_t d0) {
     if constexpr (kBf16) {
 #if defined(__AVX512BF16__)
-      pv_tile_bf16<R, G, kHeadDim>(acc, static_cast<const uint16_t*>(vc), pb, alpha, D, d0);
+      pv_tile_bf16<R, G, kHeadDim>(acc, static_cast<const uint16_t*>(vc), pb, alpha, rescale, D, d0);
 #endif
     } else {
-      pv_tile<R, G, kHeadDim>(acc, static_cast<const float*>(vc), p, alpha, D, d0);
+      pv_tile<R, G, kHeadDim>(acc, static_cast<const float*>(vc), p, alpha, rescale, D, d0);
     }
   };
   for (int32_t d0 = 0; d0 < D; d0 += kRowTile) {

@@ -24,6 +24,7 @@ const CpuKernels kKernelSet = {
       i8gemm::quantize_x_k,
       attn::kGroups * attn::kLanes,
       attn::kGroupTile * attn::kLanes,
+      attn::kLanes,
       attn::kChunk,
       attn::scratch_floats,
       attn::run_task,

@@ -57,6 +57,12 @@ struct Vec {
   static PREFIXD_VEC_INLINE T mul(T a, T b) { return a * b; }
   static PREFIXD_VEC_INLINE T div(T a, T b) { return a / b; }
   static PREFIXD_VEC_INLINE T max(T a, T b) { return a > b ? a : b; }
+  static PREFIXD_VEC_INLINE bool all_equal(T a, float c) {
+    for (int i = 0; i < N; ++i) {
+      if (a[i] != c) return false;
+    }
+    return true;
+  }
   static PREFIXD_VEC_INLINE T fmadd(T a, T b, T c) { return a * b + c; }
   static PREFIXD_VEC_INLINE T fmsub(T a, T b, T c) { return a * b - c; }
   static PREFIXD_VEC_INLINE float reduce_add(T a) {
