@@ -177,7 +177,7 @@ struct Vec {
   // result is rounded to BF16 (relative 2^-9) anyway: degree 4 on
   // [-1/2, 1/2], relative error below 5e-5; 2^0 = 1 exactly. x <= -127
   // (-inf: masked keys) gives 2^-127, a denormal that round_pairs flushes to
-  // 0 and that vanishes in any sum holding a 1 (the row's maximum).
+  // 0 and that vanishes in any sum holding the row's maximum (about 1).
   static PREFIXD_VEC_INLINE T exp2_nonpositive(T x) {
     x = _mm512_max_ps(x, _mm512_set1_ps(-127.0f));  // a NaN x too: vmaxps then returns its second operand
     const T k = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);

@@ -178,10 +178,11 @@ PREFIXD_VEC_INLINE void store_tile(const V (&t)[R][G], float* acc, int32_t D, in
     for (int g = 0; g < G; ++g) Vec::store(acc + (static_cast<size_t>(g) * D + d0 + r) * kLanes, t[r][g]);
 }
 
-// Scale, causal mask (-inf where key `key_r0 + r` is in a lane's future) and
-// running max of R x G accumulated scores, stored to s (group stride
-// kChunk * kLanes, key stride kLanes).
-template <int R, int G>
+// Scale (kScale; the BF16 path scales in its exp instead), causal mask
+// (-inf where key `key_r0 + r` is in a lane's future) and running max of
+// R x G accumulated scores, stored to s (group stride kChunk * kLanes, key
+// stride kLanes).
+template <int R, int G, bool kScale = true>
 PREFIXD_VEC_INLINE void score_epilogue(V (&acc)[R][G], float* s, V scale, bool mask, float key_r0, const V* qpos,
                                        V* mx) {
   const V neg_inf = Vec::set1(-INFINITY);
@@ -189,7 +190,7 @@ PREFIXD_VEC_INLINE void score_epilogue(V (&acc)[R][G], float* s, V scale, bool m
   for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 4
     for (int g = 0; g < G; ++g) {
-      V v = Vec::mul(acc[r][g], scale);
+      V v = kScale ? Vec::mul(acc[r][g], scale) : acc[r][g];
       if (mask) v = Vec::select_gt(Vec::set1(key_r0 + static_cast<float>(r)), qpos[g], neg_inf, v);
       mx[g] = Vec::max(mx[g], v);
       Vec::store(s + (static_cast<size_t>(g) * kChunk + r) * kLanes, v);
@@ -267,7 +268,7 @@ inline void score_tile_bf16(const uint16_t* qt, const uint16_t* kc, int32_t dyna
       for (int g = 0; g < G; ++g) acc[r][g] = Vec::dot_pairs(acc[r][g], q[g], k);
     }
   }
-  score_epilogue<R, G>(acc, s, scale, mask, key_r0, qpos, mx);
+  score_epilogue<R, G, false>(acc, s, scale, mask, key_r0, qpos, mx);
 }
 
 // pv_tile with BF16 operands: vc (kChunk / 2, D, 2) and pb G groups of
@@ -311,10 +312,11 @@ inline void chunk_step(const void* qt, float* acc, const void* kc, const void* v
   V qpos[G], mx[G];
   for (int g = 0; g < G; ++g) {
     qpos[g] = st[g].qpos;
-    mx[g] = st[g].m;
+    mx[g] = kBf16 ? Vec::set1(-INFINITY) : st[g].m;  // BF16: the chunk's unscaled maximum first
   }
   // BF16 operands: scores in log2 units (scale * log2 e), so that the
-  // probabilities are powers of 2 (Vec::exp2_nonpositive).
+  // probabilities are powers of 2 (Vec::exp2_nonpositive), scaled in the
+  // exp's fmsub rather than one by one after the dot products.
   const V vscale = Vec::set1(kBf16 ? scale * 1.44269504088896341f : scale);
 #pragma GCC unroll 1
   for (int j0 = 0; j0 < kChunk; j0 += kRowTile) {
@@ -329,6 +331,10 @@ inline void chunk_step(const void* qt, float* acc, const void* kc, const void* v
                                         p + j0 * kLanes, vscale, need_mask, fkey, qpos, mx);
     }
   }
+  if constexpr (kBf16) {
+    // Scores stay unscaled; the exp takes s * scale - max in one fmsub.
+    for (int g = 0; g < G; ++g) mx[g] = Vec::max(st[g].m, Vec::mul(mx[g], vscale));
+  }
   V alpha[G];
   for (int g = 0; g < G; ++g) {
     float* pg = p + static_cast<size_t>(g) * kChunk * kLanes;
@@ -338,8 +344,8 @@ inline void chunk_step(const void* qt, float* acc, const void* kc, const void* v
       alpha[g] = Vec::exp2_nonpositive(Vec::sub(st[g].m, mx[g]));  // 0 while m == -inf
       uint16_t* pbg = pb + static_cast<size_t>(g) * kChunk * kLanes;
       for (int j = 0; j < kChunk; j += 2) {
-        const V e0 = Vec::exp2_nonpositive(Vec::sub(Vec::load(pg + j * kLanes), mx[g]));
-        const V e1 = Vec::exp2_nonpositive(Vec::sub(Vec::load(pg + (j + 1) * kLanes), mx[g]));
+        const V e0 = Vec::exp2_nonpositive(Vec::fmsub(Vec::load(pg + j * kLanes), vscale, mx[g]));
+        const V e1 = Vec::exp2_nonpositive(Vec::fmsub(Vec::load(pg + (j + 1) * kLanes), vscale, mx[g]));
         Vec::store_pairs(pbg + j * kLanes, Vec::round_pairs(e0, e1));
         sum = Vec::add(Vec::add(sum, e0), e1);
       }
