@@ -178,19 +178,18 @@ PREFIXD_VEC_INLINE void store_tile(const V (&t)[R][G], float* acc, int32_t D, in
     for (int g = 0; g < G; ++g) Vec::store(acc + (static_cast<size_t>(g) * D + d0 + r) * kLanes, t[r][g]);
 }
 
-// Scale (kScale; the BF16 path scales in its exp instead), causal mask
-// (-inf where key `key_r0 + r` is in a lane's future) and running max of
-// R x G accumulated scores, stored to s (group stride kChunk * kLanes, key
-// stride kLanes).
-template <int R, int G, bool kScale = true>
-PREFIXD_VEC_INLINE void score_epilogue(V (&acc)[R][G], float* s, V scale, bool mask, float key_r0, const V* qpos,
-                                       V* mx) {
+// Causal mask (-inf where key `key_r0 + r` is in a lane's future) and
+// running max of R x G accumulated scores, stored to s (group stride
+// kChunk * kLanes, key stride kLanes). The scores stay unscaled: the exp
+// scales them (chunk_step).
+template <int R, int G>
+PREFIXD_VEC_INLINE void score_epilogue(V (&acc)[R][G], float* s, bool mask, float key_r0, const V* qpos, V* mx) {
   const V neg_inf = Vec::set1(-INFINITY);
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 4
     for (int g = 0; g < G; ++g) {
-      V v = kScale ? Vec::mul(acc[r][g], scale) : acc[r][g];
+      V v = acc[r][g];
       if (mask) v = Vec::select_gt(Vec::set1(key_r0 + static_cast<float>(r)), qpos[g], neg_inf, v);
       mx[g] = Vec::max(mx[g], v);
       Vec::store(s + (static_cast<size_t>(g) * kChunk + r) * kLanes, v);
@@ -198,13 +197,13 @@ PREFIXD_VEC_INLINE void score_epilogue(V (&acc)[R][G], float* s, V scale, bool m
   }
 }
 
-// Scores of R keys for G lane groups: s[g][r] = scale * sum_d kc[r][d] * qt[g][d],
+// Scores of R keys for G lane groups: s[g][r] = sum_d kc[r][d] * qt[g][d] (unscaled),
 // masked, mx[g] taking their maximum (score_epilogue). qt: G groups of
 // (D, kLanes), group stride D * kLanes. kc: (R, D). kHeadDim > 0 fixes D at
 // compile time (offsets become constants, which frees registers); 0 reads
 // `dynamic_d`.
 template <int R, int G, int kHeadDim>
-inline void score_tile(const float* qt, const float* kc, int32_t dynamic_d, float* s, V scale, bool mask,
+inline void score_tile(const float* qt, const float* kc, int32_t dynamic_d, float* s, bool mask,
                        float key_r0, const V* qpos, V* mx) {
   const int32_t D = kHeadDim > 0 ? kHeadDim : dynamic_d;
   V acc[R][G];
@@ -220,7 +219,7 @@ inline void score_tile(const float* qt, const float* kc, int32_t dynamic_d, floa
       for (int g = 0; g < G; ++g) acc[r][g] = Vec::fmadd(k, q[g], acc[r][g]);
     }
   }
-  score_epilogue<R, G>(acc, s, scale, mask, key_r0, qpos, mx);
+  score_epilogue<R, G>(acc, s, mask, key_r0, qpos, mx);
 }
 
 // R head-dim rows from d0 of G groups' accumulators:
@@ -251,7 +250,7 @@ inline void pv_tile(float* acc, const float* vc, const float* p, const V* alpha,
 // the F32 layout's group stride (2 * D * kLanes halves), kc (R, D) BF16; each
 // dot product takes a pair of head-dim elements.
 template <int R, int G, int kHeadDim>
-inline void score_tile_bf16(const uint16_t* qt, const uint16_t* kc, int32_t dynamic_d, float* s, V scale, bool mask,
+inline void score_tile_bf16(const uint16_t* qt, const uint16_t* kc, int32_t dynamic_d, float* s, bool mask,
                             float key_r0, const V* qpos, V* mx) {
   const int32_t D = kHeadDim > 0 ? kHeadDim : dynamic_d;
   V acc[R][G];
@@ -268,7 +267,7 @@ inline void score_tile_bf16(const uint16_t* qt, const uint16_t* kc, int32_t dyna
       for (int g = 0; g < G; ++g) acc[r][g] = Vec::dot_pairs(acc[r][g], q[g], k);
     }
   }
-  score_epilogue<R, G, false>(acc, s, scale, mask, key_r0, qpos, mx);
+  score_epilogue<R, G>(acc, s, mask, key_r0, qpos, mx);
 }
 
 // pv_tile with BF16 operands: vc (kChunk / 2, D, 2) and pb G groups of
@@ -312,11 +311,11 @@ inline void chunk_step(const void* qt, float* acc, const void* kc, const void* v
   V qpos[G], mx[G];
   for (int g = 0; g < G; ++g) {
     qpos[g] = st[g].qpos;
-    mx[g] = kBf16 ? Vec::set1(-INFINITY) : st[g].m;  // BF16: the chunk's unscaled maximum first
+    mx[g] = Vec::set1(-INFINITY);  // the chunk's unscaled maximum first
   }
-  // BF16 operands: scores in log2 units (scale * log2 e), so that the
-  // probabilities are powers of 2 (Vec::exp2_nonpositive), scaled in the
-  // exp's fmsub rather than one by one after the dot products.
+  // The exp scales the scores (s * scale - max, one fmsub), not the score
+  // tiles. BF16 operands: in log2 units (scale * log2 e), so that the
+  // probabilities are powers of 2 (Vec::exp2_nonpositive).
   const V vscale = Vec::set1(kBf16 ? scale * 1.44269504088896341f : scale);
 #pragma GCC unroll 1
   for (int j0 = 0; j0 < kChunk; j0 += kRowTile) {
@@ -324,17 +323,15 @@ inline void chunk_step(const void* qt, float* acc, const void* kc, const void* v
     if constexpr (kBf16) {
 #if defined(__AVX512BF16__)
       score_tile_bf16<kRowTile, G, kHeadDim>(static_cast<const uint16_t*>(qt), static_cast<const uint16_t*>(kc) + j0 * D,
-                                             D, p + j0 * kLanes, vscale, need_mask, fkey, qpos, mx);
+                                             D, p + j0 * kLanes, need_mask, fkey, qpos, mx);
 #endif
     } else {
       score_tile<kRowTile, G, kHeadDim>(static_cast<const float*>(qt), static_cast<const float*>(kc) + j0 * D, D,
-                                        p + j0 * kLanes, vscale, need_mask, fkey, qpos, mx);
+                                        p + j0 * kLanes, need_mask, fkey, qpos, mx);
     }
   }
-  if constexpr (kBf16) {
-    // Scores stay unscaled; the exp takes s * scale - max in one fmsub.
-    for (int g = 0; g < G; ++g) mx[g] = Vec::max(st[g].m, Vec::mul(mx[g], vscale));
-  }
+  // Scores stay unscaled; the exp takes s * scale - max in one fmsub.
+  for (int g = 0; g < G; ++g) mx[g] = Vec::max(st[g].m, Vec::mul(mx[g], vscale));
   V alpha[G];
   for (int g = 0; g < G; ++g) {
     float* pg = p + static_cast<size_t>(g) * kChunk * kLanes;
@@ -353,7 +350,7 @@ inline void chunk_step(const void* qt, float* acc, const void* kc, const void* v
     } else {
       alpha[g] = Vec::exp(Vec::sub(st[g].m, mx[g]));  // 0 while m == -inf
       for (int j = 0; j < kChunk; ++j) {
-        const V e = Vec::exp(Vec::sub(Vec::load(pg + j * kLanes), mx[g]));
+        const V e = Vec::exp(Vec::fmsub(Vec::load(pg + j * kLanes), vscale, mx[g]));
         Vec::store(pg + j * kLanes, e);
         sum = Vec::add(sum, e);
       }
