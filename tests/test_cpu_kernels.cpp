@@ -251,6 +251,52 @@ TEST_CASE("integer matmul rows do not depend on the batch: n rows at once equal 
   }
 }
 
+TEST_CASE("matmul_same_x gives each output exactly as matmul does, for one type or mixed types") {
+  auto be = make_cpu_backend(2, testing::isa_under_test());
+  std::mt19937 rng(6);
+  const int64_t cols = 256;
+  // q/k/v-like shapes (rows not all whole panels), then a mix the CPU cannot
+  // run as one task list (it falls back to one product each).
+  const std::vector<std::vector<WeightType>> sets = {
+      {WeightType::BF16, WeightType::BF16, WeightType::BF16},
+      {WeightType::F32, WeightType::F32},
+      {WeightType::BF16, WeightType::F32, WeightType::Q8_0},
+  };
+  const std::vector<int64_t> rows = {96, 40, 33};
+  for (const auto& types : sets) {
+    std::vector<std::unique_ptr<Matrix>> ws;
+    for (size_t i = 0; i < types.size(); ++i) {
+      HostWeights hw = make_weights(rng, types[i], rows[i], cols);
+      ws.push_back(be->upload_matrix(types[i], rows[i], cols, hw.bytes.data(), false));
+    }
+    for (int64_t n : {1, 7, 100, 129, 300}) {
+      CAPTURE(type_name(types[0]));
+      CAPTURE(types.size());
+      CAPTURE(n);
+      std::vector<float> x = random_floats(rng, n * cols);
+      float* dx = alloc_floats(*be, x);
+      std::vector<const Matrix*> w_ptrs;
+      std::vector<float*> ys;
+      for (size_t i = 0; i < ws.size(); ++i) {
+        w_ptrs.push_back(ws[i].get());
+        ys.push_back(static_cast<float*>(be->alloc(n * rows[i] * sizeof(float))));
+      }
+      be->matmul_same_x(w_ptrs, dx, ys, n);
+      auto* one = static_cast<float*>(be->alloc(n * rows[0] * sizeof(float)));
+      for (size_t i = 0; i < ws.size(); ++i) {
+        std::vector<float> together(n * rows[i]), alone(n * rows[i]);
+        be->download(together.data(), ys[i], together.size() * sizeof(float));
+        be->matmul(*ws[i], dx, one, n);
+        be->download(alone.data(), one, alone.size() * sizeof(float));
+        CHECK(std::memcmp(together.data(), alone.data(), together.size() * sizeof(float)) == 0);
+        be->free(ys[i]);
+      }
+      be->free(one);
+      be->free(dx);
+    }
+  }
+}
+
 TEST_CASE("embed returns the exact rows of the table for every weight type") {
   auto be = make_cpu_backend(2, testing::isa_under_test());
   std::mt19937 rng(3);
