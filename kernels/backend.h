@@ -12,7 +12,6 @@
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
-#include <span>
 #include <string>
 #include <vector>
 
@@ -123,13 +122,13 @@ class Backend {
                        float eps) = 0;
   // y (n, w.rows) = x (n, w.cols) · Wᵀ.
   virtual void matmul(const Matrix& w, const float* x, float* y, int64_t n) = 0;
-  // ys[i] (n, ws[i]->rows) = x (n, cols) · Wᵢᵀ: products of one input, such
-  // as q/k/v and gate/up, each output as matmul() gives it. A backend may do
-  // them as one piece of work (the CPU converts x once and splits the panels
-  // of all the matrices over its threads together).
-  virtual void matmul_same_x(std::span<const Matrix* const> ws, const float* x, std::span<float* const> ys,
+  // ys[i] (n, ws[i]->rows) = x (n, cols) · Wᵢᵀ for i < count: products of
+  // one input, such as q/k/v and gate/up, each output as matmul() gives it.
+  // A backend may do them as one piece of work (the CPU converts x once and
+  // splits the panels of all the matrices over its threads together).
+  virtual void matmul_same_x(const Matrix* const* ws, const float* x, float* const* ys, int count,
                              int64_t n) {
-    for (size_t i = 0; i < ws.size(); ++i) matmul(*ws[i], x, ys[i], n);
+    for (int i = 0; i < count; ++i) matmul(*ws[i], x, ys[i], n);
   }
   // y (n, dim) += bias (dim).
   virtual void add_bias(float* y, const float* bias, int64_t n, int64_t dim) = 0;

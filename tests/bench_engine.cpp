@@ -184,8 +184,8 @@ int main(int argc, char** argv) {
     backend.free_kv_pool(pool);
   }
   if (suffix_only) {
-    std::printf("bare prefill of %d tokens at context %d: median %.2f ms of %d, best %.2f ms\n", n_suffix, n_ctx,
-                suffix_ms, reps + 2, suffix_best_ms);
+    std::printf("bare prefill of %d tokens at context %d: median %.2f ms of %d, best %.2f ms\n",
+                n_suffix, n_ctx, suffix_ms, reps + 2, suffix_best_ms);
     return 0;
   }
 

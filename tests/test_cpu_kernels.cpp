@@ -281,7 +281,7 @@ TEST_CASE("matmul_same_x gives each output exactly as matmul does, for one type 
         w_ptrs.push_back(ws[i].get());
         ys.push_back(static_cast<float*>(be->alloc(n * rows[i] * sizeof(float))));
       }
-      be->matmul_same_x(w_ptrs, dx, ys, n);
+      be->matmul_same_x(w_ptrs.data(), dx, ys.data(), static_cast<int>(ws.size()), n);
       auto* one = static_cast<float*>(be->alloc(n * rows[0] * sizeof(float)));
       for (size_t i = 0; i < ws.size(); ++i) {
         std::vector<float> together(n * rows[i]), alone(n * rows[i]);

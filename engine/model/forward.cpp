@@ -49,7 +49,7 @@ void ForwardPass::run(const Batch& batch, KvPool& pool, std::vector<float>* logi
     backend_.rmsnorm(x_, l.attn_norm, h_, n, c.n_embd, c.rms_eps);
     const Matrix* qkv[] = {l.wq.get(), l.wk.get(), l.wv.get()};
     float* qkv_out[] = {q_, k_, v_};
-    backend_.matmul_same_x(qkv, h_, qkv_out, n);
+    backend_.matmul_same_x(qkv, h_, qkv_out, 3, n);
     if (c.has_qkv_bias) {
       backend_.add_bias(q_, l.bq, n, q_dim);
       backend_.add_bias(k_, l.bk, n, kv_dim);
@@ -70,7 +70,7 @@ void ForwardPass::run(const Batch& batch, KvPool& pool, std::vector<float>* logi
     backend_.rmsnorm(x_, l.ffn_norm, h_, n, c.n_embd, c.rms_eps);
     const Matrix* gate_up[] = {l.w_gate.get(), l.w_up.get()};
     float* gate_up_out[] = {gate_, up_};
-    backend_.matmul_same_x(gate_up, h_, gate_up_out, n);
+    backend_.matmul_same_x(gate_up, h_, gate_up_out, 2, n);
     backend_.swiglu(gate_, up_, gate_, n * c.n_ff);
     backend_.matmul(*l.w_down, gate_, proj_, n);
     backend_.add(x_, proj_, n * c.n_embd);

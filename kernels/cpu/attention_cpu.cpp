@@ -55,8 +55,11 @@ void attention(const CpuKernels& k, ThreadPool& pool, const CpuBatch& batch, con
     }
   }
   // Most work first, so the dynamic schedule ends balanced.
-  auto work = [](const AttnTask& t) { return static_cast<int64_t>(t.f_end - t.f_begin) * t.kv_len; };
-  std::stable_sort(tasks.begin(), tasks.end(), [&](const AttnTask& a, const AttnTask& b) { return work(a) > work(b); });
+  auto work = [](const AttnTask& t) {
+    return static_cast<int64_t>(t.f_end - t.f_begin) * t.kv_len;
+  };
+  std::stable_sort(tasks.begin(), tasks.end(),
+                   [&](const AttnTask& a, const AttnTask& b) { return work(a) > work(b); });
   // The last task of each thread split into single lane groups: the threads
   // then end within one group's work of each other. (15 tasks of a suffix's
   // 100 rows left one thread idle for about half a task per layer.)
@@ -71,7 +74,8 @@ void attention(const CpuKernels& k, ThreadPool& pool, const CpuBatch& batch, con
       tasks[i].kv_len = batch.seqs[t.seq].pos0 + (tasks[i].f_end - 1) / G + 1;
       for (int32_t f0 = t.f_begin + piece; f0 < t.f_end; f0 += piece) {
         const int32_t f1 = std::min(t.f_end, f0 + piece);
-        tasks.push_back(AttnTask{t.seq, t.kv_head, f0, f1, batch.seqs[t.seq].pos0 + (f1 - 1) / G + 1});
+        tasks.push_back(
+            AttnTask{t.seq, t.kv_head, f0, f1, batch.seqs[t.seq].pos0 + (f1 - 1) / G + 1});
       }
     }
     std::stable_sort(tasks.begin() + static_cast<std::ptrdiff_t>(first), tasks.end(),
@@ -84,11 +88,13 @@ void attention(const CpuKernels& k, ThreadPool& pool, const CpuBatch& batch, con
   const int32_t n_seqs = static_cast<int32_t>(batch.seqs.size());
   const int32_t chunk = k.attn_chunk_keys;
   const size_t key_bytes = k.attn_key_bytes(g.dtype, D);
-  std::vector<uint8_t> several_tasks(batch.seqs.size(), 0);  // per sequence: a KV head has more than one task
+  // Per sequence: whether one of its KV heads has more than one task.
+  std::vector<uint8_t> several_tasks(batch.seqs.size(), 0);
   {
     std::vector<int32_t> count(batch.seqs.size() * g.n_kv_heads, 0);
     for (const AttnTask& t : tasks) {
-      if (++count[static_cast<size_t>(t.seq) * g.n_kv_heads + t.kv_head] > 1) several_tasks[t.seq] = 1;
+      if (++count[static_cast<size_t>(t.seq) * g.n_kv_heads + t.kv_head] > 1)
+        several_tasks[t.seq] = 1;
     }
   }
   static thread_local std::vector<int64_t> offsets;  // (seq, kv head) -> first byte, or -1
@@ -117,10 +123,12 @@ void attention(const CpuKernels& k, ThreadPool& pool, const CpuBatch& batch, con
   }
   if (!runs.empty()) {
     // About 4 runs per thread in all.
-    const int32_t per = static_cast<int32_t>(std::max<int64_t>(1, n_blocks / (4 * pool.n_threads())));
+    const int32_t per =
+        static_cast<int32_t>(std::max<int64_t>(1, n_blocks / (4 * pool.n_threads())));
     std::vector<Run> split;
     for (const Run& r : runs) {
-      for (int32_t b = r.first; b < r.end; b += per) split.push_back(Run{r.seq, b, std::min(r.end, b + per)});
+      for (int32_t b = r.first; b < r.end; b += per)
+        split.push_back(Run{r.seq, b, std::min(r.end, b + per)});
     }
     runs.swap(split);
     const size_t floats = (2 * k_bytes + sizeof(float) - 1) / sizeof(float);
@@ -158,10 +166,11 @@ void attention(const CpuKernels& k, ThreadPool& pool, const CpuBatch& batch, con
         for (int32_t h = 0; h < g.n_kv_heads; ++h) {
           const int64_t region = region_of[static_cast<size_t>(run.seq) * g.n_kv_heads + h];
           const size_t off = block_off + static_cast<size_t>(h) * D * elem;
-          k.attn_put_keys(g.dtype, k_base + off, v_base + off, slot_bytes, D, key0, n_keys, rows_k + region,
-                          rows_v + region);
+          k.attn_put_keys(g.dtype, k_base + off, v_base + off, slot_bytes, D, key0, n_keys,
+                          rows_k + region, rows_v + region);
           // The last block zeroes the region's keys past the end.
-          if (key0 + bs >= kv_len) k.attn_zero_keys(g.dtype, D, kv_len, rows, rows_k + region, rows_v + region);
+          if (key0 + bs >= kv_len)
+            k.attn_zero_keys(g.dtype, D, kv_len, rows, rows_k + region, rows_v + region);
         }
       }
     });

@@ -125,12 +125,15 @@ void CpuBackend::matmul(const Matrix& w, const float* x, float* y, int64_t n) {
   cpu::matmul(k_, pool_, static_cast<const CpuMatrix&>(w), x, y, n);
 }
 
-void CpuBackend::matmul_same_x(std::span<const Matrix* const> ws, const float* x, std::span<float* const> ys,
+void CpuBackend::matmul_same_x(const Matrix* const* ws, const float* x, float* const* ys, int count,
                                int64_t n) {
   std::array<const CpuMatrix*, 8> cpu_ws;
-  PREFIXD_CHECK(ws.size() <= cpu_ws.size(), "matmul_same_x: at most 8 matrices");
-  for (size_t i = 0; i < ws.size(); ++i) cpu_ws[i] = static_cast<const CpuMatrix*>(ws[i]);
-  cpu::matmul_same_x(k_, pool_, std::span<const CpuMatrix* const>(cpu_ws.data(), ws.size()), x, ys, n);
+  PREFIXD_CHECK(count >= 1 && count <= static_cast<int>(cpu_ws.size()),
+                "matmul_same_x: 1 to 8 matrices");
+  for (int i = 0; i < count; ++i) cpu_ws[i] = static_cast<const CpuMatrix*>(ws[i]);
+  const auto n_ws = static_cast<size_t>(count);
+  cpu::matmul_same_x(k_, pool_, std::span<const CpuMatrix* const>(cpu_ws.data(), n_ws), x,
+                     std::span<float* const>(ys, n_ws), n);
 }
 
 void CpuBackend::add_bias(float* y, const float* bias, int64_t n, int64_t dim) {

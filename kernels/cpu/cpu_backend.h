@@ -68,8 +68,8 @@ void free_aligned(void* ptr);
 void matmul(const CpuKernels& k, ThreadPool& pool, const CpuMatrix& w, const float* x, float* y,
             int64_t n);
 // ys[i] (n, ws[i]->rows) = x (n, cols) · Wᵢᵀ (see Backend::matmul_same_x).
-void matmul_same_x(const CpuKernels& k, ThreadPool& pool, std::span<const CpuMatrix* const> ws, const float* x,
-                   std::span<float* const> ys, int64_t n);
+void matmul_same_x(const CpuKernels& k, ThreadPool& pool, std::span<const CpuMatrix* const> ws,
+                   const float* x, std::span<float* const> ys, int64_t n);
 // attention_cpu.cpp: paged causal attention over the batch (see Backend::attention).
 void attention(const CpuKernels& k, ThreadPool& pool, const CpuBatch& batch, const KvPool& kv,
                int32_t layer, const float* q, float* out, int32_t n_heads, float scale);
@@ -115,7 +115,7 @@ class CpuBackend : public Backend {
   void rmsnorm(const float* x, const float* weight, float* out, int64_t n, int64_t dim,
                float eps) override;
   void matmul(const Matrix& w, const float* x, float* y, int64_t n) override;
-  void matmul_same_x(std::span<const Matrix* const> ws, const float* x, std::span<float* const> ys,
+  void matmul_same_x(const Matrix* const* ws, const float* x, float* const* ys, int count,
                      int64_t n) override;
   void add_bias(float* y, const float* bias, int64_t n, int64_t dim) override;
   void add(float* y, const float* x, int64_t n) override;

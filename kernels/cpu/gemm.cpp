@@ -58,7 +58,8 @@ int64_t bf16_stride(int64_t cols) { return (cols + 31) / 32 * 32; }
 
 // x (n, cols) in BF16 for sets with a BF16 dot product, (n, bf16_stride) zero
 // padded: the caller thread's buffer, shared with the workers by pointer.
-const uint16_t* x_bf16(const CpuKernels& k, ThreadPool& pool, const float* x, int64_t n, int64_t cols) {
+const uint16_t* x_bf16(const CpuKernels& k, ThreadPool& pool, const float* x, int64_t n,
+                       int64_t cols) {
   static thread_local std::vector<uint16_t> buffer;
   const int64_t stride = bf16_stride(cols);
   if (buffer.size() < static_cast<size_t>(n * stride)) buffer.resize(n * stride);
@@ -70,11 +71,12 @@ const uint16_t* x_bf16(const CpuKernels& k, ThreadPool& pool, const float* x, in
 // and cols: x converted to BF16 once (sets with a BF16 dot product), then one
 // task list of (panels of one matrix) x (x rows), about 8 tasks per thread in
 // all, x-chunk major so that tasks running together share x.
-void panel_matmul(const CpuKernels& k, ThreadPool& pool, std::span<const CpuMatrix* const> ws, const float* x,
-                  std::span<float* const> ys, int64_t n) {
+void panel_matmul(const CpuKernels& k, ThreadPool& pool, std::span<const CpuMatrix* const> ws,
+                  const float* x, std::span<float* const> ys, int64_t n) {
   const int64_t cols = ws[0]->cols;
   std::array<GemmArgs, kMaxSameX> args;
-  std::array<int64_t, kMaxSameX + 1> first_task{};  // per x chunk: matrix i's tasks start at first_task[i]
+  std::array<int64_t, kMaxSameX + 1>
+      first_task{};  // per x chunk: matrix i's tasks start at first_task[i]
   int64_t all_panels = 0;
   for (const CpuMatrix* w : ws) all_panels += (w->rows + kPanel - 1) / kPanel;
   const int64_t x_chunk = x_chunk_rows(n);
@@ -84,7 +86,8 @@ void panel_matmul(const CpuKernels& k, ThreadPool& pool, std::span<const CpuMatr
   const int64_t per = std::max<int64_t>(1, all_panels * x_tasks / want_tasks);
 
   const int64_t stride = bf16_stride(cols);
-  const uint16_t* xb = ws[0]->dtype == DType::BF16 && k.gemm_bf16_x ? x_bf16(k, pool, x, n, cols) : nullptr;
+  const uint16_t* xb =
+      ws[0]->dtype == DType::BF16 && k.gemm_bf16_x ? x_bf16(k, pool, x, n, cols) : nullptr;
   for (size_t i = 0; i < ws.size(); ++i) {
     GemmArgs& a = args[i];
     a.packed = ws[i]->packed;
@@ -229,12 +232,13 @@ void matmul(const CpuKernels& k, ThreadPool& pool, const CpuMatrix& w, const flo
   });
 }
 
-void matmul_same_x(const CpuKernels& k, ThreadPool& pool, std::span<const CpuMatrix* const> ws, const float* x,
-                   std::span<float* const> ys, int64_t n) {
+void matmul_same_x(const CpuKernels& k, ThreadPool& pool, std::span<const CpuMatrix* const> ws,
+                   const float* x, std::span<float* const> ys, int64_t n) {
   PREFIXD_CHECK(ws.size() == ys.size() && !ws.empty(), "matmul_same_x: one output per matrix");
   bool same_panels = ws.size() <= kMaxSameX;
   for (const CpuMatrix* w : ws) {
-    same_panels = same_panels && w->has_panels() && w->dtype == ws[0]->dtype && w->cols == ws[0]->cols;
+    same_panels =
+        same_panels && w->has_panels() && w->dtype == ws[0]->dtype && w->cols == ws[0]->cols;
   }
   if (n <= 0) return;
   if (!same_panels) {

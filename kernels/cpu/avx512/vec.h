@@ -179,7 +179,8 @@ struct Vec {
   // (-inf: masked keys) gives 2^-127, a denormal that round_pairs flushes to
   // 0 and that vanishes in any sum holding the row's maximum (about 1).
   static PREFIXD_VEC_INLINE T exp2_nonpositive(T x) {
-    x = _mm512_max_ps(x, _mm512_set1_ps(-127.0f));  // a NaN x too: vmaxps then returns its second operand
+    // A NaN x too: vmaxps then returns its second operand.
+    x = _mm512_max_ps(x, _mm512_set1_ps(-127.0f));
     const T k = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const T r = _mm512_sub_ps(x, k);
     T p = _mm512_set1_ps(9.618129108e-3f);
@@ -201,13 +202,19 @@ struct Vec {
   // (vcvtne2ps2bf16, which flushes denormals to zero), then interleaved.
   static PREFIXD_VEC_INLINE PairT round_pairs(T lo, T hi) {
     const __m512i halves = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);  // lo[0..15], then hi[0..15]
-    const __m512i index = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    const __m512i index =
+        _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+                         21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
     return _mm512_permutexvar_epi16(index, halves);
   }
   // Lane i = (lo[i], hi[i]) of N BF16 values each.
   static PREFIXD_VEC_INLINE PairT zip_bf16(const uint16_t* lo, const uint16_t* hi) {
-    const __m512i index = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);  // the second vector's halves are 32 onwards
-    return _mm512_permutex2var_epi16(_mm512_castsi256_si512(load16(lo)), index, _mm512_castsi256_si512(load16(hi)));
+    // The second vector's halves are index 32 onwards.
+    const __m512i index = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9,
+                                           40, 8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1,
+                                           32, 0);
+    return _mm512_permutex2var_epi16(_mm512_castsi256_si512(load16(lo)), index,
+                                     _mm512_castsi256_si512(load16(hi)));
   }
 #endif
   // --- small integers of the block formats (N lanes of int32) ---------------

@@ -102,7 +102,8 @@ inline void put_keys(DType dtype, const void* k_src, const void* v_src, size_t s
     uint16_t* dst = kd + static_cast<size_t>(j0 + t) * D;
     const auto* src = reinterpret_cast<const uint16_t*>(ks + t * stride);
     int32_t d = 0;
-    for (; d + 2 * kLanes <= D; d += 2 * kLanes) Vec::store_pairs(dst + d, Vec::load_pairs(src + d));
+    for (; d + 2 * kLanes <= D; d += 2 * kLanes)
+      Vec::store_pairs(dst + d, Vec::load_pairs(src + d));
     if (d < D) std::memcpy(dst + d, src + d, (D - d) * sizeof(uint16_t));
   }
   for (int32_t t = 0; t < n;) {
@@ -155,13 +156,14 @@ PREFIXD_VEC_INLINE void zero_tile(V (&t)[R][G]) {
     for (int g = 0; g < G; ++g) t[r][g] = Vec::zero();
 }
 template <int R, int G>
-PREFIXD_VEC_INLINE void load_rescaled(V (&t)[R][G], const float* acc, const V* alpha, bool rescale, int32_t D,
-                                      int32_t d0) {
+PREFIXD_VEC_INLINE void load_rescaled(V (&t)[R][G], const float* acc, const V* alpha, bool rescale,
+                                      int32_t D, int32_t d0) {
   if (!rescale) {
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
-      for (int g = 0; g < G; ++g) t[r][g] = Vec::load(acc + (static_cast<size_t>(g) * D + d0 + r) * kLanes);
+      for (int g = 0; g < G; ++g)
+        t[r][g] = Vec::load(acc + (static_cast<size_t>(g) * D + d0 + r) * kLanes);
     return;
   }
 #pragma GCC unroll 8
@@ -183,7 +185,8 @@ PREFIXD_VEC_INLINE void store_tile(const V (&t)[R][G], float* acc, int32_t D, in
 // kChunk * kLanes, key stride kLanes). The scores stay unscaled: the exp
 // scales them (chunk_step).
 template <int R, int G>
-PREFIXD_VEC_INLINE void score_epilogue(V (&acc)[R][G], float* s, bool mask, float key_r0, const V* qpos, V* mx) {
+PREFIXD_VEC_INLINE void score_epilogue(V (&acc)[R][G], float* s, bool mask, float key_r0,
+                                       const V* qpos, V* mx) {
   const V neg_inf = Vec::set1(-INFINITY);
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
@@ -226,8 +229,8 @@ inline void score_tile(const float* qt, const float* kc, int32_t dynamic_d, floa
 // acc[g][d] = acc[g][d] * alpha[g] + sum_j vc[j][d] * p[g][j], j in [0, kChunk).
 // Each element sums in key order, the same order whatever the tile shape.
 template <int R, int G, int kHeadDim>
-inline void pv_tile(float* acc, const float* vc, const float* p, const V* alpha, bool rescale, int32_t dynamic_d,
-                    int32_t d0) {
+inline void pv_tile(float* acc, const float* vc, const float* p, const V* alpha, bool rescale,
+                    int32_t dynamic_d, int32_t d0) {
   const int32_t D = kHeadDim > 0 ? kHeadDim : dynamic_d;
   V a[R][G];
   load_rescaled<R, G>(a, acc, alpha, rescale, D, d0);
@@ -250,8 +253,8 @@ inline void pv_tile(float* acc, const float* vc, const float* p, const V* alpha,
 // the F32 layout's group stride (2 * D * kLanes halves), kc (R, D) BF16; each
 // dot product takes a pair of head-dim elements.
 template <int R, int G, int kHeadDim>
-inline void score_tile_bf16(const uint16_t* qt, const uint16_t* kc, int32_t dynamic_d, float* s, bool mask,
-                            float key_r0, const V* qpos, V* mx) {
+inline void score_tile_bf16(const uint16_t* qt, const uint16_t* kc, int32_t dynamic_d, float* s,
+                            bool mask, float key_r0, const V* qpos, V* mx) {
   const int32_t D = kHeadDim > 0 ? kHeadDim : dynamic_d;
   V acc[R][G];
   zero_tile<R, G>(acc);
@@ -273,8 +276,8 @@ inline void score_tile_bf16(const uint16_t* qt, const uint16_t* kc, int32_t dyna
 // pv_tile with BF16 operands: vc (kChunk / 2, D, 2) and pb G groups of
 // (kChunk / 2, kLanes, 2) BF16 key pairs; sums run over key pairs in order.
 template <int R, int G, int kHeadDim>
-inline void pv_tile_bf16(float* acc, const uint16_t* vc, const uint16_t* pb, const V* alpha, bool rescale,
-                         int32_t dynamic_d, int32_t d0) {
+inline void pv_tile_bf16(float* acc, const uint16_t* vc, const uint16_t* pb, const V* alpha,
+                         bool rescale, int32_t dynamic_d, int32_t d0) {
   const int32_t D = kHeadDim > 0 ? kHeadDim : dynamic_d;
   V a[R][G];
   load_rescaled<R, G>(a, acc, alpha, rescale, D, d0);
@@ -322,12 +325,14 @@ inline void chunk_step(const void* qt, float* acc, const void* kc, const void* v
     const float fkey = key0 + static_cast<float>(j0);
     if constexpr (kBf16) {
 #if defined(__AVX512BF16__)
-      score_tile_bf16<kRowTile, G, kHeadDim>(static_cast<const uint16_t*>(qt), static_cast<const uint16_t*>(kc) + j0 * D,
-                                             D, p + j0 * kLanes, need_mask, fkey, qpos, mx);
+      score_tile_bf16<kRowTile, G, kHeadDim>(static_cast<const uint16_t*>(qt),
+                                             static_cast<const uint16_t*>(kc) + j0 * D, D,
+                                             p + j0 * kLanes, need_mask, fkey, qpos, mx);
 #endif
     } else {
-      score_tile<kRowTile, G, kHeadDim>(static_cast<const float*>(qt), static_cast<const float*>(kc) + j0 * D, D,
-                                        p + j0 * kLanes, need_mask, fkey, qpos, mx);
+      score_tile<kRowTile, G, kHeadDim>(static_cast<const float*>(qt),
+                                        static_cast<const float*>(kc) + j0 * D, D, p + j0 * kLanes,
+                                        need_mask, fkey, qpos, mx);
     }
   }
   // Scores stay unscaled; the exp takes s * scale - max in one fmsub.
@@ -342,7 +347,8 @@ inline void chunk_step(const void* qt, float* acc, const void* kc, const void* v
       uint16_t* pbg = pb + static_cast<size_t>(g) * kChunk * kLanes;
       for (int j = 0; j < kChunk; j += 2) {
         const V e0 = Vec::exp2_nonpositive(Vec::fmsub(Vec::load(pg + j * kLanes), vscale, mx[g]));
-        const V e1 = Vec::exp2_nonpositive(Vec::fmsub(Vec::load(pg + (j + 1) * kLanes), vscale, mx[g]));
+        const V e1 =
+            Vec::exp2_nonpositive(Vec::fmsub(Vec::load(pg + (j + 1) * kLanes), vscale, mx[g]));
         Vec::store_pairs(pbg + j * kLanes, Vec::round_pairs(e0, e1));
         sum = Vec::add(Vec::add(sum, e0), e1);
       }
@@ -364,7 +370,8 @@ inline void chunk_step(const void* qt, float* acc, const void* kc, const void* v
   auto pv = [&]<int R>(int32_t d0) {
     if constexpr (kBf16) {
 #if defined(__AVX512BF16__)
-      pv_tile_bf16<R, G, kHeadDim>(acc, static_cast<const uint16_t*>(vc), pb, alpha, rescale, D, d0);
+      pv_tile_bf16<R, G, kHeadDim>(acc, static_cast<const uint16_t*>(vc), pb, alpha, rescale, D,
+                                   d0);
 #endif
     } else {
       pv_tile<R, G, kHeadDim>(acc, static_cast<const float*>(vc), p, alpha, rescale, D, d0);
