@@ -255,14 +255,15 @@ TEST_CASE("matmul_same_x gives each output exactly as matmul does, for one type 
   auto be = make_cpu_backend(2, testing::isa_under_test());
   std::mt19937 rng(6);
   const int64_t cols = 256;
-  // q/k/v-like shapes (rows not all whole panels), then a mix the CPU cannot
-  // run as one task list (it falls back to one product each).
+  // q/k/v-like shapes (rows not all whole panels), then a mix and more
+  // matrices than one task list takes (both fall back to one product each).
   const std::vector<std::vector<WeightType>> sets = {
       {WeightType::BF16, WeightType::BF16, WeightType::BF16},
       {WeightType::F32, WeightType::F32},
       {WeightType::BF16, WeightType::F32, WeightType::Q8_0},
+      std::vector<WeightType>(cpu::kMaxSameX + 1, WeightType::BF16),
   };
-  const std::vector<int64_t> rows = {96, 40, 33};
+  const std::vector<int64_t> rows = {96, 40, 33, 64, 32};
   for (const auto& types : sets) {
     std::vector<std::unique_ptr<Matrix>> ws;
     for (size_t i = 0; i < types.size(); ++i) {

@@ -42,6 +42,11 @@ void attention(const CpuKernels& k, ThreadPool& pool, const CpuBatch& batch, con
   };
   while (task_lanes / 2 >= k.attn_tile_lanes && count_tasks(task_lanes) < 8 * pool.n_threads()) task_lanes /= 2;
 
+  // The task of pairs [f0, f1) of sequence s's KV head kvh: it needs the keys
+  // up to its last row.
+  auto make_task = [&](int32_t s, int32_t kvh, int32_t f0, int32_t f1) {
+    return AttnTask{s, kvh, f0, f1, batch.seqs[s].pos0 + (f1 - 1) / G + 1};
+  };
   std::vector<AttnTask> tasks;
   for (int32_t s = 0; s < static_cast<int32_t>(batch.seqs.size()); ++s) {
     const BatchSeq& seq = batch.seqs[s];
@@ -50,7 +55,7 @@ void attention(const CpuKernels& k, ThreadPool& pool, const CpuBatch& batch, con
     for (int32_t kvh = 0; kvh < g.n_kv_heads; ++kvh) {
       for (int32_t f0 = 0; f0 < n_f; f0 += task_lanes) {
         const int32_t f1 = std::min(n_f, f0 + task_lanes);
-        tasks.push_back(AttnTask{s, kvh, f0, f1, seq.pos0 + (f1 - 1) / G + 1});
+        tasks.push_back(make_task(s, kvh, f0, f1));
       }
     }
   }
@@ -64,19 +69,14 @@ void attention(const CpuKernels& k, ThreadPool& pool, const CpuBatch& batch, con
   // then end within one group's work of each other. (15 tasks of a suffix's
   // 100 rows left one thread idle for about half a task per layer.)
   const size_t tail = std::min(tasks.size(), static_cast<size_t>(pool.n_threads()));
-  if (tasks.size() > 1 && tail > 0) {
+  if (tasks.size() > 1) {
     const int32_t piece = k.attn_group_lanes;
     const size_t first = tasks.size() - tail;
     for (size_t i = first, n = tasks.size(); i < n; ++i) {
       const AttnTask t = tasks[i];
-      if (t.f_end - t.f_begin <= piece) continue;
-      tasks[i].f_end = t.f_begin + piece;
-      tasks[i].kv_len = batch.seqs[t.seq].pos0 + (tasks[i].f_end - 1) / G + 1;
-      for (int32_t f0 = t.f_begin + piece; f0 < t.f_end; f0 += piece) {
-        const int32_t f1 = std::min(t.f_end, f0 + piece);
-        tasks.push_back(
-            AttnTask{t.seq, t.kv_head, f0, f1, batch.seqs[t.seq].pos0 + (f1 - 1) / G + 1});
-      }
+      tasks[i] = make_task(t.seq, t.kv_head, t.f_begin, std::min(t.f_end, t.f_begin + piece));
+      for (int32_t f0 = t.f_begin + piece; f0 < t.f_end; f0 += piece)
+        tasks.push_back(make_task(t.seq, t.kv_head, f0, std::min(t.f_end, f0 + piece)));
     }
     std::stable_sort(tasks.begin() + static_cast<std::ptrdiff_t>(first), tasks.end(),
                      [&](const AttnTask& a, const AttnTask& b) { return work(a) > work(b); });

@@ -127,9 +127,11 @@ void CpuBackend::matmul(const Matrix& w, const float* x, float* y, int64_t n) {
 
 void CpuBackend::matmul_same_x(const Matrix* const* ws, const float* x, float* const* ys, int count,
                                int64_t n) {
-  std::array<const CpuMatrix*, 8> cpu_ws;
-  PREFIXD_CHECK(count >= 1 && count <= static_cast<int>(cpu_ws.size()),
-                "matmul_same_x: 1 to 8 matrices");
+  if (count < 1 || count > static_cast<int>(cpu::kMaxSameX)) {  // one product each
+    Backend::matmul_same_x(ws, x, ys, count, n);
+    return;
+  }
+  std::array<const CpuMatrix*, cpu::kMaxSameX> cpu_ws;
   for (int i = 0; i < count; ++i) cpu_ws[i] = static_cast<const CpuMatrix*>(ws[i]);
   const auto n_ws = static_cast<size_t>(count);
   cpu::matmul_same_x(k_, pool_, std::span<const CpuMatrix* const>(cpu_ws.data(), n_ws), x,

@@ -67,7 +67,9 @@ void free_aligned(void* ptr);
 // gemm.cpp: y (n, w.rows) f32 = x (n, w.cols) f32 · Wᵀ.
 void matmul(const CpuKernels& k, ThreadPool& pool, const CpuMatrix& w, const float* x, float* y,
             int64_t n);
-// ys[i] (n, ws[i]->rows) = x (n, cols) · Wᵢᵀ (see Backend::matmul_same_x).
+// ys[i] (n, ws[i]->rows) = x (n, cols) · Wᵢᵀ (see Backend::matmul_same_x), for
+// at most kMaxSameX matrices.
+constexpr size_t kMaxSameX = 4;
 void matmul_same_x(const CpuKernels& k, ThreadPool& pool, std::span<const CpuMatrix* const> ws,
                    const float* x, std::span<float* const> ys, int64_t n);
 // attention_cpu.cpp: paged causal attention over the batch (see Backend::attention).

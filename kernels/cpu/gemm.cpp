@@ -20,7 +20,6 @@ namespace {
 constexpr int64_t kPanel = kGemmPanel;  // output rows per panel
 constexpr int64_t kXChunk = 48;         // x rows per task, at most, past kWholeXRows
 constexpr int64_t kWholeXRows = 128;    // up to this many x rows, every task takes them all
-constexpr size_t kMaxSameX = 4;         // matrices in one matmul_same_x call, at most
 
 // x rows per task. Up to kWholeXRows (a prompt's uncached suffix, decode
 // batches) all of them: the tasks split the panels only, each panel is read
@@ -75,8 +74,8 @@ void panel_matmul(const CpuKernels& k, ThreadPool& pool, std::span<const CpuMatr
                   const float* x, std::span<float* const> ys, int64_t n) {
   const int64_t cols = ws[0]->cols;
   std::array<GemmArgs, kMaxSameX> args;
-  std::array<int64_t, kMaxSameX + 1>
-      first_task{};  // per x chunk: matrix i's tasks start at first_task[i]
+  // Per x chunk, matrix i's tasks start at first_task[i].
+  std::array<int64_t, kMaxSameX + 1> first_task{};
   int64_t all_panels = 0;
   for (const CpuMatrix* w : ws) all_panels += (w->rows + kPanel - 1) / kPanel;
   const int64_t x_chunk = x_chunk_rows(n);
@@ -234,8 +233,9 @@ void matmul(const CpuKernels& k, ThreadPool& pool, const CpuMatrix& w, const flo
 
 void matmul_same_x(const CpuKernels& k, ThreadPool& pool, std::span<const CpuMatrix* const> ws,
                    const float* x, std::span<float* const> ys, int64_t n) {
-  PREFIXD_CHECK(ws.size() == ys.size() && !ws.empty(), "matmul_same_x: one output per matrix");
-  bool same_panels = ws.size() <= kMaxSameX;
+  PREFIXD_CHECK(ws.size() == ys.size() && !ws.empty() && ws.size() <= kMaxSameX,
+                "matmul_same_x: 1 to kMaxSameX matrices, one output each");
+  bool same_panels = true;
   for (const CpuMatrix* w : ws) {
     same_panels =
         same_panels && w->has_panels() && w->dtype == ws[0]->dtype && w->cols == ws[0]->cols;

@@ -335,7 +335,6 @@ inline void chunk_step(const void* qt, float* acc, const void* kc, const void* v
                                         need_mask, fkey, qpos, mx);
     }
   }
-  // Scores stay unscaled; the exp takes s * scale - max in one fmsub.
   for (int g = 0; g < G; ++g) mx[g] = Vec::max(st[g].m, Vec::mul(mx[g], vscale));
   V alpha[G];
   for (int g = 0; g < G; ++g) {
@@ -343,7 +342,8 @@ inline void chunk_step(const void* qt, float* acc, const void* kc, const void* v
     V sum = Vec::zero();
     if constexpr (kBf16) {
 #if defined(__AVX512BF16__)
-      alpha[g] = Vec::exp2_nonpositive(Vec::sub(st[g].m, mx[g]));  // 0 while m == -inf
+      // 2^-127 while m == -inf, where l and acc are still 0.
+      alpha[g] = Vec::exp2_nonpositive(Vec::sub(st[g].m, mx[g]));
       uint16_t* pbg = pb + static_cast<size_t>(g) * kChunk * kLanes;
       for (int j = 0; j < kChunk; j += 2) {
         const V e0 = Vec::exp2_nonpositive(Vec::fmsub(Vec::load(pg + j * kLanes), vscale, mx[g]));
