@@ -599,7 +599,7 @@ TEST_CASE("kv_store and paged attention match a double reference (varlen, GQA, e
       // Sets with a BF16 dot product multiply a BF16 pool as it is, with Q and
       // the probabilities rounded to BF16: the reference takes the rounded Q,
       // and a probability's rounding (relative 2^-9) moves an output by at
-      // most 2^-9 of the largest |v| (2); their exp2 (relative 5e-5) by 1e-4.
+      // most 2^-9 of the largest |v| (2); their exp2 (relative 3e-6) far less.
       const bool bf16_operands =
           static_cast<const cpu::CpuBackend&>(*be).kernels().attn_bf16_operands(dt, c.head_dim);
       const double tolerance = bf16_operands ? 2.0 / 512 + 2e-4 : 2e-5;

@@ -98,6 +98,25 @@ struct Vec {
     return _mm256_andnot_ps(under, y);
   }
 
+  // 2^x for x <= 0 (attention scores less their running max, in log2
+  // units): the AVX-512 set's degree-5 polynomial on r = x - floor(x), times
+  // 2^floor(x) from its exponent bits. x is clamped to -127 first, whose
+  // 2^-127 has zero exponent bits: -inf (and NaN) give 0.
+  static PREFIXD_VEC_INLINE T exp2_nonpositive(T x) {
+    x = _mm256_max_ps(x, _mm256_set1_ps(-127.0f));  // vmaxps returns -127 for a NaN x
+    const T k = _mm256_floor_ps(x);
+    const T r = _mm256_sub_ps(x, k);
+    T p = _mm256_set1_ps(1.866836916e-3f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(9.017630480e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.579951406e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(2.401645482e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(6.931512952e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    const __m256i e =
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+  }
+
   // 8 halves -> 8 floats; NaN lanes rebuilt so the payload stays (see avx512/vec.h).
   static PREFIXD_VEC_INLINE T f16_to_f32(__m128i h) {
     T f = _mm256_cvtph_ps(h);

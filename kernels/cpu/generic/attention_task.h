@@ -317,9 +317,9 @@ inline void chunk_step(const void* qt, float* acc, const void* kc, const void* v
     mx[g] = Vec::set1(-INFINITY);  // the chunk's unscaled maximum first
   }
   // The exp scales the scores (s * scale - max, one fmsub), not the score
-  // tiles. BF16 operands: in log2 units (scale * log2 e), so that the
-  // probabilities are powers of 2 (Vec::exp2_nonpositive).
-  const V vscale = Vec::set1(kBf16 ? scale * 1.44269504088896341f : scale);
+  // tiles, in log2 units (scale * log2 e) for Vec::exp2_nonpositive; the
+  // running maxima are in those units too.
+  const V vscale = Vec::set1(scale * 1.44269504088896341f);
 #pragma GCC unroll 1
   for (int j0 = 0; j0 < kChunk; j0 += kRowTile) {
     const float fkey = key0 + static_cast<float>(j0);
@@ -342,21 +342,21 @@ inline void chunk_step(const void* qt, float* acc, const void* kc, const void* v
     V sum = Vec::zero();
     if constexpr (kBf16) {
 #if defined(__AVX512BF16__)
-      // 2^-127 while m == -inf, where l and acc are still 0.
-      alpha[g] = Vec::exp2_nonpositive(Vec::sub(st[g].m, mx[g]));
+      alpha[g] = Vec::exp2_nonpositive_bf16(Vec::sub(st[g].m, mx[g]));  // 0 while m == -inf
       uint16_t* pbg = pb + static_cast<size_t>(g) * kChunk * kLanes;
       for (int j = 0; j < kChunk; j += 2) {
-        const V e0 = Vec::exp2_nonpositive(Vec::fmsub(Vec::load(pg + j * kLanes), vscale, mx[g]));
+        const V e0 =
+            Vec::exp2_nonpositive_bf16(Vec::fmsub(Vec::load(pg + j * kLanes), vscale, mx[g]));
         const V e1 =
-            Vec::exp2_nonpositive(Vec::fmsub(Vec::load(pg + (j + 1) * kLanes), vscale, mx[g]));
+            Vec::exp2_nonpositive_bf16(Vec::fmsub(Vec::load(pg + (j + 1) * kLanes), vscale, mx[g]));
         Vec::store_pairs(pbg + j * kLanes, Vec::round_pairs(e0, e1));
         sum = Vec::add(Vec::add(sum, e0), e1);
       }
 #endif
     } else {
-      alpha[g] = Vec::exp(Vec::sub(st[g].m, mx[g]));  // 0 while m == -inf
+      alpha[g] = Vec::exp2_nonpositive(Vec::sub(st[g].m, mx[g]));  // 0 while m == -inf
       for (int j = 0; j < kChunk; ++j) {
-        const V e = Vec::exp(Vec::fmsub(Vec::load(pg + j * kLanes), vscale, mx[g]));
+        const V e = Vec::exp2_nonpositive(Vec::fmsub(Vec::load(pg + j * kLanes), vscale, mx[g]));
         Vec::store(pg + j * kLanes, e);
         sum = Vec::add(sum, e);
       }

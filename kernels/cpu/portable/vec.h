@@ -97,6 +97,28 @@ struct Vec {
     return under ? zero() : y;
   }
 
+  // 2^x for x <= 0 as the AVX2 set computes it (clamp to -127, floor, the
+  // degree-5 polynomial, 2^floor from exponent bits): -inf and NaN give 0.
+  static PREFIXD_VEC_INLINE T exp2_nonpositive(T x) {
+    x = x >= set1(-127.0f) ? x : set1(-127.0f);  // a NaN x compares false
+    I ki = __builtin_convertvector(x, I);        // truncates toward 0 ...
+    T k = __builtin_convertvector(ki, T);
+    const I below = k > x;  // ... so negative non-integers step down one
+    ki = ki + below;        // (true lanes are -1)
+    k = __builtin_convertvector(ki, T);
+    const T r = x - k;
+    T p = set1(1.866836916e-3f);
+    p = p * r + 9.017630480e-3f;
+    p = p * r + 5.579951406e-2f;
+    p = p * r + 2.401645482e-1f;
+    p = p * r + 6.931512952e-1f;
+    p = p * r + 1.0f;
+    const I e = (ki + 127) << 23;
+    T two_k;
+    std::memcpy(&two_k, &e, sizeof(two_k));
+    return p * two_k;
+  }
+
   static PREFIXD_VEC_INLINE T load_f16(const uint16_t* p) { return load_f16_n(p, N); }
   // Branch-free F16 widening: the 15 magnitude bits shifted into F32
   // position and scaled by 2^112 rebase the exponent (subnormals included);
