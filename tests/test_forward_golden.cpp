@@ -10,6 +10,7 @@
 #include <set>
 
 #include "engine/model/gguf_writer.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "tests/cpu_isa_under_test.h"
 #include "tests/golden.h"
 
@@ -102,6 +103,55 @@ TEST_CASE("forward pass split at any point equals the whole pass (F32 KV)") {
           }
           CHECK(worst <= tol);
           check_greedy(r, g, c, std::vector<float>(rest.end() - g.n_vocab, rest.end()), tol);
+        }
+      }
+    }
+  }
+}
+
+// The last layer runs its attention and feed-forward for the output rows
+// alone: their logits are the whole batch's, and the other rows' K/V are
+// still written (a later chunk attending to them sees the same). Bit for bit
+// where the matrix products give a row the same sums whatever the batch (F32
+// weights; BF16 with a BF16 dot product); block and F16 weights take other
+// kernels for a few rows than for many (int8 products below 16 rows), so
+// there within the reference tolerance.
+TEST_CASE("the last layer for the output rows alone: the same logits, every row's K/V written") {
+  for (const auto& [name, tol] : all_golden_models()) {
+    SUBCASE(name.c_str()) {
+      GoldenModel g = load_golden(name, tol);
+      Loaded l = load(g);
+      for (const GoldenCase& c : g.cases) {
+        CAPTURE(name);
+        CAPTURE(c.name);
+        const int32_t n = static_cast<int32_t>(c.ids.size());
+        const size_t row_bytes = size_t(g.n_vocab) * sizeof(float);
+        const WeightType wt = l.model->layer(0).wq->source_type;
+        const bool exact = wt == WeightType::F32 ||
+                           (wt == WeightType::BF16 &&
+                            static_cast<const cpu::CpuBackend&>(*l.backend).kernels().gemm_bf16_x);
+        SequenceRunner whole(*l.model, DType::F32, n + 1);
+        const std::vector<float> all = whole.run(c.ids, 0, true);
+        // Row `p` of `got` against row `p` of the whole batch's logits.
+        auto same = [&](const float* got, int32_t p) {
+          if (exact) return std::memcmp(got, &all[size_t(p) * g.n_vocab], row_bytes) == 0;
+          return logit_error(c.positions[p], got, g.n_vocab) <= tol;
+        };
+        SequenceRunner last(*l.model, DType::F32, n + 1);
+        const std::vector<float> one = last.run(c.ids, 0, false);
+        REQUIRE(one.size() == size_t(g.n_vocab));
+        CHECK(same(one.data(), n - 1));
+        // The head's last layer ran for its last row only; the tail reads
+        // every head row's K/V from the pool.
+        const int32_t s = n / 2;
+        if (s == 0) continue;
+        SequenceRunner split(*l.model, DType::F32, n + 1);
+        split.run(std::vector<int32_t>(c.ids.begin(), c.ids.begin() + s), 0, false);
+        const std::vector<float> rest =
+            split.run(std::vector<int32_t>(c.ids.begin() + s, c.ids.end()), s, true);
+        for (int32_t p = s; p < n; ++p) {
+          CAPTURE(p);
+          CHECK(same(&rest[size_t(p - s) * g.n_vocab], p));
         }
       }
     }

@@ -22,12 +22,47 @@ ForwardPass::ForwardPass(const Model& model, int32_t max_tokens, int32_t max_out
   proj_ = buf(max_tokens, c.n_embd);
   gate_ = buf(max_tokens, c.n_ff);
   up_ = buf(max_tokens, c.n_ff);
+  out_q_ = buf(max_outputs, q_dim);
   out_x_ = buf(max_outputs, c.n_embd);
   logits_ = buf(max_outputs, c.n_vocab);
 }
 
 ForwardPass::~ForwardPass() {
-  for (float* p : {x_, h_, q_, k_, v_, attn_, proj_, gate_, up_, out_x_, logits_}) backend_.free(p);
+  for (float* p : {x_, h_, q_, k_, v_, attn_, proj_, gate_, up_, out_q_, out_x_, logits_})
+    backend_.free(p);
+}
+
+Batch ForwardPass::output_batch(const Batch& batch) {
+  Batch out;
+  out.block_tables = batch.block_tables;
+  size_t s = 0;
+  for (int32_t row : batch.output_rows) {
+    while (batch.seqs[s].q_start + batch.seqs[s].n_q <= row) ++s;  // rows are ascending
+    const BatchSeq& seq = batch.seqs[s];
+    const int32_t i = static_cast<int32_t>(out.tokens.size());
+    out.tokens.push_back(batch.tokens[row]);
+    out.positions.push_back(batch.positions[row]);
+    out.slots.push_back(batch.slots[row]);
+    out.seqs.push_back(BatchSeq{i, 1, batch.positions[row], seq.table_start, seq.n_table});
+    out.output_rows.push_back(i);
+  }
+  return out;
+}
+
+void ForwardPass::finish_layer(int32_t il, KvPool& pool, const float* q, float* x, int64_t n) {
+  const ModelConfig& c = model_.config();
+  const LayerWeights& l = model_.layer(il);
+  backend_.attention(pool, il, q, attn_, c.n_heads,
+                     1.0f / std::sqrt(static_cast<float>(c.head_dim)));
+  backend_.matmul(*l.wo, attn_, proj_, n);
+  backend_.add(x, proj_, n * c.n_embd);
+  backend_.rmsnorm(x, l.ffn_norm, h_, n, c.n_embd, c.rms_eps);
+  const Matrix* gate_up[] = {l.w_gate.get(), l.w_up.get()};
+  float* gate_up_out[] = {gate_, up_};
+  backend_.matmul_same_x(gate_up, h_, gate_up_out, 2, n);
+  backend_.swiglu(gate_, up_, gate_, n * c.n_ff);
+  backend_.matmul(*l.w_down, gate_, proj_, n);
+  backend_.add(x, proj_, n * c.n_embd);
 }
 
 void ForwardPass::run(const Batch& batch, KvPool& pool, std::vector<float>* logits_out) {
@@ -38,14 +73,13 @@ void ForwardPass::run(const Batch& batch, KvPool& pool, std::vector<float>* logi
   PREFIXD_CHECK(n_out <= max_outputs_, "too many output rows");
   const int64_t q_dim = static_cast<int64_t>(c.n_heads) * c.head_dim;
   const int64_t kv_dim = static_cast<int64_t>(c.n_kv_heads) * c.head_dim;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   const float* rope_factors = c.rope_freq_factors.empty() ? nullptr : c.rope_freq_factors.data();
 
   backend_.prepare_batch(batch, pool.geom.block_size);
   backend_.embed(model_.token_embd(), x_);
   for (int32_t il = 0; il < c.n_layers; ++il) {
     const LayerWeights& l = model_.layer(il);
-    // Attention sub-layer.
+    // Attention sub-layer: Q, K, V of every row, K and V into the pool.
     backend_.rmsnorm(x_, l.attn_norm, h_, n, c.n_embd, c.rms_eps);
     const Matrix* qkv[] = {l.wq.get(), l.wk.get(), l.wv.get()};
     float* qkv_out[] = {q_, k_, v_};
@@ -63,24 +97,23 @@ void ForwardPass::run(const Batch& batch, KvPool& pool, std::vector<float>* logi
     backend_.rope(k_, c.n_kv_heads, c.head_dim, c.rope_dim, c.rope_base, rope_factors,
                   c.rope_style);
     backend_.kv_store(pool, il, k_, v_);
-    backend_.attention(pool, il, q_, attn_, c.n_heads, scale);
-    backend_.matmul(*l.wo, attn_, proj_, n);
-    backend_.add(x_, proj_, n * c.n_embd);
-    // Feed-forward sub-layer.
-    backend_.rmsnorm(x_, l.ffn_norm, h_, n, c.n_embd, c.rms_eps);
-    const Matrix* gate_up[] = {l.w_gate.get(), l.w_up.get()};
-    float* gate_up_out[] = {gate_, up_};
-    backend_.matmul_same_x(gate_up, h_, gate_up_out, 2, n);
-    backend_.swiglu(gate_, up_, gate_, n * c.n_ff);
-    backend_.matmul(*l.w_down, gate_, proj_, n);
-    backend_.add(x_, proj_, n * c.n_embd);
+    if (il + 1 < c.n_layers || n_out == n) {
+      finish_layer(il, pool, q_, x_, n);
+      continue;
+    }
+    // The last layer, with rows whose output nothing reads: only the output
+    // rows (their Q and residual gathered) go on, as a batch of their own.
+    if (n_out == 0) {
+      logits_out->clear();
+      backend_.synchronize();
+      return;
+    }
+    backend_.gather_output_rows(q_, out_q_, q_dim);
+    backend_.gather_output_rows(x_, out_x_, c.n_embd);
+    backend_.prepare_batch(output_batch(batch), pool.geom.block_size);
+    finish_layer(il, pool, out_q_, out_x_, n_out);
   }
-  if (n_out == 0) {
-    logits_out->clear();
-    backend_.synchronize();
-    return;
-  }
-  backend_.gather_output_rows(x_, out_x_, c.n_embd);
+  if (n_out == n) backend_.gather_output_rows(x_, out_x_, c.n_embd);
   backend_.rmsnorm(out_x_, model_.output_norm(), out_x_, n_out, c.n_embd, c.rms_eps);
   backend_.matmul(model_.output(), out_x_, logits_, n_out);
   logits_out->resize(static_cast<size_t>(n_out) * c.n_vocab);

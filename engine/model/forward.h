@@ -23,9 +23,20 @@ class ForwardPass {
 
   // Runs the batch. `batch.output_rows` selects the rows whose logits are
   // returned in `logits_out`: (output_rows.size(), n_vocab) f32, host memory.
+  // The last layer writes every row's K/V, but its attention and
+  // feed-forward run for the output rows only (none in a prefill chunk
+  // without outputs): no later layer reads the other rows.
   void run(const Batch& batch, KvPool& pool, std::vector<float>* logits_out);
 
  private:
+  // Attention and feed-forward sub-layers of layer `il` after its K/V are
+  // stored: x (n, n_embd) += attention(q); x += FFN(x), over the backend's
+  // prepared batch of n rows.
+  void finish_layer(int32_t il, KvPool& pool, const float* q, float* x, int64_t n);
+  // The batch of the output rows alone: each a one-row sequence at its
+  // position, with its sequence's block table.
+  static Batch output_batch(const Batch& batch);
+
   const Model& model_;
   Backend& backend_;
   int32_t max_tokens_;
@@ -39,6 +50,7 @@ class ForwardPass {
   float* proj_ = nullptr;    // (max_tokens, n_embd) sub-layer output
   float* gate_ = nullptr;    // (max_tokens, n_ff)
   float* up_ = nullptr;      // (max_tokens, n_ff)
+  float* out_q_ = nullptr;   // (max_outputs, n_heads * head_dim)
   float* out_x_ = nullptr;   // (max_outputs, n_embd)
   float* logits_ = nullptr;  // (max_outputs, n_vocab)
 };
