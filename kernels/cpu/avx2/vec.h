@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/cpu/exp2_poly.h"
+
 #define PREFIXD_VEC_INLINE inline __attribute__((always_inline))
 
 namespace prefixd::cpu::PREFIXD_ISA_NS {
@@ -99,18 +101,16 @@ struct Vec {
   }
 
   // 2^x for x <= 0 (attention scores less their running max, in log2
-  // units): the AVX-512 set's degree-5 polynomial on r = x - floor(x), times
+  // units): the degree-5 polynomial of exp2_poly.h on r = x - floor(x), times
   // 2^floor(x) from its exponent bits. x is clamped to -127 first, whose
   // 2^-127 has zero exponent bits: -inf (and NaN) give 0.
   static PREFIXD_VEC_INLINE T exp2_nonpositive(T x) {
     x = _mm256_max_ps(x, _mm256_set1_ps(-127.0f));  // vmaxps returns -127 for a NaN x
     const T k = _mm256_floor_ps(x);
     const T r = _mm256_sub_ps(x, k);
-    T p = _mm256_set1_ps(1.866836916e-3f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(9.017630480e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.579951406e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(2.401645482e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(6.931512952e-1f));
+    T p = _mm256_set1_ps(kExp2Degree5[0]);
+#pragma GCC unroll 8
+    for (int i = 1; i < 5; ++i) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kExp2Degree5[i]));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
     const __m256i e =
         _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);

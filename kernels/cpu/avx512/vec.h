@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/exp2_poly.h"
+
 // GCC 12 reports its own _mm512_undefined_* temporaries in avx512fintrin.h as
 // (maybe-)uninitialized when masked intrinsics inline; a known false positive.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -97,15 +99,11 @@ struct Vec {
   // with p(0) = 1 (so 2^0 = 1 exactly), times 2^floor(x) (vscalefps, which
   // flushes far below 2^-126 to 0). -inf gives 0; NaN stays NaN. Degree 5,
   // relative error 1.5e-7: six operations where exp() takes sixteen.
-  static PREFIXD_VEC_INLINE T exp2_nonpositive(T x) { return exp2_poly<5>(x, kExp2Degree5); }
+  static PREFIXD_VEC_INLINE T exp2_nonpositive(T x) { return exp2_poly(x, kExp2Degree5); }
   // The same where the result is rounded to BF16 (relative 2^-9) anyway:
   // degree 4, relative error 3e-6.
-  static PREFIXD_VEC_INLINE T exp2_nonpositive_bf16(T x) { return exp2_poly<4>(x, kExp2Degree4); }
-  // Coefficients of r^degree down to r^1 (fitted to the relative error).
-  static constexpr float kExp2Degree5[5] = {1.866836916e-3f, 9.017630480e-3f, 5.579951406e-2f,
-                                            2.401645482e-1f, 6.931512952e-1f};
-  static constexpr float kExp2Degree4[4] = {1.342328731e-2f, 5.224781111e-2f, 2.412778586e-1f,
-                                            6.930450797e-1f};
+  static PREFIXD_VEC_INLINE T exp2_nonpositive_bf16(T x) { return exp2_poly(x, kExp2Degree4); }
+  // The polynomial of kernels/cpu/exp2_poly.h on x - floor(x), times 2^floor(x).
   template <int kDegree>
   static PREFIXD_VEC_INLINE T exp2_poly(T x, const float (&c)[kDegree]) {
     const T r = _mm512_reduce_ps(x, _MM_FROUND_TO_NEG_INF);

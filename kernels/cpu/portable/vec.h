@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/cpu/exp2_poly.h"
 #include "kernels/dtype.h"
 
 #define PREFIXD_VEC_INLINE inline __attribute__((always_inline))
@@ -98,7 +99,8 @@ struct Vec {
   }
 
   // 2^x for x <= 0 as the AVX2 set computes it (clamp to -127, floor, the
-  // degree-5 polynomial, 2^floor from exponent bits): -inf and NaN give 0.
+  // degree-5 polynomial of exp2_poly.h, 2^floor from exponent bits): -inf
+  // and NaN give 0.
   static PREFIXD_VEC_INLINE T exp2_nonpositive(T x) {
     x = x >= set1(-127.0f) ? x : set1(-127.0f);  // a NaN x compares false
     I ki = __builtin_convertvector(x, I);        // truncates toward 0 ...
@@ -107,11 +109,9 @@ struct Vec {
     ki = ki + below;        // (true lanes are -1)
     k = __builtin_convertvector(ki, T);
     const T r = x - k;
-    T p = set1(1.866836916e-3f);
-    p = p * r + 9.017630480e-3f;
-    p = p * r + 5.579951406e-2f;
-    p = p * r + 2.401645482e-1f;
-    p = p * r + 6.931512952e-1f;
+    T p = set1(kExp2Degree5[0]);
+#pragma GCC unroll 8
+    for (int i = 1; i < 5; ++i) p = p * r + kExp2Degree5[i];
     p = p * r + 1.0f;
     const I e = (ki + 127) << 23;
     T two_k;
