@@ -55,6 +55,8 @@ struct Server::State {
   int listen_fd = -1;  // the listening socket (set while httplib creates it)
   std::atomic<bool> stopped{false};
   std::atomic<bool> in_run{false};  // run() has begun (set before it checks `stopped`)
+  std::chrono::steady_clock::time_point stop_began;  // shutdown() called (set before `stopped`)
+  bool closed = false;                               // close() has run
 };
 
 namespace {
@@ -310,7 +312,59 @@ Server::Server(std::unique_ptr<State> state) : s_(std::move(state)) {}
 
 Server::~Server() {
   if (!s_) return;
-  s_->http->stop();
+  (void)close();
+}
+
+namespace {
+
+std::string seconds_text(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.2f s", s);
+  return buf;
+}
+
+}  // namespace
+
+std::string Server::close() {
+  State& s = *s_;
+  if (s.closed) return "";
+  s.closed = true;
+  s.http->stop();
+  const bool signalled = s.stopped.load();
+  const auto t0 = signalled ? s.stop_began : std::chrono::steady_clock::now();
+  auto since = [&] {
+    return seconds_text(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  };
+  auto step = [&](const std::string& what) {
+    log_line(s.options, LogLevel::kInfo, "shutdown +" + since() + ": " + what);
+  };
+  // The flush bound starts once the requests have ended (the grace is over).
+  const auto flush_deadline =
+      std::chrono::steady_clock::now() +
+      std::chrono::milliseconds(static_cast<int64_t>(s.options.shutdown_flush_s * 1000));
+  if (s.tiers) s.tiers->begin_shutdown(flush_deadline);
+  s.ctx.dashboard.reset();  // its sampler reads the engine and the tiers
+  s.ctx.engine = nullptr;
+  s.engine.reset();  // ends what is left; queued record builds run (or are dropped past the bound)
+  step("engine stopped");
+  std::string summary;
+  if (s.tiers) {
+    const ShutdownDrain d = s.tiers->drain_for_shutdown();
+    const uint64_t dropped = d.dropped_builds + d.dropped_records;
+    summary = std::to_string(d.records_written) + " records written to disk at shutdown, " +
+              std::to_string(dropped) + " dropped at the --shutdown-flush-s bound, " +
+              std::to_string(d.dropped_while_serving) + " dropped while serving (queue full)";
+    if (s.tiers->has_remote())
+      summary += "; " + std::to_string(d.remote_writes_dropped) + " remote writes dropped";
+    step("disk writes drained in " + seconds_text(d.seconds) + " (writer at " +
+         (d.writer_raised ? "normal priority" : "low priority, drained by this thread") + ")");
+    s.ctx.tiers = nullptr;
+    s.tiers.reset();  // flushes and closes RocksDB
+    step("cache tiers closed");
+  }
+  return (signalled ? "stopped " + since() + " after the signal" : std::string("stopped")) +
+         (summary.empty() ? "" : "; " + summary);
 }
 
 int Server::port() const { return s_->port; }
@@ -386,11 +440,17 @@ bool Server::run() {
 }
 
 void Server::shutdown(std::chrono::milliseconds grace) {
+  const auto began = std::chrono::steady_clock::now();
+  if (s_->stopped.load()) return;
+  s_->stop_began = began;
   if (s_->stopped.exchange(true)) return;
   DaemonContext& ctx = s_->ctx;
   ctx.draining.store(true);
   log_line(s_->options, LogLevel::kInfo,
            "shutting down: " + std::to_string(ctx.admission->in_flight()) + " requests in flight");
+  auto since = [&] {
+    return seconds_text(std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
+  };
   auto wait_idle = [&](std::chrono::milliseconds limit) {
     const auto deadline = std::chrono::steady_clock::now() + limit;
     while (ctx.admission->in_flight() > 0 && std::chrono::steady_clock::now() < deadline) {
@@ -398,8 +458,13 @@ void Server::shutdown(std::chrono::milliseconds grace) {
     }
   };
   wait_idle(grace);
+  const int64_t n_left = ctx.admission->in_flight();
   ctx.cancel_all.store(true);
   wait_idle(std::chrono::milliseconds(5000));
+  log_line(s_->options, LogLevel::kInfo,
+           "shutdown +" + since() + ": " + std::to_string(n_left) +
+               " requests cancelled after the grace period, " +
+               std::to_string(ctx.admission->in_flight()) + " still in flight");
   // httplib's stop() does nothing until listen_after_bind() has started: when
   // run() is on its way there, wait for the listener to run, then stop it.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
@@ -433,8 +498,9 @@ int run_serve(ServerOptions options) {
     std::fprintf(stderr, "prefixd: the HTTP listener failed\n");
     return 1;
   }
+  const std::string summary = server.value()->close();
   server.value().reset();
-  std::fprintf(stderr, "prefixd: stopped\n");
+  std::fprintf(stderr, "prefixd: %s\n", summary.c_str());
   return 0;
 }
 

@@ -31,6 +31,13 @@ class Server {
   // `grace` to finish, then the rest are cancelled and the listener stops.
   void shutdown(std::chrono::milliseconds grace);
 
+  // After run() returned: stops the listener and the engine, drains the
+  // queued disk writes for at most --shutdown-flush-s (the rest is dropped,
+  // counted), closes the cache tiers. Logs each step with the time since the
+  // signal; returns the last line ("stopped N s after the signal; ...").
+  // The destructor calls it when nobody did.
+  std::string close();
+
   struct State;  // opaque: defined in server.cpp
 
  private:

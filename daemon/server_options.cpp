@@ -81,6 +81,9 @@ Status ServerOptions::validate() {
   if (!std::isfinite(shutdown_grace_s) || shutdown_grace_s < 0 || shutdown_grace_s > 3600) {
     return range_error("shutdown-grace-s", std::to_string(shutdown_grace_s), "0..3600");
   }
+  if (!std::isfinite(shutdown_flush_s) || shutdown_flush_s < 0 || shutdown_flush_s > 3600) {
+    return range_error("shutdown-flush-s", std::to_string(shutdown_flush_s), "0..3600");
+  }
   if (!std::isfinite(host_cache_gb) || host_cache_gb < 0 || host_cache_gb > 1e5) {
     return range_error("host-cache-gb", std::to_string(host_cache_gb), "0..100000");
   }
@@ -211,6 +214,10 @@ void register_server_flags(CLI::App& app, ServerOptions& o) {
       ->capture_default_str();
   app.add_option("--shutdown-grace-s", o.shutdown_grace_s,
                  "on SIGINT/SIGTERM, seconds in-flight requests get to finish")
+      ->capture_default_str();
+  app.add_option("--shutdown-flush-s", o.shutdown_flush_s,
+                 "then, seconds queued disk writes get before RocksDB closes (what does not fit "
+                 "is dropped and counted in the last log line)")
       ->capture_default_str();
   app.add_option("--api-key", o.api_key,
                  "require `Authorization: Bearer KEY` (all but /health); visible in the process "

@@ -47,6 +47,7 @@ struct ServerOptions {
   double http_head_timeout_s = 10;     // a request's line and headers, in total, from its first byte
   double http_body_timeout_s = 60;     // a request's body, in total, from the end of its headers
   double shutdown_grace_s = 10;        // on SIGINT/SIGTERM: time in-flight requests get to finish
+  double shutdown_flush_s = 10;        // then: time queued disk writes get (the rest is dropped, counted)
 
   // Model and engine.
   std::string model = kDefaultModel;     // GGUF path, stories260K, demo, or preset:NAME[:dtype]

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <condition_variable>
 #include <cstdio>
@@ -310,8 +311,11 @@ struct RemoteTier::Impl {
   bool writing = false;
   bool stopping = false;
   bool drop_rest = false;  // the last write timed out: when stopping, drop the queue
+  bool has_deadline = false;  // begin_shutdown(): from `deadline` on, drop the queue
+  std::chrono::steady_clock::time_point deadline{};
   Handle writer_handle;
   std::thread writer;
+  std::atomic<pid_t> writer_tid{0};
 
   // The current ring's generation; servers whose time out of it is over join
   // again first. *servers (optional): its servers (all when every one is down,
@@ -434,17 +438,21 @@ void RemoteTier::Impl::writer_loop() {
   // (TierManager): sealing and sending 46 MB per 2000-token prompt must not
   // slow the next prefill down. Under constant load the queue fills and
   // writes are dropped (counted). Best effort: a refusal is harmless.
+  const pid_t tid = static_cast<pid_t>(syscall(SYS_gettid));
   sched_param param{};
-  if (sched_setscheduler(static_cast<pid_t>(syscall(SYS_gettid)), SCHED_IDLE, &param) != 0) {
-    (void)setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 19);
+  if (sched_setscheduler(tid, SCHED_IDLE, &param) != 0) {
+    (void)setpriority(PRIO_PROCESS, static_cast<id_t>(tid), 19);
   }
+  writer_tid.store(tid);
   std::unique_lock<std::mutex> lock(queue_mu);
   while (true) {
     queue_changed.wait(lock, [&] { return stopping || !queue.empty(); });
     if (queue.empty()) return;  // stopping, and drained
-    if (stopping && drop_rest) {
-      // Shutting down behind a server that times out: one timeout per queued
-      // write could hold the exit for minutes. The rest is dropped (counted).
+    const bool past_deadline = has_deadline && std::chrono::steady_clock::now() >= deadline;
+    if ((stopping && drop_rest) || past_deadline) {
+      // Shutting down behind a server that times out (one timeout per queued
+      // write could hold the exit for minutes), or past the shutdown's flush
+      // bound: the rest is dropped (counted).
       {
         std::lock_guard<std::mutex> stats_lock(stats_mu);
         stats.writes_dropped += queue.size();
@@ -453,7 +461,8 @@ void RemoteTier::Impl::writer_loop() {
       queued_keys.clear();
       pending_bytes = 0;
       queue_idle.notify_all();
-      return;
+      if (stopping) return;
+      continue;  // past the deadline, not yet stopping: later writes are dropped too
     }
     PendingWrite w = std::move(queue.front());
     queue.pop_front();
@@ -553,6 +562,21 @@ Result<std::unique_ptr<RemoteTier>> RemoteTier::open(const RemoteTierOptions& op
 }
 
 RemoteTier::RemoteTier(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+bool RemoteTier::begin_shutdown(std::chrono::steady_clock::time_point deadline) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->queue_mu);
+    impl_->has_deadline = true;
+    impl_->deadline = deadline;
+  }
+  impl_->queue_changed.notify_all();
+  const pid_t tid = impl_->writer_tid.load();
+  if (tid == 0) return false;
+  // Leaving SCHED_IDLE (or nice 19) needs CAP_SYS_NICE or an RLIMIT_NICE of 20.
+  sched_param param{};
+  return sched_setscheduler(tid, SCHED_OTHER, &param) == 0 &&
+         setpriority(PRIO_PROCESS, static_cast<id_t>(tid), 0) == 0;
+}
 
 RemoteTier::~RemoteTier() {
   {

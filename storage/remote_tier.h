@@ -106,6 +106,11 @@ class RemoteTier {
   void put_async(const BlockKey& key, RecordPtr record);
   // Waits until the write queue is empty and no write is running.
   void wait_idle();
+  // Shutdown: lifts the writer thread to normal priority where the OS allows
+  // it (root or RLIMIT_NICE; returns whether it did), and from `deadline` on
+  // drops what is still queued (counted in writes_dropped) instead of writing
+  // it. The destructor then finishes the queue.
+  bool begin_shutdown(std::chrono::steady_clock::time_point deadline);
   RemoteTierStats stats() const;
 
   // The memcached key of a block: "pfxd1:" + 48 lowercase hex digits of the

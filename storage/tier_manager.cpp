@@ -94,6 +94,7 @@ Result<std::unique_ptr<TierManager>> TierManager::create(const TierManagerOption
 
 TierManager::~TierManager() {
   stop_prefault_.store(true);
+  (void)drain_for_shutdown();  // queued disk writes, on this thread too
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
@@ -192,7 +193,11 @@ void TierManager::run_build(BuildJob& job) {
 
 void TierManager::wait_builds() {
   std::unique_lock<std::mutex> lock(mu_);
-  builds_cv_.wait(lock, [this] { return build_queue_.empty() && pending_build_bytes_ == 0; });
+  for (;;) {
+    if (run_next_build(lock)) continue;
+    if (build_queue_.empty() && pending_build_bytes_ == 0) return;
+    builds_cv_.wait(lock);  // a build runs on an I/O thread
+  }
 }
 
 RecordExpectations TierManager::expectations(const ChainQuery& query, size_t i) const {
@@ -274,37 +279,29 @@ void TierManager::io_loop(IoRole role) {
     // schedules threads individually), so write-through never competes with
     // prefill. Under constant load the queue fills and writes are dropped
     // (counted), which a cache may do. Best effort: a refusal is harmless.
+    // At shutdown begin_shutdown() lifts this thread back to normal priority.
+    const pid_t tid = static_cast<pid_t>(syscall(SYS_gettid));
     sched_param param{};
-    if (sched_setscheduler(static_cast<pid_t>(syscall(SYS_gettid)), SCHED_IDLE, &param) != 0) {
-      (void)setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 19);
+    if (sched_setscheduler(tid, SCHED_IDLE, &param) != 0) {
+      (void)setpriority(PRIO_PROCESS, static_cast<id_t>(tid), 19);
     }
+    writer_tid_.store(tid);
   }
   const bool onboards = role != IoRole::kOffload;
   const bool offloads = role != IoRole::kOnboard;
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
+    auto takes_offloads = [&] { return offloads && !(role == IoRole::kOffload && writer_parked_); };
     work_cv_.wait(lock, [&] {
       return stopping_ || (onboards && !onboard_queue_.empty()) ||
-             (offloads && (!build_queue_.empty() || !offload_queue_.empty() || prefault_bytes_ > 0));
+             (takes_offloads() &&
+              ((!build_queue_.empty() && !build_running_) || !offload_queue_.empty() ||
+               prefault_bytes_ > 0));
     });
     // Builds first: each holds a block of the caller's pool. They are drained
     // even while stopping (see offload_published_later).
-    if (offloads && !build_queue_.empty()) {
-      BuildJob job = std::move(build_queue_.front());
-      build_queue_.pop_front();
-      ++active_jobs_;
-      lock.unlock();
-      run_build(job);
-      lock.lock();
-      pending_build_bytes_ -= record_bytes();
-      --active_jobs_;
-      if (build_queue_.empty()) builds_cv_.notify_all();
-      if (active_jobs_ == 0 && onboard_queue_.empty() && offload_queue_.empty() && build_queue_.empty()) {
-        idle_cv_.notify_all();
-      }
-      continue;
-    }
-    if (offloads && prefault_bytes_ > 0 && !stopping_) {
+    if (takes_offloads() && run_next_build(lock)) continue;
+    if (takes_offloads() && prefault_bytes_ > 0 && !stopping_ && !shutdown_begun_) {
       const uint64_t n = prefault_bytes_;
       prefault_bytes_ = 0;
       lock.unlock();
@@ -312,34 +309,117 @@ void TierManager::io_loop(IoRole role) {
       lock.lock();
       continue;
     }
-    const bool onboard_ready = onboards && !onboard_queue_.empty();
-    const bool offload_ready = offloads && !offload_queue_.empty();
-    if (!onboard_ready && !offload_ready) {
-      if (stopping_) return;
-      continue;
-    }
-    ++active_jobs_;
-    if (onboard_ready) {
+    prefault_bytes_ = shutdown_begun_ ? 0 : prefault_bytes_;
+    if (onboards && !onboard_queue_.empty()) {
       OnboardJob job = std::move(onboard_queue_.front());
       onboard_queue_.pop_front();
+      ++active_jobs_;
       lock.unlock();
       run_onboard(job);
-    } else {
-      OffloadJob job = std::move(offload_queue_.front());
-      offload_queue_.pop_front();
-      lock.unlock();
-      run_offload(job);
       lock.lock();
-      pending_offload_bytes_ -= job.record->size();
-      queued_disk_keys_.erase(job.key);
-      lock.unlock();
+      --active_jobs_;
+      notify_job_done();
+      continue;
     }
-    lock.lock();
-    --active_jobs_;
-    if (active_jobs_ == 0 && onboard_queue_.empty() && offload_queue_.empty() && build_queue_.empty()) {
-      idle_cv_.notify_all();
-    }
+    if (takes_offloads() && run_next_offload(lock)) continue;
+    // Nothing this thread may take now. A build queued behind one running
+    // elsewhere is taken by that thread next.
+    if (stopping_) return;
   }
+}
+
+bool TierManager::past_shutdown_deadline() const {
+  return shutdown_begun_ && std::chrono::steady_clock::now() >= shutdown_deadline_;
+}
+
+void TierManager::notify_job_done() { idle_cv_.notify_all(); }
+
+bool TierManager::run_next_build(std::unique_lock<std::mutex>& lock) {
+  if (build_queue_.empty() || build_running_) return false;
+  BuildJob job = std::move(build_queue_.front());
+  build_queue_.pop_front();
+  build_running_ = true;
+  ++active_jobs_;
+  const bool drop = past_shutdown_deadline();
+  if (drop) ++counters_.shutdown_dropped_builds;
+  lock.unlock();
+  if (drop) {
+    job.done();  // the block is released unread; no record
+  } else {
+    run_build(job);
+  }
+  lock.lock();
+  pending_build_bytes_ -= record_bytes();
+  build_running_ = false;
+  --active_jobs_;
+  builds_cv_.notify_all();
+  work_cv_.notify_all();  // the next build may run on another thread
+  notify_job_done();
+  return true;
+}
+
+bool TierManager::run_next_offload(std::unique_lock<std::mutex>& lock) {
+  if (offload_queue_.empty()) return false;
+  OffloadJob job = std::move(offload_queue_.front());
+  offload_queue_.pop_front();
+  ++active_jobs_;
+  const bool drop = past_shutdown_deadline();
+  if (drop) {
+    ++counters_.shutdown_dropped_records;
+  } else {
+    lock.unlock();
+    run_offload(job);
+    lock.lock();
+  }
+  pending_offload_bytes_ -= job.record->size();
+  queued_disk_keys_.erase(job.key);
+  --active_jobs_;
+  notify_job_done();
+  return true;
+}
+
+void TierManager::begin_shutdown(std::chrono::steady_clock::time_point deadline) {
+  stop_prefault_.store(true);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (shutdown_begun_) return;
+  shutdown_begun_ = true;
+  shutdown_deadline_ = deadline;
+  shutdown_begun_at_s_ = now_s();
+  disk_blocks_at_shutdown_ = counters_.offload_disk_blocks;
+  const pid_t tid = writer_tid_.load();
+  if (tid != 0) {
+    // Leaving SCHED_IDLE (or nice 19) needs CAP_SYS_NICE or an RLIMIT_NICE of 20.
+    sched_param param{};
+    writer_raised_ = sched_setscheduler(tid, SCHED_OTHER, &param) == 0 &&
+                     setpriority(PRIO_PROCESS, static_cast<id_t>(tid), 0) == 0;
+    writer_parked_ = !writer_raised_;
+  }
+  if (remote_) remote_writer_raised_ = remote_->begin_shutdown(deadline);
+  work_cv_.notify_all();
+}
+
+ShutdownDrain TierManager::drain_for_shutdown() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    if (run_next_offload(lock)) continue;
+    if (active_jobs_ == 0) break;
+    idle_cv_.wait(lock);  // a job running elsewhere may queue more writes
+  }
+  ShutdownDrain d;
+  if (remote_) {
+    lock.unlock();
+    remote_->wait_idle();  // past the deadline its writer drops the rest
+    d.remote_writes_dropped = remote_->stats().writes_dropped;
+    lock.lock();
+    d.remote_writer_raised = remote_writer_raised_;
+  }
+  d.records_written = counters_.offload_disk_blocks - disk_blocks_at_shutdown_;
+  d.dropped_builds = counters_.shutdown_dropped_builds;
+  d.dropped_records = counters_.shutdown_dropped_records;
+  d.dropped_while_serving = counters_.offload_dropped;
+  d.writer_raised = writer_raised_;
+  d.seconds = shutdown_begun_ ? now_s() - shutdown_begun_at_s_ : 0;
+  return d;
 }
 
 void TierManager::run_offload(OffloadJob& job) {

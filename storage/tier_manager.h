@@ -4,8 +4,11 @@
 // (host, disk, then remote -> engine) without ever blocking on I/O.
 #pragma once
 
+#include <sys/types.h>
+
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -119,8 +122,22 @@ struct TierManagerStats {
   uint64_t onboard_disk_blocks = 0;
   uint64_t onboard_remote_blocks = 0;
   uint64_t onboard_bytes = 0;
+  uint64_t shutdown_dropped_builds = 0;   // builds not run: the shutdown deadline had passed
+  uint64_t shutdown_dropped_records = 0;  // queued disk writes dropped at the shutdown deadline
   bool has_remote = false;
   RemoteTierStats remote;
+};
+
+// What drain_for_shutdown() did, for the daemon's last log lines.
+struct ShutdownDrain {
+  uint64_t records_written = 0;   // disk writes completed from begin_shutdown() to the end of the drain
+  uint64_t dropped_builds = 0;    // builds dropped at the deadline (since begin_shutdown)
+  uint64_t dropped_records = 0;   // queued disk writes dropped at the deadline
+  uint64_t dropped_while_serving = 0;  // disk writes dropped earlier: the queue was over its byte bound
+  bool writer_raised = false;     // the low-priority disk writer was lifted to normal priority
+  uint64_t remote_writes_dropped = 0;  // remote writes dropped since start (queue full, timeouts, bound)
+  bool remote_writer_raised = false;   // the remote tier's writer was lifted to normal priority
+  double seconds = 0;             // from begin_shutdown() to the end of the drain
 };
 
 // Thread-safety: every public method may be called from any thread.
@@ -184,8 +201,26 @@ class TierManager {
   bool offload_published_later(uint64_t namespace_seed, const Hash128& block_hash,
                                const Hash128& parent_hash, std::span<const int32_t> token_ids,
                                std::function<void(uint8_t* payload)> fill, std::function<void()> done);
-  // Blocks until every queued build has run (fill and done called).
+  // Blocks until every queued build has run (fill and done called). The
+  // caller runs queued builds itself (one build runs at a time), so this
+  // does not wait on the low-priority I/O thread's share of the CPU. After
+  // the shutdown deadline (begin_shutdown) builds are dropped: done() only.
   void wait_builds();
+
+  // Shutdown, in three calls. begin_shutdown(deadline) once nothing will be
+  // published any more (requests ended): stops prefaulting and lifts the
+  // low-priority disk writer to normal priority where the OS allows it
+  // (root or RLIMIT_NICE; otherwise that thread takes no more builds or
+  // writes and the callers below do them). Then wait_builds() (the owner of
+  // the pool the builds read, before freeing it), then drain_for_shutdown():
+  // runs queued disk writes on the calling thread too until the queue is
+  // empty or `deadline` passes, drops what is still queued then (counted),
+  // and waits for writes running on I/O threads, then for the remote tier's
+  // queue (its writer is lifted too, and drops what is left at `deadline`).
+  // The destructor then flushes and closes the disk tier. Without
+  // begin_shutdown() nothing is dropped.
+  void begin_shutdown(std::chrono::steady_clock::time_point deadline);
+  ShutdownDrain drain_for_shutdown();
 
   // Leading blocks of the chain held in host (header and tokens checked) or
   // on disk (in-memory key index); with a remote tier, the rest of the chain
@@ -249,6 +284,13 @@ class TierManager {
   void run_offload(OffloadJob& job);
   void run_build(BuildJob& job);
   void run_onboard(OnboardJob& job);
+  // Takes the next build or disk write off its queue and runs it (the lock
+  // is released meanwhile); false when the queue is empty or a build runs
+  // elsewhere. After the shutdown deadline the job is dropped and counted.
+  bool run_next_build(std::unique_lock<std::mutex>& lock);
+  bool run_next_offload(std::unique_lock<std::mutex>& lock);
+  void notify_job_done();  // mu_ held; wakes every waiter on idle_cv_ to check its condition
+  bool past_shutdown_deadline() const;  // mu_ held
   // Queues a disk write unless the disk is absent, the key is already queued
   // or the queue is over its byte bound.
   void queue_disk_write(const BlockKey& key, RecordPtr record);
@@ -271,7 +313,7 @@ class TierManager {
 
   mutable std::mutex mu_;  // guards the queues, counters and flags below
   std::condition_variable work_cv_;
-  std::condition_variable idle_cv_;
+  std::condition_variable idle_cv_;  // notified whenever a job ends
   std::deque<OnboardJob> onboard_queue_;
   std::deque<OffloadJob> offload_queue_;
   std::deque<BuildJob> build_queue_;
@@ -280,7 +322,19 @@ class TierManager {
   std::unordered_set<BlockKey, BlockKeyHasher> queued_disk_keys_;
   uint64_t pending_offload_bytes_ = 0;
   int32_t active_jobs_ = 0;
+  bool build_running_ = false;  // builds run one at a time (they read the caller's pool)
   bool stopping_ = false;
+  // Shutdown (begin_shutdown): the deadline of the drain, and whether the
+  // low-priority writer still takes builds and writes (not when it could not
+  // be lifted to normal priority).
+  bool shutdown_begun_ = false;
+  std::chrono::steady_clock::time_point shutdown_deadline_{};
+  double shutdown_begun_at_s_ = 0;
+  uint64_t disk_blocks_at_shutdown_ = 0;
+  bool writer_parked_ = false;
+  bool writer_raised_ = false;
+  bool remote_writer_raised_ = false;
+  std::atomic<pid_t> writer_tid_{0};  // the low-priority disk writer (0: none)
   uint64_t prefault_bytes_ = 0;             // requested by prefault_async, taken by the offload thread
   std::atomic<bool> stop_prefault_{false};  // set on destruction
   TierManagerStats counters_;  // offload/onboard counters only

@@ -59,11 +59,13 @@ inline std::vector<char*> c_strings(std::vector<std::string>& strings) {
 class DaemonProcess {
  public:
   // Starts prefixd with `args` (plus --port 0 --cache-dir ...) and the
-  // environment changes `env` (see child_environment). Returns null (with
-  // *error set) when it does not come up within the timeout.
+  // environment changes `env` (see child_environment); its stderr (the log)
+  // goes to `stderr_path` when given (truncated), else to this process's.
+  // Returns null (with *error set) when it does not come up within the timeout.
   static std::unique_ptr<DaemonProcess> start(const std::vector<std::string>& args,
                                               std::string* error,
-                                              const std::vector<std::string>& env = {}) {
+                                              const std::vector<std::string>& env = {},
+                                              const std::string& stderr_path = "") {
     int fds[2];
     if (pipe(fds) != 0) {
       *error = "pipe failed";
@@ -79,6 +81,10 @@ class DaemonProcess {
       dup2(fds[1], 1);
       close(fds[0]);
       close(fds[1]);
+      if (!stderr_path.empty()) {
+        const int log_fd = open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (log_fd >= 0) dup2(log_fd, 2);
+      }
       execve(argv[0], argv.data(), envp.data());
       std::fprintf(stderr, "exec %s failed: %s\n", argv[0], std::strerror(errno));
       _exit(127);

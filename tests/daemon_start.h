@@ -14,11 +14,13 @@
 
 namespace prefixd::testing {
 
-inline std::unique_ptr<DaemonProcess> start_or_fail(const std::vector<std::string>& args) {
+// `stderr_path`: where the daemon's log goes (see DaemonProcess::start).
+inline std::unique_ptr<DaemonProcess> start_or_fail(const std::vector<std::string>& args,
+                                                    const std::string& stderr_path = "") {
   REQUIRE_MESSAGE(std::filesystem::exists(prefixd_binary()),
                   "build the prefixd target first: " << prefixd_binary());
   std::string error;
-  auto d = DaemonProcess::start(args, &error);
+  auto d = DaemonProcess::start(args, &error, {}, stderr_path);
   REQUIRE_MESSAGE(d != nullptr, error);
   return d;
 }

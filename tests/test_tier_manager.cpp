@@ -334,7 +334,7 @@ TEST_CASE("write_policy_names_parse") {
   CHECK(std::string(write_policy_name(WritePolicy::kEvictOnly)) == "evict-only");
 }
 
-TEST_CASE("published records are built on the offload thread: filled, sealed, stored, then done") {
+TEST_CASE("published records are built off the engine thread (offload thread or wait_builds' caller): filled, sealed, stored, then done") {
   TempDir dir;
   const std::string path = dir.path + "/db";
   auto tm = make_tm(&path, WritePolicy::kWriteThrough);
@@ -397,4 +397,93 @@ TEST_CASE("deferred builds are refused over their byte bound and under evict-onl
   auto evict_only = std::move(TierManager::create(o)).value();
   CHECK_FALSE(evict_only->offload_published_later(kNs, c.query.hashes[0], Hash128{}, tokens(0),
                                                   [](uint8_t*) {}, [] {}));
+}
+
+namespace {
+
+// Queues a build whose fill blocks until `release`, and waits (bounded) until
+// an I/O thread runs it: that thread is then busy, and what is queued next waits.
+void occupy_io_thread(TierManager& tm, const Chain& c, std::atomic<bool>& entered,
+                      std::atomic<bool>& release, std::atomic<int>& fills, std::atomic<int>& dones) {
+  const std::span<const int32_t> tokens(c.query.token_ids.data(), kGeom.block_size);
+  REQUIRE(tm.offload_published_later(
+      kNs, c.query.hashes[0], Hash128{}, tokens,
+      [&](uint8_t*) {
+        fills.fetch_add(1);
+        entered.store(true);
+        for (int i = 0; i < 10000 && !release.load(); ++i)
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      },
+      [&] { dones.fetch_add(1); }));
+  for (int i = 0; i < 10000 && !entered.load(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  REQUIRE(entered.load());
+}
+
+}  // namespace
+
+TEST_CASE("shutdown drain: queued disk writes past the deadline are dropped and counted, none lost silently") {
+  TempDir dir;
+  const std::string path = dir.path + "/db";
+  auto tm = make_tm(&path, WritePolicy::kWriteThrough);
+  const Chain busy = make_chain(*tm, 1, 10);
+  const Chain c = make_chain(*tm, 20, 500);
+  std::atomic<bool> entered{false}, release{false};
+  std::atomic<int> fills{0}, dones{0};
+  occupy_io_thread(*tm, busy, entered, release, fills, dones);
+  for (int i = 0; i < 20; ++i) tm->offload(key_of(c, i), c.records[i], OffloadReason::kPublished);
+  tm->begin_shutdown(std::chrono::steady_clock::now() - std::chrono::seconds(1));
+  release.store(true);
+  tm->wait_builds();
+  const ShutdownDrain d = tm->drain_for_shutdown();
+  CHECK(fills.load() == 1);
+  CHECK(dones.load() == 1);
+  // The 20 queued writes and the busy build's own record: all dropped, none written.
+  CHECK(d.dropped_records == 21);
+  CHECK(d.records_written == 0);
+  CHECK(d.dropped_builds == 0);
+  CHECK(tm->stats().shutdown_dropped_records == 21);
+  for (int i = 0; i < 20; ++i) CHECK_FALSE(tm->disk()->contains(key_of(c, i)));
+  // Host RAM still took them (in memory, not part of the drain).
+  CHECK(tm->host().stats().blocks == 21);
+}
+
+TEST_CASE("shutdown drain: builds past the deadline call done without fill; a far deadline drops nothing") {
+  TempDir dir;
+  const std::string path = dir.path + "/db";
+  SUBCASE("deadline passed") {
+    auto tm = make_tm(&path, WritePolicy::kWriteThrough);
+    const Chain busy = make_chain(*tm, 1, 10);
+    const Chain c = make_chain(*tm, 5, 500);
+    std::atomic<bool> entered{false}, release{false};
+    std::atomic<int> fills{0}, dones{0};
+    occupy_io_thread(*tm, busy, entered, release, fills, dones);
+    for (int i = 0; i < 5; ++i) {
+      const std::span<const int32_t> tokens(c.query.token_ids.data() + i * kGeom.block_size,
+                                            kGeom.block_size);
+      REQUIRE(tm->offload_published_later(
+          kNs, c.query.hashes[i], i == 0 ? Hash128{} : c.query.hashes[i - 1], tokens,
+          [&](uint8_t*) { fills.fetch_add(1); }, [&] { dones.fetch_add(1); }));
+    }
+    tm->begin_shutdown(std::chrono::steady_clock::now() - std::chrono::seconds(1));
+    release.store(true);
+    tm->wait_builds();
+    CHECK(fills.load() == 1);  // the busy build only
+    CHECK(dones.load() == 6);  // every build's done, dropped ones included
+    const ShutdownDrain d = tm->drain_for_shutdown();
+    CHECK(d.dropped_builds == 5);
+    CHECK(d.dropped_records == 1);
+  }
+  SUBCASE("deadline far away") {
+    auto tm = make_tm(&path, WritePolicy::kWriteThrough);
+    const Chain c = make_chain(*tm, 30, 500);
+    for (int i = 0; i < 30; ++i) tm->offload(key_of(c, i), c.records[i], OffloadReason::kPublished);
+    tm->begin_shutdown(std::chrono::steady_clock::now() + std::chrono::seconds(600));
+    tm->wait_builds();
+    const ShutdownDrain d = tm->drain_for_shutdown();
+    CHECK(d.dropped_records == 0);
+    CHECK(d.dropped_builds == 0);
+    for (int i = 0; i < 30; ++i) CHECK(tm->disk()->contains(key_of(c, i)));
+    CHECK(tm->stats().offload_disk_blocks == 30);
+  }
 }

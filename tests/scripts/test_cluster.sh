@@ -106,10 +106,11 @@ done
 curl -fsS "$front/health" >/dev/null || fail "no /health through HAProxy"
 echo "memcached :${mc_ports[*]}, replicas r1-r3 :${ports[*]}, HAProxy :$front_port"
 
-# wait_items N: until the pool holds at least N items, at most 10 s.
+# wait_items N: until the pool holds at least N items, at most 30 s (the
+# replicas write at idle CPU priority: on a busy machine that takes a while).
 wait_items() {
   local n
-  for _ in $(seq 1 100); do
+  for _ in $(seq 1 300); do
     n=$(helper mc-items "${mc_ports[@]}")
     ((n >= $1)) && return 0
     sleep 0.1
@@ -188,6 +189,7 @@ unset 'pids[3]'
 
 # --- 4. kill -9 of a replica during a stream through HAProxy -------------------
 n_prompts=6
+items_before=$(helper mc-items "${mc_ports[@]}")
 python3 - "$helper" "$front" "$n_prompts" "$system_tokens" "$question_tokens" >"$work/phase1.json" <<'PY'
 import json, sys
 sys.path.insert(0, sys.argv[1].rsplit("/", 1)[0])
@@ -212,8 +214,9 @@ owners=$(jq -c 'group_by(.prompt) | map({key: (.[0].prompt | tostring), value: .
   fail "every system prompt went to one replica: $owners"
 victim=$(jq -r '.["0"]' <<<"$owners")  # r1, r2 or r3
 victim_pid=${pids[$((${victim#r} - 1))]}
-# Its prompts must be in the pool before the kill.
-sleep 1
+# Its prompts must be in the pool before the kill: every system prompt's 10
+# blocks and each request's own 11th block, at least (bounded wait).
+wait_items $((items_before + n_prompts * system_tokens / block + 3 * n_prompts))
 # 120 requests, 2 at a time, 50 ms apart: about 3 s, so that some go to the
 # dead replica before HAProxy's checks mark it down (retried elsewhere) and
 # some after.
