@@ -215,6 +215,11 @@ class Engine::Impl {
   }
 
   int32_t clear_now() {
+    // Blocks whose records are still being built are referenced, and
+    // BlockManager::clear() keeps referenced blocks: finish those builds and
+    // drop their references first, so that nothing published stays findable.
+    if (tiers_) tiers_->wait_builds();
+    release_copied_blocks();
     int32_t n = blocks_.clear();
     if (tiers_) (void)tiers_->clear();
     return n;

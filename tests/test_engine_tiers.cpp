@@ -5,8 +5,11 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <thread>
 
 #include "engine/kv/block_hash.h"
 #include "storage/tier_manager.h"
@@ -269,4 +272,41 @@ TEST_CASE("an engine refuses tiers whose record geometry differs from its pool")
   CHECK_FALSE(Engine::create(*model, nullptr, tiers.get(), o).ok());
   o.block_size = 16;
   CHECK(Engine::create(*model, nullptr, tiers.get(), o).ok());
+}
+
+TEST_CASE("clearing the cache while write-through records are still being built leaves nothing findable") {
+  GoldenModel g = load_golden("rand-mqa-f16", 2e-2f);
+  const GoldenCase& c = longest_case(g);
+  auto tiers = make_tiers(g.model_file, nullptr, WritePolicy::kWriteThrough);
+  EngineUnderTest e(g.model_file, engine_options(*tiers), tiers.get());
+  // Occupy the tiers' offload thread with a build that waits to be released,
+  // so the engine's published blocks are still queued for their builds (and
+  // referenced) when the cache is cleared.
+  std::atomic<bool> entered{false}, release{false};
+  const std::vector<int32_t> filler(static_cast<size_t>(tiers->geometry().block_size), 1);
+  REQUIRE(tiers->offload_published_later(
+      0xF00D, Hash128{7, 7}, Hash128{}, filler,
+      [&](uint8_t*) {
+        entered.store(true);
+        for (int i = 0; i < 10000 && !release.load(); ++i)
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      },
+      [] {}));
+  for (int i = 0; i < 10000 && !entered.load(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  REQUIRE(entered.load());
+  std::vector<int32_t> prompt(c.ids.begin(), c.ids.begin() + 160);
+  Collected first = e.run(greedy_request(prompt, 4));
+  CHECK(first.usage.cached_tokens == 0);
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    release.store(true);
+  });
+  e.engine->clear_cache();
+  releaser.join();
+  const LookupResult after = e.engine->lookup(prompt, "");
+  CHECK(after.device_tokens == 0);
+  CHECK(after.host_tokens == 0);
+  Collected second = e.run(greedy_request(prompt, 4));
+  CHECK(second.usage.cached_tokens == 0);
 }
