@@ -68,6 +68,7 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // every line reaches a log even if the run is cut short
   std::string model_spec = "smol-135m:bf16", kv_name = "auto", tier_dir, backend_name = "cpu";
   const char* isa_env = std::getenv("PREFIXD_CPU_ISA");
   std::string isa_name = isa_env != nullptr ? isa_env : "auto", isa_source = "PREFIXD_CPU_ISA";

@@ -63,6 +63,7 @@ double resident_mb() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // every line reaches a log even if the run is cut short
   int threads = 2, reps = 3, chunk = 512;
   std::string models = "smol-135m:f32,smol-135m:bf16,tiny:f32,tiny:bf16";
   std::string kv_name = "f16", backend_name = "cpu";
