@@ -17,6 +17,7 @@
 
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/quant/dequantize.h"
+#include "tests/block_list_check.h"
 #include "tests/golden.h"
 #include "tests/random_blocks.h"
 
@@ -673,6 +674,31 @@ TEST_CASE("block copy, read and write round-trip byte for byte") {
     CHECK(std::all_of(zero.begin(), zero.end(), [](uint8_t v) { return v == 0; }));
     b->free_kv_pool(pool);
   }
+}
+
+TEST_CASE("write_blocks and read_blocks: runs, scattered ids and lists larger than the staging") {
+  std::unique_ptr<Backend> gpu = cuda_backend();
+  KvGeometry g;
+  g.n_layers = 3;
+  g.n_blocks = 16;
+  g.block_size = 4;
+  g.n_kv_heads = 2;
+  g.head_dim = 8;
+  g.dtype = DType::F16;
+  check_block_list_transfers(*gpu, g, {5, 6, 7, 2, 12, 13, 14, 15, 0}, 21);
+  // The 1B shape (16 layers, 8 KV heads x 64, BF16: 512 KiB a block): 300
+  // blocks are three staging groups of kBlockStagingMaxBytes / 512 KiB = 128.
+  g.n_layers = 16;
+  g.n_blocks = 320;
+  g.block_size = 16;
+  g.n_kv_heads = 8;
+  g.head_dim = 64;
+  g.dtype = DType::BF16;
+  REQUIRE(cuda::kBlockStagingMaxBytes / g.block_bytes() == 128);
+  std::vector<int32_t> ids;
+  for (int32_t b = 10; b < 250; ++b) ids.push_back(b);  // one long run across two groups
+  for (int32_t b = 319; b >= 260; --b) ids.push_back(b);  // descending: staged by id, one run
+  check_block_list_transfers(*gpu, g, ids, 22);
 }
 
 TEST_CASE("whole forward pass on the golden models: llama.cpp, CPU backend, cached == uncached") {
