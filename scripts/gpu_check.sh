@@ -174,8 +174,15 @@ fi
 if want engine; then
   step engine 150 "$run" bench_engine --backend "$backend" --model "$preset:bf16" --system "$system" \
     --question 100 --out 16 --reps 2 --threads "$threads" --tiers "$work/tiers"
-  record engine "$(awk '/^cold TTFT/{c=$(NF-6)} /^warm TTFT/{w=$(NF-6)} /from host RAM/{h=$0; sub(/.*TTFT +/, "", h); sub(/ ms.*/, "", h)}
-    END{printf "cold %s ms, warm %s ms, host hit %s ms", c, w, h}' "$OUT/engine.log")"
+  record engine "$(awk '
+    function ttft(line) { sub(/.*TTFT +/, "", line); sub(/ ms.*/, "", line); return line }
+    function gbps(line) { sub(/ GB\/s.*/, "", line); sub(/.*, /, "", line); return line }
+    /^cold TTFT \(/ { c = $5 } /^warm TTFT \(/ { w = $8 }
+    /from host RAM/ { h = ttft($0) " ms, restore " gbps($0) " GB/s" }
+    /from disk after reopening/ { d = ttft($0) " ms, restore " gbps($0) " GB/s" }
+    /^1 +[0-9.]+ +[0-9.]+$/ { t1 = $2 } /^16 +[0-9.]+ +[0-9.]+$/ { t16 = $2 }
+    END { printf "cold %s ms, warm %s ms; host hit %s; disk after reopen %s; decode %s t/s (1 seq), %s t/s (16)",
+                 c, w, h, d, t1, t16 }' "$OUT/engine.log")"
 fi
 
 if want restart; then
