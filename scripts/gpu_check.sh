@@ -13,6 +13,8 @@
 #              cold / warm TTFT, decode at 1/4/16 sequences, host / disk restores
 #   restart    scripts/bench_restart.sh on llama-1b, 8000 + 100, pool 300 MiB,
 #              --backend cuda --host-cache-gb 4 (the issue's daemon figures)
+#   hf         only with GPU_CHECK_HF=FILE: python3 FILE, the HF transformers
+#              anchor on the same shape (../shared/gpu/hf_anchor.py, carried in)
 # and prints one summary table (also $OUT/summary.txt).
 #
 #   scripts/gpu_check.sh BUNDLE.tar.xz
@@ -27,7 +29,7 @@ set -uo pipefail
 bundle_tar=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 work=${TMPDIR:-/tmp}/prefixd-gpu-check
 OUT=${OUT:-$work/out}
-steps=",${GPU_CHECK_STEPS:-ops,sanitize,e2e,gen,forward,engine,restart},"
+steps=",${GPU_CHECK_STEPS:-ops,sanitize,e2e,gen,forward,engine,restart,hf},"
 budget_s=${GPU_CHECK_BUDGET_S:-420}
 dry=${GPU_CHECK_DRY_CPU:-0}
 backend=cuda preset=llama-1b system=8000 pool_mib=300 threads=8
@@ -194,6 +196,11 @@ fi
 
 # Daemons a timed-out step left behind (by pid, never by name).
 while read -r p; do kill -KILL "$p" 2>/dev/null; done <"$work/daemon.pids"
+if want hf && [[ -n "${GPU_CHECK_HF:-}" ]]; then
+  step hf 120 python3 "$GPU_CHECK_HF"
+  record hf "$(grep -E '^hf ' "$OUT/hf.log" | sed -E 's/ \(.*//' | tr '\n' ';')"
+fi
+
 total=$(( $(date +%s) - t_start ))
 {
   echo
