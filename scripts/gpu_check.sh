@@ -38,7 +38,8 @@ t_start=$(date +%s)
 summary=()
 say() { echo "== $(date +%T) $*"; }
 
-rm -rf "$work/prefixd-bundle" "$work/tmp"
+# $work/tmp is kept: a rerun of some steps reuses the generated 1B model.
+rm -rf "$work/prefixd-bundle"
 mkdir -p "$work/tmp" "$OUT"
 export TMPDIR="$work/tmp"  # the benchmarks' generated models: $TMPDIR/prefixd-bench-models
 tar -xJf "$bundle_tar" -C "$work" || { echo "gpu_check: cannot unpack $bundle_tar" >&2; exit 1; }
