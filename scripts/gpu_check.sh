@@ -13,6 +13,9 @@
 #              cold / warm TTFT, decode at 1/4/16 sequences, host / disk restores
 #   restart    scripts/bench_restart.sh on llama-1b, 8000 + 100, pool 300 MiB,
 #              --backend cuda --host-cache-gb 4 (the issue's daemon figures)
+#   tput       the daemon on llama-1b (--kv-pool-mib 8192 --max-concurrent 64):
+#              prefixctl bench, 8 system prompts x 2000 tokens, 16 clients, 64
+#              requests, 64 out; then one client decoding 256 tokens at context 500
 #   hf         only with GPU_CHECK_HF=FILE: python3 FILE, the HF transformers
 #              anchor on the same shape (../shared/gpu/hf_anchor.py, carried in)
 # and prints one summary table (also $OUT/summary.txt).
@@ -29,7 +32,7 @@ set -uo pipefail
 bundle_tar=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 work=${TMPDIR:-/tmp}/prefixd-gpu-check
 OUT=${OUT:-$work/out}
-steps=",${GPU_CHECK_STEPS:-ops,sanitize,e2e,gen,forward,engine,restart,hf},"
+steps=",${GPU_CHECK_STEPS:-ops,sanitize,e2e,gen,forward,engine,restart,tput,hf},"
 budget_s=${GPU_CHECK_BUDGET_S:-420}
 dry=${GPU_CHECK_DRY_CPU:-0}
 backend=cuda preset=llama-1b system=8000 pool_mib=300 threads=8
@@ -195,13 +198,33 @@ if want restart; then
   record restart "$(awk -F'  +' '/^cold TTFT|^host-tier hit|^first request/{printf "%s: %s; ", $1, $2}' "$OUT/restart.log")"
 fi
 
-# Daemons a timed-out step left behind (by pid, never by name).
-while read -r p; do kill -KILL "$p" 2>/dev/null; done <"$work/daemon.pids"
+# The tput step: as e2e, a function under `timeout bash -c`.
+export model
+tput() {
+  start_daemon tput --backend "$backend" --model "$model" --kv-pool-mib 8192 --max-concurrent 64 || return 1
+  "$run" prefixctl --port "$E2E_PORT" bench -q --system-prompts 8 --system-tokens 2000 --question-tokens 100 \
+    --concurrency 16 --requests 64 --output-tokens 64 --vocab-lo 300 --vocab-hi 31000 >"$OUT/tput-16.txt"
+  local rc=$?
+  "$run" prefixctl --port "$E2E_PORT" bench -q --system-prompts 1 --system-tokens 500 --question-tokens 10 \
+    --concurrency 1 --requests 2 --output-tokens 256 --vocab-lo 300 --vocab-hi 31000 --seed 9 >"$OUT/tput-1.txt"
+  rc=$((rc | $?))
+  stop_daemon
+  echo "16 clients:"; cat "$OUT/tput-16.txt"; echo "1 client, 256 out:"; cat "$OUT/tput-1.txt"
+  return $rc
+}
+export -f tput
+if want tput; then
+  step tput 120 bash -c tput
+  record tput "16 clients: $(grep -iE 'output tok' "$OUT/tput-16.txt" | head -n 1 | tr -s ' '); 1 client: $(grep -iE 'output tok' "$OUT/tput-1.txt" | head -n 1 | tr -s ' ')"
+fi
+
 if want hf && [[ -n "${GPU_CHECK_HF:-}" ]]; then
   step hf 120 python3 "$GPU_CHECK_HF"
   record hf "$(grep -E '^hf ' "$OUT/hf.log" | sed -E 's/ \(.*//' | tr '\n' ';')"
 fi
 
+# Daemons a timed-out step left behind (by pid, never by name).
+while read -r p; do kill -KILL "$p" 2>/dev/null; done <"$work/daemon.pids"
 total=$(( $(date +%s) - t_start ))
 {
   echo
