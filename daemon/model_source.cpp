@@ -15,7 +15,9 @@
 namespace prefixd {
 
 std::string bundled_model_path() {
-  return std::string(PREFIXD_MODELS_DIR) + "/" + kDefaultModel + ".gguf";
+  const char* env = std::getenv("PREFIXD_MODELS_DIR");
+  const std::string dir = env != nullptr && env[0] != '\0' ? env : PREFIXD_MODELS_DIR;
+  return dir + "/" + kDefaultModel + ".gguf";
 }
 
 Result<std::string> find_cache_dir(const EnvLookup& lookup) {
@@ -45,7 +47,7 @@ Result<std::string> resolve_model_path(const std::string& model_arg, const std::
     if (!std::filesystem::exists(path)) {
       return Status::error(std::string("the bundled model ") + kDefaultModel +
                            " (the default --model) is missing: expected '" + path +
-                           "' (models/ in the source tree prefixd was built from); restore that "
+                           "' (models/ in the source tree prefixd was built from, or $PREFIXD_MODELS_DIR); restore that "
                            "file, or pass --model FILE.gguf or --model demo");
     }
     return path;

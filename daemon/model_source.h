@@ -15,8 +15,10 @@ namespace prefixd {
 // first request tells a story. It has no chat template; `demo` has one.
 inline constexpr char kDefaultModel[] = "stories260K";
 
-// Where the bundled model is expected: models/stories260K.gguf in the source
-// tree this binary was built from (PREFIXD_MODELS_DIR, set by CMake).
+// Where the bundled model is expected: $PREFIXD_MODELS_DIR/stories260K.gguf
+// when that variable is set and not empty (a relocated bundle,
+// scripts/bundle.sh), else models/stories260K.gguf in the source tree this
+// binary was built from (PREFIXD_MODELS_DIR, set by CMake).
 std::string bundled_model_path();
 
 // Reads one environment variable: null when it is unset.

@@ -420,12 +420,14 @@ class Engine::Impl {
       if (s == nullptr) continue;  // cancelled meanwhile; its blocks are already released
       const int32_t k = s->cache.device_blocks;
       const int32_t v = static_cast<int32_t>(c.records.size());
+      // The whole chain in one call. The payload is the record's tail (records
+      // from the tiers are checked).
+      std::vector<BlockWrite> writes(static_cast<size_t>(v));
       for (int32_t j = 0; j < v; ++j) {
-        // The payload is the record's tail (records from the tiers are checked).
         const RecordBuffer& rec = *c.records[j];
-        backend_.write_block(pool_, s->block_table[k + j],
-                             rec.data() + rec.size() - tiers_->geometry().payload_bytes());
+        writes[j] = BlockWrite{s->block_table[k + j], rec.data() + rec.size() - tiers_->geometry().payload_bytes()};
       }
+      backend_.write_blocks(pool_, writes.data(), writes.size());
       s->usage.restore_ms = ms_between(s->t_loading_start, Clock::now());
       if (c.host_bytes > 0) restore_.observe_restore(StorageTier::kHost, c.host_bytes, c.host_seconds);
       if (c.disk_bytes > 0) restore_.observe_restore(StorageTier::kDisk, c.disk_bytes, c.disk_seconds);

@@ -83,6 +83,17 @@ struct Batch {
   int32_t n_tokens() const { return static_cast<int32_t>(tokens.size()); }
 };
 
+// One block of a batched transfer (Backend::write_blocks / read_blocks): pool
+// block `block_id` and a host buffer of KvGeometry::block_bytes() bytes.
+struct BlockWrite {
+  int32_t block_id = -1;
+  const void* host_src = nullptr;
+};
+struct BlockRead {
+  int32_t block_id = -1;
+  void* host_dst = nullptr;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -163,6 +174,20 @@ class Backend {
   // (on a block no kernel writes meanwhile). CPU: plain memory reads, yes.
   virtual bool reads_blocks_concurrently() const { return false; }
   virtual void write_block(KvPool& pool, int32_t block_id, const void* host_src) = 0;
+
+  // Many blocks in one call (a chain restored from, or saved to, the tiers):
+  // the same bytes as write_block / read_block on each listed block in list
+  // order, each host buffer in read_block's layout. Block ids must be distinct
+  // and in range. A backend may move the whole list in a few large copies
+  // (CUDA: one copy per layer, side and run of consecutive block ids). The
+  // default, which the CPU backend keeps, calls write_block / read_block on each.
+  // (Pointer and count, not std::span: the .cu files include this header as C++17.)
+  virtual void write_blocks(KvPool& pool, const BlockWrite* blocks, size_t n_blocks) {
+    for (size_t i = 0; i < n_blocks; ++i) write_block(pool, blocks[i].block_id, blocks[i].host_src);
+  }
+  virtual void read_blocks(const KvPool& pool, const BlockRead* blocks, size_t n_blocks) {
+    for (size_t i = 0; i < n_blocks; ++i) read_block(pool, blocks[i].block_id, blocks[i].host_dst);
+  }
 };
 
 namespace cpu {

@@ -13,6 +13,9 @@
 // Usage: bench_engine [--model smol-135m:bf16] [--threads 2] [--system 2000]
 //                     [--question 100] [--out 16] [--reps 3] [--suffix-only 1] [--kv auto] [--tiers DIR]
 //                     [--cpu-isa auto|avx512bf16|avx512|avx2|portable (default $PREFIXD_CPU_ISA)]
+//                     [--backend cpu|cuda (cuda: device 0, builds with the CUDA backend only)]
+// The model is written on first use to $TMPDIR/prefixd-bench-models/PRESET-TYPE.gguf
+// (`prefixd gen-model` may write the file there beforehand).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -32,6 +35,7 @@
 #include "engine/model/model_presets.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "storage/tier_manager.h"
+#include "tests/bench_backend.h"
 #include "tests/engine_harness.h"
 
 using namespace prefixd;
@@ -64,7 +68,8 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model_spec = "smol-135m:bf16", kv_name = "auto", tier_dir;
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // every line reaches a log even if the run is cut short
+  std::string model_spec = "smol-135m:bf16", kv_name = "auto", tier_dir, backend_name = "cpu";
   const char* isa_env = std::getenv("PREFIXD_CPU_ISA");
   std::string isa_name = isa_env != nullptr ? isa_env : "auto", isa_source = "PREFIXD_CPU_ISA";
   int threads = 2, n_system = 2000, n_question = 100, n_out = 16, reps = 3;
@@ -80,6 +85,7 @@ int main(int argc, char** argv) {
     else if (a == "--kv") kv_name = argv[i + 1];
     else if (a == "--suffix-only") suffix_only = std::atoi(argv[i + 1]) != 0;
     else if (a == "--tiers") tier_dir = argv[i + 1];
+    else if (a == "--backend") backend_name = argv[i + 1];
     else if (a == "--cpu-isa") {
       isa_name = argv[i + 1];
       isa_source = "--cpu-isa";
@@ -93,6 +99,19 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s: %s\n", isa_source.c_str(), isa.message().c_str());
     return 2;
   }
+  if (Status s = check_bench_backend(backend_name); !s.ok()) {
+    std::fprintf(stderr, "bench_engine: %s\n", s.message().c_str());
+    return 2;
+  }
+  // Every engine below (the fresh ones of the tier cases too) gets its own backend.
+  auto new_backend = [&]() -> std::unique_ptr<Backend> {
+    Result<std::unique_ptr<Backend>> b = make_bench_backend(backend_name, threads, isa.value());
+    if (!b.ok()) {
+      std::fprintf(stderr, "bench_engine: %s\n", b.message().c_str());
+      std::exit(1);
+    }
+    return std::move(b.value());
+  };
   const size_t colon = model_spec.find(':');
   const std::string preset = model_spec.substr(0, colon);
   const std::string type = colon == std::string::npos ? "bf16" : model_spec.substr(colon + 1);
@@ -114,12 +133,13 @@ int main(int argc, char** argv) {
   EngineOptions opts;
   opts.kv_dtype = kv_name == "f32" ? DType::F32 : kv_name == "bf16" ? DType::BF16 : DType::F16;  // auto: the model's
   opts.kv_pool_bytes = 1024ull << 20;
-  EngineUnderTest e(path, opts, nullptr, threads, isa.value(), kv_name == "auto");
+  EngineUnderTest e(path, opts, nullptr, new_backend(), kv_name == "auto");
   const ModelConfig& c = e.model->config();
   const DType kv = e.engine->options().kv_dtype;
   opts.kv_dtype = kv;  // the tier runs below use the same pool type
-  std::printf("bench_engine: %s %s, %d threads, cpu_isa %s, kv %s, system %d + question %d tokens, %d out\n",
-              preset.c_str(), type.c_str(), threads, cpu::cpu_isa_name(isa.value()),
+  std::printf("bench_engine: %s %s, backend %s, %d threads, cpu_isa %s, kv %s, system %d + question %d tokens,"
+              " %d out\n",
+              preset.c_str(), type.c_str(), e.backend->name().c_str(), threads, cpu::cpu_isa_name(isa.value()),
               (std::string(dtype_name(kv)) + (kv_name == "auto" ? " (auto)" : "")).c_str(), n_system,
               n_question, n_out);
 
@@ -280,7 +300,7 @@ int main(int argc, char** argv) {
         EngineOptions o = opts;
         o.model_fingerprint = tiers->model_fingerprint();
         o.deployment_secret = tiers->deployment_secret();
-        EngineUnderTest fresh(path, o, tiers.get(), threads, isa.value());
+        EngineUnderTest fresh(path, o, tiers.get(), new_backend());
         // Warm the restore policy's prefill estimate as a running daemon would have.
         fresh.run(greedy_request(tokens_for(256, 77, c.n_vocab), 1));
         r = fresh.run(greedy_request(prompt(), n_out));
@@ -304,7 +324,7 @@ int main(int argc, char** argv) {
       EngineOptions o = opts;
       o.model_fingerprint = tiers->model_fingerprint();
       o.deployment_secret = tiers->deployment_secret();
-      EngineUnderTest first(path, o, tiers.get(), threads, isa.value());
+      EngineUnderTest first(path, o, tiers.get(), new_backend());
       first.run(greedy_request(tokens_for(256, 78, c.n_vocab), 1));  // first touch of its pool
       tiers->wait_idle();
       TierManagerOptions so;
@@ -324,7 +344,7 @@ int main(int argc, char** argv) {
       EngineOptions so_engine = opts;
       so_engine.model_fingerprint = sync_tiers->model_fingerprint();
       so_engine.deployment_secret = sync_tiers->deployment_secret();
-      EngineUnderTest on_engine_thread(path, so_engine, sync_tiers.get(), threads, isa.value());
+      EngineUnderTest on_engine_thread(path, so_engine, sync_tiers.get(), new_backend());
       on_engine_thread.run(greedy_request(tokens_for(256, 79, c.n_vocab), 1));
       sync_tiers->wait_idle();
       std::vector<double> deferred, synchronous, without;

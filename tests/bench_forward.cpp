@@ -8,6 +8,9 @@
 //                      [--model FILE.gguf ...] (any GGUF; with --model, presets only if --models given)
 //                      [--reps R] [--chunk 512] [--kv f16]
 //                      [--cpu-isa auto|avx512bf16|avx512|avx2|portable (default $PREFIXD_CPU_ISA)]
+//                      [--backend cpu|cuda (cuda: device 0, builds with the CUDA backend only)]
+// Presets are written on first use to $TMPDIR/prefixd-bench-models/PRESET-TYPE.gguf
+// (`prefixd gen-model` may write the file there beforehand).
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,6 +28,7 @@
 #include "engine/model/model.h"
 #include "engine/model/model_presets.h"
 #include "kernels/cpu/cpu_isa.h"
+#include "tests/bench_backend.h"
 
 using namespace prefixd;
 
@@ -59,9 +63,10 @@ double resident_mb() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // every line reaches a log even if the run is cut short
   int threads = 2, reps = 3, chunk = 512;
   std::string models = "smol-135m:f32,smol-135m:bf16,tiny:f32,tiny:bf16";
-  std::string kv_name = "f16";
+  std::string kv_name = "f16", backend_name = "cpu";
   const char* isa_env = std::getenv("PREFIXD_CPU_ISA");
   std::string isa_name = isa_env != nullptr ? isa_env : "auto", isa_source = "PREFIXD_CPU_ISA";
   std::vector<int> prompt_lens = {512, 2048};
@@ -78,6 +83,7 @@ int main(int argc, char** argv) {
     else if (a == "--reps") reps = std::atoi(argv[i + 1]);
     else if (a == "--chunk") chunk = std::atoi(argv[i + 1]);
     else if (a == "--kv") kv_name = argv[i + 1];
+    else if (a == "--backend") backend_name = argv[i + 1];
     else if (a == "--cpu-isa") {
       isa_name = argv[i + 1];
       isa_source = "--cpu-isa";
@@ -88,13 +94,22 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s: %s\n", isa_source.c_str(), isa.message().c_str());
     return 2;
   }
+  if (Status s = testing::check_bench_backend(backend_name); !s.ok()) {
+    std::fprintf(stderr, "bench_forward: %s\n", s.message().c_str());
+    return 2;
+  }
   DType kv = kv_name == "f32" ? DType::F32 : kv_name == "bf16" ? DType::BF16 : DType::F16;
   std::string dir = std::filesystem::temp_directory_path() / "prefixd-bench-models";
   std::filesystem::create_directories(dir);
-  std::unique_ptr<Backend> backend = make_cpu_backend(threads, isa.value());
-  std::printf("%-24s %-8s %10s %10s %10s %9s %9s   (threads %d, kv %s, chunk %d, cpu_isa %s)\n", "model",
-              "type", "pp512", "pp2048", "tg128", "file_MB", "load_MB", threads, kv_name.c_str(), chunk,
-              cpu::cpu_isa_name(isa.value()));
+  Result<std::unique_ptr<Backend>> made = testing::make_bench_backend(backend_name, threads, isa.value());
+  if (!made.ok()) {
+    std::fprintf(stderr, "bench_forward: %s\n", made.message().c_str());
+    return 1;
+  }
+  std::unique_ptr<Backend> backend = std::move(made.value());
+  std::printf("%-24s %-8s %10s %10s %10s %9s %9s   (backend %s, threads %d, kv %s, chunk %d, cpu_isa %s)\n",
+              "model", "type", "pp512", "pp2048", "tg128", "file_MB", "load_MB", backend->name().c_str(), threads,
+              kv_name.c_str(), chunk, cpu::cpu_isa_name(isa.value()));
   // (label, type, path) of every model to run: presets written on first use, then files.
   std::vector<std::array<std::string, 3>> runs;
   for (const std::string& spec : files.empty() || models_given ? split(models, ',') : std::vector<std::string>{}) {

@@ -17,6 +17,7 @@
 
 #include "engine/model/gguf.h"
 #include "engine/text/tokenizer.h"
+#include "tests/shared_dir.h"
 
 using namespace prefixd;
 using json = nlohmann::json;
@@ -123,7 +124,7 @@ int main(int argc, char** argv) {
   } else {
     std::printf("llama2 SPM: skipped (%s)\n", llama2.message().c_str());
   }
-  auto gguf = GgufFile::open(std::string(PREFIXD_SHARED_DIR) + "/models/stories260K.gguf");
+  auto gguf = GgufFile::open(prefixd::testing::shared_dir() + "/models/stories260K.gguf");
   if (gguf.ok()) {
     auto stories = Tokenizer::from_gguf(**gguf);
     if (stories.ok()) bench("stories260K SPM (512)", **stories, text, reps);

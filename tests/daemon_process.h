@@ -22,10 +22,12 @@
 #include <thread>
 #include <vector>
 
+#include "tests/shared_dir.h"
+
 namespace prefixd::testing {
 
 inline std::string stories_model_path() {
-  return std::string(PREFIXD_SHARED_DIR) + "/models/stories260K.gguf";
+  return prefixd::testing::shared_dir() + "/models/stories260K.gguf";
 }
 inline std::string prefixd_binary() { return std::string(PREFIXD_BUILD_DIR) + "/prefixd"; }
 // Generated models (demo) are kept here between test runs.

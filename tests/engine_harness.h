@@ -59,9 +59,13 @@ struct EngineUnderTest {
 
   // auto_kv_dtype: opts.kv_dtype is replaced by the model's (`--kv-dtype auto`).
   explicit EngineUnderTest(const std::string& model_path, EngineOptions opts = {}, TierManager* tiers = nullptr,
-                           int n_threads = 2, cpu::CpuIsa isa = cpu::best_cpu_isa(), bool auto_kv_dtype = false) {
+                           int n_threads = 2, cpu::CpuIsa isa = cpu::best_cpu_isa(), bool auto_kv_dtype = false)
+      : EngineUnderTest(model_path, std::move(opts), tiers, make_cpu_backend(n_threads, isa), auto_kv_dtype) {}
+  // The same on a backend the caller made (the benchmarks' --backend cuda).
+  EngineUnderTest(const std::string& model_path, EngineOptions opts, TierManager* tiers,
+                  std::unique_ptr<Backend> on_backend, bool auto_kv_dtype = false) {
     file = GgufFile::open(model_path).value();
-    backend = make_cpu_backend(n_threads, isa);
+    backend = std::move(on_backend);
     model = std::move(Model::load(file, *backend).value());
     if (auto_kv_dtype) opts.kv_dtype = model->auto_kv_dtype();
     if (auto t = Tokenizer::from_gguf(*file); t.ok()) tokenizer = std::move(t.value());

@@ -18,10 +18,11 @@
 #include "engine/model/gguf.h"
 #include "engine/model/model.h"
 #include "kernels/backend.h"
+#include "tests/shared_dir.h"
 
 namespace prefixd::testing {
 
-inline std::string shared_path(const std::string& rel) { return std::string(PREFIXD_SHARED_DIR) + "/" + rel; }
+inline std::string shared_path(const std::string& rel) { return prefixd::testing::shared_dir() + "/" + rel; }
 
 struct GoldenPosition {
   int32_t pos = 0;

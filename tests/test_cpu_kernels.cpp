@@ -15,6 +15,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/dtype.h"
 #include "kernels/quant/dequantize.h"
+#include "tests/block_list_check.h"
 #include "tests/random_blocks.h"
 #include "tests/cpu_isa_under_test.h"
 
@@ -762,6 +763,23 @@ TEST_CASE("read_block, write_block and copy_block round trip every layer's K and
     CHECK(got == zero);
     be->free_kv_pool(pool);
     CHECK(pool.k.empty());
+  }
+}
+
+TEST_CASE("write_blocks and read_blocks move a list of blocks exactly as write_block and read_block do") {
+  auto be = make_cpu_backend(2, testing::isa_under_test());
+  for (DType dt : {DType::F32, DType::F16, DType::BF16}) {
+    CAPTURE(dtype_name(dt));
+    KvGeometry geom;
+    geom.n_layers = 3;
+    geom.n_blocks = 16;
+    geom.block_size = 4;
+    geom.n_kv_heads = 2;
+    geom.head_dim = 8;
+    geom.dtype = dt;
+    // A run (5, 6, 7), a block out of order, another run ending at the last block, block 0.
+    testing::check_block_list_transfers(*be, geom, {5, 6, 7, 2, 12, 13, 14, 15, 0}, 21);
+    testing::check_block_list_transfers(*be, geom, {9}, 22);
   }
 }
 

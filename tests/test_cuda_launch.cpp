@@ -421,6 +421,46 @@ TEST_CASE("KV pool and block size arithmetic") {
   CHECK(kv_pool_blocks_for_bytes(empty, 1 << 20) == 0);
 }
 
+TEST_CASE("batched block transfers: ordered by id, groups fit the staging, runs join consecutive ids") {
+  using cuda::BlockGroup;
+  using cuda::BlockRun;
+  auto runs_of = [](const BlockGroup& g) {
+    std::vector<std::vector<int32_t>> out;  // (first_slot, first_block, n_blocks)
+    for (const BlockRun& r : g.runs) out.push_back({r.first_slot, r.first_block, r.n_blocks});
+    return out;
+  };
+  using Runs = std::vector<std::vector<int32_t>>;
+  // One group, staged by id: 0 | 2 | 5 6 7 | 12 13 14 15, whatever the list order.
+  std::vector<BlockGroup> g = cuda::plan_block_transfer({5, 6, 7, 2, 14, 15, 13, 12, 0}, 1000, 1 << 20);
+  REQUIRE(g.size() == 1);
+  CHECK(g[0].entries == std::vector<int32_t>{8, 3, 0, 1, 2, 7, 6, 4, 5});
+  CHECK(runs_of(g[0]) == Runs{{0, 0, 1}, {1, 2, 1}, {2, 5, 3}, {5, 12, 4}});
+  // Staging for 4 blocks: a run is cut where a group ends; a descending chain is one run.
+  g = cuda::plan_block_transfer({9, 8, 6, 5, 4, 3, 2, 1}, 1000, 4000);
+  REQUIRE(g.size() == 2);
+  CHECK(g[0].entries == std::vector<int32_t>{7, 6, 5, 4});
+  CHECK(runs_of(g[0]) == Runs{{0, 1, 4}});
+  CHECK(g[1].entries == std::vector<int32_t>{3, 2, 1, 0});
+  CHECK(runs_of(g[1]) == Runs{{0, 5, 2}, {2, 8, 2}});
+  // A block larger than the staging still moves, one per group; an empty list has no groups.
+  g = cuda::plan_block_transfer({3, 4}, 5000, 4000);
+  REQUIRE(g.size() == 2);
+  CHECK(g[1].entries == std::vector<int32_t>{1});
+  CHECK(cuda::plan_block_transfer({}, 1000, 4000).empty());
+  // The 1B shape: 512 KiB blocks, 128 per group of kBlockStagingMaxBytes.
+  std::vector<int32_t> chain(513);
+  for (int32_t i = 0; i < 513; ++i) chain[i] = 100 + i;
+  g = cuda::plan_block_transfer(chain, 512 * 1024, cuda::kBlockStagingMaxBytes);
+  REQUIRE(g.size() == 5);
+  for (int i = 0; i < 4; ++i) CHECK(runs_of(g[i]) == Runs{{0, 100 + 128 * i, 128}});
+  CHECK(runs_of(g[4]) == Runs{{0, 612, 1}});
+  // Layer-major staging: (layer, side, slot) of a 5-block group, 16-byte layer blocks.
+  CHECK(cuda::block_staging_offset(0, 0, 0, 5, 16) == 0);
+  CHECK(cuda::block_staging_offset(0, 0, 4, 5, 16) == 64);
+  CHECK(cuda::block_staging_offset(0, 1, 0, 5, 16) == 80);
+  CHECK(cuda::block_staging_offset(2, 1, 3, 5, 16) == (5 * 5 + 3) * 16);
+}
+
 TEST_CASE("RoPE angles reduced in double keep float accuracy at large positions") {
   for (double base : {10000.0, 500000.0, 1e6}) {
     for (int32_t pos : {0, 1, 17, 511, 4095, 32767}) {

@@ -1,5 +1,7 @@
-// GPU tests (ctest label gpu): every CUDA backend op against the CPU backend
-// (the reference), the quantized-weight kernels of every block format against
+// GPU tests (ctest label gpu): every CUDA backend op against the CPU backend,
+// or, where the backends round differently by design (matmul activations, RoPE
+// angles, attention operands), each backend against an F64 reference under a
+// tolerance derived from the dtypes it rounds to; the quantized-weight kernels of every block format against
 // quant::dequantize_row (random blocks and the quant/rand-q files), block
 // transfers byte for byte, and the whole forward pass on the golden models
 // (against llama.cpp, against the CPU backend, and cached prefix + suffix equal
@@ -13,7 +15,9 @@
 #include <random>
 #include <set>
 
+#include "kernels/cpu/cpu_backend.h"
 #include "kernels/quant/dequantize.h"
+#include "tests/block_list_check.h"
 #include "tests/golden.h"
 #include "tests/random_blocks.h"
 
@@ -140,6 +144,79 @@ double matmul_rel_error(const std::vector<float>& y, const float* x,
 constexpr double kMatvecRelTol = 5e-5;
 constexpr double kDequantGemmRelTol = 2e-3;
 
+// Unit roundoff of rounding to nearest with a p-bit significand: 2^-p.
+constexpr double kF16Unit = 1.0 / 2048;  // F16: 11 bits
+constexpr double kBf16Unit = 1.0 / 256;  // BF16: 8 bits
+
+// An F32 accumulation of `cols` products whose magnitudes sum to `mag`
+// (test_cpu_kernels' dot_tol: any summation order, FMA or not).
+double f32_dot_tol(double mag, int64_t cols) {
+  return 2e-6 * mag + 1e-6 + mag * 1.2e-7 * std::sqrt(static_cast<double>(cols));
+}
+
+// How far a backend may round the operands of a matmul with weights of `type`
+// before its F32 accumulation, covering both backends and every CPU set:
+// relative bounds for floating roundings, and for x quantized to 8 bits (the
+// CPU's integer products on short batches) an absolute bound per 32-value
+// block of x: amax/254 for the rounding of x/d plus amax * 2^-10 for d's F16
+// rounding.
+struct OperandRounding {
+  double x_rel = 0, w_rel = 0;
+  bool x_q8 = false;
+};
+OperandRounding matmul_operand_rounding(WeightType type) {
+  switch (type) {
+    case WeightType::F32: return {};                 // both: F32 x F32
+    case WeightType::F16: return {kF16Unit, 0};      // GPU: x to F16; CPU: F32 x
+    case WeightType::BF16: return {kBf16Unit, 0};    // GPU, CPU BF16 sets: x to BF16
+    case WeightType::Q8_0:  // CPU: x to 8 bits (n < 16) or x, w to BF16 (BF16 sets, n >= 16);
+      return {kBf16Unit, kBf16Unit, true};  // GPU: exact w (n <= 8) or x, w to F16 (prefill)
+    default: FAIL("matmul_operand_rounding: no bound for this type"); return {};
+  }
+}
+
+// Elements of y (n, rows) farther from the F64 product of x (n, cols) and the
+// weights' exact values w (rows, cols) than the operand rounding `r` and an
+// F32 accumulation allow; *worst_ratio = the largest error / its bound.
+int64_t matmul_out_of_bound(const std::vector<float>& y, const std::vector<float>& x, const std::vector<float>& w,
+                            int64_t n, int64_t rows, int64_t cols, OperandRounding r, double* worst_ratio) {
+  int64_t bad = 0;
+  *worst_ratio = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float* xi = x.data() + i * cols;
+    std::vector<double> x_abs_err(static_cast<size_t>(cols));  // per element of x
+    for (int64_t k0 = 0; k0 < cols; k0 += 32) {
+      double amax = 0;
+      for (int64_t k = k0; k < std::min(cols, k0 + 32); ++k) amax = std::max(amax, std::fabs(double(xi[k])));
+      for (int64_t k = k0; k < std::min(cols, k0 + 32); ++k)
+        x_abs_err[k] = std::max(std::fabs(double(xi[k])) * r.x_rel, r.x_q8 ? amax * (1.0 / 254 + 1.0 / 1024) : 0.0);
+    }
+    for (int64_t j = 0; j < rows; ++j) {
+      const float* wj = w.data() + j * cols;
+      double ref = 0, mag = 0, rounding = 0;
+      for (int64_t k = 0; k < cols; ++k) {
+        const double xa = std::fabs(double(xi[k])), wa = std::fabs(double(wj[k]));
+        ref += double(xi[k]) * wj[k];
+        mag += xa * wa;
+        rounding += (xa + x_abs_err[k]) * wa * (1 + r.w_rel) - xa * wa;
+      }
+      const double bound = rounding + f32_dot_tol(mag + rounding, cols);
+      const double err = std::fabs(y[i * rows + j] - ref);
+      *worst_ratio = std::max(*worst_ratio, err / bound);
+      if (err > bound) ++bad;
+    }
+  }
+  return bad;
+}
+
+float round_to(DType dt, float v) {
+  switch (dt) {
+    case DType::F16: return f16_to_f32(f32_to_f16(v));
+    case DType::BF16: return bf16_to_f32(f32_to_bf16(v));
+    default: return v;
+  }
+}
+
 Batch one_seq_batch(int32_t n, int32_t pos0, const std::vector<int32_t>& table, int32_t block_size,
                     uint32_t seed, int32_t n_vocab) {
   std::mt19937 rng(seed);
@@ -175,30 +252,32 @@ TEST_CASE("rmsnorm, add, add_bias and swiglu match the CPU backend") {
   CHECK(max_abs_diff(out[0], out[1]) < 1e-4);
 }
 
-TEST_CASE("matmul matches the CPU backend for every weight type") {
+TEST_CASE("matmul on each backend matches an F64 reference for every weight type") {
   Pair p;
   for (WeightType type : {WeightType::F32, WeightType::F16, WeightType::BF16, WeightType::Q8_0}) {
+    const int64_t rows = 96, cols = 576;
+    const std::vector<float> w_src = random_vec(rows * cols, 10);
+    const std::vector<uint8_t> bytes = weight_bytes(type, w_src);
+    // The weights' exact values as stored (F16/BF16 rounded, Q8_0 dequantized).
+    const std::vector<float> w = type == WeightType::F32 ? w_src : dequantized(type, bytes.data(), rows, cols);
     for (int64_t n : {1, 7, 33}) {
-      CAPTURE(static_cast<int>(type));
-      CAPTURE(n);
-      const int64_t rows = 96, cols = 576;
-      std::vector<float> w = random_vec(rows * cols, 10), x = random_vec(n * cols, 11);
-      std::vector<uint8_t> bytes = weight_bytes(type, w);
-      std::vector<float> out[2];
-      int i = 0;
+      const std::vector<float> x = random_vec(n * cols, 11);
       for (Backend* b : {p.cpu.get(), p.gpu.get()}) {
+        CAPTURE(weight_type_name(type));
+        CAPTURE(n);
+        CAPTURE(b->name());
         auto m = b->upload_matrix(type, rows, cols, bytes.data(), false);
         float* dx = put(*b, x);
         float* dy = put(*b, std::vector<float>(n * rows));
         b->matmul(*m, dx, dy, n);
-        out[i++] = get(*b, dy, n * rows);
+        const std::vector<float> y = get(*b, dy, n * rows);
         b->free(dx);
         b->free(dy);
+        double worst_ratio = 0;
+        const int64_t bad = matmul_out_of_bound(y, x, w, n, rows, cols, matmul_operand_rounding(type), &worst_ratio);
+        MESSAGE(b->name() << " " << weight_type_name(type) << " n=" << n << ": worst error / bound " << worst_ratio);
+        CHECK(bad == 0);
       }
-      // Activations are rounded to the weight type on the GPU (2^-11 for F16,
-      // 2^-8 for BF16, relative); the bound scales with sum |w||x| <= cols.
-      const double tol = type == WeightType::F32 ? 1e-3 : type == WeightType::BF16 ? 0.5 : 0.1;
-      CHECK(max_abs_diff(out[0], out[1]) < tol);
     }
   }
 }
@@ -354,8 +433,17 @@ TEST_CASE("embedding lookup and output-row gather match the CPU backend") {
   }
 }
 
-TEST_CASE("rope (both styles, partial rotation, frequency factors, large positions) matches CPU") {
+// RoPE at positions 4000..4019 (base 500000), each backend against the exact
+// rotation in F64. The CPU computes the angle as llama.cpp does, a float
+// product of i + 1 roundings (pos * scale^i, then / factor_i), so its error
+// grows with theta * (i + 3) * 2^-24 (test_cpu_kernels' bound); the GPU takes
+// pos * inv_freq in double and reduces it to [-pi, pi] before rounding to float
+// (op::rope_cos_sin), so only cosf/sinf and the rotation's own roundings remain.
+// At large positions the CPU is the side that is off the exact angle (by up
+// to ~3e-4 of |x| here), by llama.cpp's rule; the GPU is within 1e-6.
+TEST_CASE("rope (both styles, partial rotation, frequency factors, large positions) matches F64 on each backend") {
   Pair p;
+  const float base = 500000.0f;
   for (RopeStyle style : {RopeStyle::kNormal, RopeStyle::kNeox}) {
     for (int32_t rope_dim : {64, 32}) {
       for (bool with_factors : {false, true}) {
@@ -366,23 +454,57 @@ TEST_CASE("rope (both styles, partial rotation, frequency factors, large positio
         for (int32_t t = 0; t < 300; ++t) table[t] = t;
         Batch batch = one_seq_batch(n, 4000, table, 16, 30, 100);
         std::vector<float> x = random_vec(size_t(n) * n_heads * hd, 31);
-        std::vector<float> out[2];
-        int i = 0;
         for (Backend* b : {p.cpu.get(), p.gpu.get()}) {
+          CAPTURE(b->name());
+          CAPTURE(style == RopeStyle::kNeox);
+          CAPTURE(rope_dim);
+          CAPTURE(with_factors);
+          const bool float_angle = b->name() == "cpu";
           b->prepare_batch(batch, 16);
           float* dx = put(*b, x);
-          const float* ff = with_factors ? factors.data() : nullptr;
-          b->rope(dx, n_heads, hd, rope_dim, 500000.0f, ff, style);
-          out[i++] = get(*b, dx, x.size());
+          b->rope(dx, n_heads, hd, rope_dim, base, with_factors ? factors.data() : nullptr, style);
+          const std::vector<float> y = get(*b, dx, x.size());
           b->free(dx);
+          int64_t bad = 0;
+          double worst = 0;
+          for (int32_t t = 0; t < n; ++t) {
+            for (int32_t h = 0; h < n_heads; ++h) {
+              const size_t off = (size_t(t) * n_heads + h) * hd;
+              for (int32_t i = 0; i < rope_dim / 2; ++i) {
+                const int32_t a = style == RopeStyle::kNeox ? i : 2 * i;
+                const int32_t c = style == RopeStyle::kNeox ? i + rope_dim / 2 : 2 * i + 1;
+                const double f = with_factors ? factors[i] : 1.0;
+                const double theta = batch.positions[t] * std::pow(double(base), -2.0 * i / rope_dim) / f;
+                const double x0 = x[off + a], x1 = x[off + c];
+                const double r0 = x0 * std::cos(theta) - x1 * std::sin(theta);
+                const double r1 = x0 * std::sin(theta) + x1 * std::cos(theta);
+                const double tol = (std::fabs(x0) + std::fabs(x1)) *
+                                   (float_angle ? theta * (i + 3) * 6e-8 + 1e-6 : 1e-6);
+                const double err = std::max(std::fabs(y[off + a] - r0), std::fabs(y[off + c] - r1));
+                worst = std::max(worst, err);
+                if (err > tol) ++bad;
+              }
+              for (int32_t d = rope_dim; d < hd; ++d) {  // not rotated: untouched
+                if (y[off + d] != x[off + d]) ++bad;
+              }
+            }
+          }
+          MESSAGE(b->name() << " rope_dim " << rope_dim << (with_factors ? " factors" : "") << ": worst |error| "
+                            << worst);
+          CHECK(bad == 0);
         }
-        CHECK(max_abs_diff(out[0], out[1]) < 1e-5);
       }
     }
   }
 }
 
-TEST_CASE("kv_store and paged attention (prefill, cached prefix, split decode) match the CPU backend") {
+// Attention: each backend against causal softmax attention in F64 over K and V
+// as the pool stores them (rounded to its dtype). Tolerances as in
+// test_cpu_kernels: F32 arithmetic 2e-5 (|v| <= 1); CPU sets with a BF16 dot
+// product on a BF16 pool round Q (the reference takes the rounded Q) and the
+// probabilities to BF16 (2^-9 of the largest |v|, plus exp2's error). The GPU
+// keeps Q and the probabilities in F32 for every pool dtype.
+TEST_CASE("kv_store and paged attention (prefill, cached prefix, split decode) match F64 on each backend") {
   Pair p;
   struct Heads {
     int32_t n_heads, n_kv_heads, head_dim;
@@ -428,7 +550,61 @@ TEST_CASE("kv_store and paged attention (prefill, cached prefix, split decode) m
       std::vector<float> k1 = random_vec(size_t(step.n_tokens()) * kv_dim, 42);
       std::vector<float> v1 = random_vec(size_t(step.n_tokens()) * kv_dim, 43);
       std::vector<float> q = random_vec(size_t(step.n_tokens()) * q_dim, 44, -2, 2);
-      std::vector<float> out[2];
+      // Keys and values of each sequence by position, as the pool stores them:
+      // fill rows A [0, 20), B [0, 700); step rows A [20, 57), B 700, C [0, 5).
+      struct SeqKv {
+        std::vector<float> k, v;  // (positions, kv_dim) f32, rounded to the pool dtype
+      };
+      std::vector<SeqKv> kvs(3);
+      auto append = [&](SeqKv& dst, const std::vector<float>& ks, const std::vector<float>& vs, int32_t row0,
+                        int32_t n_rows) {
+        for (int64_t e = int64_t(row0) * kv_dim; e < int64_t(row0 + n_rows) * kv_dim; ++e) {
+          dst.k.push_back(round_to(kv, ks[e]));
+          dst.v.push_back(round_to(kv, vs[e]));
+        }
+      };
+      append(kvs[0], k0, v0, 0, 20);
+      append(kvs[1], k0, v0, 20, 700);
+      append(kvs[0], k1, v1, 0, 37);
+      append(kvs[1], k1, v1, 37, 1);
+      append(kvs[2], k1, v1, 38, 5);
+      // The step's query rows: (sequence, position).
+      std::vector<std::pair<int32_t, int32_t>> rows;
+      for (int32_t r = 0; r < 37; ++r) rows.push_back({0, 20 + r});
+      rows.push_back({1, 700});
+      for (int32_t r = 0; r < 5; ++r) rows.push_back({2, r});
+      REQUIRE(rows.size() == size_t(step.n_tokens()));
+      const float scale = 1.0f / std::sqrt(float(h.head_dim));
+      // (n_tokens, q_dim) F64 attention with Q rounded by `round_q`.
+      auto reference = [&](bool round_q) {
+        std::vector<double> ref(q.size());
+        const int32_t group = h.n_heads / h.n_kv_heads;
+        for (size_t r = 0; r < rows.size(); ++r) {
+          const SeqKv& sk = kvs[rows[r].first];
+          const int32_t qpos = rows[r].second;
+          for (int32_t hh = 0; hh < h.n_heads; ++hh) {
+            const float* qv = q.data() + r * q_dim + hh * h.head_dim;
+            const int64_t kv_off = int64_t(hh / group) * h.head_dim;
+            std::vector<double> score(qpos + 1);
+            double mx = -1e300, sum = 0;
+            for (int32_t t = 0; t <= qpos; ++t) {
+              double dot = 0;
+              for (int32_t d = 0; d < h.head_dim; ++d)
+                dot += double(round_q ? round_to(DType::BF16, qv[d]) : qv[d]) * sk.k[t * kv_dim + kv_off + d];
+              score[t] = dot * scale;
+              mx = std::max(mx, score[t]);
+            }
+            for (double& sc : score) sum += (sc = std::exp(sc - mx));
+            for (int32_t d = 0; d < h.head_dim; ++d) {
+              double acc = 0;
+              for (int32_t t = 0; t <= qpos; ++t) acc += score[t] * sk.v[t * kv_dim + kv_off + d];
+              ref[r * q_dim + hh * h.head_dim + d] = acc / sum;
+            }
+          }
+        }
+        return ref;
+      };
+      const std::vector<double> ref_f32_q = reference(false);
       std::vector<uint8_t> block[2];
       int i = 0;
       for (Backend* b : {p.cpu.get(), p.gpu.get()}) {
@@ -443,15 +619,31 @@ TEST_CASE("kv_store and paged attention (prefill, cached prefix, split decode) m
         b->kv_store(pool, 1, dk0, dv0);
         b->prepare_batch(step, bs);
         b->kv_store(pool, 1, dk1, dv1);
-        b->attention(pool, 1, dq, dout, h.n_heads, 1.0f / std::sqrt(float(h.head_dim)));
-        out[i] = get(*b, dout, q.size());
+        b->attention(pool, 1, dq, dout, h.n_heads, scale);
+        const std::vector<float> out = get(*b, dout, q.size());
         block[i].resize(g.block_bytes());
         b->read_block(pool, 17, block[i].data());
         ++i;
         for (float* x : {dk0, dv0, dk1, dv1, dq, dout}) b->free(x);
         b->free_kv_pool(pool);
+        const bool bf16_operands =
+            b->name() == "cpu" &&
+            static_cast<const cpu::CpuBackend&>(*b).kernels().attn_bf16_operands(kv, h.head_dim);
+        const double tolerance = bf16_operands ? 2.0 / 512 + 2e-4 : 2e-5;
+        const std::vector<double> ref = bf16_operands ? reference(true) : ref_f32_q;
+        double worst = 0;
+        int64_t bad = 0;
+        for (size_t e = 0; e < out.size(); ++e) {
+          const double err = std::fabs(out[e] - ref[e]);
+          worst = std::max(worst, err);
+          if (err > tolerance) ++bad;
+        }
+        CAPTURE(b->name());
+        CAPTURE(worst);
+        MESSAGE(b->name() << " head_dim " << h.head_dim << " " << dtype_name(kv) << ": worst |error| " << worst
+                          << " (tolerance " << tolerance << ")");
+        CHECK(bad == 0);
       }
-      CHECK(max_abs_diff(out[0], out[1]) < 2e-5);
       CHECK(block[0] == block[1]);  // kv_store conversions are bit-identical
     }
   }
@@ -482,6 +674,31 @@ TEST_CASE("block copy, read and write round-trip byte for byte") {
     CHECK(std::all_of(zero.begin(), zero.end(), [](uint8_t v) { return v == 0; }));
     b->free_kv_pool(pool);
   }
+}
+
+TEST_CASE("write_blocks and read_blocks: runs, scattered ids and lists larger than the staging") {
+  std::unique_ptr<Backend> gpu = cuda_backend();
+  KvGeometry g;
+  g.n_layers = 3;
+  g.n_blocks = 16;
+  g.block_size = 4;
+  g.n_kv_heads = 2;
+  g.head_dim = 8;
+  g.dtype = DType::F16;
+  check_block_list_transfers(*gpu, g, {5, 6, 7, 2, 12, 13, 14, 15, 0}, 21);
+  // The 1B shape (16 layers, 8 KV heads x 64, BF16: 512 KiB a block): 300
+  // blocks are three staging groups of kBlockStagingMaxBytes / 512 KiB = 128.
+  g.n_layers = 16;
+  g.n_blocks = 320;
+  g.block_size = 16;
+  g.n_kv_heads = 8;
+  g.head_dim = 64;
+  g.dtype = DType::BF16;
+  REQUIRE(cuda::kBlockStagingMaxBytes / g.block_bytes() == 128);
+  std::vector<int32_t> ids;
+  for (int32_t b = 10; b < 250; ++b) ids.push_back(b);  // one long run across two groups
+  for (int32_t b = 319; b >= 260; --b) ids.push_back(b);  // descending: staged by id, one run
+  check_block_list_transfers(*gpu, g, ids, 22);
 }
 
 TEST_CASE("whole forward pass on the golden models: llama.cpp, CPU backend, cached == uncached") {

@@ -14,13 +14,14 @@
 
 #include "tests/daemon_process.h"
 #include "tests/daemon_start.h"
+#include "tests/shared_dir.h"
 
 using nlohmann::json;
 using namespace prefixd::testing;
 
 namespace {
 
-std::string shared(const std::string& rel) { return std::string(PREFIXD_SHARED_DIR) + "/" + rel; }
+std::string shared(const std::string& rel) { return prefixd::testing::shared_dir() + "/" + rel; }
 
 // A model and llama.cpp's reference outputs for it (shared/models/README.md),
 // with the largest logprob difference the comparison accepts.

@@ -6,6 +6,8 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include <stdlib.h>
+
 #include <CLI/CLI.hpp>
 #include <fstream>
 #include <iterator>
@@ -26,6 +28,7 @@
 #include "daemon/stats_snapshot.h"
 #include "engine/model/gguf.h"
 #include "engine/text/tokenizer.h"
+#include "tests/shared_dir.h"
 
 using nlohmann::json;
 using namespace prefixd;
@@ -280,7 +283,7 @@ TEST_CASE("chat accepts max_completion_tokens as max_tokens") {
 }
 
 TEST_CASE("text prompts are tokenized with BOS (stories260K tokenizer)") {
-  auto file = GgufFile::open(std::string(PREFIXD_SHARED_DIR) + "/models/stories260K.gguf");
+  auto file = GgufFile::open(prefixd::testing::shared_dir() + "/models/stories260K.gguf");
   REQUIRE(file.ok());
   auto tok = Tokenizer::from_gguf(*file.value());
   REQUIRE(tok.ok());
@@ -348,11 +351,29 @@ TEST_CASE("without --model, serve and generate use the bundled stories260K in mo
   };
   const std::string bytes = read_all(bundled);
   CHECK(bytes.size() == 1185376);
-  CHECK(bytes == read_all(std::string(PREFIXD_SHARED_DIR) + "/models/stories260K.gguf"));
+  CHECK(bytes == read_all(prefixd::testing::shared_dir() + "/models/stories260K.gguf"));
   // Any other name is still a path, and a missing path is an error naming it.
   Result<std::string> missing = resolve_model_path("no-such-model.gguf", "/nonexistent");
   REQUIRE_FALSE(missing.ok());
   CHECK(missing.message() == "model file 'no-such-model.gguf' does not exist");
+}
+
+TEST_CASE("$PREFIXD_MODELS_DIR, when set and not empty, is where the bundled model is looked up") {
+  const std::string compiled = std::string(PREFIXD_SOURCE_DIR) + "/models/stories260K.gguf";
+  REQUIRE(::setenv("PREFIXD_MODELS_DIR", "/nonexistent/bundle/models", 1) == 0);
+  CHECK(bundled_model_path() == "/nonexistent/bundle/models/stories260K.gguf");
+  Result<std::string> missing = resolve_model_path("stories260K", "/nonexistent/prefixd-cache");
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.message().find("'/nonexistent/bundle/models/stories260K.gguf'") != std::string::npos);
+  CHECK(missing.message().find("$PREFIXD_MODELS_DIR") != std::string::npos);
+  REQUIRE(::setenv("PREFIXD_MODELS_DIR", (prefixd::testing::shared_dir() + "/models").c_str(), 1) == 0);
+  Result<std::string> shared = resolve_model_path("stories260K", "/nonexistent/prefixd-cache");
+  REQUIRE_MESSAGE(shared.ok(), shared.message());
+  CHECK(*shared == prefixd::testing::shared_dir() + "/models/stories260K.gguf");
+  REQUIRE(::setenv("PREFIXD_MODELS_DIR", "", 1) == 0);  // empty counts as unset
+  CHECK(bundled_model_path() == compiled);
+  REQUIRE(::unsetenv("PREFIXD_MODELS_DIR") == 0);
+  CHECK(bundled_model_path() == compiled);
 }
 
 TEST_CASE("--cpu-isa wins over PREFIXD_CPU_ISA, which wins over auto; validate resolves it") {

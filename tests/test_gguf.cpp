@@ -9,6 +9,7 @@
 
 #include "engine/model/gguf.h"
 #include "engine/model/gguf_writer.h"
+#include "tests/shared_dir.h"
 
 using namespace prefixd;
 
@@ -727,7 +728,7 @@ TEST_CASE("write_file produces the same bytes as to_bytes and open maps them") {
 }
 
 TEST_CASE("stories260K opens with the README's hyper-parameters") {
-  auto r = GgufFile::open(std::string(PREFIXD_SHARED_DIR) + "/models/stories260K.gguf");
+  auto r = GgufFile::open(prefixd::testing::shared_dir() + "/models/stories260K.gguf");
   REQUIRE_MESSAGE(r.ok(), r.message());
   const GgufFile& f = **r;
   CHECK(f.version() == 3);
@@ -762,7 +763,7 @@ TEST_CASE("stories260K opens with the README's hyper-parameters") {
 }
 
 TEST_CASE("rand-mqa-f16 opens with the README's hyper-parameters") {
-  auto r = GgufFile::open(std::string(PREFIXD_SHARED_DIR) + "/models/rand-mqa-f16.gguf");
+  auto r = GgufFile::open(prefixd::testing::shared_dir() + "/models/rand-mqa-f16.gguf");
   REQUIRE_MESSAGE(r.ok(), r.message());
   const GgufFile& f = **r;
   CHECK(*f.get_string("general.architecture") == "llama");
@@ -785,7 +786,7 @@ TEST_CASE("rand-mqa-f16 opens with the README's hyper-parameters") {
 }
 
 TEST_CASE("rand-qwen2-bf16 opens with the README's hyper-parameters") {
-  auto r = GgufFile::open(std::string(PREFIXD_SHARED_DIR) + "/models/rand-qwen2-bf16.gguf");
+  auto r = GgufFile::open(prefixd::testing::shared_dir() + "/models/rand-qwen2-bf16.gguf");
   REQUIRE_MESSAGE(r.ok(), r.message());
   const GgufFile& f = **r;
   CHECK(*f.get_string("general.architecture") == "qwen2");

@@ -18,6 +18,7 @@
 #include "engine/scheduler.h"
 #include "engine/text/chat_template.h"
 #include "tests/engine_harness.h"
+#include "tests/shared_dir.h"
 
 using namespace prefixd;
 using namespace prefixd::testing;
@@ -226,7 +227,7 @@ void check_same(const std::vector<PositionLogprobs>& a, const std::vector<Positi
 }  // namespace
 
 TEST_CASE("engine: prompt logprobs in small passes and under preemption equal one whole pass") {
-  const std::string model = std::string(PREFIXD_SHARED_DIR) + "/models/stories260K.gguf";
+  const std::string model = prefixd::testing::shared_dir() + "/models/stories260K.gguf";
   const std::vector<int32_t> prompt = ids(150, 3);  // arbitrary ids: any sequence scores
   EngineOptions whole_opts = f32_engine_options();
   whole_opts.max_prompt_logits_rows = 512;
@@ -270,7 +271,7 @@ TEST_CASE("engine: prompt logprobs in small passes and under preemption equal on
 }
 
 TEST_CASE("logprobs JSON: completions and chat shapes, token writing") {
-  auto file = GgufFile::open(std::string(PREFIXD_SHARED_DIR) + "/models/stories260K.gguf");
+  auto file = GgufFile::open(prefixd::testing::shared_dir() + "/models/stories260K.gguf");
   REQUIRE(file.ok());
   auto tok = Tokenizer::from_gguf(*file.value());
   REQUIRE(tok.ok());
@@ -338,7 +339,7 @@ TEST_CASE("logprobs JSON: completions and chat shapes, token writing") {
 }
 
 TEST_CASE("validate_generation: logprobs, top_logprobs, echo and max_tokens 0") {
-  auto file = GgufFile::open(std::string(PREFIXD_SHARED_DIR) + "/models/stories260K.gguf");
+  auto file = GgufFile::open(prefixd::testing::shared_dir() + "/models/stories260K.gguf");
   REQUIRE(file.ok());
   auto tok = Tokenizer::from_gguf(*file.value());
   REQUIRE(tok.ok());

@@ -20,6 +20,7 @@
 #include "engine/model/gguf_writer.h"
 #include "engine/model/model_fingerprint.h"
 #include "engine/model/model_presets.h"
+#include "tests/shared_dir.h"
 
 using namespace prefixd;
 
@@ -142,7 +143,8 @@ Hash128 fp_of(const std::vector<uint8_t>& bytes) {
 }  // namespace
 
 TEST_CASE("preset_spec knows the three presets and refuses others") {
-  CHECK(preset_names() == std::vector<std::string>{"tiny", "smol-135m", "demo", "llama-245m"});
+  CHECK(preset_names() ==
+        std::vector<std::string>{"tiny", "smol-135m", "demo", "llama-245m", "llama-1b"});
   PresetSpec tiny = *preset_spec("tiny");
   CHECK(tiny.n_embd == 256);
   CHECK(tiny.n_layers == 4);
@@ -214,6 +216,66 @@ TEST_CASE("every preset writes a file that GgufFile::open reads with the exact s
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("preset_tensors and preset_tensor_bytes describe exactly what the writer emits") {
+  const std::string dir = test_dir();
+  for (WeightType wt : {WeightType::F32, WeightType::BF16}) {
+    const std::string path = dir + "/demo.gguf";
+    REQUIRE(write_preset_model("demo", wt, path).ok());
+    auto f = GgufFile::open(path);
+    REQUIRE_MESSAGE(f.ok(), f.message());
+    std::vector<PresetTensor> list = preset_tensors(*preset_spec("demo"));
+    REQUIRE(list.size() == (*f)->tensors().size());
+    uint64_t file_bytes = 0;
+    for (size_t i = 0; i < list.size(); ++i) {
+      CAPTURE(list[i].name);
+      const GgufTensorInfo& t = (*f)->tensors()[i];
+      CHECK(t.name == list[i].name);
+      CHECK(t.dims == list[i].dims);
+      CHECK(t.type == (list[i].is_norm ? GgmlType::F32 : ggml_of(wt)));
+      file_bytes += t.n_bytes;
+    }
+    CHECK(preset_tensor_bytes(*preset_spec("demo"), wt) == file_bytes);
+    std::filesystem::remove(path);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("llama-1b has Llama-3.2-1B's layer shapes (checked without writing its 2.2 GB)") {
+  PresetSpec s = *preset_spec("llama-1b");
+  CHECK(s.n_embd == 2048);
+  CHECK(s.n_layers == 16);
+  CHECK(s.n_heads == 32);
+  CHECK(s.n_kv_heads == 8);
+  CHECK(s.head_dim() == 64);
+  CHECK(s.n_ff == 8192);
+  CHECK(s.n_vocab == 32000);
+  CHECK(s.n_ctx == 16384);
+  CHECK(s.rope_base == 500000.0f);
+  CHECK(s.rms_eps == 1e-5f);
+  CHECK_FALSE(s.tied_output);
+  CHECK_FALSE(s.chat_template);
+  std::vector<PresetTensor> list = preset_tensors(s);
+  REQUIRE(list.size() == 1 + 9 * 16 + 1 + 1);
+  CHECK(list.front().name == "token_embd.weight");
+  CHECK(list.front().dims == std::vector<int64_t>{2048, 32000});
+  CHECK(list.back().name == "output.weight");
+  CHECK(list.back().dims == std::vector<int64_t>{2048, 32000});
+  CHECK(list[2].name == "blk.0.attn_q.weight");
+  CHECK(list[2].dims == std::vector<int64_t>{2048, 2048});
+  CHECK(list[3].dims == std::vector<int64_t>{2048, 512});  // 8 KV heads x 64
+  CHECK(list[4].dims == std::vector<int64_t>{2048, 512});
+  CHECK(list[7].name == "blk.0.ffn_gate.weight");
+  CHECK(list[7].dims == std::vector<int64_t>{2048, 8192});
+  CHECK(list[9].dims == std::vector<int64_t>{8192, 2048});
+  // Parameters: 2 x 2048 x 32000 (embedding, output) + 16 x (2 x 2048^2 + 2 x 2048 x 512 +
+  // 3 x 2048 x 8192) matrices; 33 norms of 2048 F32.
+  const uint64_t matrix_params = 2ull * 2048 * 32000 +
+                                 16ull * (2ull * 2048 * 2048 + 2ull * 2048 * 512 + 3ull * 2048 * 8192);
+  CHECK(matrix_params == 1104150528ull);
+  CHECK(preset_tensor_bytes(s, WeightType::BF16) == 2 * matrix_params + 33ull * 2048 * 4);
+  CHECK(preset_tensor_bytes(s, WeightType::F32) == 4 * matrix_params + 33ull * 2048 * 4);
+}
+
 TEST_CASE("the same preset written twice is byte-identical and matches the recorded fingerprint") {
   const std::string dir = test_dir();
   REQUIRE(write_preset_model("demo", WeightType::BF16, dir + "/a.gguf").ok());
@@ -234,7 +296,7 @@ TEST_CASE("the same preset written twice is byte-identical and matches the recor
 TEST_CASE("the fingerprints of the shared real and converted model files are the recorded ones") {
   // Recorded once: files written by other tools (llama.cpp's converter), so every metadata value
   // type they use (string, f32 and i32 arrays, u32, f32) goes through the fingerprint's encoding.
-  const std::string models = std::string(PREFIXD_SHARED_DIR) + "/models/";
+  const std::string models = prefixd::testing::shared_dir() + "/models/";
   CHECK(fp_of(read_all(models + "stories260K.gguf")).hex() == "2f3bca576f28414020d6e0015c6775ce");
   CHECK(fp_of(read_all(models + "rand-mqa-f16.gguf")).hex() == "51a1e637b3cdb0a9d45b48f6c084ff81");
   CHECK(fp_of(read_all(models + "rand-qwen2-bf16.gguf")).hex() ==

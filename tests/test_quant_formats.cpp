@@ -22,13 +22,14 @@
 #include "kernels/quant/dequantize.h"
 #include "kernels/quant/quant_blocks.h"
 #include "kernels/quant/quantize.h"
+#include "tests/shared_dir.h"
 
 using namespace prefixd;
 
 namespace {
 
 std::string shared_path(const std::string& rel) {
-  return std::string(PREFIXD_SHARED_DIR) + "/" + rel;
+  return prefixd::testing::shared_dir() + "/" + rel;
 }
 
 // The llama.cpp-quantized model files, sorted by name.

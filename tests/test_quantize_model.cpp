@@ -21,13 +21,14 @@
 #include "engine/model/quantize_model.h"
 #include "kernels/backend.h"
 #include "tests/temp_dir.h"
+#include "tests/shared_dir.h"
 
 using namespace prefixd;
 
 namespace {
 
 std::string shared_path(const std::string& rel) {
-  return std::string(PREFIXD_SHARED_DIR) + "/" + rel;
+  return prefixd::testing::shared_dir() + "/" + rel;
 }
 
 std::vector<uint8_t> read_all(const std::string& path) {

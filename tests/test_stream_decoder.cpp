@@ -10,13 +10,14 @@
 #include "engine/model/gguf.h"
 #include "engine/text/stream_decoder.h"
 #include "engine/text/tokenizer.h"
+#include "tests/shared_dir.h"
 
 using namespace prefixd;
 
 namespace {
 
 std::unique_ptr<Tokenizer> stories_tokenizer() {
-  auto gguf = GgufFile::open(std::string(PREFIXD_SHARED_DIR) + "/models/stories260K.gguf");
+  auto gguf = GgufFile::open(prefixd::testing::shared_dir() + "/models/stories260K.gguf");
   REQUIRE_MESSAGE(gguf.ok(), gguf.message());
   auto tok = Tokenizer::from_gguf(**gguf);
   REQUIRE_MESSAGE(tok.ok(), tok.message());

@@ -15,13 +15,14 @@
 #include "engine/model/gguf_writer.h"
 #include "engine/text/stream_decoder.h"
 #include "engine/text/tokenizer.h"
+#include "tests/shared_dir.h"
 
 using namespace prefixd;
 using json = nlohmann::json;
 
 namespace {
 
-std::string shared_path(const std::string& rel) { return std::string(PREFIXD_SHARED_DIR) + "/" + rel; }
+std::string shared_path(const std::string& rel) { return prefixd::testing::shared_dir() + "/" + rel; }
 
 std::string hex_decode(const std::string& hex) {
   std::string out;

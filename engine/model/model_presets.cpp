@@ -189,7 +189,9 @@ std::string lower(std::string s) {
 
 }  // namespace
 
-std::vector<std::string> preset_names() { return {"tiny", "smol-135m", "demo", "llama-245m"}; }
+std::vector<std::string> preset_names() {
+  return {"tiny", "smol-135m", "demo", "llama-245m", "llama-1b"};
+}
 
 Result<PresetSpec> preset_spec(const std::string& preset) {
   PresetSpec s;
@@ -207,6 +209,9 @@ Result<PresetSpec> preset_spec(const std::string& preset) {
   } else if (preset == "llama-245m") {  // every row a multiple of 256: K quantizations fit
     s.n_embd = 1024, s.n_layers = 16, s.n_heads = 16, s.n_kv_heads = 4, s.n_ff = 2816;
     s.n_vocab = 32000, s.n_ctx = 8192, s.rope_base = 500000, s.tied_output = false;
+  } else if (preset == "llama-1b") {  // Llama-3.2-1B's layers, synthetic vocabulary: GPU benchmarks
+    s.n_embd = 2048, s.n_layers = 16, s.n_heads = 32, s.n_kv_heads = 8, s.n_ff = 8192;
+    s.n_vocab = 32000, s.n_ctx = 16384, s.rope_base = 500000, s.tied_output = false;
   } else {
     std::string known;
     for (const std::string& n : preset_names()) known += (known.empty() ? "" : ", ") + n;
@@ -279,6 +284,39 @@ std::vector<VocabPiece> synthetic_vocab(int32_t n_vocab, bool chatml) {
   return pieces;
 }
 
+std::vector<PresetTensor> preset_tensors(const PresetSpec& s) {
+  const int64_t E = s.n_embd, F = s.n_ff, V = s.n_vocab;
+  const int64_t q_rows = static_cast<int64_t>(s.n_heads) * s.head_dim();
+  const int64_t kv_rows = static_cast<int64_t>(s.n_kv_heads) * s.head_dim();
+  std::vector<PresetTensor> out;
+  out.push_back({"token_embd.weight", {E, V}, false});
+  for (int32_t l = 0; l < s.n_layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    out.push_back({p + "attn_norm.weight", {E}, true});
+    out.push_back({p + "attn_q.weight", {E, q_rows}, false});
+    out.push_back({p + "attn_k.weight", {E, kv_rows}, false});
+    out.push_back({p + "attn_v.weight", {E, kv_rows}, false});
+    out.push_back({p + "attn_output.weight", {q_rows, E}, false});
+    out.push_back({p + "ffn_norm.weight", {E}, true});
+    out.push_back({p + "ffn_gate.weight", {E, F}, false});
+    out.push_back({p + "ffn_up.weight", {E, F}, false});
+    out.push_back({p + "ffn_down.weight", {F, E}, false});
+  }
+  out.push_back({"output_norm.weight", {E}, true});
+  if (!s.tied_output) out.push_back({"output.weight", {E, V}, false});
+  return out;
+}
+
+uint64_t preset_tensor_bytes(const PresetSpec& s, WeightType weight_type) {
+  uint64_t total = 0;
+  for (const PresetTensor& t : preset_tensors(s)) {
+    int64_t n = 1;
+    for (int64_t d : t.dims) n *= d;
+    total += ggml_type_bytes(t.is_norm ? GgmlType::F32 : weight_type, n);
+  }
+  return total;
+}
+
 namespace {
 
 // The whole preset model with matrices in `wtype` (F32, F16 or BF16).
@@ -346,21 +384,13 @@ Status build_preset(const PresetSpec& s, WeightType wtype, GgufWriter& w) {
     w.add_tensor(name, GgmlType::F32, {s.n_embd}, std::move(data));
   };
 
-  matrix("token_embd.weight", s.n_embd, s.n_vocab);
-  for (int32_t l = 0; l < s.n_layers; ++l) {
-    const std::string p = "blk." + std::to_string(l) + ".";
-    norm(p + "attn_norm.weight");
-    matrix(p + "attn_q.weight", s.n_embd, static_cast<int64_t>(s.n_heads) * head_dim);
-    matrix(p + "attn_k.weight", s.n_embd, static_cast<int64_t>(s.n_kv_heads) * head_dim);
-    matrix(p + "attn_v.weight", s.n_embd, static_cast<int64_t>(s.n_kv_heads) * head_dim);
-    matrix(p + "attn_output.weight", static_cast<int64_t>(s.n_heads) * head_dim, s.n_embd);
-    norm(p + "ffn_norm.weight");
-    matrix(p + "ffn_gate.weight", s.n_embd, s.n_ff);
-    matrix(p + "ffn_up.weight", s.n_embd, s.n_ff);
-    matrix(p + "ffn_down.weight", s.n_ff, s.n_embd);
+  for (const PresetTensor& t : preset_tensors(s)) {
+    if (t.is_norm) {
+      norm(t.name);
+    } else {
+      matrix(t.name, t.dims[0], t.dims[1]);
+    }
   }
-  norm("output_norm.weight");
-  if (!s.tied_output) matrix("output.weight", s.n_embd, s.n_vocab);
   return Status();
 }
 

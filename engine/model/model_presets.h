@@ -31,10 +31,26 @@ struct PresetSpec {
 
 // The presets: "tiny", "smol-135m", "demo", "llama-245m" (1024 hidden, 16
 // layers, 16 heads / 4 KV heads, FFN 2816, vocab 32000, untied: every row a
-// multiple of 256, so the K quantizations need no fallback).
+// multiple of 256, so the K quantizations need no fallback), "llama-1b"
+// (Llama-3.2-1B's layer shapes: 2048 hidden, 16 layers, 32 heads / 8 KV heads,
+// FFN 8192, synthetic vocab 32000, untied, RoPE base 500000, context 16384;
+// 2.2 GB as BF16, the GPU benchmark model of kernels/cuda/README.md).
 std::vector<std::string> preset_names();
 // Fails for an unknown name (the message lists the known ones).
 Result<PresetSpec> preset_spec(const std::string& preset);
+
+// One tensor of a preset file, in file order: ggml dims (ne[0] = fan_in for
+// matrices). Norms are F32 [n_embd]; matrices take the requested weight type.
+struct PresetTensor {
+  std::string name;
+  std::vector<int64_t> dims;
+  bool is_norm = false;
+};
+// Every tensor the writer emits for `spec`, in the order it emits them.
+std::vector<PresetTensor> preset_tensors(const PresetSpec& spec);
+// The bytes of all tensor data (no header or padding) with matrices stored as
+// `weight_type` (F32, F16 or BF16): what the file costs on disk and in memory.
+uint64_t preset_tensor_bytes(const PresetSpec& spec, WeightType weight_type);
 
 // One piece of the synthetic SPM vocabulary.
 struct VocabPiece {

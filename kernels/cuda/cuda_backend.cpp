@@ -446,6 +446,95 @@ class CudaBackend final : public Backend {
     PREFIXD_CUDA_CHECK(cudaEventSynchronize(copy_done_));
   }
 
+  // A list of blocks, ordered by block id, in groups that fit
+  // kBlockStagingMaxBytes of pinned staging (layer-major there), each group
+  // moved with one host-to-device copy per layer, side and run of consecutive
+  // block ids (cuda::plan_block_transfer): 2 * n_layers copies per group for
+  // blocks that are consecutive in the pool, in whatever list order.
+  // Ordered with compute as write_block is.
+  void write_blocks(KvPool& pool, const BlockWrite* blocks, size_t n_blocks) override {
+    if (n_blocks == 0) return;
+    activate();
+    std::vector<int32_t> ids;
+    ids.reserve(n_blocks);
+    for (size_t i = 0; i < n_blocks; ++i) {
+      check_block(pool, blocks[i].block_id);
+      ids.push_back(blocks[i].block_id);
+    }
+    const size_t lbb = pool.geom.layer_block_bytes();
+    const int32_t n_layers = pool.geom.n_layers;
+    const std::vector<cuda::BlockGroup> groups =
+        cuda::plan_block_transfer(ids, pool.geom.block_bytes(), cuda::kBlockStagingMaxBytes);
+    char* staging = static_cast<char*>(block_staging_.ensure(groups.front().entries.size() * pool.geom.block_bytes()));
+    PREFIXD_CUDA_CHECK(cudaEventRecord(compute_done_, stream_));
+    PREFIXD_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, compute_done_, 0));
+    for (size_t gi = 0; gi < groups.size(); ++gi) {
+      const cuda::BlockGroup& g = groups[gi];
+      // The previous group's copies must have read the staging before it is refilled.
+      if (gi > 0) PREFIXD_CUDA_CHECK(cudaEventSynchronize(copy_done_));
+      const size_t n = g.entries.size();
+      for (size_t j = 0; j < n; ++j) {
+        const char* src = static_cast<const char*>(blocks[g.entries[j]].host_src);
+        for (int32_t l = 0; l < n_layers; ++l)
+          for (int32_t side = 0; side < 2; ++side)
+            std::memcpy(staging + cuda::block_staging_offset(l, side, int32_t(j), n, lbb),
+                        src + (2 * l + side) * lbb, lbb);
+      }
+      for (const cuda::BlockRun& r : g.runs) {
+        for (int32_t l = 0; l < n_layers; ++l) {
+          for (int32_t side = 0; side < 2; ++side) {
+            char* dst = static_cast<char*>(side == 0 ? pool.k[l] : pool.v[l]) + r.first_block * lbb;
+            PREFIXD_CUDA_CHECK(cudaMemcpyAsync(dst, staging + cuda::block_staging_offset(l, side, r.first_slot, n, lbb),
+                                               r.n_blocks * lbb, cudaMemcpyHostToDevice, copy_stream_));
+          }
+        }
+      }
+      PREFIXD_CUDA_CHECK(cudaEventRecord(copy_done_, copy_stream_));
+    }
+    PREFIXD_CUDA_CHECK(cudaStreamWaitEvent(stream_, copy_done_, 0));
+    PREFIXD_CUDA_CHECK(cudaEventSynchronize(copy_done_));
+  }
+
+  // The reverse of write_blocks: per group, one device-to-host copy per layer,
+  // side and run into the staging, then the host scatters it into the buffers.
+  void read_blocks(const KvPool& pool, const BlockRead* blocks, size_t n_blocks) override {
+    if (n_blocks == 0) return;
+    activate();
+    std::vector<int32_t> ids;
+    ids.reserve(n_blocks);
+    for (size_t i = 0; i < n_blocks; ++i) {
+      check_block(pool, blocks[i].block_id);
+      ids.push_back(blocks[i].block_id);
+    }
+    const size_t lbb = pool.geom.layer_block_bytes();
+    const int32_t n_layers = pool.geom.n_layers;
+    const std::vector<cuda::BlockGroup> groups =
+        cuda::plan_block_transfer(ids, pool.geom.block_bytes(), cuda::kBlockStagingMaxBytes);
+    char* staging = static_cast<char*>(block_staging_.ensure(groups.front().entries.size() * pool.geom.block_bytes()));
+    PREFIXD_CUDA_CHECK(cudaEventRecord(compute_done_, stream_));
+    PREFIXD_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, compute_done_, 0));
+    for (const cuda::BlockGroup& g : groups) {
+      const size_t n = g.entries.size();
+      for (const cuda::BlockRun& r : g.runs) {
+        for (int32_t l = 0; l < n_layers; ++l) {
+          for (int32_t side = 0; side < 2; ++side) {
+            const char* src = static_cast<const char*>(side == 0 ? pool.k[l] : pool.v[l]) + r.first_block * lbb;
+            PREFIXD_CUDA_CHECK(cudaMemcpyAsync(staging + cuda::block_staging_offset(l, side, r.first_slot, n, lbb),
+                                               src, r.n_blocks * lbb, cudaMemcpyDeviceToHost, copy_stream_));
+          }
+        }
+      }
+      PREFIXD_CUDA_CHECK(cudaStreamSynchronize(copy_stream_));
+      for (size_t j = 0; j < n; ++j) {
+        char* dst = static_cast<char*>(blocks[g.entries[j]].host_dst);
+        for (int32_t l = 0; l < n_layers; ++l)
+          for (int32_t side = 0; side < 2; ++side)
+            std::memcpy(dst + (2 * l + side) * lbb, staging + cuda::block_staging_offset(l, side, int32_t(j), n, lbb),
+                        lbb);
+      }
+    }
+  }
+
  private:
   struct RopeTable {
     int32_t rope_dim;

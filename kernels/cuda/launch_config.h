@@ -467,4 +467,60 @@ inline size_t kv_layer_bytes(const KvGeometry& g) {
   return g.layer_block_bytes() * static_cast<size_t>(g.n_blocks);
 }
 
+// --- batched block transfers -----------------------------------------------------
+
+// Pinned staging of a batched transfer (write_blocks / read_blocks): at most
+// this many bytes, or one block when a block is larger.
+inline constexpr size_t kBlockStagingMaxBytes = 64ull << 20;
+
+// A run: staging slots [first_slot, first_slot + n_blocks) holding blocks
+// first_block, first_block + 1, ...: contiguous in every layer's K and V
+// allocation, so one copy per layer and side moves the whole run.
+struct BlockRun {
+  int32_t first_slot = 0;
+  int32_t first_block = 0;
+  int32_t n_blocks = 0;
+};
+// A group: the list entries staged at once, in staging order (ascending block
+// id, whatever the list order). Staging layout (layer-major, so a run is
+// contiguous there too): layer l, side s (0 = K, 1 = V), slot j at
+// ((2 * l + s) * entries.size() + j) * layer_block_bytes (block_staging_offset).
+struct BlockGroup {
+  std::vector<int32_t> entries;  // slot j holds list entry entries[j]
+  std::vector<BlockRun> runs;    // ascending, covering every slot
+};
+
+// Orders the list by block id, cuts it into groups of at most
+// max(1, max_staging_bytes / block_bytes) entries, and each group into runs
+// of consecutive ids. Block ids must be distinct.
+inline std::vector<BlockGroup> plan_block_transfer(const std::vector<int32_t>& block_ids, size_t block_bytes,
+                                                   size_t max_staging_bytes) {
+  std::vector<int32_t> order(block_ids.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return block_ids[a] < block_ids[b]; });
+  const size_t per_group = std::max<size_t>(1, block_bytes == 0 ? 1 : max_staging_bytes / block_bytes);
+  std::vector<BlockGroup> groups;
+  for (size_t g0 = 0; g0 < order.size(); g0 += per_group) {
+    BlockGroup g;
+    g.entries.assign(order.begin() + static_cast<std::ptrdiff_t>(g0),
+                     order.begin() + static_cast<std::ptrdiff_t>(std::min(order.size(), g0 + per_group)));
+    for (size_t j = 0; j < g.entries.size(); ++j) {
+      const int32_t id = block_ids[g.entries[j]];
+      if (!g.runs.empty() && g.runs.back().first_block + g.runs.back().n_blocks == id) {
+        ++g.runs.back().n_blocks;
+      } else {
+        g.runs.push_back(BlockRun{static_cast<int32_t>(j), id, 1});
+      }
+    }
+    groups.push_back(std::move(g));
+  }
+  return groups;
+}
+
+// Byte offset of (layer, side, slot j) in a group's staging (see BlockGroup).
+inline size_t block_staging_offset(int32_t layer, int32_t side, int32_t j, size_t group_blocks,
+                                   size_t layer_block_bytes) {
+  return ((2 * static_cast<size_t>(layer) + side) * group_blocks + j) * layer_block_bytes;
+}
+
 }  // namespace prefixd::cuda

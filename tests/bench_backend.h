@@ -1,0 +1,53 @@
+// The benchmark programs' --backend flag: `cpu` (the default) or `cuda` (device
+// 0; only in a build with the CUDA backend, a clear error otherwise), so that
+// the same program measures both backends.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "common/result.h"
+#include "kernels/backend.h"
+#include "kernels/cpu/cpu_isa.h"
+
+namespace prefixd::testing {
+
+// Whether this build has the CUDA backend (PREFIXD_HAVE_CUDA).
+inline constexpr bool kBuiltWithCuda =
+#if defined(PREFIXD_HAVE_CUDA)
+    true;
+#else
+    false;
+#endif
+
+// Fails before any work for a name other than cpu or cuda, and for cuda in a
+// build without it; use it to check the flag as soon as it is parsed.
+inline Status check_bench_backend(const std::string& name) {
+  if (name != "cpu" && name != "cuda") {
+    return Status::error("--backend '" + name + "' is not one of cpu, cuda");
+  }
+  if (name == "cuda" && !kBuiltWithCuda) {
+    return Status::error(
+        "--backend cuda: this build has no CUDA backend (configure with -DPREFIXD_CUDA=ON on a "
+        "machine where nvcc is found)");
+  }
+  return Status();
+}
+
+// The backend named by --backend: the CPU backend with `n_threads` threads and
+// instruction set `isa`, or the CUDA backend on device 0 (fails without a
+// usable device, with the CUDA runtime's reason).
+inline Result<std::unique_ptr<Backend>> make_bench_backend(const std::string& name, int n_threads,
+                                                           cpu::CpuIsa isa) {
+  if (Status s = check_bench_backend(name); !s.ok()) return s;
+  if (name == "cpu") return make_cpu_backend(n_threads, isa);
+#if defined(PREFIXD_HAVE_CUDA)
+  auto cuda = make_cuda_backend(0);
+  if (!cuda.ok()) return Status::error("--backend cuda: " + cuda.message());
+  return std::move(cuda.value());
+#else
+  return Status::error("--backend cuda: unreachable without CUDA");
+#endif
+}
+
+}  // namespace prefixd::testing
