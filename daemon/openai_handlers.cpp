@@ -10,8 +10,10 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon/api_keys.h"
+#include "daemon/caller_key.h"
 #include "daemon/completion_response.h"
 #include "daemon/dashboard.h"
+#include "daemon/generation_session.h"
 #include "daemon/http_util.h"
 #include "daemon/tenant_limits.h"
 #include "engine/engine.h"
@@ -21,70 +23,6 @@ namespace prefixd {
 namespace {
 
 using nlohmann::json;
-using SteadyClock = std::chrono::steady_clock;
-
-double seconds_between(SteadyClock::time_point a, SteadyClock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
-
-// Latency bookkeeping of one request as its HTTP worker sees it.
-struct Timing {
-  SteadyClock::time_point t_arrival;
-  SteadyClock::time_point t_last_token{};
-  bool first_token_seen = false;
-  double ttft_s = 0;  // set with the first token
-
-  // Called once per wake-up with the number of tokens that arrived in it; a
-  // wake-up that delivers k tokens splits the gap since the previous token
-  // evenly among them.
-  void on_tokens(Metrics& m, size_t n_tokens, SteadyClock::time_point now) {
-    if (n_tokens == 0) return;
-    size_t gaps = n_tokens;
-    if (!first_token_seen) {
-      ttft_s = seconds_between(t_arrival, now);
-      m.observe_ttft(ttft_s);
-      first_token_seen = true;
-      gaps = n_tokens - 1;
-    } else {
-      const double gap_s = seconds_between(t_last_token, now) / static_cast<double>(n_tokens);
-      for (size_t i = 0; i < gaps; ++i) m.observe_inter_token(gap_s);
-      gaps = 0;
-    }
-    for (size_t i = 0; i < gaps; ++i) m.observe_inter_token(0.0);
-    t_last_token = now;
-  }
-};
-
-// Folds the events of one wake-up and feeds the latency histograms; returns
-// how many events were folded.
-size_t fold_wakeup(CompletionFold& fold, Timing& timing, Metrics& metrics,
-                   const std::vector<EngineEvent>& events) {
-  const size_t n_tokens_before = fold.token_ids.size();
-  const size_t n_folded = fold.add(events);
-  timing.on_tokens(metrics, fold.token_ids.size() - n_tokens_before, SteadyClock::now());
-  return n_folded;
-}
-
-// The end of a request that the engine finished: its outcome in
-// prefixd_requests_total (and its tenant's, with its tokens), its queue
-// time, and (completed ones) its TTFT by cache hit or miss and the dashboard.
-// A stream has always observed the queue time of failed and cancelled
-// requests too; a whole answer only that of completed ones.
-void record_end(DaemonContext& ctx, const GenerationRequest& g, const CompletionFold& fold,
-                const Timing& timing, Delivery delivery, int32_t tenant) {
-  const RequestOutcome outcome = fold.outcome();
-  ctx.metrics->count_request(outcome, tenant);
-  ctx.metrics->count_tenant_tokens(tenant, fold.usage.prompt_tokens, fold.usage.cached_tokens,
-                                   fold.usage.completion_tokens);
-  if (outcome == RequestOutcome::kCompleted && timing.first_token_seen)
-    ctx.metrics->observe_ttft_by_cache(timing.ttft_s, fold.usage.cached_tokens > 0);
-  const bool observe_queue =
-      delivery == Delivery::kStream ? !fold.failed : outcome == RequestOutcome::kCompleted;
-  if (observe_queue) ctx.metrics->observe_queue(fold.usage.queue_ms / 1000.0);
-  if (ctx.dashboard && outcome == RequestOutcome::kCompleted)
-    ctx.dashboard->record_request(g.request.prompt, g.request.cache_salt, fold.usage);
-}
-
 void append_event(std::string* out, const json& j) {
   *out += "data: ";
   *out += j.dump(-1, ' ', false, json::error_handler_t::replace);
@@ -189,7 +127,7 @@ struct StreamState {
       t_last_write = now;
     }
     if (fold.finished) {
-      if (!counted) record_end(*ctx, meta, fold, timing, Delivery::kStream, tenant);
+      if (!counted) record_end(*ctx, meta.request, fold, timing, Delivery::kStream, tenant);
       counted = true;
       sink.done();
     }
@@ -205,7 +143,7 @@ void answer_whole(DaemonContext& ctx, const GenerationRequest& g, const Completi
     if (ctx.cancel_all.load()) channel.cancel();
     fold_wakeup(fold, timing, *ctx.metrics, channel.wait(kChannelPoll));
   }
-  record_end(ctx, g, fold, timing, Delivery::kWhole, tenant);
+  record_end(ctx, g.request, fold, timing, Delivery::kWhole, tenant);
   if (std::optional<ApiError> err = completion_error(fold, Delivery::kWhole))
     return send_error(res, *err);
   send_json(res, completion_json(head, fold));
@@ -238,17 +176,13 @@ void handle_generation(DaemonContext& ctx, const httplib::Request& req, httplib:
   const Timing timing{SteadyClock::now()};
   // The caller's tenant (the key check let the key in); null without keys.
   const Tenant* tenant =
-      ctx.api_keys ? ctx.api_keys->find_bearer(req.get_header_value("Authorization")) : nullptr;
+      ctx.api_keys ? find_caller(*ctx.api_keys, req) : nullptr;
   const int32_t tenant_index = tenant ? tenant->index : -1;
   auto refuse = [&](const ApiError& e, RequestOutcome outcome) {
     ctx.metrics->count_request(outcome, tenant_index);
     send_error(res, e);
   };
-  if (ctx.draining.load()) {
-    res.set_header("Retry-After", std::to_string(ctx.retry_after_s));
-    return refuse(ApiError::service_unavailable("the server is shutting down"),
-                  RequestOutcome::kRejected);
-  }
+  if (std::optional<Refusal> r = refuse_if_draining(ctx, res)) return refuse(r->error, r->outcome);
   auto body = parse_json_body(req.body);
   if (auto* e = std::get_if<ApiError>(&body)) return refuse(*e, RequestOutcome::kInvalid);
   auto parsed = validate_generation(std::get<json>(body), ctx.model, chat);
@@ -257,29 +191,9 @@ void handle_generation(DaemonContext& ctx, const httplib::Request& req, httplib:
   // The tenant's namespace goes into the salt its blocks are hashed under.
   g.request.cache_salt = engine_salt(tenant, g.request.cache_salt);
 
-  TenantTicket tenant_ticket;
-  if (tenant && ctx.tenant_limits) {
-    std::optional<TenantTicket> t = ctx.tenant_limits->try_begin(tenant->index);
-    if (!t) {
-      ctx.metrics->count_tenant_limited(tenant->index, TenantLimit::kMaxConcurrent);
-      res.set_header("Retry-After", std::to_string(ctx.retry_after_s));
-      return refuse(ApiError::too_many_requests(
-                        "tenant '" + tenant->name + "' has its max_concurrent of " +
-                            std::to_string(tenant->limits.max_concurrent) +
-                            " requests in flight; retry when one ends",
-                        "tenant_concurrency_limit"),
-                    RequestOutcome::kRejected);
-    }
-    tenant_ticket = std::move(*t);
-  }
-  if (!ctx.admission->try_acquire()) {
-    res.set_header("Retry-After", std::to_string(ctx.retry_after_s));
-    return refuse(
-        ApiError::too_many_requests("too many requests in flight (" +
-                                    std::to_string(ctx.admission->limit()) + "); retry later"),
-        RequestOutcome::kRejected);
-  }
-  AdmissionTicket ticket(ctx.admission);
+  GenerationSlots slots;
+  if (std::optional<Refusal> r = admit_generation(ctx, tenant, res, &slots))
+    return refuse(r->error, r->outcome);
   CompletionHead head;
   head.id = make_response_id(chat ? "chatcmpl" : "cmpl");
   head.created = static_cast<int64_t>(std::time(nullptr));
@@ -291,8 +205,8 @@ void handle_generation(DaemonContext& ctx, const httplib::Request& req, httplib:
     head.echo = std::make_shared<EchoedPrompt>(echo_prompt(g.request.prompt, ctx.model.tokenizer));
   std::shared_ptr<RequestChannel> channel = ctx.engine->submit(g.request);
   if (g.stream) {
-    return answer_stream(ctx, std::move(g), head, std::move(channel), std::move(ticket),
-                         std::move(tenant_ticket), tenant_index, timing, res);
+    return answer_stream(ctx, std::move(g), head, std::move(channel), std::move(slots.admission),
+                         std::move(slots.tenant), tenant_index, timing, res);
   }
   answer_whole(ctx, g, head, *channel, timing, tenant_index, res);
 }
