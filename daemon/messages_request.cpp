@@ -159,9 +159,11 @@ std::optional<ApiError> read_generation_fields(const json& body, MessagesRequest
   auto mt = body.find("max_tokens");
   if (mt == body.end() || mt->is_null()) return field_error("max_tokens", "is required", "missing_field");
   if (!mt->is_number_integer()) return field_error("max_tokens", "must be an integer", "invalid_type");
-  if (mt->is_number_unsigned() ? mt->get<uint64_t>() > static_cast<uint64_t>(INT32_MAX)
-                               : mt->get<int64_t>() < 1)
-    return field_error("max_tokens", "must be at least 1 (got " + mt->dump() + ")");
+  const bool too_large =
+      mt->is_number_unsigned() && mt->get<uint64_t>() > static_cast<uint64_t>(INT32_MAX);
+  if (too_large || mt->get<int64_t>() < 1)
+    return field_error("max_tokens", "must be from 1 to " + std::to_string(INT32_MAX) + " (got " +
+                                         mt->dump() + ")");
   *max_tokens = mt->get<int64_t>();
   SamplingParams& s = m->request.sampling;
   if (auto e = read_number(body, "temperature", &s.temperature)) return e;
