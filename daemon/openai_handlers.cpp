@@ -15,7 +15,9 @@
 #include "daemon/dashboard.h"
 #include "daemon/generation_session.h"
 #include "daemon/http_util.h"
+#include "daemon/prompt_cache_request.h"
 #include "daemon/tenant_limits.h"
+#include "daemon/ttl_pins.h"
 #include "engine/engine.h"
 #include "engine/text/tokenizer.h"
 
@@ -23,6 +25,23 @@ namespace prefixd {
 namespace {
 
 using nlohmann::json;
+// After a completed answer: the TTL pins whose prefix it read are
+// refreshed, and with prompt_cache_retention "24h" its prompt's prefix is
+// pinned for 24 h. The pin's account for prefix_cache.retention; null
+// without retention.
+json retain_prompt(DaemonContext& ctx, const Request& r, std::optional<CacheTtl> retention,
+                   int32_t cached_tokens, int32_t tenant) {
+  if (!ctx.ttl_pins) return nullptr;
+  ctx.ttl_pins->refresh_hits(r.cache_salt, r.prompt, cached_tokens);
+  if (!retention) return nullptr;
+  const CacheBreakpoint whole{"prompt_cache_retention", *retention,
+                              static_cast<int32_t>(r.prompt.size())};
+  const BreakpointOutcome o = ctx.ttl_pins->pin(r.cache_salt, r.prompt, whole, tenant);
+  return json{{"ttl", ttl_name(o.breakpoint.ttl)},
+              {"status", pin_status_name(o.status)},
+              {"pinned_tokens", o.pinned_tokens}};
+}
+
 void append_event(std::string* out, const json& j) {
   *out += "data: ";
   *out += j.dump(-1, ' ', false, json::error_handler_t::replace);
@@ -38,6 +57,7 @@ struct StreamState {
   std::shared_ptr<RequestChannel> channel;
   AdmissionTicket ticket;
   TenantTicket tenant_ticket;  // the tenant's max_concurrent slot, held as long as the stream
+  std::optional<CacheTtl> retention;  // prompt_cache_retention "24h"
   int32_t tenant = -1;         // Tenant::index; -1 without keys
   Timing timing;
   CompletionFold fold;
@@ -104,7 +124,12 @@ struct StreamState {
       append_event(out, err->to_json());
     } else {
       append_event(out, chunk_json(head, "", {}, fold.finish));
-      if (meta.include_usage) append_event(out, usage_chunk_json(head, fold.usage));
+      json retained = retain_prompt(*ctx, meta.request, retention, fold.usage.cached_tokens, tenant);
+      if (meta.include_usage) {
+        json usage = usage_chunk_json(head, fold.usage);
+        if (!retained.is_null()) usage["prefix_cache"]["retention"] = std::move(retained);
+        append_event(out, usage);
+      }
     }
     *out += "data: [DONE]\n\n";
   }
@@ -137,7 +162,8 @@ struct StreamState {
 
 // Waits for the whole answer and sends it (or its error) as one document.
 void answer_whole(DaemonContext& ctx, const GenerationRequest& g, const CompletionHead& head,
-                  RequestChannel& channel, Timing timing, int32_t tenant, httplib::Response& res) {
+                  RequestChannel& channel, Timing timing, int32_t tenant,
+                  std::optional<CacheTtl> retention, httplib::Response& res) {
   CompletionFold fold;
   while (!fold.finished) {
     if (ctx.cancel_all.load()) channel.cancel();
@@ -146,14 +172,17 @@ void answer_whole(DaemonContext& ctx, const GenerationRequest& g, const Completi
   record_end(ctx, g.request, fold, timing, Delivery::kWhole, tenant);
   if (std::optional<ApiError> err = completion_error(fold, Delivery::kWhole))
     return send_error(res, *err);
-  send_json(res, completion_json(head, fold));
+  json out = completion_json(head, fold);
+  json retained = retain_prompt(ctx, g.request, retention, fold.usage.cached_tokens, tenant);
+  if (!retained.is_null()) out["prefix_cache"]["retention"] = std::move(retained);
+  send_json(res, out);
 }
 
 // Streams the answer; the response's content provider owns the state.
 void answer_stream(DaemonContext& ctx, GenerationRequest g, const CompletionHead& head,
                    std::shared_ptr<RequestChannel> channel, AdmissionTicket ticket,
                    TenantTicket tenant_ticket, int32_t tenant, Timing timing,
-                   httplib::Response& res) {
+                   std::optional<CacheTtl> retention, httplib::Response& res) {
   auto st = std::make_shared<StreamState>();
   st->ctx = &ctx;
   st->meta = std::move(g);
@@ -161,6 +190,7 @@ void answer_stream(DaemonContext& ctx, GenerationRequest g, const CompletionHead
   st->channel = std::move(channel);
   st->ticket = std::move(ticket);
   st->tenant_ticket = std::move(tenant_ticket);
+  st->retention = retention;
   st->tenant = tenant;
   st->timing = timing;
   st->t_last_write = SteadyClock::now();
@@ -188,6 +218,9 @@ void handle_generation(DaemonContext& ctx, const httplib::Request& req, httplib:
   auto parsed = validate_generation(std::get<json>(body), ctx.model, chat);
   if (auto* e = std::get_if<ApiError>(&parsed)) return refuse(*e, RequestOutcome::kInvalid);
   GenerationRequest g = std::move(std::get<GenerationRequest>(parsed));
+  auto cache_fields = read_prompt_cache_fields(std::get<json>(body));
+  if (auto* e = std::get_if<ApiError>(&cache_fields)) return refuse(*e, RequestOutcome::kInvalid);
+  const std::optional<CacheTtl> retention = std::get<PromptCacheFields>(cache_fields).retention;
   // The tenant's namespace goes into the salt its blocks are hashed under.
   g.request.cache_salt = engine_salt(tenant, g.request.cache_salt);
 
@@ -206,9 +239,9 @@ void handle_generation(DaemonContext& ctx, const httplib::Request& req, httplib:
   std::shared_ptr<RequestChannel> channel = ctx.engine->submit(g.request);
   if (g.stream) {
     return answer_stream(ctx, std::move(g), head, std::move(channel), std::move(slots.admission),
-                         std::move(slots.tenant), tenant_index, timing, res);
+                         std::move(slots.tenant), tenant_index, timing, retention, res);
   }
-  answer_whole(ctx, g, head, *channel, timing, tenant_index, res);
+  answer_whole(ctx, g, head, *channel, timing, tenant_index, retention, res);
 }
 
 }  // namespace

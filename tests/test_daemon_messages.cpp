@@ -2,7 +2,8 @@
 // /v1/messages/count_tokens) on the real daemon with the demo model (chatml):
 // the message and its event stream, both key headers, Anthropic's error
 // shape for every bad input, cache breakpoints pinned for their TTL with the
-// usage they report turn by turn, the minimum, the pin budget and expiry.
+// usage they report turn by turn, the minimum, the pin budget and expiry; and
+// the OpenAI side's prompt_cache_retention / prompt_cache_key.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
@@ -396,4 +397,47 @@ TEST_CASE("a pin is released when its TTL passes (--cache-ttl-scale)") {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   CHECK(pinned_blocks(*c) == 0);
   CHECK(metric(metrics_text(*c), "prefixd_ttl_pins{ttl=\"1h\"}") == 0);
+}
+
+TEST_CASE("OpenAI's prompt_cache_retention \"24h\" pins the prompt; prompt_cache_key is accepted") {
+  auto d = start_or_fail(demo_args({"--min-cache-tokens", "32"}));
+  auto c = d->client();
+  json body{{"model", "demo"},
+            {"max_tokens", 4},
+            {"temperature", 0},
+            {"prompt_cache_key", "caller-7"},
+            {"prompt_cache_retention", "24h"},
+            {"messages", json::array({json{{"role", "system"}, {"content", kSystem}},
+                                      json{{"role", "user"}, {"content", "Tides?"}}})}};
+  HttpAnswer a = post_json(*c, "/v1/chat/completions", body);
+  REQUIRE_MESSAGE(a.status == 200, a.raw);
+  const int prompt_tokens = a.body["usage"]["prompt_tokens"].get<int>();
+  const json& kept = a.body["prefix_cache"]["retention"];
+  CHECK(kept["ttl"] == "24h");
+  CHECK(kept["status"] == "pinned");
+  CHECK(kept["pinned_tokens"] == prompt_tokens / kBlock * kBlock);
+  CHECK(pinned_blocks(*c) == prompt_tokens / kBlock);
+  CHECK(metric(metrics_text(*c), "prefixd_ttl_pins{ttl=\"24h\"}") == 1);
+  // The same prompt again reads it and refreshes the pin.
+  HttpAnswer again = post_json(*c, "/v1/chat/completions", body);
+  REQUIRE(again.status == 200);
+  CHECK(again.body["prefix_cache"]["retention"]["status"] == "refreshed");
+  CHECK(again.body["usage"]["prompt_tokens_details"]["cached_tokens"] ==
+        prompt_tokens / kBlock * kBlock);
+  // "in_memory" (OpenAI's default) pins nothing and reports nothing.
+  body["prompt_cache_retention"] = "in_memory";
+  HttpAnswer plain = post_json(*c, "/v1/chat/completions", body);
+  REQUIRE(plain.status == 200);
+  CHECK(!plain.body["prefix_cache"].contains("retention"));
+  // Bad values: 400 in the OpenAI shape naming the field.
+  body["prompt_cache_retention"] = "7d";
+  HttpAnswer bad = post_json(*c, "/v1/chat/completions", body);
+  CHECK(bad.status == 400);
+  CHECK(bad.body["error"]["param"] == "prompt_cache_retention");
+  body["prompt_cache_retention"] = "24h";
+  body["prompt_cache_key"] = 7;
+  bad = post_json(*c, "/v1/chat/completions", body);
+  CHECK(bad.status == 400);
+  CHECK(bad.body["error"]["param"] == "prompt_cache_key");
+  CHECK(pinned_blocks(*c) == prompt_tokens / kBlock);
 }
