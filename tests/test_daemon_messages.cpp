@@ -441,3 +441,64 @@ TEST_CASE("OpenAI's prompt_cache_retention \"24h\" pins the prompt; prompt_cache
   CHECK(bad.body["error"]["param"] == "prompt_cache_key");
   CHECK(pinned_blocks(*c) == prompt_tokens / kBlock);
 }
+
+namespace {
+
+// One message with a 5m breakpoint on the system prompt.
+json pinned_conversation() {
+  json body = messages_body(json::array({json{{"role", "user"}, {"content", "Tides?"}}}), 1);
+  body["system"] = json::array({text_block(kSystem, "5m")});
+  return body;
+}
+
+// Ten times the pool's blocks of other prompts, each one distinct from its first token.
+void burst(httplib::Client& c, int pool_blocks) {
+  int sent_blocks = 0;
+  for (int i = 0; sent_blocks < 10 * pool_blocks; ++i) {
+    std::string text = "Request " + std::to_string(i) + ":";
+    for (int w = 0; w < 40; ++w) text += " word" + std::to_string(i * 40 + w);
+    json body = messages_body(json::array({json{{"role", "user"}, {"content", text}}}), 1);
+    HttpAnswer a = post_json(c, "/v1/messages", body);
+    REQUIRE_MESSAGE(a.status == 200, a.raw);
+    sent_blocks += usage_total(a.body["usage"]) / kBlock;
+  }
+}
+
+}  // namespace
+
+TEST_CASE("a pinned prefix survives ten pools of other traffic; once its TTL passed it does not") {
+  // A 1 MiB device pool (32 blocks of the demo model) and no host tier: what
+  // is evicted from the pool is gone.
+  const std::vector<std::string> small = {"--kv-pool-mib", "1", "--host-cache-gb", "0",
+                                          "--min-cache-tokens", "32"};
+  for (const bool expire : {false, true}) {
+    CAPTURE(expire);
+    std::vector<std::string> args = small;
+    if (expire) args.insert(args.end(), {"--cache-ttl-scale", "0.002"});  // 5m -> 0.6 s
+    auto d = start_or_fail(demo_args(args));
+    auto c = d->client();
+    const int pool_blocks =
+        get(*c, "/v1/cache/stats").body["tiers"]["device"]["blocks_total"].get<int>();
+    HttpAnswer first = post_json(*c, "/v1/messages", pinned_conversation());
+    REQUIRE_MESSAGE(first.status == 200, first.raw);
+    const json& bp = first.body["usage"]["cache_breakpoints"][0];
+    REQUIRE(bp["status"] == "pinned");
+    const int pinned = bp["pinned_tokens"].get<int>();
+    if (expire) {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (std::chrono::steady_clock::now() < deadline && pinned_blocks(*c) != 0)
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      REQUIRE(pinned_blocks(*c) == 0);
+    }
+    burst(*c, pool_blocks);
+    HttpAnswer again = post_json(*c, "/v1/messages", pinned_conversation());
+    REQUIRE(again.status == 200);
+    const int read = again.body["usage"]["cache_read_input_tokens"].get<int>();
+    if (expire) {
+      CHECK(read == 0);  // evicted with the rest once unpinned
+    } else {
+      CHECK(read >= pinned);
+      CHECK(again.body["usage"]["cache_breakpoints"][0]["status"] == "refreshed");
+    }
+  }
+}
