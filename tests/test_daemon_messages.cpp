@@ -7,10 +7,14 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
+
+#include <fstream>
 #include <thread>
 
 #include "tests/daemon_process.h"
 #include "tests/daemon_start.h"
+#include "tests/temp_dir.h"
 
 using nlohmann::json;
 using namespace prefixd::testing;
@@ -501,4 +505,41 @@ TEST_CASE("a pinned prefix survives ten pools of other traffic; once its TTL pas
       CHECK(again.body["usage"]["cache_breakpoints"][0]["status"] == "refreshed");
     }
   }
+}
+
+TEST_CASE("tenants: x-api-key selects the tenant, its namespace, its pin budget and its limits") {
+  TempDir dir;
+  const std::string path = dir.path + "/keys.json";
+  std::ofstream(path) << json{{"keys",
+                               {{{"key", "alice-key"}, {"tenant", "alice"}, {"role", "user"},
+                                 {"limits", {{"max_pinned_blocks", 2}}}},
+                                {{"key", "bob-key"}, {"tenant", "bob"}, {"role", "user"},
+                                 {"limits", {{"requests_per_minute", 2}}}}}}}
+                             .dump();
+  REQUIRE(chmod(path.c_str(), 0600) == 0);
+  auto d = start_or_fail(demo_args({"--api-keys", path, "--min-cache-tokens", "32"}));
+  auto c = d->client();
+  const httplib::Headers alice{{"x-api-key", "alice-key"}}, bob{{"x-api-key", "bob-key"}};
+  const json body = pinned_conversation();
+  HttpAnswer a = post_json(*c, "/v1/messages", body, alice);
+  REQUIRE_MESSAGE(a.status == 200, a.raw);
+  CHECK(a.body["usage"]["cache_breakpoints"][0]["status"] == "tenant_pin_limit");
+  CHECK(a.body["usage"]["cache_creation_input_tokens"] == 0);
+  // Bob's namespace is his own: nothing of Alice's is read, and his pin is his.
+  HttpAnswer b = post_json(*c, "/v1/messages", body, bob);
+  REQUIRE(b.status == 200);
+  CHECK(b.body["usage"]["cache_read_input_tokens"] == 0);
+  CHECK(b.body["usage"]["cache_breakpoints"][0]["status"] == "pinned");
+  HttpAnswer b2 = post_json(*c, "/v1/messages", body, {{"Authorization", "Bearer bob-key"}});
+  REQUIRE(b2.status == 200);
+  CHECK(b2.body["usage"]["cache_breakpoints"][0]["status"] == "refreshed");
+  // Bob's requests_per_minute (2) is spent: 429 in Anthropic's shape.
+  HttpAnswer limited = post_json(*c, "/v1/messages", body, bob);
+  CHECK(limited.status == 429);
+  CHECK(limited.body["type"] == "error");
+  CHECK(limited.body["error"]["type"] == "rate_limit_error");
+  // A user key on an admin route, by x-api-key: 403 (an OpenAI-shaped route).
+  HttpAnswer admin = get(*c, "/metrics", alice);
+  CHECK(admin.status == 403);
+  CHECK(admin.body["error"]["code"] == "insufficient_role");
 }
