@@ -83,19 +83,19 @@ json messages_usage_json(const Usage& u, const std::vector<BreakpointOutcome>& o
                    {"pinned_tokens", o.pinned_tokens},
                    {"status", pin_status_name(o.status)}});
   }
-  return json{{"input_tokens", c.input_tokens},
-              {"output_tokens", u.completion_tokens},
-              {"cache_creation_input_tokens", c.creation_tokens},
-              {"cache_read_input_tokens", c.read_tokens},
-              {"cache_creation",
-               {{"ephemeral_5m_input_tokens", c.creation_tokens_by_ttl[static_cast<int>(CacheTtl::k5m)]},
-                {"ephemeral_1h_input_tokens",
-                 c.creation_tokens_by_ttl[static_cast<int>(CacheTtl::k1h)]}}},
-              {"cache_breakpoints", std::move(bps)}};
+  return json{
+      {"input_tokens", c.input_tokens},
+      {"output_tokens", u.completion_tokens},
+      {"cache_creation_input_tokens", c.creation_tokens},
+      {"cache_read_input_tokens", c.read_tokens},
+      {"cache_creation",
+       {{"ephemeral_5m_input_tokens", c.creation_tokens_by_ttl[static_cast<int>(CacheTtl::k5m)]},
+        {"ephemeral_1h_input_tokens", c.creation_tokens_by_ttl[static_cast<int>(CacheTtl::k1h)]}}},
+      {"cache_breakpoints", std::move(bps)}};
 }
 
-json message_json(const std::string& id, const MessagesRequest& m, json content, const StopInfo* stop,
-                  json usage) {
+json message_json(const std::string& id, const MessagesRequest& m, json content,
+                  const StopInfo* stop, json usage) {
   return json{{"id", id},
               {"type", "message"},
               {"role", "assistant"},
@@ -209,7 +209,8 @@ struct MessageStream {
     }
     if (call.fold.finished) {
       if (!counted)
-        record_end(*call.ctx, call.m.request, call.fold, call.timing, Delivery::kStream, call.tenant);
+        record_end(*call.ctx, call.m.request, call.fold, call.timing, Delivery::kStream,
+                   call.tenant);
       counted = true;
       sink.done();
     }

@@ -79,7 +79,8 @@ const char* pin_status_name(PinStatus s);  // "pinned", "refreshed", "below_min_
 struct BreakpointOutcome {
   CacheBreakpoint breakpoint;
   PinStatus status = PinStatus::kBelowMinimum;
-  int32_t pinned_tokens = 0;  // whole blocks of the prefix held by the pin (0 unless pinned/refreshed)
+  int32_t pinned_tokens =
+      0;  // whole blocks of the prefix held by the pin (0 unless pinned/refreshed)
 };
 
 // The cache part of a /v1/messages usage. input + read + creation = the

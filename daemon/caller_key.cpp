@@ -5,7 +5,8 @@
 namespace prefixd {
 
 const Tenant* find_caller(const ApiKeys& keys, const httplib::Request& req) {
-  if (req.has_header("Authorization")) return keys.find_bearer(req.get_header_value("Authorization"));
+  if (req.has_header("Authorization"))
+    return keys.find_bearer(req.get_header_value("Authorization"));
   if (req.has_header("x-api-key")) return keys.find(req.get_header_value("x-api-key"));
   return nullptr;
 }

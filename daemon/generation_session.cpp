@@ -69,12 +69,12 @@ std::optional<Refusal> admit_generation(DaemonContext& ctx, const Tenant* tenant
     if (!t) {
       ctx.metrics->count_tenant_limited(tenant->index, TenantLimit::kMaxConcurrent);
       res.set_header("Retry-After", std::to_string(ctx.retry_after_s));
-      return Refusal{ApiError::too_many_requests(
-                         "tenant '" + tenant->name + "' has its max_concurrent of " +
-                             std::to_string(tenant->limits.max_concurrent) +
-                             " requests in flight; retry when one ends",
-                         "tenant_concurrency_limit"),
-                     RequestOutcome::kRejected};
+      return Refusal{
+          ApiError::too_many_requests("tenant '" + tenant->name + "' has its max_concurrent of " +
+                                          std::to_string(tenant->limits.max_concurrent) +
+                                          " requests in flight; retry when one ends",
+                                      "tenant_concurrency_limit"),
+          RequestOutcome::kRejected};
     }
     slots->tenant = std::move(*t);
   }

@@ -37,9 +37,9 @@ std::optional<ApiError> read_cache_control(const json& block, const std::string&
   if (!it->is_object()) return field_error(field, "must be an object", "invalid_type");
   auto type = it->find("type");
   if (type == it->end() || !type->is_string() || *type != "ephemeral")
-    return field_error(field + ".type", "must be 'ephemeral' (got " +
-                                            (type == it->end() ? std::string("nothing") : type->dump()) +
-                                            ")");
+    return field_error(field + ".type",
+                       "must be 'ephemeral' (got " +
+                           (type == it->end() ? std::string("nothing") : type->dump()) + ")");
   CacheTtl ttl = CacheTtl::k5m;
   if (auto t = it->find("ttl"); t != it->end() && !t->is_null()) {
     if (*t == "5m") {
@@ -51,16 +51,15 @@ std::optional<ApiError> read_cache_control(const json& block, const std::string&
     }
   }
   if (conv->marks.size() == kMaxCacheBreakpoints)
-    return field_error(field, "a request may have at most " +
-                                  std::to_string(kMaxCacheBreakpoints) +
+    return field_error(field, "a request may have at most " + std::to_string(kMaxCacheBreakpoints) +
                                   " blocks with cache_control; this is the " +
                                   std::to_string(kMaxCacheBreakpoints + 1) + "th");
   if (!conv->marks.empty() && ttl_seconds(ttl) > ttl_seconds(conv->marks.back().ttl))
-    return field_error(field + ".ttl",
-                       "a cache_control with ttl '" + std::string(ttl_name(ttl)) +
-                           "' comes after one with ttl '" + ttl_name(conv->marks.back().ttl) +
-                           "' (" + conv->marks.back().field +
-                           "): longer TTLs must come before shorter ones");
+    return field_error(field + ".ttl", "a cache_control with ttl '" + std::string(ttl_name(ttl)) +
+                                           "' comes after one with ttl '" +
+                                           ttl_name(conv->marks.back().ttl) + "' (" +
+                                           conv->marks.back().field +
+                                           "): longer TTLs must come before shorter ones");
   conv->marks.push_back(BreakpointMark{field, message, n_blocks, ttl});
   return std::nullopt;
 }
@@ -81,7 +80,8 @@ std::optional<ApiError> read_content(const json& content, const std::string& rol
   for (size_t k = 0; k < content.size(); ++k) {
     const json& block = content[k];
     const std::string bw = where + "." + std::to_string(k);
-    if (!block.is_object()) return field_error(bw, "must be a content block object", "invalid_type");
+    if (!block.is_object())
+      return field_error(bw, "must be a content block object", "invalid_type");
     auto type = block.find("type");
     if (type == block.end() || !type->is_string())
       return field_error(bw + ".type", "is required (a string)", "missing_field");
@@ -106,7 +106,8 @@ std::optional<ApiError> read_conversation(const json& body, Conversation* conv) 
     if (auto e = read_content(*s, "system", "system", conv)) return e;
   }
   auto it = body.find("messages");
-  if (it == body.end() || it->is_null()) return field_error("messages", "is required", "missing_field");
+  if (it == body.end() || it->is_null())
+    return field_error("messages", "is required", "missing_field");
   if (!it->is_array()) return field_error("messages", "must be an array", "invalid_type");
   if (it->empty()) return field_error("messages", "must not be empty", "empty_prompt");
   for (size_t i = 0; i < it->size(); ++i) {
@@ -157,8 +158,10 @@ std::optional<ApiError> read_number(const json& body, const char* field, float* 
 std::optional<ApiError> read_generation_fields(const json& body, MessagesRequest* m,
                                                int64_t* max_tokens) {
   auto mt = body.find("max_tokens");
-  if (mt == body.end() || mt->is_null()) return field_error("max_tokens", "is required", "missing_field");
-  if (!mt->is_number_integer()) return field_error("max_tokens", "must be an integer", "invalid_type");
+  if (mt == body.end() || mt->is_null())
+    return field_error("max_tokens", "is required", "missing_field");
+  if (!mt->is_number_integer())
+    return field_error("max_tokens", "must be an integer", "invalid_type");
   const bool too_large =
       mt->is_number_unsigned() && mt->get<uint64_t>() > static_cast<uint64_t>(INT32_MAX);
   if (too_large || mt->get<int64_t>() < 1)
@@ -175,16 +178,19 @@ std::optional<ApiError> read_generation_fields(const json& body, MessagesRequest
   }
   if (Status st = validate_sampling_params(s); !st.ok()) return field_error("", st.message());
   if (auto it = body.find("stop_sequences"); it != body.end() && !it->is_null()) {
-    if (!it->is_array()) return field_error("stop_sequences", "must be an array of strings", "invalid_type");
+    if (!it->is_array())
+      return field_error("stop_sequences", "must be an array of strings", "invalid_type");
     if (it->size() > kMaxStopSequences)
       return field_error("stop_sequences", "at most " + std::to_string(kMaxStopSequences) +
-                                               " are supported (got " + std::to_string(it->size()) + ")");
+                                               " are supported (got " + std::to_string(it->size()) +
+                                               ")");
     for (size_t i = 0; i < it->size(); ++i) {
       const json& x = (*it)[i];
       const std::string f = "stop_sequences." + std::to_string(i);
-      if (!x.is_string() || x.get<std::string>().empty() || x.get<std::string>().size() > kMaxStopBytes)
-        return field_error(f, "must be a non-empty string of at most " +
-                                  std::to_string(kMaxStopBytes) + " bytes");
+      if (!x.is_string() || x.get<std::string>().empty() ||
+          x.get<std::string>().size() > kMaxStopBytes)
+        return field_error(
+            f, "must be a non-empty string of at most " + std::to_string(kMaxStopBytes) + " bytes");
       m->request.stop.push_back(x.get<std::string>());
     }
   }
@@ -208,11 +214,13 @@ ApiResult<MessagesRequest> validate_messages(const json& body, const ModelInfo& 
   m.model = model.id;
   m.request.kind = RequestKind::kGenerate;
   auto mod = body.find("model");
-  if (mod == body.end() || mod->is_null()) return field_error("model", "is required", "missing_field");
+  if (mod == body.end() || mod->is_null())
+    return field_error("model", "is required", "missing_field");
   if (!mod->is_string()) return field_error("model", "must be a string", "invalid_type");
   if (*mod != model.id)
-    return ApiError::not_found("model", "model: '" + mod->get<std::string>() +
-                                            "' does not exist; this server serves '" + model.id + "'",
+    return ApiError::not_found("model",
+                               "model: '" + mod->get<std::string>() +
+                                   "' does not exist; this server serves '" + model.id + "'",
                                "model_not_found");
   if (auto e = refuse_unsupported(body)) return *e;
   int64_t max_tokens = 0;
@@ -222,21 +230,23 @@ ApiResult<MessagesRequest> validate_messages(const json& body, const ModelInfo& 
   Conversation conv;
   if (auto e = read_conversation(body, &conv)) return *e;
   if (!model.tokenizer || !model.chat_template)
-    return field_error("messages", "the model has no tokenizer or chat template", "no_chat_template");
+    return field_error("messages", "the model has no tokenizer or chat template",
+                       "no_chat_template");
   m.request.prompt = model.chat_template->encode(*model.tokenizer, chat_messages(conv.messages),
                                                  /*add_generation_prompt=*/true);
   const int64_t n_prompt = static_cast<int64_t>(m.request.prompt.size());
   if (n_prompt >= model.n_ctx)
-    return field_error("messages", "the prompt has " + std::to_string(n_prompt) +
-                                       " tokens; the context length is " +
-                                       std::to_string(model.n_ctx) +
-                                       " tokens, which leaves no room to generate",
+    return field_error("messages",
+                       "the prompt has " + std::to_string(n_prompt) +
+                           " tokens; the context length is " + std::to_string(model.n_ctx) +
+                           " tokens, which leaves no room to generate",
                        "context_length_exceeded");
   if (!count_only && n_prompt + max_tokens > model.n_ctx)
-    return field_error("max_tokens", "the prompt has " + std::to_string(n_prompt) +
-                                         " tokens and max_tokens is " + std::to_string(max_tokens) +
-                                         "; together they exceed the context length of " +
-                                         std::to_string(model.n_ctx) + " tokens",
+    return field_error("max_tokens",
+                       "the prompt has " + std::to_string(n_prompt) + " tokens and max_tokens is " +
+                           std::to_string(max_tokens) +
+                           "; together they exceed the context length of " +
+                           std::to_string(model.n_ctx) + " tokens",
                        "context_length_exceeded");
   m.request.max_tokens = static_cast<int32_t>(max_tokens);
   m.breakpoints = place_breakpoints(*model.chat_template, *model.tokenizer, conv.messages,

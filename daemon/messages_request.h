@@ -25,7 +25,7 @@ constexpr size_t kMaxStopSequences = kMaxStopStrings;
 struct MessagesRequest {
   Request request;  // kind kGenerate; the rendered prompt, sampling, max_tokens, stop strings
   bool stream = false;
-  std::string model;  // the served id (echoed in the answer)
+  std::string model;                         // the served id (echoed in the answer)
   std::vector<CacheBreakpoint> breakpoints;  // in prompt order (TTLs never increase along it)
 };
 

@@ -33,11 +33,12 @@ SteadyClock::duration TtlPins::ttl_duration(CacheTtl ttl) const {
 BreakpointOutcome TtlPins::pin(const std::string& salt, const std::vector<int32_t>& prompt,
                                const CacheBreakpoint& breakpoint, int32_t tenant) {
   BreakpointOutcome out{breakpoint, PinStatus::kBelowMinimum, 0};
-  const int32_t position = std::min<int32_t>(breakpoint.position_tokens,
-                                             static_cast<int32_t>(prompt.size()));
+  const int32_t position =
+      std::min<int32_t>(breakpoint.position_tokens, static_cast<int32_t>(prompt.size()));
   const int32_t n_blocks = position / options_.block_size;
   if (position < options_.min_cache_tokens || n_blocks == 0) return out;
-  Key key{salt, std::vector<int32_t>(prompt.begin(), prompt.begin() + n_blocks * options_.block_size)};
+  Key key{salt,
+          std::vector<int32_t>(prompt.begin(), prompt.begin() + n_blocks * options_.block_size)};
   const SteadyClock::time_point now = SteadyClock::now();
   std::lock_guard<std::mutex> lock(mu_);
   if (auto it = pins_.find(key); it != pins_.end()) {
@@ -97,7 +98,8 @@ void TtlPins::unpin(const Key& key, const Entry& e) {
   // An admin's /v1/cache/unpin may have dropped this pin already: the
   // engine then refuses, and nothing is left to undo.
   Result<PinResult> r = engine_->pin(key.second, key.first, /*pin=*/false);
-  if (r.ok() && e.tenant >= 0 && tenant_limits_) tenant_limits_->unpinned(e.tenant, e.pinned_blocks);
+  if (r.ok() && e.tenant >= 0 && tenant_limits_)
+    tenant_limits_->unpinned(e.tenant, e.pinned_blocks);
 }
 
 int32_t TtlPins::sweep(SteadyClock::time_point now) {
@@ -151,21 +153,27 @@ TtlPins::Counts TtlPins::counts() const {
 
 void TtlPins::render_metrics(std::string* out) const {
   const Counts c = counts();
-  *out += "# HELP prefixd_ttl_pins Prefixes pinned for a TTL (cache breakpoints, prompt_cache_retention).\n";
+  *out +=
+      "# HELP prefixd_ttl_pins Prefixes pinned for a TTL (cache breakpoints, "
+      "prompt_cache_retention).\n";
   *out += "# TYPE prefixd_ttl_pins gauge\n";
   for (int t = 0; t < kCacheTtlCount; ++t)
     *out += "prefixd_ttl_pins{ttl=\"" + std::string(ttl_name(static_cast<CacheTtl>(t))) + "\"} " +
             std::to_string(c.pins[t]) + "\n";
-  *out += "# HELP prefixd_ttl_pinned_blocks Blocks held by TTL pins (overlapping pins count each).\n";
+  *out +=
+      "# HELP prefixd_ttl_pinned_blocks Blocks held by TTL pins (overlapping pins count each).\n";
   *out += "# TYPE prefixd_ttl_pinned_blocks gauge\n";
   for (int t = 0; t < kCacheTtlCount; ++t)
     *out += "prefixd_ttl_pinned_blocks{ttl=\"" + std::string(ttl_name(static_cast<CacheTtl>(t))) +
             "\"} " + std::to_string(c.blocks[t]) + "\n";
-  *out += "# HELP prefixd_cache_breakpoints_total Cache breakpoints answered: hit when the "
-          "request read the whole prefix from the cache.\n";
+  *out +=
+      "# HELP prefixd_cache_breakpoints_total Cache breakpoints answered: hit when the "
+      "request read the whole prefix from the cache.\n";
   *out += "# TYPE prefixd_cache_breakpoints_total counter\n";
-  *out += "prefixd_cache_breakpoints_total{result=\"hit\"} " + std::to_string(breakpoint_hits()) + "\n";
-  *out += "prefixd_cache_breakpoints_total{result=\"miss\"} " + std::to_string(breakpoint_misses()) + "\n";
+  *out +=
+      "prefixd_cache_breakpoints_total{result=\"hit\"} " + std::to_string(breakpoint_hits()) + "\n";
+  *out += "prefixd_cache_breakpoints_total{result=\"miss\"} " +
+          std::to_string(breakpoint_misses()) + "\n";
 }
 
 }  // namespace prefixd

@@ -39,12 +39,12 @@ struct TtlPinOptions {
 
 // One TTL pin as /v1/cache/prefixes and the dashboard list it.
 struct TtlPinView {
-  std::string cache_salt;      // the engine salt (namespace) it is pinned under
+  std::string cache_salt;       // the engine salt (namespace) it is pinned under
   std::vector<int32_t> tokens;  // the pinned prefix (pinned_tokens long)
   CacheTtl ttl = CacheTtl::k5m;
-  int32_t tenant = -1;          // Tenant::index; -1 without --api-keys
-  double expires_in_s = 0;      // from now
-  int64_t hits = 0;             // refreshes since it was pinned
+  int32_t tenant = -1;      // Tenant::index; -1 without --api-keys
+  double expires_in_s = 0;  // from now
+  int64_t hits = 0;         // refreshes since it was pinned
 };
 
 class TtlPins {

@@ -81,8 +81,8 @@ TEST_CASE("each mark ends where its block's text ends, with every chat template"
       previous = bps[i].position_tokens;
       // The text up to the position ends with the marked block (bytes are
       // tokens here; a template's own spacing after the text may follow it).
-      const std::string head = tok->decode(std::vector<int32_t>(
-          prompt.begin(), prompt.begin() + bps[i].position_tokens));
+      const std::string head = tok->decode(
+          std::vector<int32_t>(prompt.begin(), prompt.begin() + bps[i].position_tokens));
       const std::string& block = kTurn1[kMarks[i].message].blocks[kMarks[i].n_blocks - 1];
       CHECK_MESSAGE(rstrip(head).ends_with(rstrip(block)), head);
       CHECK(head.size() - rstrip(head).size() <= 2);

@@ -6,7 +6,6 @@
 // the OpenAI side's prompt_cache_retention / prompt_cache_key.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
-
 #include <sys/stat.h>
 
 #include <fstream>
@@ -55,7 +54,9 @@ json text_block(const std::string& text, const char* ttl = nullptr) {
 }
 
 json messages_body(json messages, int max_tokens = 8) {
-  return json{{"model", "demo"}, {"max_tokens", max_tokens}, {"temperature", 0},
+  return json{{"model", "demo"},
+              {"max_tokens", max_tokens},
+              {"temperature", 0},
               {"messages", std::move(messages)}};
 }
 
@@ -143,9 +144,11 @@ TEST_CASE("/v1/messages answers a message rendered as chat completions renders i
   CHECK(u["cache_creation"]["ephemeral_1h_input_tokens"] == 0);
 
   // The same conversation through /v1/chat/completions: the same prompt, the same greedy text.
-  json chat{{"model", "demo"}, {"max_tokens", 8}, {"temperature", 0},
-            {"messages", json::array({json{{"role", "system"}, {"content", "Answer briefly."}},
-                                      msgs[0]})}};
+  json chat{{"model", "demo"},
+            {"max_tokens", 8},
+            {"temperature", 0},
+            {"messages",
+             json::array({json{{"role", "system"}, {"content", "Answer briefly."}}, msgs[0]})}};
   HttpAnswer o = post_json(*c, "/v1/chat/completions", chat);
   REQUIRE(o.status == 200);
   CHECK(o.body["usage"]["prompt_tokens"] == usage_total(u));
@@ -193,8 +196,9 @@ TEST_CASE("x-api-key and Authorization: Bearer reach the same key; errors in Ant
   CHECK(none.body == json{{"type", "error"},
                           {"error",
                            {{"type", "authentication_error"},
-                            {"message", "missing API key: send 'Authorization: Bearer KEY' (or "
-                                        "'x-api-key: KEY')"}}}});
+                            {"message",
+                             "missing API key: send 'Authorization: Bearer KEY' (or "
+                             "'x-api-key: KEY')"}}}});
   HttpAnswer wrong = post_json(*c, "/v1/messages", body, {{"x-api-key", "nope"}});
   CHECK(wrong.status == 401);
   CHECK(wrong.body["error"]["type"] == "authentication_error");
@@ -229,7 +233,8 @@ TEST_CASE("every bad input is a 400 naming its field, and nothing is pinned") {
                 "messages.0.content.0.cache_control.ttl");
   json five = json::array();
   for (int i = 0; i < 5; ++i) five.push_back(text_block("part " + std::to_string(i), "5m"));
-  check_invalid(post_json(*c, "/v1/messages", one_user(five)), "messages.0.content.4.cache_control");
+  check_invalid(post_json(*c, "/v1/messages", one_user(five)),
+                "messages.0.content.4.cache_control");
   check_invalid(post_json(*c, "/v1/messages",
                           one_user(json::array({text_block("a", "5m"), text_block("b", "1h")}))),
                 "messages.0.content.1.cache_control.ttl");
@@ -280,7 +285,8 @@ TEST_CASE("breakpoints on system and the last user turn: three turns of usage") 
     for (json& m : msgs) {
       if (m["role"] == "user") m["content"] = json::array({text_block(m["content"][0]["text"])});
     }
-    msgs.push_back({{"role", "user"}, {"content", json::array({text_block(questions[turn], "5m")})}});
+    msgs.push_back(
+        {{"role", "user"}, {"content", json::array({text_block(questions[turn], "5m")})}});
     json body = messages_body(msgs);
     body["system"] = system;
     HttpAnswer a = post_json(*c, "/v1/messages", body);
@@ -290,8 +296,8 @@ TEST_CASE("breakpoints on system and the last user turn: three turns of usage") 
     const json& bps = u["cache_breakpoints"];
     REQUIRE(bps.size() == 2);
     CHECK(bps[0]["field"] == "system.0.cache_control");
-    CHECK(bps[1]["field"] == "messages." + std::to_string(msgs.size() - 1) +
-                                 ".content.0.cache_control");
+    CHECK(bps[1]["field"] ==
+          "messages." + std::to_string(msgs.size() - 1) + ".content.0.cache_control");
     const int sys_end = bps[0]["position_tokens"].get<int>();
     const int user_end = bps[1]["position_tokens"].get<int>();
     CHECK(sys_end >= 32);
@@ -338,8 +344,8 @@ TEST_CASE("breakpoints on system and the last user turn: three turns of usage") 
 TEST_CASE("below --min-cache-tokens nothing is cached, and the usage says so") {
   auto d = start_or_fail(demo_args());  // the default minimum: 1024 tokens
   auto c = d->client();
-  json body = messages_body(json::array(
-      {json{{"role", "user"}, {"content", json::array({text_block(kSystem, "5m")})}}}));
+  json body = messages_body(
+      json::array({json{{"role", "user"}, {"content", json::array({text_block(kSystem, "5m")})}}}));
   HttpAnswer a = post_json(*c, "/v1/messages", body);
   REQUIRE(a.status == 200);
   const json& bp = a.body["usage"]["cache_breakpoints"][0];
@@ -352,8 +358,8 @@ TEST_CASE("below --min-cache-tokens nothing is cached, and the usage says so") {
 TEST_CASE("a full pin budget answers 200 with the breakpoint not pinned") {
   auto d = start_or_fail(demo_args({"--min-cache-tokens", "32", "--max-pinned-blocks", "1"}));
   auto c = d->client();
-  json body = messages_body(json::array(
-      {json{{"role", "user"}, {"content", json::array({text_block(kSystem, "5m")})}}}));
+  json body = messages_body(
+      json::array({json{{"role", "user"}, {"content", json::array({text_block(kSystem, "5m")})}}}));
   HttpAnswer a = post_json(*c, "/v1/messages", body);
   REQUIRE_MESSAGE(a.status == 200, a.raw);
   const json& bp = a.body["usage"]["cache_breakpoints"][0];
@@ -367,12 +373,13 @@ TEST_CASE("a pin is released when its TTL passes (--cache-ttl-scale)") {
   // 5m -> 0.6 s, 1h -> 7.2 s.
   auto d = start_or_fail(demo_args({"--min-cache-tokens", "32", "--cache-ttl-scale", "0.002"}));
   auto c = d->client();
-  json body = messages_body(json::array(
-      {json{{"role", "user"},
-            {"content", json::array({text_block(kSystem, "1h"),
-                                     text_block(" How deep is the ocean at its deepest point, and what lives down "
-                                                "there in the cold dark water far below the waves?",
-                                                "5m")})}}}));
+  json body = messages_body(json::array({json{
+      {"role", "user"},
+      {"content",
+       json::array({text_block(kSystem, "1h"),
+                    text_block(" How deep is the ocean at its deepest point, and what lives down "
+                               "there in the cold dark water far below the waves?",
+                               "5m")})}}}));
   HttpAnswer a = post_json(*c, "/v1/messages", body);
   REQUIRE(a.status == 200);
   const json& bps = a.body["usage"]["cache_breakpoints"];
@@ -473,7 +480,7 @@ void burst(httplib::Client& c, int pool_blocks) {
 TEST_CASE("a pinned prefix survives ten pools of other traffic; once its TTL passed it does not") {
   // A 1 MiB device pool (32 blocks of the demo model) and no host tier: what
   // is evicted from the pool is gone.
-  const std::vector<std::string> small = {"--kv-pool-mib", "1", "--host-cache-gb", "0",
+  const std::vector<std::string> small = {"--kv-pool-mib",      "1", "--host-cache-gb", "0",
                                           "--min-cache-tokens", "32"};
   for (const bool expire : {false, true}) {
     CAPTURE(expire);
@@ -511,9 +518,13 @@ TEST_CASE("tenants: x-api-key selects the tenant, its namespace, its pin budget 
   TempDir dir;
   const std::string path = dir.path + "/keys.json";
   std::ofstream(path) << json{{"keys",
-                               {{{"key", "alice-key"}, {"tenant", "alice"}, {"role", "user"},
+                               {{{"key", "alice-key"},
+                                 {"tenant", "alice"},
+                                 {"role", "user"},
                                  {"limits", {{"max_pinned_blocks", 2}}}},
-                                {{"key", "bob-key"}, {"tenant", "bob"}, {"role", "user"},
+                                {{"key", "bob-key"},
+                                 {"tenant", "bob"},
+                                 {"role", "user"},
                                  {"limits", {{"requests_per_minute", 2}}}}}}}
                              .dump();
   REQUIRE(chmod(path.c_str(), 0600) == 0);
