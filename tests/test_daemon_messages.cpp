@@ -155,6 +155,29 @@ TEST_CASE("/v1/messages answers a message rendered as chat completions renders i
   CHECK(o.body["choices"][0]["message"]["content"] == a.body["content"][0]["text"]);
 }
 
+TEST_CASE("stop_sequences: the answer stops before the sequence and names it") {
+  auto d = start_or_fail(demo_args());
+  auto c = d->client();
+  json body =
+      messages_body(json::array({json{{"role", "user"}, {"content", "Tell me a story."}}}), 24);
+  HttpAnswer full = post_json(*c, "/v1/messages", body);
+  REQUIRE(full.status == 200);
+  const std::string text = full.body["content"][0]["text"].get<std::string>();
+  REQUIRE(text.size() >= 12);
+  // A piece of the greedy answer's middle, cut at ASCII so it is whole characters.
+  size_t from = text.size() / 2;
+  while (from < text.size() && static_cast<unsigned char>(text[from]) >= 0x80) ++from;
+  std::string stop = text.substr(from, 3);
+  REQUIRE(stop.size() == 3);
+  const size_t first = text.find(stop);
+  body["stop_sequences"] = json::array({"never-in-this-text", stop});
+  HttpAnswer cut = post_json(*c, "/v1/messages", body);
+  REQUIRE_MESSAGE(cut.status == 200, cut.raw);
+  CHECK(cut.body["stop_reason"] == "stop_sequence");
+  CHECK(cut.body["stop_sequence"] == stop);
+  CHECK(cut.body["content"][0]["text"] == text.substr(0, first));
+}
+
 TEST_CASE("a streamed message follows Anthropic's event order and matches the plain answer") {
   auto d = start_or_fail(demo_args());
   auto c = d->client();
