@@ -1,5 +1,7 @@
 // ApiError: an HTTP error answer in the OpenAI shape
-// {"error": {"message", "type", "param", "code"}} with its status code.
+// {"error": {"message", "type", "param", "code"}} with its status code, or,
+// on the Anthropic routes (/v1/messages...), in Anthropic's shape
+// {"type": "error", "error": {"type", "message"}} (in_dialect_of).
 // Handlers build one with the named factory of its status (bad_request,
 // not_found, too_many_requests, ...), never field by field.
 #pragma once
@@ -7,8 +9,39 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 
 namespace prefixd {
+
+// Which API's error shape an answer takes.
+enum class ErrorDialect : uint8_t { kOpenAI, kAnthropic };
+
+// Anthropic's error type for an HTTP status (invalid_request_error,
+// authentication_error, permission_error, not_found_error,
+// request_too_large, rate_limit_error, api_error, overloaded_error).
+inline const char* anthropic_error_type(int status) {
+  switch (status) {
+    case 401:
+      return "authentication_error";
+    case 403:
+      return "permission_error";
+    case 404:
+      return "not_found_error";
+    case 413:
+      return "request_too_large";
+    case 429:
+      return "rate_limit_error";
+    case 503:
+      return "overloaded_error";
+    default:
+      return status >= 500 ? "api_error" : "invalid_request_error";
+  }
+}
+
+// The routes that answer in Anthropic's shape: /v1/messages and below.
+inline bool is_anthropic_path(std::string_view path) {
+  return path == "/v1/messages" || path.starts_with("/v1/messages/");
+}
 
 struct ApiError {
   int status = 400;  // HTTP status
@@ -16,14 +49,28 @@ struct ApiError {
   std::string type = "invalid_request_error";
   std::string param;  // empty -> null
   std::string code;   // empty -> null
+  ErrorDialect dialect = ErrorDialect::kOpenAI;
 
   nlohmann::json to_json() const {
+    if (dialect == ErrorDialect::kAnthropic) {
+      // The field (param) leads the message, as Anthropic writes it.
+      return nlohmann::json{
+          {"type", "error"},
+          {"error", {{"type", anthropic_error_type(status)}, {"message", message}}}};
+    }
     nlohmann::json e;
     e["message"] = message;
     e["type"] = type;
     e["param"] = param.empty() ? nlohmann::json(nullptr) : nlohmann::json(param);
     e["code"] = code.empty() ? nlohmann::json(nullptr) : nlohmann::json(code);
     return nlohmann::json{{"error", e}};
+  }
+
+  // This error in the shape of the API that `path` belongs to.
+  ApiError in_dialect_of(std::string_view path) const {
+    ApiError e = *this;
+    e.dialect = is_anthropic_path(path) ? ErrorDialect::kAnthropic : ErrorDialect::kOpenAI;
+    return e;
   }
 
   // 400: the body or a field of it (`param`, empty when the whole body) is wrong.

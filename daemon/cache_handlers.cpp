@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "daemon/api_keys.h"
+#include "daemon/caller_key.h"
 #include "daemon/completion_response.h"
 #include "daemon/dashboard.h"
 #include "daemon/http_util.h"
@@ -28,7 +29,7 @@ json tier_json(const TierFigures& t) {
 
 // The caller's tenant (the key check let the key in); null without keys.
 const Tenant* caller(const DaemonContext& ctx, const httplib::Request& req) {
-  return ctx.api_keys ? ctx.api_keys->find_bearer(req.get_header_value("Authorization")) : nullptr;
+  return ctx.api_keys ? find_caller(*ctx.api_keys, req) : nullptr;
 }
 
 // Parses a prompt body, its cache_salt put in the caller's namespace

@@ -19,6 +19,7 @@ class Dashboard;
 class Engine;
 class TenantLimits;
 class TierManager;
+class TtlPins;
 
 // Counts generation/prefetch requests between submit and their end; refuses
 // beyond `limit` (-> 429). Thread-safe.
@@ -80,9 +81,13 @@ struct DaemonContext {
   TierManager* tiers = nullptr;  // not owned; null when no host/disk tier is configured
   // The keys (daemon/api_keys.h; null = no auth) and the per-tenant limit
   // accounting (set with keys); not owned. Handlers find the caller's tenant
-  // with api_keys->find_bearer(Authorization): the key check let it in.
+  // with find_caller (daemon/caller_key.h): the key check let it in.
   const ApiKeys* api_keys = nullptr;
   TenantLimits* tenant_limits = nullptr;
+  // The prefixes pinned for a TTL by cache breakpoints and
+  // prompt_cache_retention (daemon/ttl_pins.h); set by Server::create().
+  // Its sweeper unpins through `engine`, which outlives the context.
+  std::shared_ptr<TtlPins> ttl_pins;
   // The dashboard's history sampler and prefix tracker (daemon/dashboard.h);
   // set by Server::create(). Last member: destroyed first, so its sampler
   // stops while everything it reads is still alive.

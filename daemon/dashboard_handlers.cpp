@@ -2,15 +2,20 @@
 // hot-prefix documents, and pin/unpin by prefix id.
 #include "daemon/dashboard_handlers.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "daemon/dashboard.h"
 #include "daemon/dashboard_assets.h"
 #include "daemon/http_util.h"
+#include "daemon/api_keys.h"
+#include "daemon/ttl_pins.h"
 #include "engine/engine.h"
+#include "engine/text/tokenizer.h"
 
 namespace prefixd {
 namespace {
@@ -21,6 +26,30 @@ using nlohmann::json;
 const char* kContentSecurityPolicy =
     "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
     "connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+// The TTL pins for /v1/cache/prefixes: prefix length, TTL, seconds left,
+// refreshes, the tenant and a preview of the text.
+json ttl_pins_json(const DaemonContext& ctx, const TtlPins& pins) {
+  json rows = json::array();
+  for (const TtlPinView& p : pins.list()) {
+    json row;
+    row["tokens"] = p.tokens.size();
+    row["ttl"] = ttl_name(p.ttl);
+    row["expires_in_s"] = p.expires_in_s;
+    row["hits"] = p.hits;
+    row["tenant"] = p.tenant >= 0 && ctx.api_keys
+                        ? json(ctx.api_keys->tenants()[static_cast<size_t>(p.tenant)].name)
+                        : json(nullptr);
+    row["preview"] = nullptr;
+    if (ctx.model.tokenizer) {
+      const size_t n_preview = std::min<size_t>(p.tokens.size(), 48);
+      row["preview"] = ctx.model.tokenizer->decode(std::vector<int32_t>(
+          p.tokens.begin(), p.tokens.begin() + static_cast<std::ptrdiff_t>(n_preview)));
+    }
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
 
 void send_html(httplib::Response& res, const std::string& html, int status) {
   res.status = status;
@@ -102,7 +131,9 @@ void handle_cache_prefixes(DaemonContext& ctx, const httplib::Request& req,
                            httplib::Response& res) {
   auto limit = int_param(req, res, "limit", 20, 1, 256);
   if (!limit) return;
-  send_json(res, ctx.dashboard->prefixes_json(static_cast<size_t>(*limit)));
+  json out = ctx.dashboard->prefixes_json(static_cast<size_t>(*limit));
+  out["ttl_pins"] = ctx.ttl_pins ? ttl_pins_json(ctx, *ctx.ttl_pins) : json::array();
+  send_json(res, out);
 }
 
 void handle_prefix_pin(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res) {

@@ -5,6 +5,7 @@
 
 #include "daemon/http_util.h"
 #include "daemon/stats_snapshot.h"
+#include "daemon/ttl_pins.h"
 
 namespace prefixd {
 
@@ -18,8 +19,9 @@ void handle_health(DaemonContext& ctx, const httplib::Request&, httplib::Respons
 }
 
 void handle_metrics(DaemonContext& ctx, const httplib::Request&, httplib::Response& res) {
-  res.set_content(ctx.metrics->render(read_stats(*ctx.engine, ctx.tiers), ctx.build),
-                  "text/plain; version=0.0.4; charset=utf-8");
+  std::string text = ctx.metrics->render(read_stats(*ctx.engine, ctx.tiers), ctx.build);
+  if (ctx.ttl_pins) ctx.ttl_pins->render_metrics(&text);
+  res.set_content(text, "text/plain; version=0.0.4; charset=utf-8");
 }
 
 }  // namespace prefixd

@@ -10,10 +10,14 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon/api_keys.h"
+#include "daemon/caller_key.h"
 #include "daemon/completion_response.h"
 #include "daemon/dashboard.h"
+#include "daemon/generation_session.h"
 #include "daemon/http_util.h"
+#include "daemon/prompt_cache_request.h"
 #include "daemon/tenant_limits.h"
+#include "daemon/ttl_pins.h"
 #include "engine/engine.h"
 #include "engine/text/tokenizer.h"
 
@@ -21,68 +25,21 @@ namespace prefixd {
 namespace {
 
 using nlohmann::json;
-using SteadyClock = std::chrono::steady_clock;
-
-double seconds_between(SteadyClock::time_point a, SteadyClock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
-
-// Latency bookkeeping of one request as its HTTP worker sees it.
-struct Timing {
-  SteadyClock::time_point t_arrival;
-  SteadyClock::time_point t_last_token{};
-  bool first_token_seen = false;
-  double ttft_s = 0;  // set with the first token
-
-  // Called once per wake-up with the number of tokens that arrived in it; a
-  // wake-up that delivers k tokens splits the gap since the previous token
-  // evenly among them.
-  void on_tokens(Metrics& m, size_t n_tokens, SteadyClock::time_point now) {
-    if (n_tokens == 0) return;
-    size_t gaps = n_tokens;
-    if (!first_token_seen) {
-      ttft_s = seconds_between(t_arrival, now);
-      m.observe_ttft(ttft_s);
-      first_token_seen = true;
-      gaps = n_tokens - 1;
-    } else {
-      const double gap_s = seconds_between(t_last_token, now) / static_cast<double>(n_tokens);
-      for (size_t i = 0; i < gaps; ++i) m.observe_inter_token(gap_s);
-      gaps = 0;
-    }
-    for (size_t i = 0; i < gaps; ++i) m.observe_inter_token(0.0);
-    t_last_token = now;
-  }
-};
-
-// Folds the events of one wake-up and feeds the latency histograms; returns
-// how many events were folded.
-size_t fold_wakeup(CompletionFold& fold, Timing& timing, Metrics& metrics,
-                   const std::vector<EngineEvent>& events) {
-  const size_t n_tokens_before = fold.token_ids.size();
-  const size_t n_folded = fold.add(events);
-  timing.on_tokens(metrics, fold.token_ids.size() - n_tokens_before, SteadyClock::now());
-  return n_folded;
-}
-
-// The end of a request that the engine finished: its outcome in
-// prefixd_requests_total (and its tenant's, with its tokens), its queue
-// time, and (completed ones) its TTFT by cache hit or miss and the dashboard.
-// A stream has always observed the queue time of failed and cancelled
-// requests too; a whole answer only that of completed ones.
-void record_end(DaemonContext& ctx, const GenerationRequest& g, const CompletionFold& fold,
-                const Timing& timing, Delivery delivery, int32_t tenant) {
-  const RequestOutcome outcome = fold.outcome();
-  ctx.metrics->count_request(outcome, tenant);
-  ctx.metrics->count_tenant_tokens(tenant, fold.usage.prompt_tokens, fold.usage.cached_tokens,
-                                   fold.usage.completion_tokens);
-  if (outcome == RequestOutcome::kCompleted && timing.first_token_seen)
-    ctx.metrics->observe_ttft_by_cache(timing.ttft_s, fold.usage.cached_tokens > 0);
-  const bool observe_queue =
-      delivery == Delivery::kStream ? !fold.failed : outcome == RequestOutcome::kCompleted;
-  if (observe_queue) ctx.metrics->observe_queue(fold.usage.queue_ms / 1000.0);
-  if (ctx.dashboard && outcome == RequestOutcome::kCompleted)
-    ctx.dashboard->record_request(g.request.prompt, g.request.cache_salt, fold.usage);
+// After a completed answer: the TTL pins whose prefix it read are
+// refreshed, and with prompt_cache_retention "24h" its prompt's prefix is
+// pinned for 24 h. The pin's account for prefix_cache.retention; null
+// without retention.
+json retain_prompt(DaemonContext& ctx, const Request& r, std::optional<CacheTtl> retention,
+                   int32_t cached_tokens, int32_t tenant) {
+  if (!ctx.ttl_pins) return nullptr;
+  ctx.ttl_pins->refresh_hits(r.cache_salt, r.prompt, cached_tokens);
+  if (!retention) return nullptr;
+  const CacheBreakpoint whole{"prompt_cache_retention", *retention,
+                              static_cast<int32_t>(r.prompt.size())};
+  const BreakpointOutcome o = ctx.ttl_pins->pin(r.cache_salt, r.prompt, whole, tenant);
+  return json{{"ttl", ttl_name(o.breakpoint.ttl)},
+              {"status", pin_status_name(o.status)},
+              {"pinned_tokens", o.pinned_tokens}};
 }
 
 void append_event(std::string* out, const json& j) {
@@ -100,6 +57,7 @@ struct StreamState {
   std::shared_ptr<RequestChannel> channel;
   AdmissionTicket ticket;
   TenantTicket tenant_ticket;  // the tenant's max_concurrent slot, held as long as the stream
+  std::optional<CacheTtl> retention;  // prompt_cache_retention "24h"
   int32_t tenant = -1;         // Tenant::index; -1 without keys
   Timing timing;
   CompletionFold fold;
@@ -166,7 +124,12 @@ struct StreamState {
       append_event(out, err->to_json());
     } else {
       append_event(out, chunk_json(head, "", {}, fold.finish));
-      if (meta.include_usage) append_event(out, usage_chunk_json(head, fold.usage));
+      json retained = retain_prompt(*ctx, meta.request, retention, fold.usage.cached_tokens, tenant);
+      if (meta.include_usage) {
+        json usage = usage_chunk_json(head, fold.usage);
+        if (!retained.is_null()) usage["prefix_cache"]["retention"] = std::move(retained);
+        append_event(out, usage);
+      }
     }
     *out += "data: [DONE]\n\n";
   }
@@ -189,7 +152,7 @@ struct StreamState {
       t_last_write = now;
     }
     if (fold.finished) {
-      if (!counted) record_end(*ctx, meta, fold, timing, Delivery::kStream, tenant);
+      if (!counted) record_end(*ctx, meta.request, fold, timing, Delivery::kStream, tenant);
       counted = true;
       sink.done();
     }
@@ -199,23 +162,27 @@ struct StreamState {
 
 // Waits for the whole answer and sends it (or its error) as one document.
 void answer_whole(DaemonContext& ctx, const GenerationRequest& g, const CompletionHead& head,
-                  RequestChannel& channel, Timing timing, int32_t tenant, httplib::Response& res) {
+                  RequestChannel& channel, Timing timing, int32_t tenant,
+                  std::optional<CacheTtl> retention, httplib::Response& res) {
   CompletionFold fold;
   while (!fold.finished) {
     if (ctx.cancel_all.load()) channel.cancel();
     fold_wakeup(fold, timing, *ctx.metrics, channel.wait(kChannelPoll));
   }
-  record_end(ctx, g, fold, timing, Delivery::kWhole, tenant);
+  record_end(ctx, g.request, fold, timing, Delivery::kWhole, tenant);
   if (std::optional<ApiError> err = completion_error(fold, Delivery::kWhole))
     return send_error(res, *err);
-  send_json(res, completion_json(head, fold));
+  json out = completion_json(head, fold);
+  json retained = retain_prompt(ctx, g.request, retention, fold.usage.cached_tokens, tenant);
+  if (!retained.is_null()) out["prefix_cache"]["retention"] = std::move(retained);
+  send_json(res, out);
 }
 
 // Streams the answer; the response's content provider owns the state.
 void answer_stream(DaemonContext& ctx, GenerationRequest g, const CompletionHead& head,
                    std::shared_ptr<RequestChannel> channel, AdmissionTicket ticket,
                    TenantTicket tenant_ticket, int32_t tenant, Timing timing,
-                   httplib::Response& res) {
+                   std::optional<CacheTtl> retention, httplib::Response& res) {
   auto st = std::make_shared<StreamState>();
   st->ctx = &ctx;
   st->meta = std::move(g);
@@ -223,6 +190,7 @@ void answer_stream(DaemonContext& ctx, GenerationRequest g, const CompletionHead
   st->channel = std::move(channel);
   st->ticket = std::move(ticket);
   st->tenant_ticket = std::move(tenant_ticket);
+  st->retention = retention;
   st->tenant = tenant;
   st->timing = timing;
   st->t_last_write = SteadyClock::now();
@@ -238,48 +206,27 @@ void handle_generation(DaemonContext& ctx, const httplib::Request& req, httplib:
   const Timing timing{SteadyClock::now()};
   // The caller's tenant (the key check let the key in); null without keys.
   const Tenant* tenant =
-      ctx.api_keys ? ctx.api_keys->find_bearer(req.get_header_value("Authorization")) : nullptr;
+      ctx.api_keys ? find_caller(*ctx.api_keys, req) : nullptr;
   const int32_t tenant_index = tenant ? tenant->index : -1;
   auto refuse = [&](const ApiError& e, RequestOutcome outcome) {
     ctx.metrics->count_request(outcome, tenant_index);
     send_error(res, e);
   };
-  if (ctx.draining.load()) {
-    res.set_header("Retry-After", std::to_string(ctx.retry_after_s));
-    return refuse(ApiError::service_unavailable("the server is shutting down"),
-                  RequestOutcome::kRejected);
-  }
+  if (std::optional<Refusal> r = refuse_if_draining(ctx, res)) return refuse(r->error, r->outcome);
   auto body = parse_json_body(req.body);
   if (auto* e = std::get_if<ApiError>(&body)) return refuse(*e, RequestOutcome::kInvalid);
   auto parsed = validate_generation(std::get<json>(body), ctx.model, chat);
   if (auto* e = std::get_if<ApiError>(&parsed)) return refuse(*e, RequestOutcome::kInvalid);
   GenerationRequest g = std::move(std::get<GenerationRequest>(parsed));
+  auto cache_fields = read_prompt_cache_fields(std::get<json>(body));
+  if (auto* e = std::get_if<ApiError>(&cache_fields)) return refuse(*e, RequestOutcome::kInvalid);
+  const std::optional<CacheTtl> retention = std::get<PromptCacheFields>(cache_fields).retention;
   // The tenant's namespace goes into the salt its blocks are hashed under.
   g.request.cache_salt = engine_salt(tenant, g.request.cache_salt);
 
-  TenantTicket tenant_ticket;
-  if (tenant && ctx.tenant_limits) {
-    std::optional<TenantTicket> t = ctx.tenant_limits->try_begin(tenant->index);
-    if (!t) {
-      ctx.metrics->count_tenant_limited(tenant->index, TenantLimit::kMaxConcurrent);
-      res.set_header("Retry-After", std::to_string(ctx.retry_after_s));
-      return refuse(ApiError::too_many_requests(
-                        "tenant '" + tenant->name + "' has its max_concurrent of " +
-                            std::to_string(tenant->limits.max_concurrent) +
-                            " requests in flight; retry when one ends",
-                        "tenant_concurrency_limit"),
-                    RequestOutcome::kRejected);
-    }
-    tenant_ticket = std::move(*t);
-  }
-  if (!ctx.admission->try_acquire()) {
-    res.set_header("Retry-After", std::to_string(ctx.retry_after_s));
-    return refuse(
-        ApiError::too_many_requests("too many requests in flight (" +
-                                    std::to_string(ctx.admission->limit()) + "); retry later"),
-        RequestOutcome::kRejected);
-  }
-  AdmissionTicket ticket(ctx.admission);
+  GenerationSlots slots;
+  if (std::optional<Refusal> r = admit_generation(ctx, tenant, res, &slots))
+    return refuse(r->error, r->outcome);
   CompletionHead head;
   head.id = make_response_id(chat ? "chatcmpl" : "cmpl");
   head.created = static_cast<int64_t>(std::time(nullptr));
@@ -291,10 +238,10 @@ void handle_generation(DaemonContext& ctx, const httplib::Request& req, httplib:
     head.echo = std::make_shared<EchoedPrompt>(echo_prompt(g.request.prompt, ctx.model.tokenizer));
   std::shared_ptr<RequestChannel> channel = ctx.engine->submit(g.request);
   if (g.stream) {
-    return answer_stream(ctx, std::move(g), head, std::move(channel), std::move(ticket),
-                         std::move(tenant_ticket), tenant_index, timing, res);
+    return answer_stream(ctx, std::move(g), head, std::move(channel), std::move(slots.admission),
+                         std::move(slots.tenant), tenant_index, timing, retention, res);
   }
-  answer_whole(ctx, g, head, *channel, timing, tenant_index, res);
+  answer_whole(ctx, g, head, *channel, timing, tenant_index, retention, res);
 }
 
 }  // namespace

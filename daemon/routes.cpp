@@ -12,9 +12,11 @@
 #include <string>
 #include <string_view>
 
+#include "daemon/anthropic_handlers.h"
 #include "daemon/api_error.h"
 #include "daemon/api_keys.h"
 #include "daemon/cache_handlers.h"
+#include "daemon/caller_key.h"
 #include "daemon/dashboard_handlers.h"
 #include "daemon/http_util.h"
 #include "daemon/metrics.h"
@@ -41,6 +43,9 @@ constexpr Route kRoutes[] = {
     {kPost,   "/v1/chat/completions",      handle_chat_completions,  kKey,    kCountsRequests},
     {kPost,   "/tokenize",                 handle_tokenize,          kKey},
     {kPost,   "/detokenize",               handle_detokenize,        kKey},
+    // Anthropic-compatible (anthropic_handlers.h); errors in Anthropic's shape.
+    {kPost,   "/v1/messages",              handle_messages,          kKey,    kCountsRequests},
+    {kPost,   "/v1/messages/count_tokens", handle_count_tokens,      kKey},
     // The prefix cache (cache_handlers.h).
     {kGet,    "/v1/cache/stats",           handle_cache_stats,       kAdmin},
     {kPost,   "/v1/cache/lookup",          handle_cache_lookup,      kKey},
@@ -103,7 +108,8 @@ BodyUse body_use(std::string_view method, std::string_view path) {
 
 // A refusal before routing. A body the request has is left unread, so the
 // connection is closed after the answer (request_bounds.h).
-void refuse(const httplib::Request& req, httplib::Response& res, const ApiError& e) {
+void refuse(const httplib::Request& req, httplib::Response& res, const ApiError& error) {
+  const ApiError e = error.in_dialect_of(req.path);
   if (carries_body(req)) {
     send_error_closing(res, e);
   } else {
@@ -137,13 +143,13 @@ HandlerResponse check_request(DaemonContext& ctx, const ServerOptions& o,
     return HandlerResponse::Handled;
   }
   if (!o.api_keys || is_public(req.path)) return HandlerResponse::Unhandled;
-  const std::string auth = req.get_header_value("Authorization");
-  const Tenant* tenant = o.api_keys->find_bearer(auth);
+  const Tenant* tenant = find_caller(*o.api_keys, req);
   if (tenant == nullptr) {
     res.set_header("WWW-Authenticate", "Bearer");
     refuse(req, res,
-           ApiError::unauthorized(auth.empty() ? "missing API key: send 'Authorization: Bearer KEY'"
-                                               : "invalid API key"));
+           ApiError::unauthorized(presents_key(req) ? "invalid API key"
+                                                    : "missing API key: send 'Authorization: "
+                                                      "Bearer KEY' (or 'x-api-key: KEY')"));
     return HandlerResponse::Handled;
   }
   const bool counted = any_route_has(req.path, kCountsRequests);
@@ -184,11 +190,12 @@ HandlerResponse answer_http_error(DaemonContext& ctx, const ServerOptions& o,
     ctx.metrics->count_request(RequestOutcome::kInvalid);
   }
   if (res.status == 404) {
-    send_error(res, ApiError::not_found("", "no endpoint " + req.method + " " + req.path));
+    send_error(res, ApiError::not_found("", "no endpoint " + req.method + " " + req.path)
+                        .in_dialect_of(req.path));
   } else if (res.status == 413) {
-    send_error(res, ApiError::payload_too_large(o.max_body_bytes));
+    send_error(res, ApiError::payload_too_large(o.max_body_bytes).in_dialect_of(req.path));
   } else {
-    send_error(res, ApiError::from_status(res.status));
+    send_error(res, ApiError::from_status(res.status).in_dialect_of(req.path));
   }
   return HandlerResponse::Handled;
 }
@@ -204,7 +211,7 @@ void answer_exception(const httplib::Request& req, httplib::Response& res, std::
   } catch (...) {
   }
   std::fprintf(stderr, "prefixd [error] %s %s: %s\n", req.method.c_str(), req.path.c_str(), what.c_str());
-  send_error(res, ApiError::internal_error("internal error"));
+  send_error(res, ApiError::internal_error("internal error").in_dialect_of(req.path));
 }
 
 // nullopt when the request says its body is JSON: `application/json`, with
@@ -230,7 +237,7 @@ std::optional<std::string> read_body(const httplib::Request& req,
                                      const httplib::ContentReader& reader, int64_t max_body_bytes,
                                      httplib::Response& res) {
   if (auto refusal = check_json_content_type(req)) {
-    send_error_closing(res, *refusal);
+    send_error_closing(res, refusal->in_dialect_of(req.path));
     return std::nullopt;
   }
   std::string body;
@@ -248,11 +255,12 @@ std::optional<std::string> read_body(const httplib::Request& req,
   // (check_request_bounds); a chunked or unframed body stops here at the limit.
   if (!read_ok && !too_large) {
     send_error_closing(
-        res, ApiError::bad_request("", "the request body could not be read", "invalid_body"));
+        res, ApiError::bad_request("", "the request body could not be read", "invalid_body")
+                 .in_dialect_of(req.path));
     return std::nullopt;
   }
   if (too_large) {
-    send_error_closing(res, ApiError::payload_too_large(max_body_bytes));
+    send_error_closing(res, ApiError::payload_too_large(max_body_bytes).in_dialect_of(req.path));
     return std::nullopt;
   }
   return body;

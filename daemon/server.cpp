@@ -17,6 +17,7 @@
 #include "daemon/connection_server.h"
 #include "daemon/daemon_context.h"
 #include "daemon/dashboard.h"
+#include "daemon/ttl_pins.h"
 #include "daemon/metrics.h"
 #include "daemon/model_source.h"
 #include "daemon/routes.h"
@@ -244,6 +245,11 @@ void fill_context(Server::State& s, const std::string& backend_name) {
     for (const Tenant& t : o.api_keys->tenants()) names.push_back(t.name);
     s.metrics.set_tenants(std::move(names));
   }
+  TtlPinOptions pins;
+  pins.block_size = o.block_size;
+  pins.min_cache_tokens = o.min_cache_tokens;
+  pins.ttl_scale = o.cache_ttl_scale;
+  ctx.ttl_pins = std::make_shared<TtlPins>(s.engine.get(), s.tenant_limits.get(), pins);
   ctx.dashboard = std::make_shared<Dashboard>(&ctx, DashboardOptions{});
 }
 

@@ -69,6 +69,10 @@ Status ServerOptions::validate() {
   }
   if (max_pinned_blocks < 0)
     return range_error("max-pinned-blocks", std::to_string(max_pinned_blocks), ">= 0");
+  if (min_cache_tokens < 0)
+    return range_error("min-cache-tokens", std::to_string(min_cache_tokens), ">= 0");
+  if (!(cache_ttl_scale > 0) || cache_ttl_scale > 1000)
+    return range_error("cache-ttl-scale", std::to_string(cache_ttl_scale), "in (0, 1000]");
   if (http_threads < 0 || http_threads > 16384) {
     return range_error("http-threads", std::to_string(http_threads), "0..16384");
   }
@@ -198,6 +202,13 @@ void register_server_flags(CLI::App& app, ServerOptions& o) {
       ->capture_default_str();
   app.add_option("--max-pinned-blocks", o.max_pinned_blocks,
                  "cap on pinned blocks (0 = a quarter of the pool)")
+      ->capture_default_str();
+  app.add_option("--min-cache-tokens", o.min_cache_tokens,
+                 "cache breakpoints (Anthropic cache_control) and prompt_cache_retention pin "
+                 "nothing for a prefix shorter than this many tokens")
+      ->capture_default_str();
+  app.add_option("--cache-ttl-scale", o.cache_ttl_scale,
+                 "multiplies every pin TTL (5m, 1h, 24h); for tests, e.g. 0.01 makes 5m 3 s")
       ->capture_default_str();
   app.add_option("--http-threads", o.http_threads,
                  "most HTTP connections served at once, a thread each, started on demand; more "

@@ -64,6 +64,9 @@ struct ServerOptions {
   int32_t max_queued_requests = 256;     // requests admitted beyond those; more get 429
   int32_t max_pinned_blocks = 0;         // 0 = a quarter of the pool
   std::string chat_template;             // override of the GGUF's template name; empty = detect
+  // Cache breakpoints and retention (daemon/ttl_pins.h).
+  int32_t min_cache_tokens = 1024;       // breakpoints before this token are not pinned
+  double cache_ttl_scale = 1.0;          // every pin TTL (5m, 1h, 24h) times this (tests: 0.01)
 
   // Storage tiers below the device pool.
   double host_cache_gb = 1.0;                  // host-RAM tier capacity, GB (0 disables)

@@ -539,9 +539,10 @@ TEST_CASE("the route table: one row per method and path, all in api.md, /health 
     if ((r.flags & kCountsRequests) != 0) counted_paths.push_back(r.path);
     if ((r.flags & kHttplibBody) != 0) httplib_body_paths.push_back(r.path);
   }
-  CHECK(seen.size() == 18);
+  CHECK(seen.size() == 20);
   CHECK(public_paths == std::vector<std::string>{"/health"});
-  CHECK(counted_paths == std::vector<std::string>{"/v1/completions", "/v1/chat/completions"});
+  CHECK(counted_paths ==
+        std::vector<std::string>{"/v1/completions", "/v1/chat/completions", "/v1/messages"});
   CHECK(httplib_body_paths ==
         std::vector<std::string>{"/v1/cache/prefixes/pin", "/v1/cache/prefixes/unpin"});
 }

@@ -203,10 +203,35 @@
     }).join('');
   }
 
+  function seconds(s) {
+    if (s < 120) return Math.max(0, Math.round(s)) + ' s';
+    if (s < 7200) return Math.round(s / 60) + ' min';
+    return Math.round(s / 3600) + ' h';
+  }
+
+  function renderTtlPins(pins) {
+    const tbody = $('#ttl-pin-table tbody');
+    if (!pins || pins.length === 0) {
+      tbody.innerHTML = '<tr class="empty"><td colspan="6">no TTL pins</td></tr>';
+      return;
+    }
+    tbody.innerHTML = pins.map((p) => {
+      const preview = p.preview == null ? '(token ids)' : p.preview.replace(/\s+/g, ' ');
+      return '<tr data-ttl="' + escapeHtml(p.ttl) + '">' +
+        '<td class="preview" title="' + escapeHtml(preview) + '">' + escapeHtml(preview.slice(0, 120)) + '</td>' +
+        '<td class="num">' + p.tokens + '</td>' +
+        '<td>' + escapeHtml(p.ttl) + '</td>' +
+        '<td class="num">' + seconds(p.expires_in_s) + '</td>' +
+        '<td class="num">' + p.hits + '</td>' +
+        '<td>' + (p.tenant == null ? '' : escapeHtml(p.tenant)) + '</td></tr>';
+    }).join('');
+  }
+
   async function pollPrefixes() {
     const body = await api('/v1/cache/prefixes?limit=20');
     state.prefixes = body.prefixes;
     renderPrefixes();
+    renderTtlPins(body.ttl_pins);
   }
 
   async function pinAction(id, action) {

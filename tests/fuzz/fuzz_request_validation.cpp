@@ -1,6 +1,7 @@
 // libFuzzer target: untrusted HTTP bodies through the daemon's JSON parsing
 // and validation (completions, chat, cache prompt bodies, tokenize,
-// detokenize) with the real stories260K tokenizer and a chatml template.
+// detokenize, Anthropic messages with cache breakpoints) with the real
+// stories260K tokenizer and a chatml template.
 // Checks the contract: either a 4xx ApiError with a message, or a Request
 // whose ids are in the vocabulary and whose length fits the context.
 #include <cstdint>
@@ -8,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "daemon/messages_request.h"
 #include "daemon/request_validation.h"
 #include "engine/text/chat_template.h"
 #include "engine/model/gguf.h"
@@ -91,6 +93,29 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     check_error(*e);
   } else {
     check_ids(std::get<PromptRequest>(p).prompt);
+  }
+  for (bool count_only : {false, true}) {
+    auto m = validate_messages(j, g_model, count_only);
+    if (auto* e = std::get_if<ApiError>(&m)) {
+      require(e->status == 400 || e->status == 404, "messages error is 400 or 404");
+      require(!e->message.empty(), "error has a message");
+      continue;
+    }
+    const MessagesRequest& mr = std::get<MessagesRequest>(m);
+    require(!mr.request.prompt.empty(), "messages prompt not empty");
+    check_ids(mr.request.prompt);
+    require(count_only || mr.request.max_tokens >= 1, "messages max_tokens >= 1");
+    require(static_cast<int64_t>(mr.request.prompt.size()) + mr.request.max_tokens <= g_model.n_ctx,
+            "messages prompt + max_tokens within the context");
+    require(mr.breakpoints.size() <= kMaxCacheBreakpoints, "at most 4 breakpoints");
+    for (size_t i = 0; i < mr.breakpoints.size(); ++i) {
+      const CacheBreakpoint& b = mr.breakpoints[i];
+      require(b.position_tokens >= 0 &&
+                  b.position_tokens <= static_cast<int32_t>(mr.request.prompt.size()),
+              "breakpoint within the prompt");
+      require(i == 0 || ttl_seconds(b.ttl) <= ttl_seconds(mr.breakpoints[i - 1].ttl),
+              "longer TTLs first");
+    }
   }
   auto t = validate_tokenize(j, g_model);
   if (auto* e = std::get_if<ApiError>(&t)) check_error(*e);

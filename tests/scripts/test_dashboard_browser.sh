@@ -37,7 +37,7 @@ trap cleanup EXIT
 
 key="dash-key-$$"
 start_prefixd "$build_dir" "$work/daemon" --model demo --threads 1 --api-key "$key" \
-  --cache-dir "$build_dir/test-cache"
+  --min-cache-tokens 32 --cache-dir "$build_dir/test-cache"
 port=$PREFIXD_PORT
 
 mkdir -p "$build_dir/artifacts"

@@ -143,6 +143,22 @@ try {
   await waitFor(page, 'the pinned-blocks tile', (n) =>
     document.getElementById('tile-pinned').textContent.trim() === String(n), after.tiers.device.blocks_pinned);
 
+  // A cache breakpoint (Anthropic's /v1/messages) pins its prefix for 1h: the TTL table lists it.
+  const message = await api('/v1/messages', {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ model: 'demo', max_tokens: 2, temperature: 0,
+                           system: [{ type: 'text', text: SYSTEMS[1], cache_control: { type: 'ephemeral', ttl: '1h' } }],
+                           messages: [{ role: 'user', content: 'Hi' }] }),
+  });
+  const breakpoint = message.usage.cache_breakpoints[0];
+  if (breakpoint.status !== 'pinned') fail(`the breakpoint was not pinned: ${JSON.stringify(breakpoint)}`);
+  await waitFor(page, 'the 1h TTL pin in the TTL table', (n) =>
+    [...document.querySelectorAll('#ttl-pin-table tbody tr[data-ttl="1h"]')].some((tr) =>
+      Number(tr.children[1].textContent) === n && /\d+ min$/.test(tr.children[3].textContent.trim())),
+    breakpoint.pinned_tokens);
+  console.log('ttl pin row: ' + (await page.locator('#ttl-pin-table tbody tr').first().innerText()).replace(/\s+/g, ' '));
+
   const sent = await workload.stop();
   workload = null;
   await page.waitForTimeout(1500);  // one more refresh with the final figures
@@ -151,6 +167,7 @@ try {
   const summary = await page.evaluate(() => ({
     tiles: [...document.querySelectorAll('.tile')].map((t) => t.innerText.replace(/\s+/g, ' ')),
     prefixes: [...document.querySelectorAll('#prefix-table tbody tr')].map((tr) => tr.innerText.replace(/\s+/g, ' ')),
+    ttl_pins: [...document.querySelectorAll('#ttl-pin-table tbody tr')].map((tr) => tr.innerText.replace(/\s+/g, ' ')),
   }));
   console.log(JSON.stringify(summary, null, 1));
   if (pageErrors.length) fail('errors in the page: ' + pageErrors.join('; '));
