@@ -17,13 +17,13 @@
 #include "daemon/connection_server.h"
 #include "daemon/daemon_context.h"
 #include "daemon/dashboard.h"
-#include "daemon/ttl_pins.h"
 #include "daemon/metrics.h"
 #include "daemon/model_source.h"
 #include "daemon/routes.h"
 #include "daemon/signals.h"
 #include "daemon/tenant_limits.h"
 #include "daemon/tls_server.h"
+#include "daemon/ttl_pins.h"
 #include "engine/engine.h"
 #include "engine/model/gguf.h"
 #include "engine/model/model.h"
@@ -351,6 +351,7 @@ std::string Server::close() {
       std::chrono::milliseconds(static_cast<int64_t>(s.options.shutdown_flush_s * 1000));
   if (s.tiers) s.tiers->begin_shutdown(flush_deadline);
   s.ctx.dashboard.reset();  // its sampler reads the engine and the tiers
+  s.ctx.ttl_pins.reset();   // its sweeper unpins through the engine
   s.ctx.engine = nullptr;
   s.engine.reset();  // ends what is left; queued record builds run (or are dropped past the bound)
   step("engine stopped");
