@@ -152,7 +152,7 @@ Batch one_seq_batch(int32_t n, int32_t pos0, const std::vector<int32_t>& table, 
 
 }  // namespace
 
-TEST_CASE("rmsnorm, add, add_bias and swiglu match the CPU backend") {
+TEST_CASE("rmsnorm, add, add_bias, swiglu, geglu and scale match the CPU backend") {
   Pair p;
   const int64_t n = 5, dim = 576;
   std::vector<float> x = random_vec(n * dim, 1, -3, 3), w = random_vec(dim, 2), y = random_vec(n * dim, 3);
@@ -168,6 +168,8 @@ TEST_CASE("rmsnorm, add, add_bias and swiglu match the CPU backend") {
     b->add(dout, dy, n * dim);
     b->add_bias(dout, dw, n, dim);
     b->swiglu(dout, dy, dout, n * dim);
+    b->geglu(dy, dout, dout, n * dim);
+    b->scale(dout, 16.0f, n * dim);
     b->rmsnorm(dout, dw, dout, n, dim, 1e-6f);  // in place
     out[i++] = get(*b, dout, n * dim);
     for (float* q : {dx, dw, dy, dout}) b->free(q);
@@ -443,8 +445,14 @@ TEST_CASE("kv_store and paged attention (prefill, cached prefix, split decode) m
         b->kv_store(pool, 1, dk0, dv0);
         b->prepare_batch(step, bs);
         b->kv_store(pool, 1, dk1, dv1);
-        b->attention(pool, 1, dq, dout, h.n_heads, 1.0f / std::sqrt(float(h.head_dim)));
-        out[i] = get(*b, dout, q.size());
+        // No window, windows shorter than every prompt (3, 40: B's decode
+        // skips whole splits' keys) and longer than all (1000): each
+        // window's outputs appended.
+        for (int32_t window : {0, 3, 40, 1000}) {
+          b->attention(pool, 1, dq, dout, h.n_heads, 1.0f / std::sqrt(float(h.head_dim)), window);
+          const std::vector<float> o = get(*b, dout, q.size());
+          out[i].insert(out[i].end(), o.begin(), o.end());
+        }
         block[i].resize(g.block_bytes());
         b->read_block(pool, 17, block[i].data());
         ++i;

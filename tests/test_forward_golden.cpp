@@ -366,4 +366,102 @@ TEST_CASE("unsupported and malformed models are refused with a message") {
   }
 }
 
+TEST_CASE("gemma3: the window, its layer pattern, both RoPE bases and the scales are read from the file") {
+  auto file = GgufFile::open(shared_path("models/rand-gemma3-bf16.gguf"));
+  REQUIRE(file.ok());
+  auto c = load_model_config(*file.value());
+  REQUIRE_MESSAGE(c.ok(), c.message());
+  CHECK(c->arch == Arch::kGemma3);
+  CHECK(c->rope_style == RopeStyle::kNeox);
+  CHECK(c->has_qk_norm);
+  CHECK(c->has_post_norms);
+  CHECK(c->ffn_activation == FfnActivation::kGeluTanh);
+  CHECK(c->tied_output);
+  CHECK(c->head_dim == 64);
+  CHECK(c->embed_scale == 16.0f);  // sqrt(256)
+  CHECK(c->attn_scale == 0.125f);  // 1 / sqrt(64)
+  CHECK(c->final_logit_softcap == 0.0f);
+  CHECK(c->sliding_window == 64);
+  // Default pattern 6: layer 5 global, the other six window layers.
+  REQUIRE(c->layer_is_window.size() == 7);
+  for (int32_t i = 0; i < 7; ++i) {
+    CAPTURE(i);
+    CHECK(c->window_of(i) == (i == 5 ? 0 : 64));
+    CHECK(c->rope_base_of(i) == (i == 5 ? 1e6f : 10000.0f));
+  }
+  // A period of 2 (odd layers global), and one bool per layer (true: window).
+  auto config_of = [&](const std::function<void(GgufWriter&)>& edit) {
+    const std::vector<uint8_t> bytes = rewritten(*file.value(), edit);
+    auto parsed = GgufFile::parse(bytes.data(), bytes.size());
+    REQUIRE_MESSAGE(parsed.ok(), parsed.message());
+    auto config = load_model_config(*parsed.value());
+    REQUIRE_MESSAGE(config.ok(), config.message());
+    return config.value();
+  };
+  const ModelConfig p2 =
+      config_of([](GgufWriter& w) { w.set_u32("gemma3.attention.sliding_window_pattern", 2); });
+  for (int32_t i = 0; i < 7; ++i) CHECK(p2.window_of(i) == (i % 2 == 1 ? 0 : 64));
+  const ModelConfig per_layer = config_of([](GgufWriter& w) {
+    GgufValue v;
+    v.type = GgufType::ARRAY;
+    v.elem_type = GgufType::BOOL;
+    for (int32_t i = 0; i < 7; ++i) {
+      GgufValue b;
+      b.type = GgufType::BOOL;
+      b.u = i == 0 || i == 6 ? 0 : 1;
+      v.array.push_back(b);
+    }
+    w.set("gemma3.attention.sliding_window_pattern", v);
+  });
+  for (int32_t i = 0; i < 7; ++i) CHECK(per_layer.window_of(i) == (i == 0 || i == 6 ? 0 : 64));
+  // No window key: every layer global.
+  const ModelConfig none = config_of([](GgufWriter& w) { w.set_u32("gemma3.attention.sliding_window", 0); });
+  for (int32_t i = 0; i < 7; ++i) CHECK(none.window_of(i) == 0);
+}
+
+TEST_CASE("gemma3 files prefixd cannot run are refused at load with the key named") {
+  auto file = GgufFile::open(shared_path("models/rand-gemma3-bf16.gguf"));
+  REQUIRE(file.ok());
+  const GgufFile& f = *file.value();
+  CHECK(load_message(rewritten(f, [](GgufWriter&) {})) == "");
+  SUBCASE("a window larger than the context") {
+    std::string m = load_message(
+        rewritten(f, [](GgufWriter& w) { w.set_u32("gemma3.attention.sliding_window", 4096); }));
+    CHECK(contains(m, "gemma3.attention.sliding_window"));
+    CHECK(contains(m, "gemma3.context_length = 2048"));
+  }
+  SUBCASE("a window pattern of 0") {
+    std::string m = load_message(
+        rewritten(f, [](GgufWriter& w) { w.set_u32("gemma3.attention.sliding_window_pattern", 0); }));
+    CHECK(contains(m, "gemma3.attention.sliding_window_pattern"));
+  }
+  SUBCASE("Q or K norms whose size is not the head size") {
+    std::string m = load_message(rewritten(
+        f,
+        [](GgufWriter& w) {
+          w.add_tensor("blk.3.attn_q_norm.weight", GgmlType::F32, {32}, f32_bytes(std::vector<float>(32, 1)));
+        },
+        {"blk.3.attn_q_norm.weight"}));
+    CHECK(contains(m, "blk.3.attn_q_norm.weight"));
+    CHECK(contains(m, "gemma3.attention.key_length"));
+    CHECK(contains(m, "64"));
+  }
+  SUBCASE("attention logit soft-capping") {
+    std::string m = load_message(
+        rewritten(f, [](GgufWriter& w) { w.set_f32("gemma3.attn_logit_softcapping", 50.0f); }));
+    CHECK(contains(m, "gemma3.attn_logit_softcapping"));
+  }
+  SUBCASE("linear RoPE scaling (Gemma 3 4B and larger)") {
+    std::string m = load_message(rewritten(f, [](GgufWriter& w) {
+      w.set_string("gemma3.rope.scaling.type", "linear");
+      w.set_f32("gemma3.rope.scaling.factor", 8.0f);
+    }));
+    CHECK(contains(m, "gemma3.rope.scaling.factor"));
+  }
+  SUBCASE("a missing post-attention norm") {
+    std::string m = load_message(rewritten(f, [](GgufWriter&) {}, {"blk.2.post_attention_norm.weight"}));
+    CHECK(contains(m, "blk.2.post_attention_norm.weight"));
+  }
+}
+
 int main(int argc, char** argv) { return prefixd::testing::run_for_cpu_isa(argc, argv); }
