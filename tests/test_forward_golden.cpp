@@ -419,6 +419,33 @@ TEST_CASE("gemma3: the window, its layer pattern, both RoPE bases and the scales
   for (int32_t i = 0; i < 7; ++i) CHECK(none.window_of(i) == 0);
 }
 
+TEST_CASE("gemma3 final_logit_softcapping caps the logits: cap * tanh(logit / cap)") {
+  auto file = GgufFile::open(shared_path("models/rand-gemma3-bf16.gguf"));
+  REQUIRE(file.ok());
+  const std::vector<uint8_t> bytes = rewritten(
+      *file.value(), [](GgufWriter& w) { w.set_f32("gemma3.final_logit_softcapping", 0.5f); });
+  auto capped_file = GgufFile::parse(bytes.data(), bytes.size());
+  REQUIRE_MESSAGE(capped_file.ok(), capped_file.message());
+  std::unique_ptr<Backend> backend = make_cpu_backend(2, isa_under_test());
+  auto plain = Model::load(file.value(), *backend);
+  auto capped = Model::load(capped_file.value(), *backend);
+  REQUIRE_MESSAGE(plain.ok(), plain.message());
+  REQUIRE_MESSAGE(capped.ok(), capped.message());
+  CHECK((*capped)->config().final_logit_softcap == 0.5f);
+  const std::vector<int32_t> prompt = {1, 40, 300, 7, 999, 512};
+  SequenceRunner a(**plain, DType::F32, 8), b(**capped, DType::F32, 8);
+  const std::vector<float> raw = a.run(prompt, 0, true), got = b.run(prompt, 0, true);
+  REQUIRE(raw.size() == got.size());
+  double worst = 0, largest = 0;
+  for (size_t i = 0; i < raw.size(); ++i) {
+    worst = std::max(worst, std::fabs(double(got[i]) - 0.5 * std::tanh(double(raw[i]) / 0.5)));
+    largest = std::max(largest, std::fabs(double(raw[i])));
+  }
+  CAPTURE(largest);
+  CHECK(largest > 1.0);  // the cap (0.5) changes the largest logits by half or more
+  CHECK(worst <= 1e-6);
+}
+
 TEST_CASE("gemma3 files prefixd cannot run are refused at load with the key named") {
   auto file = GgufFile::open(shared_path("models/rand-gemma3-bf16.gguf"));
   REQUIRE(file.ok());

@@ -101,8 +101,8 @@ Status read_window_pattern(const GgufFile& f, const std::string& p, ModelConfig*
   const GgufValue* v = f.find(key);
   if (v != nullptr && v->type == GgufType::ARRAY) {
     if (v->elem_type != GgufType::BOOL || static_cast<int64_t>(v->array.size()) != c->n_layers) {
-      return Status::error("metadata key '" + key + "' must be a period or " + std::to_string(c->n_layers) +
-                           " bools (one per layer)");
+      return Status::error("metadata key '" + key + "' must be a period or " +
+                           std::to_string(c->n_layers) + " bools (one per layer)");
     }
     for (int32_t i = 0; i < c->n_layers; ++i) c->layer_is_window[i] = v->array[i].u != 0 ? 1 : 0;
     return Status();
@@ -111,7 +111,9 @@ Status read_window_pattern(const GgufFile& f, const std::string& p, ModelConfig*
   if (v != nullptr) {
     Result<uint64_t> n = f.get_uint(key);
     if (!n.ok()) return n.status();
-    if (*n == 0) return Status::error("metadata key '" + key + "' = 0: the period must be at least 1");
+    if (*n == 0) {
+      return Status::error("metadata key '" + key + "' = 0: the period must be at least 1");
+    }
     period = *n;
   }
   for (int32_t i = 0; i < c->n_layers; ++i) c->layer_is_window[i] = (i + 1) % period != 0 ? 1 : 0;
@@ -142,10 +144,10 @@ Status read_gemma3(const GgufFile& f, const std::string& p, ModelConfig* c) {
   if (const std::string key = p + "attn_logit_softcapping"; positive(f.find(key))) {
     return Status::error("attention logit soft-capping (" + key + ") is not supported");
   }
-  if (Status s = read_nonnegative(f, p + "final_logit_softcapping", &c->final_logit_softcap); !s.ok()) {
-    return s;
-  }
-  if (Status s = read_nonnegative(f, p + "rope.freq_base_swa", &c->rope_base_window); !s.ok()) return s;
+  Status s = read_nonnegative(f, p + "final_logit_softcapping", &c->final_logit_softcap);
+  if (!s.ok()) return s;
+  s = read_nonnegative(f, p + "rope.freq_base_swa", &c->rope_base_window);
+  if (!s.ok()) return s;
   if (!(c->rope_base_window > 1)) return Status::error(p + "rope.freq_base_swa must be > 1");
   c->layer_is_window.assign(c->n_layers, 0);
   const std::string window_key = p + "attention.sliding_window";

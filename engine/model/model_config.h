@@ -61,7 +61,9 @@ struct ModelConfig {
   // Attention window of layer `il` in positions; 0: global.
   int32_t window_of(int32_t il) const { return layer_is_window[il] ? sliding_window : 0; }
   // RoPE base of layer `il`.
-  float rope_base_of(int32_t il) const { return layer_is_window[il] ? rope_base_window : rope_base; }
+  float rope_base_of(int32_t il) const {
+    return layer_is_window[il] ? rope_base_window : rope_base;
+  }
 };
 
 // Reads and validates every hyper-parameter (and the RoPE frequency factors,

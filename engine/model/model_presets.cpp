@@ -189,7 +189,9 @@ std::string lower(std::string s) {
 
 }  // namespace
 
-std::vector<std::string> preset_names() { return {"tiny", "smol-135m", "demo", "llama-245m", "gemma3-1b"}; }
+std::vector<std::string> preset_names() {
+  return {"tiny", "smol-135m", "demo", "llama-245m", "gemma3-1b"};
+}
 
 Result<PresetSpec> preset_spec(const std::string& preset) {
   PresetSpec s;

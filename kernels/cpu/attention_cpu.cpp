@@ -1,7 +1,8 @@
-// Paged causal attention over a batch (sliding-window when asked): splits every sequence's (query row,
-// head) pairs into tasks of one KV head each, most work first (the last ones
-// split into single lane groups), and runs the instruction set's attention
-// kernel (generic/attention_task.h) on them.
+// Paged causal attention over a batch, sliding-window when asked: splits every
+// sequence's (query row, head) pairs into tasks of one KV head each, most work
+// first (the last ones split into single lane groups), and runs the instruction
+// set's attention kernel (generic/attention_task.h) on them. With a window, a
+// task starts at its first row's oldest key (rounded down to a chunk).
 // When a sequence's KV head has several tasks (a prefill chunk, a prompt's
 // uncached suffix), its K and V rows are first converted to the set's
 // operand layout (f32, or BF16 key pairs) once, in parallel, into a buffer

@@ -80,7 +80,8 @@ void swiglu(const CpuKernels& k, ThreadPool& pool, const float* gate, const floa
 
 void geglu(const CpuKernels& k, ThreadPool& pool, const float* gate, const float* up, float* out,
            int64_t n) {
-  parallel_range(pool, n, [&](int64_t b, int64_t e) { k.geglu_n(gate + b, up + b, out + b, e - b); });
+  parallel_range(pool, n,
+                 [&](int64_t b, int64_t e) { k.geglu_n(gate + b, up + b, out + b, e - b); });
 }
 
 void scale(const CpuKernels& k, ThreadPool& pool, float* y, float factor, int64_t n) {

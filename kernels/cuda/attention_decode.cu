@@ -155,7 +155,8 @@ void launch_variant(const AttentionArgs& a, const DeviceBatch& b, const DecodeSp
   using S = typename Elem<T>::Storage;
   kernel<<<dim3(c.grid.x, c.grid.y, c.grid.z), dim3(c.block.x), c.smem_bytes, stream>>>(
       static_cast<const S*>(a.k_pool), static_cast<const S*>(a.v_pool), a.block_size, a.n_heads,
-      a.n_kv_heads, a.head_dim, a.scale, a.window_tokens, a.q, a.out, b.seqs(), b.tables(), b.decode_seqs(),
+      a.n_kv_heads, a.head_dim, a.scale, a.window_tokens, a.q, a.out, b.seqs(), b.tables(),
+      b.decode_seqs(),
       split.keys_per_split, split.n_splits, partials);
   PREFIXD_CUDA_CHECK_LAUNCH();
 }

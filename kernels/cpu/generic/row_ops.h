@@ -86,7 +86,9 @@ inline void geglu_n(const float* gate, const float* up, float* out, int64_t n) {
 // y (n) *= factor
 inline void scale_n(float* y, float factor, int64_t n) {
   const V f = Vec::set1(factor);
-  for_vectors(n, [&](int64_t i, int64_t lanes) { store(y + i, Vec::mul(load(y + i, lanes), f), lanes); });
+  for_vectors(n, [&](int64_t i, int64_t lanes) {
+    store(y + i, Vec::mul(load(y + i, lanes), f), lanes);
+  });
 }
 
 // Pairs (i, i + half): contiguous halves, N pairs per vector.
