@@ -446,6 +446,55 @@ TEST_CASE("gemma3 final_logit_softcapping caps the logits: cap * tanh(logit / ca
   CHECK(worst <= 1e-6);
 }
 
+// Gemma 3 4B and larger: rope.scaling linear, factor 8, on the global layers
+// only (llama.cpp: freq_scale 1/8 there, 1 on the window layers). No
+// reference logits exist for it here: the factors are checked, and that the
+// forward pass uses them (factor 1 changes no logit, factor 8 changes some).
+TEST_CASE("gemma3 linear RoPE scaling divides the global layers' angles only") {
+  auto file = GgufFile::open(shared_path("models/rand-gemma3-bf16.gguf"));
+  REQUIRE(file.ok());
+  auto scaled_bytes = [&](float factor) {
+    return rewritten(*file.value(), [factor](GgufWriter& w) {
+      w.set_string("gemma3.rope.scaling.type", "linear");
+      w.set_f32("gemma3.rope.scaling.factor", factor);
+    });
+  };
+  const std::vector<uint8_t> by8 = scaled_bytes(8.0f), by1 = scaled_bytes(1.0f);
+  auto f8 = GgufFile::parse(by8.data(), by8.size());
+  auto f1 = GgufFile::parse(by1.data(), by1.size());
+  REQUIRE(f8.ok());
+  REQUIRE(f1.ok());
+  auto c = load_model_config(*f8.value());
+  REQUIRE_MESSAGE(c.ok(), c.message());
+  for (int32_t il = 0; il < 7; ++il) {
+    CAPTURE(il);
+    const float* ff = c->rope_factors_of(il);
+    if (il == 5) {  // the global layer
+      REQUIRE(ff != nullptr);
+      for (int32_t i = 0; i < 32; ++i) CHECK(ff[i] == 8.0f);
+    } else {
+      CHECK(ff == nullptr);
+    }
+  }
+  std::unique_ptr<Backend> backend = make_cpu_backend(2, isa_under_test());
+  auto plain = Model::load(file.value(), *backend);
+  auto one = Model::load(f1.value(), *backend);
+  auto eight = Model::load(f8.value(), *backend);
+  REQUIRE(plain.ok());
+  REQUIRE(one.ok());
+  REQUIRE(eight.ok());
+  std::vector<int32_t> prompt;
+  for (int32_t i = 0; i < 40; ++i) prompt.push_back(3 + (i * 37) % 1000);
+  SequenceRunner a(**plain, DType::F32, 41), b(**one, DType::F32, 41), d(**eight, DType::F32, 41);
+  const std::vector<float> ref = a.run(prompt, 0, true);
+  CHECK(b.run(prompt, 0, true) == ref);
+  const std::vector<float> scaled = d.run(prompt, 0, true);
+  // Position 0 rotates by nothing: its row is the same; later rows differ.
+  const size_t V = static_cast<size_t>((*plain)->config().n_vocab);
+  CHECK(std::equal(ref.begin(), ref.begin() + V, scaled.begin()));
+  CHECK_FALSE(std::equal(ref.end() - V, ref.end(), scaled.end() - V));
+}
+
 TEST_CASE("gemma3 files prefixd cannot run are refused at load with the key named") {
   auto file = GgufFile::open(shared_path("models/rand-gemma3-bf16.gguf"));
   REQUIRE(file.ok());
@@ -478,12 +527,14 @@ TEST_CASE("gemma3 files prefixd cannot run are refused at load with the key name
         rewritten(f, [](GgufWriter& w) { w.set_f32("gemma3.attn_logit_softcapping", 50.0f); }));
     CHECK(contains(m, "gemma3.attn_logit_softcapping"));
   }
-  SUBCASE("linear RoPE scaling (Gemma 3 4B and larger)") {
+  SUBCASE("linear RoPE scaling below 1, or YaRN") {
     std::string m = load_message(rewritten(f, [](GgufWriter& w) {
       w.set_string("gemma3.rope.scaling.type", "linear");
-      w.set_f32("gemma3.rope.scaling.factor", 8.0f);
+      w.set_f32("gemma3.rope.scaling.factor", 0.5f);
     }));
     CHECK(contains(m, "gemma3.rope.scaling.factor"));
+    m = load_message(rewritten(f, [](GgufWriter& w) { w.set_string("gemma3.rope.scaling.type", "yarn"); }));
+    CHECK(contains(m, "gemma3.rope.scaling.type"));
   }
   SUBCASE("a missing post-attention norm") {
     std::string m = load_message(rewritten(f, [](GgufWriter&) {}, {"blk.2.post_attention_norm.weight"}));

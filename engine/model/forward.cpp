@@ -80,7 +80,6 @@ void ForwardPass::run(const Batch& batch, KvPool& pool, std::vector<float>* logi
   PREFIXD_CHECK(n_out <= max_outputs_, "too many output rows");
   const int64_t q_dim = static_cast<int64_t>(c.n_heads) * c.head_dim;
   const int64_t kv_dim = static_cast<int64_t>(c.n_kv_heads) * c.head_dim;
-  const float* rope_factors = c.rope_freq_factors.empty() ? nullptr : c.rope_freq_factors.data();
 
   backend_.prepare_batch(batch, pool.geom.block_size);
   backend_.embed(model_.token_embd(), x_);
@@ -102,6 +101,7 @@ void ForwardPass::run(const Batch& batch, KvPool& pool, std::vector<float>* logi
       backend_.rmsnorm(k_, l.attn_k_norm, k_, n * c.n_kv_heads, c.head_dim, c.rms_eps);
     }
     const float rope_base = c.rope_base_of(il);
+    const float* rope_factors = c.rope_factors_of(il);
     backend_.rope(q_, c.n_heads, c.head_dim, c.rope_dim, rope_base, rope_factors, c.rope_style);
     backend_.rope(k_, c.n_kv_heads, c.head_dim, c.rope_dim, rope_base, rope_factors, c.rope_style);
     backend_.kv_store(pool, il, k_, v_);

@@ -31,8 +31,9 @@ bool positive(const GgufValue* v) { return v != nullptr && (v->u > 0 || v->i > 0
 
 // RoPE scaling: only what changes no angle is accepted (type none, or linear
 // with factor 1, llama.cpp's default); Llama 3.1 scaling comes as the
-// rope_freqs.weight tensor instead (read_rope_freq_factors).
-Status check_rope_scaling(const GgufFile& f, const std::string& p) {
+// rope_freqs.weight tensor instead (read_rope_freq_factors). gemma3 also takes
+// a linear factor for its global layers (*linear_factor; nullptr: refused).
+Status check_rope_scaling(const GgufFile& f, const std::string& p, float* linear_factor) {
   if (f.find(p + "rope.scaling.type")) {
     Result<std::string> type = f.get_string(p + "rope.scaling.type");
     if (!type.ok()) return type.status();
@@ -46,6 +47,10 @@ Status check_rope_scaling(const GgufFile& f, const std::string& p) {
     if (!f.find(p + key)) continue;
     Result<double> factor = f.get_float(p + key);
     if (!factor.ok()) return factor.status();
+    if (linear_factor != nullptr && std::isfinite(*factor) && *factor >= 1.0) {
+      *linear_factor = static_cast<float>(*factor);
+      continue;
+    }
     if (*factor != 0.0 && *factor != 1.0) {  // llama.cpp reads 0 as "no scaling"
       return Status::error("RoPE scaling factor " + number(*factor) + " (" + p + key +
                            ") is not supported (only 1)");
@@ -215,7 +220,9 @@ Result<ModelConfig> load_model_config(const GgufFile& f) {
   if (positive(f.find(p + "expert_count"))) {
     return Status::error("mixture-of-experts models (" + p + "expert_count) are not supported");
   }
-  if (Status s = check_rope_scaling(f, p); !s.ok()) return s;
+  float linear_factor = 1.0f;
+  Status scaling = check_rope_scaling(f, p, c.arch == Arch::kGemma3 ? &linear_factor : nullptr);
+  if (!scaling.ok()) return scaling;
   if (c.arch != Arch::kGemma3 && positive(f.find(p + "attention.sliding_window"))) {
     return Status::error("sliding-window attention (" + p + "attention.sliding_window) is not supported");
   }
@@ -281,6 +288,9 @@ Result<ModelConfig> load_model_config(const GgufFile& f) {
   c.layer_is_window.assign(c.n_layers, 0);
   if (c.arch == Arch::kGemma3) {
     if (Status s = read_gemma3(f, p, &c); !s.ok()) return s;
+    // Linear scaling (Gemma 3 4B and larger) divides the global layers'
+    // angles by the factor, as llama.cpp's freq_scale = 1 / factor does.
+    if (linear_factor != 1.0f) c.rope_factors_global.assign(c.rope_dim / 2, linear_factor);
   }
   if (c.has_qk_norm) {
     if (Status s = check_qk_norm_sizes(f, p, c); !s.ok()) return s;

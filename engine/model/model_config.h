@@ -57,9 +57,18 @@ struct ModelConfig {
   // [n_layers] 1 for a window layer, 0 for a global one (all 0 without a window).
   std::vector<uint8_t> layer_is_window;
   float rope_base_window = 10000.0f;  // RoPE base of the window layers (rope.freq_base_swa)
+  // gemma3 with linear RoPE scaling (rope.scaling.factor F, Gemma 3 4B and
+  // larger): (rope_dim / 2) copies of F, the global layers' frequency factors
+  // (angles divided by F); the window layers are not scaled. Empty otherwise.
+  std::vector<float> rope_factors_global;
 
   // Attention window of layer `il` in positions; 0: global.
   int32_t window_of(int32_t il) const { return layer_is_window[il] ? sliding_window : 0; }
+  // RoPE frequency factors of layer `il` (see Backend::rope), nullptr for none.
+  const float* rope_factors_of(int32_t il) const {
+    if (!rope_factors_global.empty() && !layer_is_window[il]) return rope_factors_global.data();
+    return rope_freq_factors.empty() ? nullptr : rope_freq_factors.data();
+  }
   // RoPE base of layer `il`.
   float rope_base_of(int32_t il) const {
     return layer_is_window[il] ? rope_base_window : rope_base;
