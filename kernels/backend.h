@@ -147,6 +147,10 @@ class Backend {
   virtual void add(float* y, const float* x, int64_t n) = 0;
   // out (n) = silu(gate) * up, elementwise.
   virtual void swiglu(const float* gate, const float* up, float* out, int64_t n) = 0;
+  // out (n) = gelu_tanh(gate) * up, elementwise (op::geglu; Gemma's FFN).
+  virtual void geglu(const float* gate, const float* up, float* out, int64_t n) = 0;
+  // y (n) *= factor (Gemma's embedding scale).
+  virtual void scale(float* y, float factor, int64_t n) = 0;
   // In place on x (n_tokens, n_heads, head_dim) at the batch's positions; the
   // first rope_dim dims of each head rotate with
   // theta_i = pos * base^(-2i/rope_dim) / freq_factors[i], as ggml's rope with
@@ -159,8 +163,11 @@ class Backend {
   // Causal attention for every sequence of the batch, reading K/V of positions
   // [0, pos0 + n_q) through its block table. q, out: (n_tokens, n_heads * head_dim).
   // GQA: query head h reads KV head h / (n_heads / n_kv_heads).
+  // window_tokens > 0: sliding-window attention as llama.cpp's standard SWA: a
+  // query at position p reads keys (p - window_tokens, p] only (itself and
+  // the window_tokens - 1 before it). 0: every key up to p.
   virtual void attention(const KvPool& pool, int32_t layer, const float* q, float* out,
-                         int32_t n_heads, float scale) = 0;
+                         int32_t n_heads, float scale, int32_t window_tokens) = 0;
   // out (n_rows, dim) = the batch's output_rows of x (n_tokens, dim).
   virtual void gather_output_rows(const float* x, float* out, int64_t dim) = 0;
 

@@ -17,6 +17,16 @@ PREFIXD_HD float rms_inv(float sum_sq, int64_t dim, float eps) {
 // SiLU-gated linear unit: silu(g) * u.
 PREFIXD_HD float swiglu(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 
+// GELU-gated linear unit (tanh approximation, Gemma's FFN): gelu(g) * u with
+// gelu(g) = 0.5 g (1 + tanh(a)), a = sqrt(2/pi) (g + 0.044715 g^3), written
+// as g / (1 + exp(-2a)) (the same value; one exp, like swiglu).
+constexpr float kGeluTwoSqrt2OverPi = 1.5957691216057308f;  // 2 sqrt(2/pi)
+constexpr float kGeluCubic = 0.044715f;
+PREFIXD_HD float geglu(float g, float u) {
+  const float two_a = kGeluTwoSqrt2OverPi * (g + kGeluCubic * g * g * g);
+  return g / (1.0f + expf(-two_a)) * u;
+}
+
 // RoPE angle of pair i (0 <= i < rope_dim/2) at position pos:
 // theta = pos * base^(-2i / rope_dim). Computed in double on the host side of
 // the CPU backend's tables; this float form is what kernels use per element.

@@ -160,7 +160,7 @@ double bench_attention(Backend& be, int32_t pos0, int32_t n_q, DType dtype, doub
   be.upload(dq, q.data(), q.size() * 4);
   auto* dout = static_cast<float*>(be.alloc(q.size() * 4));
   const double t = best_time([&] {
-    be.attention(pool, 0, dq, dout, n_heads, 0.125f);
+    be.attention(pool, 0, dq, dout, n_heads, 0.125f, /*window_tokens=*/0);
     be.synchronize();
   });
   // Score and P·V flops over the causal triangle.

@@ -93,7 +93,8 @@ inline std::vector<std::pair<std::string, float>> golden_models() {
           {"rand-mqa-f16", 2e-2f},
           {"rand-qwen2-bf16", 0.15f},
           {"rand-llama3rope-f16", 2e-2f},
-          {"rand-qwen3-bf16", 0.15f}};
+          {"rand-qwen3-bf16", 0.15f},
+          {"rand-gemma3-bf16", 0.15f}};
 }
 
 // golden_models() and quant_golden_models().

@@ -64,6 +64,54 @@ TEST_CASE("chat templates are detected from the models' Jinja text") {
   }
 }
 
+// Gemma 3's tokenizer.chat_template (google/gemma-3-1b-it), as the GGUF
+// converter copies it.
+constexpr const char* kGemma3Template = R"JINJA({{ bos_token }}
+{%- if messages[0]['role'] == 'system' -%}
+    {%- if messages[0]['content'] is string -%}
+        {%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}
+    {%- else -%}
+        {%- set first_user_prefix = messages[0]['content'][0]['text'] + '\n\n' -%}
+    {%- endif -%}
+    {%- set loop_messages = messages[1:] -%}
+{%- else -%}
+    {%- set first_user_prefix = "" -%}
+    {%- set loop_messages = messages -%}
+{%- endif -%}
+{%- for message in loop_messages -%}
+    {%- if (message['role'] == 'assistant') -%}
+        {%- set role = "model" -%}
+    {%- else -%}
+        {%- set role = message['role'] -%}
+    {%- endif -%}
+    {{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else "") }}
+    {%- if message['content'] is string -%}
+        {{ message['content'] | trim }}
+    {%- endif -%}
+    {{ '<end_of_turn>\n' }}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+    {{'<start_of_turn>model\n'}}
+{%- endif -%})JINJA";
+
+TEST_CASE("Gemma 3: its template is detected, the system prompt opens the first user turn, turns are trimmed") {
+  auto t = ChatTemplate::detect(kGemma3Template, "");
+  REQUIRE_MESSAGE(t.ok(), t.message());
+  CHECK(t->name() == "gemma");
+  auto by_name = ChatTemplate::detect("", "gemma3");
+  REQUIRE(by_name.ok());
+  CHECK(by_name->name() == "gemma");
+  // What the Jinja above renders (after its bos_token, which encode() adds):
+  // the system text untrimmed + "\n\n", each turn's content `| trim`.
+  const std::vector<ChatMessage> chat = {
+      {"system", "You are terse."}, {"user", "  Hi there \n"}, {"assistant", " Hello! "}, {"user", "Bye"}};
+  CHECK(t->apply(chat, true) ==
+        "<start_of_turn>user\nYou are terse.\n\nHi there<end_of_turn>\n"
+        "<start_of_turn>model\nHello!<end_of_turn>\n"
+        "<start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n");
+  CHECK(t->apply({{"user", "Hi"}}, false) == "<start_of_turn>user\nHi<end_of_turn>\n");
+}
+
 TEST_CASE("chat template errors: unrecognised text, missing template, unknown override") {
   auto unknown = ChatTemplate::detect("{{ messages | tojson }}", "");
   REQUIRE_FALSE(unknown.ok());

@@ -381,6 +381,32 @@ TEST_CASE("add, add_bias and swiglu match double references") {
   be->free(dbias);
 }
 
+TEST_CASE("geglu (tanh GELU) and scale match double references") {
+  auto be = make_cpu_backend(2, testing::isa_under_test());
+  std::mt19937 rng(15);
+  for (int64_t n : {1, 17, 100003}) {
+    std::vector<float> a = random_floats(rng, n, -8, 8), b = random_floats(rng, n, -8, 8);
+    float* da = alloc_floats(*be, a);
+    float* db = alloc_floats(*be, b);
+    auto* dout = static_cast<float*>(be->alloc(n * 4));
+    be->geglu(da, db, dout, n);
+    be->scale(db, 16.0f, n);
+    for (int64_t i = 0; i < n; ++i) {
+      const double g = a[i], u = b[i];
+      const double inner = std::sqrt(2.0 / 3.14159265358979323846) * (g + 0.044715 * g * g * g);
+      // 0.5 g (1 + tanh(x)) = g / (1 + exp(-2x)): the second form has no
+      // cancellation for negative g; the first checks the identity.
+      const double ref = g / (1.0 + std::exp(-2.0 * inner)) * u;
+      REQUIRE(std::fabs(0.5 * g * (1.0 + std::tanh(inner)) * u - ref) <= 1e-12 * (1 + std::fabs(ref)));
+      REQUIRE(std::fabs(dout[i] - ref) <= 1e-5 * std::fabs(ref) + 1e-7);
+      REQUIRE(db[i] == b[i] * 16.0f);
+    }
+    be->free(da);
+    be->free(db);
+    be->free(dout);
+  }
+}
+
 TEST_CASE("rope rotates the first rope_dim dims of every head in both styles") {
   auto be = make_cpu_backend(2, testing::isa_under_test());
   std::mt19937 rng(6);
@@ -517,7 +543,7 @@ Batch make_batch(const std::vector<SeqSpec>& specs, int32_t block_size, std::vec
   return b;
 }
 
-TEST_CASE("kv_store and paged attention match a double reference (varlen, GQA, every KV dtype)") {
+TEST_CASE("kv_store and paged attention match a double reference (varlen, GQA, every KV dtype, windows)") {
   auto be = make_cpu_backend(2, testing::isa_under_test());
   std::mt19937 rng(7);
   struct Case {
@@ -595,7 +621,12 @@ TEST_CASE("kv_store and paged attention match a double reference (varlen, GQA, e
       float* dq = alloc_floats(*be, q);
       auto* dout = static_cast<float*>(be->alloc(q.size() * sizeof(float)));
       const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-      be->attention(pool, layer, dq, dout, c.n_heads, scale);
+      // Sliding windows shorter than every prompt (1, 3), crossing some
+      // (17, 40: whole chunks of keys fall before the window), and longer than
+      // any (1000: the same as none, 0).
+      for (int32_t window : {0, 1, 3, 17, 40, 1000}) {
+      CAPTURE(window);
+      be->attention(pool, layer, dq, dout, c.n_heads, scale, window);
       const int32_t group = c.n_heads / c.n_kv_heads;
       // Sets with a BF16 dot product multiply a BF16 pool as it is, with Q and
       // the probabilities rounded to BF16: the reference takes the rounded Q,
@@ -613,9 +644,10 @@ TEST_CASE("kv_store and paged attention match a double reference (varlen, GQA, e
           for (int32_t h = 0; h < c.n_heads; ++h) {
             const int32_t kvh = h / group;
             const float* qv = q.data() + row * q_row + h * c.head_dim;
-            std::vector<double> score(qpos + 1);
+            const int32_t first = window > 0 ? std::max(0, qpos - window + 1) : 0;
+            std::vector<double> score(qpos + 1, 0.0);
             double mx = -1e300;
-            for (int32_t p = 0; p <= qpos; ++p) {
+            for (int32_t p = first; p <= qpos; ++p) {
               double dot = 0;
               for (int32_t d = 0; d < c.head_dim; ++d)
                 dot += static_cast<double>(bf16_operands ? round_to(DType::BF16, qv[d]) : qv[d]) *
@@ -624,10 +656,10 @@ TEST_CASE("kv_store and paged attention match a double reference (varlen, GQA, e
               mx = std::max(mx, score[p]);
             }
             double sum = 0;
-            for (auto& sc : score) sum += (sc = std::exp(sc - mx));
+            for (int32_t p = first; p <= qpos; ++p) sum += (score[p] = std::exp(score[p] - mx));
             for (int32_t d = 0; d < c.head_dim; ++d) {
               double ref = 0;
-              for (int32_t p = 0; p <= qpos; ++p) ref += score[p] * v_all[s][p * kv_row + kvh * c.head_dim + d];
+              for (int32_t p = first; p <= qpos; ++p) ref += score[p] * v_all[s][p * kv_row + kvh * c.head_dim + d];
               ref /= sum;
               const double err = std::fabs(ref - dout[row * q_row + h * c.head_dim + d]);
               worst = std::max(worst, err);
@@ -638,6 +670,7 @@ TEST_CASE("kv_store and paged attention match a double reference (varlen, GQA, e
       }
       CAPTURE(worst);
       CHECK(bad == 0);
+      }
       be->free(dq);
       be->free(dout);
       be->free_kv_pool(pool);
@@ -665,7 +698,8 @@ Batch one_sequence(const std::vector<int32_t>& table, int32_t block_size, int32_
 TEST_CASE("paged attention rows do not depend on the batch: prefill, suffix and decode agree bit for bit") {
   // What the prefix cache relies on: a row's output is the same whether its
   // prompt ran whole, as an uncached suffix after restored blocks, or one
-  // token at a time (every KV dtype, so also with BF16 operands).
+  // token at a time (every KV dtype, so also with BF16 operands; with and
+  // without a sliding window, where a task starts at its first row's window).
   auto be = make_cpu_backend(2, testing::isa_under_test());
   std::mt19937 rng(11);
   struct Shape {
@@ -695,13 +729,14 @@ TEST_CASE("paged attention rows do not depend on the batch: prefill, suffix and 
     const std::vector<float> q = random_floats(rng, n * q_row, -2, 2);
     const std::vector<float> k = random_floats(rng, n * kv_row, -2, 2);
     const std::vector<float> v = random_floats(rng, n * kv_row, -2, 2);
+    int32_t window = 0;
     // Runs rows [pos0, pos0 + n_q) and returns their outputs.
     auto run = [&](int32_t pos0, int32_t n_q) {
       be->prepare_batch(one_sequence(table, block_size, pos0, n_q), block_size);
       std::vector<float> rows(q.begin() + pos0 * q_row, q.begin() + (pos0 + n_q) * q_row);
       float* dq = alloc_floats(*be, rows);
       auto* dout = static_cast<float*>(be->alloc(rows.size() * sizeof(float)));
-      be->attention(pool, 0, dq, dout, n_heads, 0.125f);
+      be->attention(pool, 0, dq, dout, n_heads, 0.125f, window);
       std::vector<float> out(dout, dout + rows.size());
       be->free(dq);
       be->free(dout);
@@ -713,15 +748,19 @@ TEST_CASE("paged attention rows do not depend on the batch: prefill, suffix and 
     be->kv_store(pool, 0, dk, dv);
     be->free(dk);
     be->free(dv);
-    const std::vector<float> whole = run(0, n);
-    auto same_rows = [&](const std::vector<float>& part, int32_t pos0) {
-      return std::memcmp(part.data(), whole.data() + pos0 * q_row, part.size() * sizeof(float)) == 0;
-    };
-    CHECK(same_rows(run(sh.suffix0, n - sh.suffix0), sh.suffix0));  // an uncached suffix
-    CHECK(same_rows(run(64, 40), 64));
-    for (int32_t p : {0, 1, 48, 97, n - 2, n - 1}) {
-      CAPTURE(p);
-      CHECK(same_rows(run(p, 1), p));  // decode
+    for (int32_t w : {0, 5, 64, 100}) {
+      window = w;
+      CAPTURE(window);
+      const std::vector<float> whole = run(0, n);
+      auto same_rows = [&](const std::vector<float>& part, int32_t pos0) {
+        return std::memcmp(part.data(), whole.data() + pos0 * q_row, part.size() * sizeof(float)) == 0;
+      };
+      CHECK(same_rows(run(sh.suffix0, n - sh.suffix0), sh.suffix0));  // an uncached suffix
+      CHECK(same_rows(run(64, 40), 64));
+      for (int32_t p : {0, 1, 48, 97, n - 2, n - 1}) {
+        CAPTURE(p);
+        CHECK(same_rows(run(p, 1), p));  // decode
+      }
     }
     be->free_kv_pool(pool);
   }

@@ -229,7 +229,7 @@ Batch one_seq_batch(int32_t n, int32_t pos0, const std::vector<int32_t>& table, 
 
 }  // namespace
 
-TEST_CASE("rmsnorm, add, add_bias and swiglu match the CPU backend") {
+TEST_CASE("rmsnorm, add, add_bias, swiglu, geglu and scale match the CPU backend") {
   Pair p;
   const int64_t n = 5, dim = 576;
   std::vector<float> x = random_vec(n * dim, 1, -3, 3), w = random_vec(dim, 2), y = random_vec(n * dim, 3);
@@ -245,6 +245,8 @@ TEST_CASE("rmsnorm, add, add_bias and swiglu match the CPU backend") {
     b->add(dout, dy, n * dim);
     b->add_bias(dout, dw, n, dim);
     b->swiglu(dout, dy, dout, n * dim);
+    b->geglu(dy, dout, dout, n * dim);
+    b->scale(dout, 16.0f, n * dim);
     b->rmsnorm(dout, dw, dout, n, dim, 1e-6f);  // in place
     out[i++] = get(*b, dout, n * dim);
     for (float* q : {dx, dw, dy, dout}) b->free(q);
@@ -575,8 +577,9 @@ TEST_CASE("kv_store and paged attention (prefill, cached prefix, split decode) m
       for (int32_t r = 0; r < 5; ++r) rows.push_back({2, r});
       REQUIRE(rows.size() == size_t(step.n_tokens()));
       const float scale = 1.0f / std::sqrt(float(h.head_dim));
-      // (n_tokens, q_dim) F64 attention with Q rounded by `round_q`.
-      auto reference = [&](bool round_q) {
+      // (n_tokens, q_dim) F64 attention with Q rounded by `round_q`; with
+      // window > 0 a query at p reads keys (p - window, p] only.
+      auto reference = [&](bool round_q, int32_t window) {
         std::vector<double> ref(q.size());
         const int32_t group = h.n_heads / h.n_kv_heads;
         for (size_t r = 0; r < rows.size(); ++r) {
@@ -585,26 +588,31 @@ TEST_CASE("kv_store and paged attention (prefill, cached prefix, split decode) m
           for (int32_t hh = 0; hh < h.n_heads; ++hh) {
             const float* qv = q.data() + r * q_dim + hh * h.head_dim;
             const int64_t kv_off = int64_t(hh / group) * h.head_dim;
-            std::vector<double> score(qpos + 1);
+            const int32_t t0 = window > 0 ? std::max(0, qpos - window + 1) : 0;
+            std::vector<double> score(qpos + 1, 0.0);
             double mx = -1e300, sum = 0;
-            for (int32_t t = 0; t <= qpos; ++t) {
+            for (int32_t t = t0; t <= qpos; ++t) {
               double dot = 0;
               for (int32_t d = 0; d < h.head_dim; ++d)
                 dot += double(round_q ? round_to(DType::BF16, qv[d]) : qv[d]) * sk.k[t * kv_dim + kv_off + d];
               score[t] = dot * scale;
               mx = std::max(mx, score[t]);
             }
-            for (double& sc : score) sum += (sc = std::exp(sc - mx));
+            for (int32_t t = t0; t <= qpos; ++t) sum += (score[t] = std::exp(score[t] - mx));
             for (int32_t d = 0; d < h.head_dim; ++d) {
               double acc = 0;
-              for (int32_t t = 0; t <= qpos; ++t) acc += score[t] * sk.v[t * kv_dim + kv_off + d];
+              for (int32_t t = t0; t <= qpos; ++t) acc += score[t] * sk.v[t * kv_dim + kv_off + d];
               ref[r * q_dim + hh * h.head_dim + d] = acc / sum;
             }
           }
         }
         return ref;
       };
-      const std::vector<double> ref_f32_q = reference(false);
+      // No window, windows shorter than every prompt (3, 40: B's decode skips
+      // whole splits' keys) and longer than all (1000).
+      const std::vector<int32_t> windows = {0, 3, 40, 1000};
+      std::vector<std::vector<double>> ref_f32_q;
+      for (int32_t window : windows) ref_f32_q.push_back(reference(false, window));
       std::vector<uint8_t> block[2];
       int i = 0;
       for (Backend* b : {p.cpu.get(), p.gpu.get()}) {
@@ -619,8 +627,11 @@ TEST_CASE("kv_store and paged attention (prefill, cached prefix, split decode) m
         b->kv_store(pool, 1, dk0, dv0);
         b->prepare_batch(step, bs);
         b->kv_store(pool, 1, dk1, dv1);
-        b->attention(pool, 1, dq, dout, h.n_heads, scale);
-        const std::vector<float> out = get(*b, dout, q.size());
+        std::vector<std::vector<float>> outs;
+        for (int32_t window : windows) {
+          b->attention(pool, 1, dq, dout, h.n_heads, scale, window);
+          outs.push_back(get(*b, dout, q.size()));
+        }
         block[i].resize(g.block_bytes());
         b->read_block(pool, 17, block[i].data());
         ++i;
@@ -630,19 +641,24 @@ TEST_CASE("kv_store and paged attention (prefill, cached prefix, split decode) m
             b->name() == "cpu" &&
             static_cast<const cpu::CpuBackend&>(*b).kernels().attn_bf16_operands(kv, h.head_dim);
         const double tolerance = bf16_operands ? 2.0 / 512 + 2e-4 : 2e-5;
-        const std::vector<double> ref = bf16_operands ? reference(true) : ref_f32_q;
-        double worst = 0;
-        int64_t bad = 0;
-        for (size_t e = 0; e < out.size(); ++e) {
-          const double err = std::fabs(out[e] - ref[e]);
-          worst = std::max(worst, err);
-          if (err > tolerance) ++bad;
+        for (size_t w = 0; w < windows.size(); ++w) {
+          const std::vector<double> ref = bf16_operands ? reference(true, windows[w]) : ref_f32_q[w];
+          const std::vector<float>& out = outs[w];
+          double worst = 0;
+          int64_t bad = 0;
+          for (size_t e = 0; e < out.size(); ++e) {
+            const double err = std::fabs(out[e] - ref[e]);
+            worst = std::max(worst, err);
+            if (err > tolerance) ++bad;
+          }
+          CAPTURE(b->name());
+          CAPTURE(windows[w]);
+          CAPTURE(worst);
+          MESSAGE(b->name() << " head_dim " << h.head_dim << " " << dtype_name(kv) << " window "
+                            << windows[w] << ": worst |error| " << worst << " (tolerance "
+                            << tolerance << ")");
+          CHECK(bad == 0);
         }
-        CAPTURE(b->name());
-        CAPTURE(worst);
-        MESSAGE(b->name() << " head_dim " << h.head_dim << " " << dtype_name(kv) << ": worst |error| " << worst
-                          << " (tolerance " << tolerance << ")");
-        CHECK(bad == 0);
       }
       CHECK(block[0] == block[1]);  // kv_store conversions are bit-identical
     }

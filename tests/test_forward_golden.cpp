@@ -366,4 +366,180 @@ TEST_CASE("unsupported and malformed models are refused with a message") {
   }
 }
 
+TEST_CASE("gemma3: the window, its layer pattern, both RoPE bases and the scales are read from the file") {
+  auto file = GgufFile::open(shared_path("models/rand-gemma3-bf16.gguf"));
+  REQUIRE(file.ok());
+  auto c = load_model_config(*file.value());
+  REQUIRE_MESSAGE(c.ok(), c.message());
+  CHECK(c->arch == Arch::kGemma3);
+  CHECK(c->rope_style == RopeStyle::kNeox);
+  CHECK(c->has_qk_norm);
+  CHECK(c->has_post_norms);
+  CHECK(c->ffn_activation == FfnActivation::kGeluTanh);
+  CHECK(c->tied_output);
+  CHECK(c->head_dim == 64);
+  CHECK(c->embed_scale == 16.0f);  // sqrt(256)
+  CHECK(c->attn_scale == 0.125f);  // 1 / sqrt(64)
+  CHECK(c->final_logit_softcap == 0.0f);
+  CHECK(c->sliding_window == 64);
+  // Default pattern 6: layer 5 global, the other six window layers.
+  REQUIRE(c->layer_is_window.size() == 7);
+  for (int32_t i = 0; i < 7; ++i) {
+    CAPTURE(i);
+    CHECK(c->window_of(i) == (i == 5 ? 0 : 64));
+    CHECK(c->rope_base_of(i) == (i == 5 ? 1e6f : 10000.0f));
+  }
+  // A period of 2 (odd layers global), and one bool per layer (true: window).
+  auto config_of = [&](const std::function<void(GgufWriter&)>& edit) {
+    const std::vector<uint8_t> bytes = rewritten(*file.value(), edit);
+    auto parsed = GgufFile::parse(bytes.data(), bytes.size());
+    REQUIRE_MESSAGE(parsed.ok(), parsed.message());
+    auto config = load_model_config(*parsed.value());
+    REQUIRE_MESSAGE(config.ok(), config.message());
+    return config.value();
+  };
+  const ModelConfig p2 =
+      config_of([](GgufWriter& w) { w.set_u32("gemma3.attention.sliding_window_pattern", 2); });
+  for (int32_t i = 0; i < 7; ++i) CHECK(p2.window_of(i) == (i % 2 == 1 ? 0 : 64));
+  const ModelConfig per_layer = config_of([](GgufWriter& w) {
+    GgufValue v;
+    v.type = GgufType::ARRAY;
+    v.elem_type = GgufType::BOOL;
+    for (int32_t i = 0; i < 7; ++i) {
+      GgufValue b;
+      b.type = GgufType::BOOL;
+      b.u = i == 0 || i == 6 ? 0 : 1;
+      v.array.push_back(b);
+    }
+    w.set("gemma3.attention.sliding_window_pattern", v);
+  });
+  for (int32_t i = 0; i < 7; ++i) CHECK(per_layer.window_of(i) == (i == 0 || i == 6 ? 0 : 64));
+  // No window key: every layer global.
+  const ModelConfig none = config_of([](GgufWriter& w) { w.set_u32("gemma3.attention.sliding_window", 0); });
+  for (int32_t i = 0; i < 7; ++i) CHECK(none.window_of(i) == 0);
+}
+
+TEST_CASE("gemma3 final_logit_softcapping caps the logits: cap * tanh(logit / cap)") {
+  auto file = GgufFile::open(shared_path("models/rand-gemma3-bf16.gguf"));
+  REQUIRE(file.ok());
+  const std::vector<uint8_t> bytes = rewritten(
+      *file.value(), [](GgufWriter& w) { w.set_f32("gemma3.final_logit_softcapping", 0.5f); });
+  auto capped_file = GgufFile::parse(bytes.data(), bytes.size());
+  REQUIRE_MESSAGE(capped_file.ok(), capped_file.message());
+  std::unique_ptr<Backend> backend = make_cpu_backend(2, isa_under_test());
+  auto plain = Model::load(file.value(), *backend);
+  auto capped = Model::load(capped_file.value(), *backend);
+  REQUIRE_MESSAGE(plain.ok(), plain.message());
+  REQUIRE_MESSAGE(capped.ok(), capped.message());
+  CHECK((*capped)->config().final_logit_softcap == 0.5f);
+  const std::vector<int32_t> prompt = {1, 40, 300, 7, 999, 512};
+  SequenceRunner a(**plain, DType::F32, 8), b(**capped, DType::F32, 8);
+  const std::vector<float> raw = a.run(prompt, 0, true), got = b.run(prompt, 0, true);
+  REQUIRE(raw.size() == got.size());
+  double worst = 0, largest = 0;
+  for (size_t i = 0; i < raw.size(); ++i) {
+    worst = std::max(worst, std::fabs(double(got[i]) - 0.5 * std::tanh(double(raw[i]) / 0.5)));
+    largest = std::max(largest, std::fabs(double(raw[i])));
+  }
+  CAPTURE(largest);
+  CHECK(largest > 1.0);  // the cap (0.5) changes the largest logits by half or more
+  CHECK(worst <= 1e-6);
+}
+
+// Gemma 3 4B and larger: rope.scaling linear, factor 8, on the global layers
+// only (llama.cpp: freq_scale 1/8 there, 1 on the window layers). No
+// reference logits exist for it here: the factors are checked, and that the
+// forward pass uses them (factor 1 changes no logit, factor 8 changes some).
+TEST_CASE("gemma3 linear RoPE scaling divides the global layers' angles only") {
+  auto file = GgufFile::open(shared_path("models/rand-gemma3-bf16.gguf"));
+  REQUIRE(file.ok());
+  auto scaled_bytes = [&](float factor) {
+    return rewritten(*file.value(), [factor](GgufWriter& w) {
+      w.set_string("gemma3.rope.scaling.type", "linear");
+      w.set_f32("gemma3.rope.scaling.factor", factor);
+    });
+  };
+  const std::vector<uint8_t> by8 = scaled_bytes(8.0f), by1 = scaled_bytes(1.0f);
+  auto f8 = GgufFile::parse(by8.data(), by8.size());
+  auto f1 = GgufFile::parse(by1.data(), by1.size());
+  REQUIRE(f8.ok());
+  REQUIRE(f1.ok());
+  auto c = load_model_config(*f8.value());
+  REQUIRE_MESSAGE(c.ok(), c.message());
+  for (int32_t il = 0; il < 7; ++il) {
+    CAPTURE(il);
+    const float* ff = c->rope_factors_of(il);
+    if (il == 5) {  // the global layer
+      REQUIRE(ff != nullptr);
+      for (int32_t i = 0; i < 32; ++i) CHECK(ff[i] == 8.0f);
+    } else {
+      CHECK(ff == nullptr);
+    }
+  }
+  std::unique_ptr<Backend> backend = make_cpu_backend(2, isa_under_test());
+  auto plain = Model::load(file.value(), *backend);
+  auto one = Model::load(f1.value(), *backend);
+  auto eight = Model::load(f8.value(), *backend);
+  REQUIRE(plain.ok());
+  REQUIRE(one.ok());
+  REQUIRE(eight.ok());
+  std::vector<int32_t> prompt;
+  for (int32_t i = 0; i < 40; ++i) prompt.push_back(3 + (i * 37) % 1000);
+  SequenceRunner a(**plain, DType::F32, 41), b(**one, DType::F32, 41), d(**eight, DType::F32, 41);
+  const std::vector<float> ref = a.run(prompt, 0, true);
+  CHECK(b.run(prompt, 0, true) == ref);
+  const std::vector<float> scaled = d.run(prompt, 0, true);
+  // Position 0 rotates by nothing: its row is the same; later rows differ.
+  const size_t V = static_cast<size_t>((*plain)->config().n_vocab);
+  CHECK(std::equal(ref.begin(), ref.begin() + V, scaled.begin()));
+  CHECK_FALSE(std::equal(ref.end() - V, ref.end(), scaled.end() - V));
+}
+
+TEST_CASE("gemma3 files prefixd cannot run are refused at load with the key named") {
+  auto file = GgufFile::open(shared_path("models/rand-gemma3-bf16.gguf"));
+  REQUIRE(file.ok());
+  const GgufFile& f = *file.value();
+  CHECK(load_message(rewritten(f, [](GgufWriter&) {})) == "");
+  SUBCASE("a window larger than the context") {
+    std::string m = load_message(
+        rewritten(f, [](GgufWriter& w) { w.set_u32("gemma3.attention.sliding_window", 4096); }));
+    CHECK(contains(m, "gemma3.attention.sliding_window"));
+    CHECK(contains(m, "gemma3.context_length = 2048"));
+  }
+  SUBCASE("a window pattern of 0") {
+    std::string m = load_message(
+        rewritten(f, [](GgufWriter& w) { w.set_u32("gemma3.attention.sliding_window_pattern", 0); }));
+    CHECK(contains(m, "gemma3.attention.sliding_window_pattern"));
+  }
+  SUBCASE("Q or K norms whose size is not the head size") {
+    std::string m = load_message(rewritten(
+        f,
+        [](GgufWriter& w) {
+          w.add_tensor("blk.3.attn_q_norm.weight", GgmlType::F32, {32}, f32_bytes(std::vector<float>(32, 1)));
+        },
+        {"blk.3.attn_q_norm.weight"}));
+    CHECK(contains(m, "blk.3.attn_q_norm.weight"));
+    CHECK(contains(m, "gemma3.attention.key_length"));
+    CHECK(contains(m, "64"));
+  }
+  SUBCASE("attention logit soft-capping") {
+    std::string m = load_message(
+        rewritten(f, [](GgufWriter& w) { w.set_f32("gemma3.attn_logit_softcapping", 50.0f); }));
+    CHECK(contains(m, "gemma3.attn_logit_softcapping"));
+  }
+  SUBCASE("linear RoPE scaling below 1, or YaRN") {
+    std::string m = load_message(rewritten(f, [](GgufWriter& w) {
+      w.set_string("gemma3.rope.scaling.type", "linear");
+      w.set_f32("gemma3.rope.scaling.factor", 0.5f);
+    }));
+    CHECK(contains(m, "gemma3.rope.scaling.factor"));
+    m = load_message(rewritten(f, [](GgufWriter& w) { w.set_string("gemma3.rope.scaling.type", "yarn"); }));
+    CHECK(contains(m, "gemma3.rope.scaling.type"));
+  }
+  SUBCASE("a missing post-attention norm") {
+    std::string m = load_message(rewritten(f, [](GgufWriter&) {}, {"blk.2.post_attention_norm.weight"}));
+    CHECK(contains(m, "blk.2.post_attention_norm.weight"));
+  }
+}
+
 int main(int argc, char** argv) { return prefixd::testing::run_for_cpu_isa(argc, argv); }

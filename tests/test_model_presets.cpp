@@ -144,7 +144,8 @@ Hash128 fp_of(const std::vector<uint8_t>& bytes) {
 
 TEST_CASE("preset_spec knows the three presets and refuses others") {
   CHECK(preset_names() ==
-        std::vector<std::string>{"tiny", "smol-135m", "demo", "llama-245m", "llama-1b"});
+        std::vector<std::string>{"tiny", "smol-135m", "demo", "llama-245m", "llama-1b",
+                                 "gemma3-1b"});
   PresetSpec tiny = *preset_spec("tiny");
   CHECK(tiny.n_embd == 256);
   CHECK(tiny.n_layers == 4);
@@ -170,6 +171,17 @@ TEST_CASE("preset_spec knows the three presets and refuses others") {
   CHECK(demo.n_vocab == 4096);
   CHECK(demo.tied_output);
   CHECK(demo.chat_template);
+  PresetSpec gemma = *preset_spec("gemma3-1b");  // Gemma 3 1B's shape
+  CHECK(gemma.arch == "gemma3");
+  CHECK(gemma.n_embd == 1152);
+  CHECK(gemma.n_layers == 26);
+  CHECK(gemma.n_heads == 4);
+  CHECK(gemma.n_kv_heads == 1);
+  CHECK(gemma.head_dim() == 256);
+  CHECK(gemma.n_ff == 6912);
+  CHECK(gemma.sliding_window == 512);
+  CHECK(gemma.n_vocab == 262144);
+  CHECK(gemma.tied_output);
   auto bad = preset_spec("huge");
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.message().find("'huge'") != std::string::npos);

@@ -1,4 +1,6 @@
-// Llama/Qwen2/Qwen3 decoder: pre-norm attention and SwiGLU feed-forward blocks.
+// Llama/Qwen2/Qwen3/Gemma3 decoder: pre-norm attention and gated feed-forward
+// blocks (SwiGLU; Gemma 3: GeGLU, a norm on each block's output before its
+// residual add, sliding-window attention on its window layers).
 #include "engine/model/forward.h"
 
 #include <cmath>
@@ -52,16 +54,21 @@ Batch ForwardPass::output_batch(const Batch& batch) {
 void ForwardPass::finish_layer(int32_t il, KvPool& pool, const float* q, float* x, int64_t n) {
   const ModelConfig& c = model_.config();
   const LayerWeights& l = model_.layer(il);
-  backend_.attention(pool, il, q, attn_, c.n_heads,
-                     1.0f / std::sqrt(static_cast<float>(c.head_dim)));
+  backend_.attention(pool, il, q, attn_, c.n_heads, c.attn_scale, c.window_of(il));
   backend_.matmul(*l.wo, attn_, proj_, n);
+  if (c.has_post_norms) backend_.rmsnorm(proj_, l.post_attn_norm, proj_, n, c.n_embd, c.rms_eps);
   backend_.add(x, proj_, n * c.n_embd);
   backend_.rmsnorm(x, l.ffn_norm, h_, n, c.n_embd, c.rms_eps);
   const Matrix* gate_up[] = {l.w_gate.get(), l.w_up.get()};
   float* gate_up_out[] = {gate_, up_};
   backend_.matmul_same_x(gate_up, h_, gate_up_out, 2, n);
-  backend_.swiglu(gate_, up_, gate_, n * c.n_ff);
+  if (c.ffn_activation == FfnActivation::kGeluTanh) {
+    backend_.geglu(gate_, up_, gate_, n * c.n_ff);
+  } else {
+    backend_.swiglu(gate_, up_, gate_, n * c.n_ff);
+  }
   backend_.matmul(*l.w_down, gate_, proj_, n);
+  if (c.has_post_norms) backend_.rmsnorm(proj_, l.post_ffw_norm, proj_, n, c.n_embd, c.rms_eps);
   backend_.add(x, proj_, n * c.n_embd);
 }
 
@@ -73,10 +80,10 @@ void ForwardPass::run(const Batch& batch, KvPool& pool, std::vector<float>* logi
   PREFIXD_CHECK(n_out <= max_outputs_, "too many output rows");
   const int64_t q_dim = static_cast<int64_t>(c.n_heads) * c.head_dim;
   const int64_t kv_dim = static_cast<int64_t>(c.n_kv_heads) * c.head_dim;
-  const float* rope_factors = c.rope_freq_factors.empty() ? nullptr : c.rope_freq_factors.data();
 
   backend_.prepare_batch(batch, pool.geom.block_size);
   backend_.embed(model_.token_embd(), x_);
+  if (c.embed_scale != 1.0f) backend_.scale(x_, c.embed_scale, n * c.n_embd);
   for (int32_t il = 0; il < c.n_layers; ++il) {
     const LayerWeights& l = model_.layer(il);
     // Attention sub-layer: Q, K, V of every row, K and V into the pool.
@@ -89,13 +96,14 @@ void ForwardPass::run(const Batch& batch, KvPool& pool, std::vector<float>* logi
       backend_.add_bias(k_, l.bk, n, kv_dim);
       backend_.add_bias(v_, l.bv, n, kv_dim);
     }
-    if (c.has_qk_norm) {  // qwen3: each head's rows normalised on their own
+    if (c.has_qk_norm) {  // qwen3, gemma3: each head's rows normalised on their own
       backend_.rmsnorm(q_, l.attn_q_norm, q_, n * c.n_heads, c.head_dim, c.rms_eps);
       backend_.rmsnorm(k_, l.attn_k_norm, k_, n * c.n_kv_heads, c.head_dim, c.rms_eps);
     }
-    backend_.rope(q_, c.n_heads, c.head_dim, c.rope_dim, c.rope_base, rope_factors, c.rope_style);
-    backend_.rope(k_, c.n_kv_heads, c.head_dim, c.rope_dim, c.rope_base, rope_factors,
-                  c.rope_style);
+    const float rope_base = c.rope_base_of(il);
+    const float* rope_factors = c.rope_factors_of(il);
+    backend_.rope(q_, c.n_heads, c.head_dim, c.rope_dim, rope_base, rope_factors, c.rope_style);
+    backend_.rope(k_, c.n_kv_heads, c.head_dim, c.rope_dim, rope_base, rope_factors, c.rope_style);
     backend_.kv_store(pool, il, k_, v_);
     if (il + 1 < c.n_layers || n_out == n) {
       finish_layer(il, pool, q_, x_, n);
@@ -118,6 +126,10 @@ void ForwardPass::run(const Batch& batch, KvPool& pool, std::vector<float>* logi
   backend_.matmul(model_.output(), out_x_, logits_, n_out);
   logits_out->resize(static_cast<size_t>(n_out) * c.n_vocab);
   backend_.download(logits_out->data(), logits_, logits_out->size() * sizeof(float));
+  if (c.final_logit_softcap > 0) {  // on the host copy: cap * tanh(logit / cap)
+    const float cap = c.final_logit_softcap;
+    for (float& v : *logits_out) v = cap * std::tanh(v / cap);
+  }
 }
 
 }  // namespace prefixd

@@ -98,6 +98,10 @@ Status Model::load_weights() {
       PREFIXD_TRY_ASSIGN(l.attn_k_norm, vector(b + "attn_k_norm.weight", c.head_dim));
     }
     PREFIXD_TRY_ASSIGN(l.ffn_norm, vector(b + "ffn_norm.weight", c.n_embd));
+    if (c.has_post_norms) {  // stored as llama.cpp's converter writes them (Gemma's 1 + w)
+      PREFIXD_TRY_ASSIGN(l.post_attn_norm, vector(b + "post_attention_norm.weight", c.n_embd));
+      PREFIXD_TRY_ASSIGN(l.post_ffw_norm, vector(b + "post_ffw_norm.weight", c.n_embd));
+    }
     PREFIXD_TRY_ASSIGN(l.w_gate, matrix(b + "ffn_gate.weight", c.n_ff, c.n_embd));
     PREFIXD_TRY_ASSIGN(l.w_up, matrix(b + "ffn_up.weight", c.n_ff, c.n_embd));
     PREFIXD_TRY_ASSIGN(l.w_down, matrix(b + "ffn_down.weight", c.n_embd, c.n_ff));

@@ -23,9 +23,11 @@ struct LayerWeights {
   float* bq = nullptr;               // (n_heads * head_dim) f32, qwen2 only
   float* bk = nullptr;               // (n_kv_heads * head_dim) f32, qwen2 only
   float* bv = nullptr;               // (n_kv_heads * head_dim) f32, qwen2 only
-  float* attn_q_norm = nullptr;      // (head_dim) f32, per-head RMS norm of Q, qwen3 only
-  float* attn_k_norm = nullptr;      // (head_dim) f32, per-head RMS norm of K, qwen3 only
+  float* attn_q_norm = nullptr;      // (head_dim) f32, per-head RMS norm of Q, qwen3 and gemma3
+  float* attn_k_norm = nullptr;      // (head_dim) f32, per-head RMS norm of K, qwen3 and gemma3
+  float* post_attn_norm = nullptr;   // (n_embd) f32, norm of the attention output, gemma3 only
   float* ffn_norm = nullptr;         // (n_embd) f32
+  float* post_ffw_norm = nullptr;    // (n_embd) f32, norm of the FFN output, gemma3 only
   std::unique_ptr<Matrix> w_gate;    // (n_ff, n_embd)
   std::unique_ptr<Matrix> w_up;      // (n_ff, n_embd)
   std::unique_ptr<Matrix> w_down;    // (n_embd, n_ff)

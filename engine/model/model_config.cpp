@@ -31,8 +31,9 @@ bool positive(const GgufValue* v) { return v != nullptr && (v->u > 0 || v->i > 0
 
 // RoPE scaling: only what changes no angle is accepted (type none, or linear
 // with factor 1, llama.cpp's default); Llama 3.1 scaling comes as the
-// rope_freqs.weight tensor instead (read_rope_freq_factors).
-Status check_rope_scaling(const GgufFile& f, const std::string& p) {
+// rope_freqs.weight tensor instead (read_rope_freq_factors). gemma3 also takes
+// a linear factor for its global layers (*linear_factor; nullptr: refused).
+Status check_rope_scaling(const GgufFile& f, const std::string& p, float* linear_factor) {
   if (f.find(p + "rope.scaling.type")) {
     Result<std::string> type = f.get_string(p + "rope.scaling.type");
     if (!type.ok()) return type.status();
@@ -46,6 +47,10 @@ Status check_rope_scaling(const GgufFile& f, const std::string& p) {
     if (!f.find(p + key)) continue;
     Result<double> factor = f.get_float(p + key);
     if (!factor.ok()) return factor.status();
+    if (linear_factor != nullptr && std::isfinite(*factor) && *factor >= 1.0) {
+      *linear_factor = static_cast<float>(*factor);
+      continue;
+    }
     if (*factor != 0.0 && *factor != 1.0) {  // llama.cpp reads 0 as "no scaling"
       return Status::error("RoPE scaling factor " + number(*factor) + " (" + p + key +
                            ") is not supported (only 1)");
@@ -92,6 +97,94 @@ Status read_rope_freq_factors(const GgufFile& f, ModelConfig* c) {
   return Status();
 }
 
+// Which layers use the window: gemma3.attention.sliding_window_pattern as a
+// period n (layer i is global when (i + 1) % n == 0; default 6, as llama.cpp)
+// or as one bool per layer (true: window).
+Status read_window_pattern(const GgufFile& f, const std::string& p, ModelConfig* c) {
+  const std::string key = p + "attention.sliding_window_pattern";
+  c->layer_is_window.assign(c->n_layers, 0);
+  const GgufValue* v = f.find(key);
+  if (v != nullptr && v->type == GgufType::ARRAY) {
+    if (v->elem_type != GgufType::BOOL || static_cast<int64_t>(v->array.size()) != c->n_layers) {
+      return Status::error("metadata key '" + key + "' must be a period or " +
+                           std::to_string(c->n_layers) + " bools (one per layer)");
+    }
+    for (int32_t i = 0; i < c->n_layers; ++i) c->layer_is_window[i] = v->array[i].u != 0 ? 1 : 0;
+    return Status();
+  }
+  uint64_t period = 6;
+  if (v != nullptr) {
+    Result<uint64_t> n = f.get_uint(key);
+    if (!n.ok()) return n.status();
+    if (*n == 0) {
+      return Status::error("metadata key '" + key + "' = 0: the period must be at least 1");
+    }
+    period = *n;
+  }
+  for (int32_t i = 0; i < c->n_layers; ++i) c->layer_is_window[i] = (i + 1) % period != 0 ? 1 : 0;
+  return Status();
+}
+
+// A float key that, when present, is finite and >= 0; *out keeps its default otherwise.
+Status read_nonnegative(const GgufFile& f, const std::string& key, float* out) {
+  if (!f.find(key)) return Status();
+  Result<double> v = f.get_float(key);
+  if (!v.ok()) return v.status();
+  if (!(std::isfinite(*v) && *v >= 0)) {
+    return Status::error("metadata key '" + key + "' = " + number(*v) + " must be finite and >= 0");
+  }
+  *out = static_cast<float>(*v);
+  return Status();
+}
+
+// gemma3, as llama.cpp's loader and graph read it: sliding window and its
+// layer pattern, the window layers' RoPE base, embedding scale sqrt(n_embd),
+// attention scale, final logit soft-capping. Called after the common keys.
+Status read_gemma3(const GgufFile& f, const std::string& p, ModelConfig* c) {
+  c->embed_scale = std::sqrt(static_cast<float>(c->n_embd));
+  // llama.cpp: 1/sqrt(key_length), except for the 62-layer (27B) model whose
+  // query_pre_attn_scalar is n_embd / n_heads.
+  const int32_t scale_dim = c->n_layers == 62 ? c->n_embd / c->n_heads : c->head_dim;
+  c->attn_scale = 1.0f / std::sqrt(static_cast<float>(scale_dim));
+  if (const std::string key = p + "attn_logit_softcapping"; positive(f.find(key))) {
+    return Status::error("attention logit soft-capping (" + key + ") is not supported");
+  }
+  Status s = read_nonnegative(f, p + "final_logit_softcapping", &c->final_logit_softcap);
+  if (!s.ok()) return s;
+  s = read_nonnegative(f, p + "rope.freq_base_swa", &c->rope_base_window);
+  if (!s.ok()) return s;
+  if (!(c->rope_base_window > 1)) return Status::error(p + "rope.freq_base_swa must be > 1");
+  c->layer_is_window.assign(c->n_layers, 0);
+  const std::string window_key = p + "attention.sliding_window";
+  if (!positive(f.find(window_key))) return Status();  // absent or 0: every layer global
+  Result<uint64_t> window = f.get_uint(window_key);
+  if (!window.ok()) return window.status();
+  if (*window > static_cast<uint64_t>(c->n_ctx_train)) {
+    return Status::error("metadata key '" + window_key + "' = " + std::to_string(*window) +
+                         " exceeds the context length (" + p + "context_length = " +
+                         std::to_string(c->n_ctx_train) + ")");
+  }
+  c->sliding_window = static_cast<int32_t>(*window);
+  return read_window_pattern(f, p, c);
+}
+
+// Per-head Q and K norms hold one weight per head element.
+Status check_qk_norm_sizes(const GgufFile& f, const std::string& p, const ModelConfig& c) {
+  for (int32_t i = 0; i < c.n_layers; ++i) {
+    for (const char* which : {"attn_q_norm", "attn_k_norm"}) {
+      const std::string name = "blk." + std::to_string(i) + "." + which + ".weight";
+      const GgufTensorInfo* t = f.find_tensor(name);
+      if (t == nullptr) return Status::error("tensor '" + name + "' is missing");
+      if (t->dims.size() != 1 || t->dims[0] != c.head_dim) {
+        return Status::error("tensor '" + name + "' has " + std::to_string(t->n_elements()) +
+                             " values; the head size (" + p + "attention.key_length) is " +
+                             std::to_string(c.head_dim));
+      }
+    }
+  }
+  return Status();
+}
+
 }  // namespace
 
 Result<ModelConfig> load_model_config(const GgufFile& f) {
@@ -110,9 +203,15 @@ Result<ModelConfig> load_model_config(const GgufFile& f) {
     c.arch = Arch::kQwen3;
     c.rope_style = RopeStyle::kNeox;
     c.has_qk_norm = true;
+  } else if (c.arch_name == "gemma3") {
+    c.arch = Arch::kGemma3;
+    c.rope_style = RopeStyle::kNeox;
+    c.has_qk_norm = true;
+    c.has_post_norms = true;
+    c.ffn_activation = FfnActivation::kGeluTanh;
   } else {
     return Status::error("unsupported architecture '" + c.arch_name +
-                         "' (general.architecture); supported: llama, qwen2, qwen3");
+                         "' (general.architecture); supported: llama, qwen2, qwen3, gemma3");
   }
   if (Result<std::string> n = f.get_string("general.name"); n.ok()) c.name = *n;
   const std::string p = c.arch_name + ".";
@@ -121,8 +220,10 @@ Result<ModelConfig> load_model_config(const GgufFile& f) {
   if (positive(f.find(p + "expert_count"))) {
     return Status::error("mixture-of-experts models (" + p + "expert_count) are not supported");
   }
-  if (Status s = check_rope_scaling(f, p); !s.ok()) return s;
-  if (positive(f.find(p + "attention.sliding_window"))) {
+  float linear_factor = 1.0f;
+  Status scaling = check_rope_scaling(f, p, c.arch == Arch::kGemma3 ? &linear_factor : nullptr);
+  if (!scaling.ok()) return scaling;
+  if (c.arch != Arch::kGemma3 && positive(f.find(p + "attention.sliding_window"))) {
     return Status::error("sliding-window attention (" + p + "attention.sliding_window) is not supported");
   }
 
@@ -183,6 +284,17 @@ Result<ModelConfig> load_model_config(const GgufFile& f) {
     c.rope_base = static_cast<float>(*b);
   }
   if (Status s = read_rope_freq_factors(f, &c); !s.ok()) return s;
+  c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  c.layer_is_window.assign(c.n_layers, 0);
+  if (c.arch == Arch::kGemma3) {
+    if (Status s = read_gemma3(f, p, &c); !s.ok()) return s;
+    // Linear scaling (Gemma 3 4B and larger) divides the global layers'
+    // angles by the factor, as llama.cpp's freq_scale = 1 / factor does.
+    if (linear_factor != 1.0f) c.rope_factors_global.assign(c.rope_dim / 2, linear_factor);
+  }
+  if (c.has_qk_norm) {
+    if (Status s = check_qk_norm_sizes(f, p, c); !s.ok()) return s;
+  }
 
   const GgufTensorInfo* embd = f.find_tensor("token_embd.weight");
   if (!embd) return Status::error("tensor 'token_embd.weight' is missing");

@@ -1,6 +1,6 @@
 // Hyper-parameters of a supported model architecture, read from GGUF metadata.
 // Supported: `llama` (Llama 2/3/3.1+ with RoPE frequency factors, Mistral,
-// TinyLlama, SmolLM), `qwen2` and `qwen3`.
+// TinyLlama, SmolLM), `qwen2`, `qwen3` and `gemma3` (sliding-window attention).
 #pragma once
 
 #include <cstdint>
@@ -13,11 +13,17 @@
 
 namespace prefixd {
 
-enum class Arch : uint8_t { kLlama, kQwen2, kQwen3 };
+enum class Arch : uint8_t { kLlama, kQwen2, kQwen3, kGemma3 };
+
+// The feed-forward block's gate activation.
+enum class FfnActivation : uint8_t {
+  kSilu,      // SwiGLU: silu(gate) * up (llama, qwen2, qwen3)
+  kGeluTanh,  // GeGLU: gelu_tanh(gate) * up (gemma3)
+};
 
 struct ModelConfig {
   Arch arch = Arch::kLlama;
-  std::string arch_name;      // "llama", "qwen2" or "qwen3"
+  std::string arch_name;      // "llama", "qwen2", "qwen3" or "gemma3"
   std::string name;           // general.name, for display
   int32_t n_ctx_train = 0;    // context length the model was trained for
   int32_t n_embd = 0;         // hidden size
@@ -36,13 +42,44 @@ struct ModelConfig {
   std::vector<float> rope_freq_factors;
   bool tied_output = false;   // output projection shares token_embd.weight
   bool has_qkv_bias = false;  // qwen2
-  bool has_qk_norm = false;   // qwen3: per-head RMS norms on Q and K before RoPE
+  bool has_qk_norm = false;   // qwen3, gemma3: per-head RMS norms on Q and K before RoPE
+  // gemma3: RMS norms of the attention output (post_attention_norm) and of the
+  // FFN output (post_ffw_norm), each before its residual add.
+  bool has_post_norms = false;
+  FfnActivation ffn_activation = FfnActivation::kSilu;
+  float embed_scale = 1.0f;   // input embeddings times this (gemma3: sqrt(n_embd))
+  float attn_scale = 0.0f;    // attention score scale (1/sqrt(head_dim); see load_model_config)
+  // Logits become cap * tanh(logits / cap) when > 0 (final_logit_softcapping).
+  float final_logit_softcap = 0.0f;
+  // Sliding-window attention (gemma3): a window layer's query at position p
+  // reads keys (p - sliding_window, p]; 0 means every layer is global.
+  int32_t sliding_window = 0;
+  // [n_layers] 1 for a window layer, 0 for a global one (all 0 without a window).
+  std::vector<uint8_t> layer_is_window;
+  float rope_base_window = 10000.0f;  // RoPE base of the window layers (rope.freq_base_swa)
+  // gemma3 with linear RoPE scaling (rope.scaling.factor F, Gemma 3 4B and
+  // larger): (rope_dim / 2) copies of F, the global layers' frequency factors
+  // (angles divided by F); the window layers are not scaled. Empty otherwise.
+  std::vector<float> rope_factors_global;
+
+  // Attention window of layer `il` in positions; 0: global.
+  int32_t window_of(int32_t il) const { return layer_is_window[il] ? sliding_window : 0; }
+  // RoPE frequency factors of layer `il` (see Backend::rope), nullptr for none.
+  const float* rope_factors_of(int32_t il) const {
+    if (!rope_factors_global.empty() && !layer_is_window[il]) return rope_factors_global.data();
+    return rope_freq_factors.empty() ? nullptr : rope_freq_factors.data();
+  }
+  // RoPE base of layer `il`.
+  float rope_base_of(int32_t il) const {
+    return layer_is_window[il] ? rope_base_window : rope_base;
+  }
 };
 
 // Reads and validates every hyper-parameter (and the RoPE frequency factors,
 // the one tensor that is configuration); refuses architectures and features
-// this engine does not implement (other RoPE scaling, sliding windows,
-// mixtures of experts) with a message naming them.
+// this engine does not implement (other RoPE scaling, sliding windows outside
+// gemma3, logit soft-capping in attention, mixtures of experts) with a message
+// naming them.
 Result<ModelConfig> load_model_config(const GgufFile& file);
 
 }  // namespace prefixd

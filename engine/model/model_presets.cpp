@@ -190,7 +190,7 @@ std::string lower(std::string s) {
 }  // namespace
 
 std::vector<std::string> preset_names() {
-  return {"tiny", "smol-135m", "demo", "llama-245m", "llama-1b"};
+  return {"tiny", "smol-135m", "demo", "llama-245m", "llama-1b", "gemma3-1b"};
 }
 
 Result<PresetSpec> preset_spec(const std::string& preset) {
@@ -212,6 +212,13 @@ Result<PresetSpec> preset_spec(const std::string& preset) {
   } else if (preset == "llama-1b") {  // Llama-3.2-1B's layers, synthetic vocabulary: GPU benchmarks
     s.n_embd = 2048, s.n_layers = 16, s.n_heads = 32, s.n_kv_heads = 8, s.n_ff = 8192;
     s.n_vocab = 32000, s.n_ctx = 16384, s.rope_base = 500000, s.tied_output = false;
+  } else if (preset == "gemma3-1b") {  // google/gemma-3-1b-it's shape
+    s.arch = "gemma3";
+    s.n_embd = 1152, s.n_layers = 26, s.n_heads = 4, s.n_kv_heads = 1, s.key_length = 256;
+    s.n_ff = 6912, s.n_vocab = 262144, s.n_ctx = 32768, s.rope_base = 1000000, s.tied_output = true;
+    s.sliding_window = 512, s.rope_base_window = 10000;
+    s.rms_eps = 1e-6f;
+    return s;
   } else {
     std::string known;
     for (const std::string& n : preset_names()) known += (known.empty() ? "" : ", ") + n;
@@ -288,6 +295,7 @@ std::vector<PresetTensor> preset_tensors(const PresetSpec& s) {
   const int64_t E = s.n_embd, F = s.n_ff, V = s.n_vocab;
   const int64_t q_rows = static_cast<int64_t>(s.n_heads) * s.head_dim();
   const int64_t kv_rows = static_cast<int64_t>(s.n_kv_heads) * s.head_dim();
+  const bool gemma3 = s.arch == "gemma3";
   std::vector<PresetTensor> out;
   out.push_back({"token_embd.weight", {E, V}, false});
   for (int32_t l = 0; l < s.n_layers; ++l) {
@@ -297,10 +305,16 @@ std::vector<PresetTensor> preset_tensors(const PresetSpec& s) {
     out.push_back({p + "attn_k.weight", {E, kv_rows}, false});
     out.push_back({p + "attn_v.weight", {E, kv_rows}, false});
     out.push_back({p + "attn_output.weight", {q_rows, E}, false});
+    if (gemma3) {
+      out.push_back({p + "attn_q_norm.weight", {s.head_dim()}, true});
+      out.push_back({p + "attn_k_norm.weight", {s.head_dim()}, true});
+      out.push_back({p + "post_attention_norm.weight", {E}, true});
+    }
     out.push_back({p + "ffn_norm.weight", {E}, true});
     out.push_back({p + "ffn_gate.weight", {E, F}, false});
     out.push_back({p + "ffn_up.weight", {E, F}, false});
     out.push_back({p + "ffn_down.weight", {F, E}, false});
+    if (gemma3) out.push_back({p + "post_ffw_norm.weight", {E}, true});
   }
   out.push_back({"output_norm.weight", {E}, true});
   if (!s.tied_output) out.push_back({"output.weight", {E, V}, false});
@@ -323,18 +337,28 @@ namespace {
 Status build_preset(const PresetSpec& s, WeightType wtype, GgufWriter& w) {
   const int32_t head_dim = s.head_dim();
 
-  w.set_string("general.architecture", "llama");
+  const std::string a = s.arch + ".";
+  const bool gemma3 = s.arch == "gemma3";
+  w.set_string("general.architecture", s.arch);
   w.set_string("general.name", "prefixd-" + s.name);
-  w.set_u32("llama.context_length", static_cast<uint32_t>(s.n_ctx));
-  w.set_u32("llama.embedding_length", static_cast<uint32_t>(s.n_embd));
-  w.set_u32("llama.block_count", static_cast<uint32_t>(s.n_layers));
-  w.set_u32("llama.feed_forward_length", static_cast<uint32_t>(s.n_ff));
-  w.set_u32("llama.attention.head_count", static_cast<uint32_t>(s.n_heads));
-  w.set_u32("llama.attention.head_count_kv", static_cast<uint32_t>(s.n_kv_heads));
-  w.set_f32("llama.attention.layer_norm_rms_epsilon", s.rms_eps);
-  w.set_f32("llama.rope.freq_base", s.rope_base);
-  w.set_u32("llama.rope.dimension_count", static_cast<uint32_t>(head_dim));
-  w.set_u32("llama.vocab_size", static_cast<uint32_t>(s.n_vocab));
+  w.set_u32(a + "context_length", static_cast<uint32_t>(s.n_ctx));
+  w.set_u32(a + "embedding_length", static_cast<uint32_t>(s.n_embd));
+  w.set_u32(a + "block_count", static_cast<uint32_t>(s.n_layers));
+  w.set_u32(a + "feed_forward_length", static_cast<uint32_t>(s.n_ff));
+  w.set_u32(a + "attention.head_count", static_cast<uint32_t>(s.n_heads));
+  w.set_u32(a + "attention.head_count_kv", static_cast<uint32_t>(s.n_kv_heads));
+  w.set_f32(a + "attention.layer_norm_rms_epsilon", s.rms_eps);
+  w.set_f32(a + "rope.freq_base", s.rope_base);
+  w.set_u32(a + "rope.dimension_count", static_cast<uint32_t>(head_dim));
+  w.set_u32(a + "vocab_size", static_cast<uint32_t>(s.n_vocab));
+  if (s.key_length > 0) {
+    w.set_u32(a + "attention.key_length", static_cast<uint32_t>(s.key_length));
+    w.set_u32(a + "attention.value_length", static_cast<uint32_t>(s.key_length));
+  }
+  if (gemma3 && s.sliding_window > 0) {
+    w.set_u32(a + "attention.sliding_window", static_cast<uint32_t>(s.sliding_window));
+    w.set_f32(a + "rope.freq_base_swa", s.rope_base_window);
+  }
   w.set_u32("general.file_type", static_cast<uint32_t>(wtype == WeightType::F32 ? 0
                                                        : wtype == WeightType::F16 ? 1
                                                                                   : 32));
@@ -372,21 +396,22 @@ Status build_preset(const PresetSpec& s, WeightType wtype, GgufWriter& w) {
     fill_tensor(gen, wtype, n, data.data());
     w.add_tensor(name, wtype, {fan_in, fan_out}, std::move(data));
   };
-  // A norm weight [n_embd], F32, near 1.
-  auto norm = [&](const std::string& name) {
-    std::vector<uint8_t> data(ggml_type_bytes(GgmlType::F32, s.n_embd));
+  // A norm weight [n] (default n_embd), F32, near 1.
+  auto norm = [&](const std::string& name, int64_t n = 0) {
+    if (n == 0) n = s.n_embd;
+    std::vector<uint8_t> data(ggml_type_bytes(GgmlType::F32, n));
     WeightGen gen{splitmix64(preset_seed ^ fnv1a64(name)), 0.05f * 1.7320508f / 65536.0f};
-    for (int32_t i = 0; i < s.n_embd; ++i) {
+    for (int64_t i = 0; i < n; ++i) {
       volatile float x = gen(static_cast<uint64_t>(i));  // volatile: no fused multiply-add
       float v = 1.0f + x;
       std::memcpy(data.data() + 4 * i, &v, 4);
     }
-    w.add_tensor(name, GgmlType::F32, {s.n_embd}, std::move(data));
+    w.add_tensor(name, GgmlType::F32, {n}, std::move(data));
   };
 
   for (const PresetTensor& t : preset_tensors(s)) {
     if (t.is_norm) {
-      norm(t.name);
+      norm(t.name, t.dims[0]);
     } else {
       matrix(t.name, t.dims[0], t.dims[1]);
     }

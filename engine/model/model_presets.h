@@ -1,6 +1,6 @@
-// Deterministic generated test models: llama-architecture GGUF files with
-// pseudo-random weights and a synthetic SPM vocabulary, byte-identical on
-// every machine. Used by the demo daemon, benchmarks and tests.
+// Deterministic generated test models: llama- (and one gemma3-) architecture
+// GGUF files with pseudo-random weights and a synthetic SPM vocabulary,
+// byte-identical on every machine. Used by the demo daemon, benchmarks and tests.
 #pragma once
 
 #include <cstdint>
@@ -12,9 +12,11 @@
 
 namespace prefixd {
 
-// Hyper-parameters of one preset (llama.cpp `llama` metadata names in comments).
+// Hyper-parameters of one preset (llama.cpp metadata names in comments; the
+// `llama.` prefix is the architecture's).
 struct PresetSpec {
   std::string name;         // general.name
+  std::string arch = "llama";  // general.architecture: "llama" or "gemma3"
   int32_t n_embd = 0;       // llama.embedding_length
   int32_t n_layers = 0;     // llama.block_count
   int32_t n_heads = 0;      // llama.attention.head_count
@@ -26,7 +28,12 @@ struct PresetSpec {
   float rms_eps = 1e-5f;    // llama.attention.layer_norm_rms_epsilon
   bool tied_output = true;  // no output.weight: the output head reuses token_embd.weight
   bool chat_template = false;  // writes a chatml tokenizer.chat_template and its control tokens
-  int32_t head_dim() const { return n_embd / n_heads; }
+  int32_t key_length = 0;      // llama.attention.key_length when > 0 (else n_embd / n_heads)
+  // gemma3 only: gemma3.attention.sliding_window (default pattern 6) and the
+  // window layers' gemma3.rope.freq_base_swa.
+  int32_t sliding_window = 0;
+  float rope_base_window = 10000;
+  int32_t head_dim() const { return key_length > 0 ? key_length : n_embd / n_heads; }
 };
 
 // The presets: "tiny", "smol-135m", "demo", "llama-245m" (1024 hidden, 16
@@ -34,7 +41,9 @@ struct PresetSpec {
 // multiple of 256, so the K quantizations need no fallback), "llama-1b"
 // (Llama-3.2-1B's layer shapes: 2048 hidden, 16 layers, 32 heads / 8 KV heads,
 // FFN 8192, synthetic vocab 32000, untied, RoPE base 500000, context 16384;
-// 2.2 GB as BF16, the GPU benchmark model of kernels/cuda/README.md).
+// 2.2 GB as BF16, the GPU benchmark model of kernels/cuda/README.md) and
+// "gemma3-1b" (Gemma 3 1B's shape: gemma3, 1152 hidden, 26 layers, 4 heads /
+// 1 KV head of 256, FFN 6912, window 512, vocab 262144, tied).
 std::vector<std::string> preset_names();
 // Fails for an unknown name (the message lists the known ones).
 Result<PresetSpec> preset_spec(const std::string& preset);

@@ -35,6 +35,15 @@ std::string fixed_role(const std::string& role) {
   return role == "system" || role == "assistant" ? role : "user";
 }
 
+// Jinja's `trim` on ASCII whitespace: Gemma's templates (2 and 3) write each
+// user and model turn's content trimmed.
+std::string trimmed(const std::string& text) {
+  const char* kSpace = " \t\n\r\f\v";
+  const size_t b = text.find_first_not_of(kSpace);
+  if (b == std::string::npos) return "";
+  return text.substr(b, text.find_last_not_of(kSpace) - b + 1);
+}
+
 }  // namespace
 
 std::vector<std::string> ChatTemplate::supported_names() {
@@ -55,7 +64,8 @@ Result<ChatTemplate> ChatTemplate::detect(const std::string& template_text,
         {"chatml", Family::kChatml, "chatml"},   {"llama-3", Family::kLlama3, "llama-3"},
         {"llama3", Family::kLlama3, "llama-3"},  {"llama-2", Family::kLlama2, "llama-2"},
         {"llama2", Family::kLlama2, "llama-2"},  {"mistral", Family::kMistral, "mistral"},
-        {"gemma", Family::kGemma, "gemma"},      {"phi-3", Family::kPhi3, "phi-3"},
+        {"gemma", Family::kGemma, "gemma"},      {"gemma3", Family::kGemma, "gemma"},
+        {"phi-3", Family::kPhi3, "phi-3"},
         {"phi3", Family::kPhi3, "phi-3"},        {"zephyr", Family::kZephyr, "zephyr"},
     };
     for (const Alias& a : kAliases) {
@@ -167,7 +177,7 @@ std::vector<TextSegment> ChatTemplate::render(const std::vector<ChatMessage>& me
         } else if (m.role == "assistant") {
           if (family_ == Family::kGemma) {
             b.markup("<start_of_turn>model\n");
-            b.content(m.content);
+            b.content(trimmed(m.content));
             b.markup("<end_of_turn>\n");
           } else if (family_ == Family::kLlama2) {
             b.content(" " + m.content + " ");
@@ -178,7 +188,7 @@ std::vector<TextSegment> ChatTemplate::render(const std::vector<ChatMessage>& me
           }
         } else {
           open_user();
-          b.content(m.content);
+          b.content(family_ == Family::kGemma ? trimmed(m.content) : m.content);
           close_user();
         }
       }

@@ -1,7 +1,8 @@
-// Paged causal attention over a batch: splits every sequence's (query row,
-// head) pairs into tasks of one KV head each, most work first (the last ones
-// split into single lane groups), and runs the instruction set's attention
-// kernel (generic/attention_task.h) on them.
+// Paged causal attention over a batch, sliding-window when asked: splits every
+// sequence's (query row, head) pairs into tasks of one KV head each, most work
+// first (the last ones split into single lane groups), and runs the instruction
+// set's attention kernel (generic/attention_task.h) on them. With a window, a
+// task starts at its first row's oldest key (rounded down to a chunk).
 // When a sequence's KV head has several tasks (a prefill chunk, a prompt's
 // uncached suffix), its K and V rows are first converted to the set's
 // operand layout (f32, or BF16 key pairs) once, in parallel, into a buffer
@@ -24,9 +25,11 @@ constexpr size_t kMaxSharedBytes = size_t{64} << 20;
 }  // namespace
 
 void attention(const CpuKernels& k, ThreadPool& pool, const CpuBatch& batch, const KvPool& kv,
-               int32_t layer, const float* q, float* out, int32_t n_heads, float scale) {
+               int32_t layer, const float* q, float* out, int32_t n_heads, float scale,
+               int32_t window_tokens) {
   const KvGeometry& g = kv.geom;
   PREFIXD_CHECK(layer >= 0 && layer < g.n_layers, "layer out of range");
+  PREFIXD_CHECK(window_tokens >= 0, "attention window must be >= 0");
   PREFIXD_CHECK(n_heads % g.n_kv_heads == 0, "n_heads must be a multiple of n_kv_heads");
   PREFIXD_CHECK(batch.block_size == g.block_size, "batch block size differs from the pool's");
   const int32_t G = n_heads / g.n_kv_heads;
@@ -42,10 +45,17 @@ void attention(const CpuKernels& k, ThreadPool& pool, const CpuBatch& batch, con
   };
   while (task_lanes / 2 >= k.attn_tile_lanes && count_tasks(task_lanes) < 8 * pool.n_threads()) task_lanes /= 2;
 
+  // The first key a row at position `pos` reads, rounded down to a whole
+  // chunk: 0 without a window.
+  const int32_t chunk = k.attn_chunk_keys;
+  auto first_key = [&](int32_t pos) {
+    return window_tokens > 0 ? std::max(0, pos - window_tokens + 1) / chunk * chunk : 0;
+  };
   // The task of pairs [f0, f1) of sequence s's KV head kvh: it needs the keys
-  // up to its last row.
+  // up to its last row, from its first row's window on.
   auto make_task = [&](int32_t s, int32_t kvh, int32_t f0, int32_t f1) {
-    return AttnTask{s, kvh, f0, f1, batch.seqs[s].pos0 + (f1 - 1) / G + 1};
+    const int32_t pos0 = batch.seqs[s].pos0;
+    return AttnTask{s, kvh, f0, f1, pos0 + (f1 - 1) / G + 1, first_key(pos0 + f0 / G)};
   };
   std::vector<AttnTask> tasks;
   for (int32_t s = 0; s < static_cast<int32_t>(batch.seqs.size()); ++s) {
@@ -61,7 +71,7 @@ void attention(const CpuKernels& k, ThreadPool& pool, const CpuBatch& batch, con
   }
   // Most work first, so the dynamic schedule ends balanced.
   auto work = [](const AttnTask& t) {
-    return static_cast<int64_t>(t.f_end - t.f_begin) * t.kv_len;
+    return static_cast<int64_t>(t.f_end - t.f_begin) * (t.kv_len - t.key_first);
   };
   std::stable_sort(tasks.begin(), tasks.end(),
                    [&](const AttnTask& a, const AttnTask& b) { return work(a) > work(b); });
@@ -81,12 +91,11 @@ void attention(const CpuKernels& k, ThreadPool& pool, const CpuBatch& batch, con
     std::stable_sort(tasks.begin() + static_cast<std::ptrdiff_t>(first), tasks.end(),
                      [&](const AttnTask& a, const AttnTask& b) { return work(a) > work(b); });
   }
-  AttnArgs args{&batch, &kv, layer, q, out, n_heads, scale};
+  AttnArgs args{&batch, &kv, layer, q, out, n_heads, scale, window_tokens};
 
   // Shared operand rows: (seq, kv head) regions of round_up(kv_len, chunk) keys.
   const int32_t D = g.head_dim;
   const int32_t n_seqs = static_cast<int32_t>(batch.seqs.size());
-  const int32_t chunk = k.attn_chunk_keys;
   const size_t key_bytes = k.attn_key_bytes(g.dtype, D);
   // Per sequence: whether one of its KV heads has more than one task.
   std::vector<uint8_t> several_tasks(batch.seqs.size(), 0);
@@ -118,8 +127,10 @@ void attention(const CpuKernels& k, ThreadPool& pool, const CpuBatch& batch, con
     for (int32_t h = 0; h < g.n_kv_heads; ++h)
       offsets[static_cast<size_t>(s) * g.n_kv_heads + h] = static_cast<int64_t>(k_bytes + h * region);
     k_bytes += region * g.n_kv_heads;
-    runs.push_back(Run{s, 0, (kv_len + batch.block_size - 1) / batch.block_size});
-    n_blocks += runs.back().end;
+    // Keys before the first row's window are never read: not put.
+    runs.push_back(Run{s, first_key(seq.pos0) / batch.block_size,
+                       (kv_len + batch.block_size - 1) / batch.block_size});
+    n_blocks += runs.back().end - runs.back().first;
   }
   if (!runs.empty()) {
     // About 4 runs per thread in all.

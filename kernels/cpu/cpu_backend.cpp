@@ -148,6 +148,12 @@ void CpuBackend::swiglu(const float* gate, const float* up, float* out, int64_t 
   cpu::swiglu(k_, pool_, gate, up, out, n);
 }
 
+void CpuBackend::geglu(const float* gate, const float* up, float* out, int64_t n) {
+  cpu::geglu(k_, pool_, gate, up, out, n);
+}
+
+void CpuBackend::scale(float* y, float factor, int64_t n) { cpu::scale(k_, pool_, y, factor, n); }
+
 void CpuBackend::rope(float* x, int32_t n_heads, int32_t head_dim, int32_t rope_dim, float base,
                       const float* freq_factors, RopeStyle style) {
   cpu::rope(k_, pool_, batch_, x, n_heads, head_dim, rope_dim, base, freq_factors, style);
@@ -158,8 +164,8 @@ void CpuBackend::kv_store(KvPool& pool, int32_t layer, const float* k, const flo
 }
 
 void CpuBackend::attention(const KvPool& pool, int32_t layer, const float* q, float* out,
-                           int32_t n_heads, float scale) {
-  cpu::attention(k_, pool_, batch_, pool, layer, q, out, n_heads, scale);
+                           int32_t n_heads, float scale, int32_t window_tokens) {
+  cpu::attention(k_, pool_, batch_, pool, layer, q, out, n_heads, scale, window_tokens);
 }
 
 void CpuBackend::gather_output_rows(const float* x, float* out, int64_t dim) {

@@ -72,9 +72,11 @@ void matmul(const CpuKernels& k, ThreadPool& pool, const CpuMatrix& w, const flo
 constexpr size_t kMaxSameX = 4;
 void matmul_same_x(const CpuKernels& k, ThreadPool& pool, std::span<const CpuMatrix* const> ws,
                    const float* x, std::span<float* const> ys, int64_t n);
-// attention_cpu.cpp: paged causal attention over the batch (see Backend::attention).
+// attention_cpu.cpp: paged causal attention over the batch, sliding-window when
+// window_tokens > 0 (see Backend::attention).
 void attention(const CpuKernels& k, ThreadPool& pool, const CpuBatch& batch, const KvPool& kv,
-               int32_t layer, const float* q, float* out, int32_t n_heads, float scale);
+               int32_t layer, const float* q, float* out, int32_t n_heads, float scale,
+               int32_t window_tokens);
 // elementwise.cpp
 void rmsnorm(const CpuKernels& k, ThreadPool& pool, const float* x, const float* weight, float* out,
              int64_t n, int64_t dim, float eps);
@@ -83,6 +85,9 @@ void add_bias(const CpuKernels& k, ThreadPool& pool, float* y, const float* bias
               int64_t dim);
 void swiglu(const CpuKernels& k, ThreadPool& pool, const float* gate, const float* up, float* out,
             int64_t n);
+void geglu(const CpuKernels& k, ThreadPool& pool, const float* gate, const float* up, float* out,
+           int64_t n);
+void scale(const CpuKernels& k, ThreadPool& pool, float* y, float factor, int64_t n);
 void rope(const CpuKernels& k, ThreadPool& pool, CpuBatch& batch, float* x, int32_t n_heads,
           int32_t head_dim, int32_t rope_dim, float base, const float* freq_factors, RopeStyle style);
 void embed(ThreadPool& pool, const CpuBatch& batch, const CpuMatrix& table, float* out);
@@ -122,11 +127,13 @@ class CpuBackend : public Backend {
   void add_bias(float* y, const float* bias, int64_t n, int64_t dim) override;
   void add(float* y, const float* x, int64_t n) override;
   void swiglu(const float* gate, const float* up, float* out, int64_t n) override;
+  void geglu(const float* gate, const float* up, float* out, int64_t n) override;
+  void scale(float* y, float factor, int64_t n) override;
   void rope(float* x, int32_t n_heads, int32_t head_dim, int32_t rope_dim, float base,
             const float* freq_factors, RopeStyle style) override;
   void kv_store(KvPool& pool, int32_t layer, const float* k, const float* v) override;
   void attention(const KvPool& pool, int32_t layer, const float* q, float* out, int32_t n_heads,
-                 float scale) override;
+                 float scale, int32_t window_tokens) override;
   void gather_output_rows(const float* x, float* out, int64_t dim) override;
 
   void copy_block(KvPool& pool, int32_t src, int32_t dst) override;

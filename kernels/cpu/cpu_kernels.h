@@ -87,7 +87,9 @@ struct AttnTask {
   int32_t kv_head;
   int32_t f_begin;
   int32_t f_end;
-  int32_t kv_len;  // keys this task needs: pos0 + last row + 1
+  int32_t kv_len;     // keys this task needs: pos0 + last row + 1
+  int32_t key_first;  // ... from this key on, a multiple of attn_chunk_keys: 0, or with a
+                      // window the chunk of the first row's oldest key in its window
 };
 
 struct AttnArgs {
@@ -98,6 +100,7 @@ struct AttnArgs {
   float* out;      // (n_tokens, n_heads * head_dim)
   int32_t n_heads;
   float scale;
+  int32_t window_tokens;  // > 0: a row at position p reads keys (p - window_tokens, p] only
   // K and V already in the set's operand layout (attention() converts them
   // once when a sequence's KV head has several tasks; attn_key_bytes per key):
   // (seq, kv head)'s rows start rows_offset[seq * n_kv_heads + kv_head] bytes
@@ -158,6 +161,8 @@ struct CpuKernels {
   void (*add_n)(float* y, const float* x, int64_t n);                      // y += x
   void (*add_bias_rows)(float* y, const float* bias, int64_t r0, int64_t r1, int64_t dim);
   void (*swiglu_n)(const float* gate, const float* up, float* out, int64_t n);
+  void (*geglu_n)(const float* gate, const float* up, float* out, int64_t n);  // op::geglu
+  void (*scale_n)(float* y, float factor, int64_t n);                           // y *= factor
   // NeoX RoPE on rows [t0, t1) of x (., n_heads, head_dim); cos/sin (., half).
   void (*rope_neox_rows)(float* x, const float* cos, const float* sin, int64_t t0, int64_t t1,
                          int32_t n_heads, int32_t head_dim, int32_t half);

@@ -78,6 +78,16 @@ void swiglu(const CpuKernels& k, ThreadPool& pool, const float* gate, const floa
   parallel_range(pool, n, [&](int64_t b, int64_t e) { k.swiglu_n(gate + b, up + b, out + b, e - b); });
 }
 
+void geglu(const CpuKernels& k, ThreadPool& pool, const float* gate, const float* up, float* out,
+           int64_t n) {
+  parallel_range(pool, n,
+                 [&](int64_t b, int64_t e) { k.geglu_n(gate + b, up + b, out + b, e - b); });
+}
+
+void scale(const CpuKernels& k, ThreadPool& pool, float* y, float factor, int64_t n) {
+  parallel_range(pool, n, [&](int64_t b, int64_t e) { k.scale_n(y + b, factor, e - b); });
+}
+
 void rope(const CpuKernels& k, ThreadPool& pool, CpuBatch& batch, float* x, int32_t n_heads, int32_t head_dim,
           int32_t rope_dim, float base, const float* freq_factors, RopeStyle style) {
   PREFIXD_CHECK(rope_dim > 0 && rope_dim % 2 == 0 && rope_dim <= head_dim, "bad rope_dim");

@@ -26,7 +26,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, 1)
     attention_decode_kernel(const typename Elem<T>::Storage* __restrict__ k_pool,
                             const typename Elem<T>::Storage* __restrict__ v_pool,
                             int32_t block_size, int32_t n_heads, int32_t n_kv_heads,
-                            int32_t head_dim, float scale, const float* __restrict__ q,
+                            int32_t head_dim, float scale, int32_t window,
+                            const float* __restrict__ q,
                             float* __restrict__ out, const int32_t* __restrict__ seqs,
                             const int32_t* __restrict__ tables,
                             const int32_t* __restrict__ decode_seqs, int32_t keys_per_split,
@@ -46,6 +47,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, 1)
   const int32_t kv_len = pos0 + 1;
   const int32_t k_begin = split * keys_per_split;
   const int32_t k_end = min(kv_len, k_begin + keys_per_split);
+  const int32_t k_lo = window > 0 ? max(0, pos0 - window + 1) : 0;  // first key in the window
 
   for (int32_t d = threadIdx.x; d < hd; d += blockDim.x) q_s[d] = q[row * q_stride + head * hd + d];
   __syncthreads();
@@ -57,10 +59,11 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, 1)
   op::SoftmaxState st = op::softmax_init();
 
   for (int32_t c0 = k_begin + warp * 32; c0 < k_end; c0 += kDecodeWarps * 32) {
+    if (c0 + 32 <= k_lo) continue;  // every key before the window (warp-uniform)
     const int32_t p = c0 + lane;
     float score = -INFINITY;
     int32_t slot = 0;  // pool slot of key p (n_blocks * block_size < 2^31)
-    if (p < k_end) {
+    if (p < k_end && p >= k_lo) {
       slot = table[p / block_size] * block_size + p % block_size;
       const int64_t base = slot * kv_stride + kv_head * hd;
       float dot = 0.0f;
@@ -152,7 +155,8 @@ void launch_variant(const AttentionArgs& a, const DeviceBatch& b, const DecodeSp
   using S = typename Elem<T>::Storage;
   kernel<<<dim3(c.grid.x, c.grid.y, c.grid.z), dim3(c.block.x), c.smem_bytes, stream>>>(
       static_cast<const S*>(a.k_pool), static_cast<const S*>(a.v_pool), a.block_size, a.n_heads,
-      a.n_kv_heads, a.head_dim, a.scale, a.q, a.out, b.seqs(), b.tables(), b.decode_seqs(),
+      a.n_kv_heads, a.head_dim, a.scale, a.window_tokens, a.q, a.out, b.seqs(), b.tables(),
+      b.decode_seqs(),
       split.keys_per_split, split.n_splits, partials);
   PREFIXD_CUDA_CHECK_LAUNCH();
 }

@@ -11,7 +11,8 @@
 //          head_dim + 1 floats, so the 32 lanes hit 32 banks);
 //   online softmax per row over the tile (op::softmax_fold_max), then each
 //   lane accumulates sum_j p_j V[j][d] for its dims with p_j broadcast by shuffle.
-// Causality: key position p is visible to the row at position pos0 + r when p <= pos0 + r.
+// Causality: key position p is visible to the row at position q = pos0 + r when p <= q,
+// and, with a window w > 0, when p > q - w (tiles wholly before every row's window are skipped).
 // Registers: acc[4][DPL] + 4 softmax states per lane; no local arrays (see
 // tests/scripts/test_cuda_ptxas.sh for the spill check).
 #include "kernels/cuda/cuda_check.h"
@@ -28,7 +29,8 @@ __global__ void __launch_bounds__(kPrefillWarps * 32, 1)
     attention_prefill_kernel(const typename Elem<T>::Storage* __restrict__ k_pool,
                              const typename Elem<T>::Storage* __restrict__ v_pool,
                              int32_t block_size, int32_t n_heads, int32_t n_kv_heads,
-                             int32_t head_dim, float scale, const float* __restrict__ q,
+                             int32_t head_dim, float scale, int32_t window,
+                             const float* __restrict__ q,
                              float* __restrict__ out, const int32_t* __restrict__ seqs,
                              const int32_t* __restrict__ tables,
                              const int32_t* __restrict__ tiles) {
@@ -65,7 +67,9 @@ __global__ void __launch_bounds__(kPrefillWarps * 32, 1)
     for (int c = 0; c < DPL; ++c) acc[i][c] = 0.0f;
   }
 
-  for (int32_t k0 = 0; k0 < kv_end; k0 += kTileKeys) {
+  // The first row's window starts the key tiles (0 without a window).
+  const int32_t k_first = window > 0 ? max(0, pos0 + row0 - window + 1) / kTileKeys * kTileKeys : 0;
+  for (int32_t k0 = k_first; k0 < kv_end; k0 += kTileKeys) {
     __syncthreads();  // the previous tile is consumed (and, the first time, Q is staged)
     for (int32_t e = threadIdx.x; e < kTileKeys * hd; e += blockDim.x) {
       const int32_t j = e / hd, d = e % hd;
@@ -86,10 +90,11 @@ __global__ void __launch_bounds__(kPrefillWarps * 32, 1)
     for (int i = 0; i < kPrefillRowsPerWarp; ++i) {
       const int32_t r = warp * kPrefillRowsPerWarp + i;
       const int32_t q_pos = pos0 + row0 + r;
-      if (r >= n_rows || k0 > q_pos) continue;  // warp-uniform
+      const int32_t q_lo = window > 0 ? q_pos - window + 1 : 0;  // first key in the row's window
+      if (r >= n_rows || k0 > q_pos || k0 + kTileKeys <= q_lo) continue;  // warp-uniform
       const int32_t p = k0 + lane;
       float score = -INFINITY;
-      if (p <= q_pos) {
+      if (p <= q_pos && p >= q_lo) {
         const float* qr = q_s + r * hd;
         const float* kr = k_s + lane * (hd + 1);
         float dot = 0.0f;
@@ -139,7 +144,8 @@ void launch_variant(const AttentionArgs& a, const DeviceBatch& b, const LaunchCo
   using S = typename Elem<T>::Storage;
   kernel<<<dim3(c.grid.x, c.grid.y), dim3(c.block.x), c.smem_bytes, stream>>>(
       static_cast<const S*>(a.k_pool), static_cast<const S*>(a.v_pool), a.block_size, a.n_heads,
-      a.n_kv_heads, a.head_dim, a.scale, a.q, a.out, b.seqs(), b.tables(), b.prefill_tiles());
+      a.n_kv_heads, a.head_dim, a.scale, a.window_tokens, a.q, a.out, b.seqs(), b.tables(),
+      b.prefill_tiles());
   PREFIXD_CUDA_CHECK_LAUNCH();
 }
 

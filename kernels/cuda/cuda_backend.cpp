@@ -336,6 +336,14 @@ class CudaBackend final : public Backend {
     activate();
     cuda::launch_swiglu(gate, up, out, n, stream_);
   }
+  void geglu(const float* gate, const float* up, float* out, int64_t n) override {
+    activate();
+    cuda::launch_geglu(gate, up, out, n, stream_);
+  }
+  void scale(float* y, float factor, int64_t n) override {
+    activate();
+    cuda::launch_scale(y, factor, n, stream_);
+  }
 
   void rope(float* x, int32_t n_heads, int32_t head_dim, int32_t rope_dim, float base,
             const float* freq_factors, RopeStyle style) override {
@@ -353,7 +361,7 @@ class CudaBackend final : public Backend {
   }
 
   void attention(const KvPool& pool, int32_t layer, const float* q, float* out, int32_t n_heads,
-                 float scale) override {
+                 float scale, int32_t window_tokens) override {
     activate();
     check_pool_access(pool, layer);
     cuda::AttentionArgs a;
@@ -365,6 +373,7 @@ class CudaBackend final : public Backend {
     a.n_kv_heads = pool.geom.n_kv_heads;
     a.head_dim = pool.geom.head_dim;
     a.scale = scale;
+    a.window_tokens = window_tokens;
     a.q = q;
     a.out = out;
     cuda::launch_attention_prefill(a, batch_, stream_);

@@ -1,4 +1,4 @@
-// Elementwise kernels over f32 activations (grid-stride loops): SwiGLU, add,
+// Elementwise kernels over f32 activations (grid-stride loops): SwiGLU, GeGLU, scale, add,
 // bias add, f32 -> F16/BF16 conversion for the GEMM inputs, and the gather of
 // output rows before the logits.
 #include "kernels/cuda/cuda_check.h"
@@ -15,6 +15,14 @@ namespace {
 
 __global__ void swiglu_kernel(const float* gate, const float* up, float* out, int64_t n) {
   PREFIXD_GRID_STRIDE(i, n) out[i] = op::swiglu(gate[i], up[i]);
+}
+
+__global__ void geglu_kernel(const float* gate, const float* up, float* out, int64_t n) {
+  PREFIXD_GRID_STRIDE(i, n) out[i] = op::geglu(gate[i], up[i]);
+}
+
+__global__ void scale_kernel(float* y, float factor, int64_t n) {
+  PREFIXD_GRID_STRIDE(i, n) y[i] *= factor;
 }
 
 __global__ void add_kernel(float* y, const float* x, int64_t n) {
@@ -42,6 +50,20 @@ void launch_swiglu(const float* gate, const float* up, float* out, int64_t n, cu
   const LaunchConfig c = elementwise_launch(n);
   if (c.empty()) return;
   swiglu_kernel<<<dim3(c.grid.x), dim3(c.block.x), 0, stream>>>(gate, up, out, n);
+  PREFIXD_CUDA_CHECK_LAUNCH();
+}
+
+void launch_geglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream) {
+  const LaunchConfig c = elementwise_launch(n);
+  if (c.empty()) return;
+  geglu_kernel<<<dim3(c.grid.x), dim3(c.block.x), 0, stream>>>(gate, up, out, n);
+  PREFIXD_CUDA_CHECK_LAUNCH();
+}
+
+void launch_scale(float* y, float factor, int64_t n, cudaStream_t stream) {
+  const LaunchConfig c = elementwise_launch(n);
+  if (c.empty()) return;
+  scale_kernel<<<dim3(c.grid.x), dim3(c.block.x), 0, stream>>>(y, factor, n);
   PREFIXD_CUDA_CHECK_LAUNCH();
 }
 

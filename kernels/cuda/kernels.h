@@ -62,6 +62,10 @@ void launch_rope(float* x, const DeviceBatch& b, int32_t n_heads, int32_t head_d
 
 // elementwise.cu
 void launch_swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream);
+// out (n) = op::geglu(gate, up) (tanh GELU gate).
+void launch_geglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream);
+// y (n) *= factor.
+void launch_scale(float* y, float factor, int64_t n, cudaStream_t stream);
 void launch_add(float* y, const float* x, int64_t n, cudaStream_t stream);
 void launch_add_bias(float* y, const float* bias, int64_t n, int64_t dim, cudaStream_t stream);
 // dst (n) in `type` (F16 or BF16) = round-to-nearest-even of src (n) f32.
@@ -84,6 +88,7 @@ struct AttentionArgs {
   int32_t n_kv_heads = 0;
   int32_t head_dim = 0;
   float scale = 1.0f;
+  int32_t window_tokens = 0;  // > 0: a row at position p reads keys (p - window_tokens, p] only
   const float* q = nullptr;  // (n_tokens, n_heads * head_dim) f32
   float* out = nullptr;      // (n_tokens, n_heads * head_dim) f32
 };

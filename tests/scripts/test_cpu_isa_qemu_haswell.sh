@@ -7,6 +7,7 @@
 # checks that
 #   - the emulator really faults on an AVX-512 instruction (a control run),
 #   - the automatic choice is avx2 and every golden check passes (exit 0),
+#   - so do the sliding-window model's whole-prompt cases (rand-gemma3-bf16),
 #   - forcing PREFIXD_CPU_ISA=avx512 or avx512bf16 is refused as unsupported
 #     (exit 77 from the test binary).
 # The static counterpart is tests/scripts/test_cpu_isa_isolation.sh.
@@ -76,6 +77,19 @@ grep -q 'MESSAGE: stories260K/.*max logit error' "$log" ||
   fail "no stories260K golden case ran (does --subcase=stories260K select nothing?)" "$log"
 # Only stories260K ran (the other models' subcases are filtered out).
 if grep -q 'rand-' "$log"; then fail "models other than stories260K ran" "$log"; fi
+
+# The sliding-window model (rand-gemma3-bf16): its golden cases, whole
+# prompts only (the split and KV-dtype variants would take many minutes here).
+log="$work/gemma3.log"
+rc=0
+timeout 600 env -u PREFIXD_CPU_ISA "${qemu[@]}" "$binary" --subcase=rand-gemma3-bf16 \
+  --test-case='full forward pass*' >"$log" 2>&1 || rc=$?
+((rc == 0)) || fail "test_forward_golden (rand-gemma3-bf16) under ${qemu[*]} exited $rc" "$log"
+grep -q '^CPU instruction set under test: avx2 ' "$log" || fail "expected avx2 for rand-gemma3-bf16" "$log"
+grep -q '^\[doctest\] Status: SUCCESS!' "$log" || fail "rand-gemma3-bf16: doctest did not report success" "$log"
+grep -q 'MESSAGE: rand-gemma3-bf16/long-700: max logit error' "$log" ||
+  fail "the rand-gemma3-bf16 700-token case did not run" "$log"
+echo "rand-gemma3-bf16 (sliding window) golden: passed on avx2"
 
 # Forcing an AVX-512 set on this CPU is refused as unsupported (exit 77), not run.
 for isa in avx512 avx512bf16; do

@@ -5,7 +5,8 @@
 # (engine/{forward,model,model_config,gguf,batch_builder}.cpp: no xxhash, pcre2
 # or RocksDB needed) and tests/test_forward_golden.cpp itself with
 # aarch64-linux-gnu-g++, then runs it under qemu-aarch64 on the stories260K
-# golden cases and the Q4_K_M file (--subcase=stories260K,quant/rand-q-q4-k-m) and checks that the set under test is
+# golden cases and the Q4_K_M file (--subcase=stories260K,quant/rand-q-q4-k-m), then on the
+# sliding-window model's whole-prompt cases (rand-gemma3-bf16), and checks that the set under test is
 # portable and that every golden check passes.
 # Build products go to BUILD_DIR/aarch64 (incremental: a Makefile with
 # dependency files, so a second run only relinks what changed).
@@ -102,4 +103,15 @@ grep -q 'MESSAGE: quant/rand-q-q4-k-m/.*max logit error' "$log" ||
 others=$(grep 'MESSAGE: .*max logit error' "$log" | grep -v -e 'MESSAGE: stories260K/' -e 'MESSAGE: quant/rand-q-q4-k-m/' || true)
 [[ -z "$others" ]] || fail "models other than stories260K and quant/rand-q-q4-k-m ran: $(head -n1 <<<"$others")" "$log"
 
-echo "ok: the portable set passes the stories260K and Q4_K_M goldens on aarch64 (run $((SECONDS - run_start)) s, total $((SECONDS - start)) s)"
+# The sliding-window model (rand-gemma3-bf16): its golden cases, whole
+# prompts only (the split and KV-dtype variants would take many minutes here).
+log="$work/run-gemma3.log"
+rc=0
+timeout 600 env -u PREFIXD_CPU_ISA qemu-aarch64 -L "$sysroot" "$binary" --subcase=rand-gemma3-bf16 \
+  --test-case='full forward pass*' >"$log" 2>&1 || rc=$?
+((rc == 0)) || fail "test_forward_golden (rand-gemma3-bf16) under qemu-aarch64 exited $rc" "$log"
+grep -q '^\[doctest\] Status: SUCCESS!' "$log" || fail "rand-gemma3-bf16: doctest did not report success" "$log"
+grep -q 'MESSAGE: rand-gemma3-bf16/long-700: max logit error' "$log" ||
+  fail "the rand-gemma3-bf16 700-token case did not run" "$log"
+
+echo "ok: the portable set passes the stories260K, Q4_K_M and rand-gemma3-bf16 goldens on aarch64 (run $((SECONDS - run_start)) s, total $((SECONDS - start)) s)"

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -180,20 +181,24 @@ PREFIXD_VEC_INLINE void store_tile(const V (&t)[R][G], float* acc, int32_t D, in
     for (int g = 0; g < G; ++g) Vec::store(acc + (static_cast<size_t>(g) * D + d0 + r) * kLanes, t[r][g]);
 }
 
-// Causal mask (-inf where key `key_r0 + r` is in a lane's future) and
-// running max of R x G accumulated scores, stored to s (group stride
-// kChunk * kLanes, key stride kLanes). The scores stay unscaled: the exp
-// scales them (chunk_step).
+// Causal and window mask (-inf where key `key_r0 + r` is in a lane's future,
+// or before its window's first key qlo) and running max of R x G accumulated
+// scores, stored to s (group stride kChunk * kLanes, key stride kLanes). The
+// scores stay unscaled: the exp scales them (chunk_step).
 template <int R, int G>
 PREFIXD_VEC_INLINE void score_epilogue(V (&acc)[R][G], float* s, bool mask, float key_r0,
-                                       const V* qpos, V* mx) {
+                                       const V* qpos, const V* qlo, V* mx) {
   const V neg_inf = Vec::set1(-INFINITY);
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 4
     for (int g = 0; g < G; ++g) {
       V v = acc[r][g];
-      if (mask) v = Vec::select_gt(Vec::set1(key_r0 + static_cast<float>(r)), qpos[g], neg_inf, v);
+      if (mask) {
+        const V key = Vec::set1(key_r0 + static_cast<float>(r));
+        v = Vec::select_gt(key, qpos[g], neg_inf, v);
+        v = Vec::select_gt(qlo[g], key, neg_inf, v);
+      }
       mx[g] = Vec::max(mx[g], v);
       Vec::store(s + (static_cast<size_t>(g) * kChunk + r) * kLanes, v);
     }
@@ -207,7 +212,7 @@ PREFIXD_VEC_INLINE void score_epilogue(V (&acc)[R][G], float* s, bool mask, floa
 // `dynamic_d`.
 template <int R, int G, int kHeadDim>
 inline void score_tile(const float* qt, const float* kc, int32_t dynamic_d, float* s, bool mask,
-                       float key_r0, const V* qpos, V* mx) {
+                       float key_r0, const V* qpos, const V* qlo, V* mx) {
   const int32_t D = kHeadDim > 0 ? kHeadDim : dynamic_d;
   V acc[R][G];
   zero_tile<R, G>(acc);
@@ -222,7 +227,7 @@ inline void score_tile(const float* qt, const float* kc, int32_t dynamic_d, floa
       for (int g = 0; g < G; ++g) acc[r][g] = Vec::fmadd(k, q[g], acc[r][g]);
     }
   }
-  score_epilogue<R, G>(acc, s, mask, key_r0, qpos, mx);
+  score_epilogue<R, G>(acc, s, mask, key_r0, qpos, qlo, mx);
 }
 
 // R head-dim rows from d0 of G groups' accumulators:
@@ -254,7 +259,7 @@ inline void pv_tile(float* acc, const float* vc, const float* p, const V* alpha,
 // dot product takes a pair of head-dim elements.
 template <int R, int G, int kHeadDim>
 inline void score_tile_bf16(const uint16_t* qt, const uint16_t* kc, int32_t dynamic_d, float* s,
-                            bool mask, float key_r0, const V* qpos, V* mx) {
+                            bool mask, float key_r0, const V* qpos, const V* qlo, V* mx) {
   const int32_t D = kHeadDim > 0 ? kHeadDim : dynamic_d;
   V acc[R][G];
   zero_tile<R, G>(acc);
@@ -270,7 +275,7 @@ inline void score_tile_bf16(const uint16_t* qt, const uint16_t* kc, int32_t dyna
       for (int g = 0; g < G; ++g) acc[r][g] = Vec::dot_pairs(acc[r][g], q[g], k);
     }
   }
-  score_epilogue<R, G>(acc, s, mask, key_r0, qpos, mx);
+  score_epilogue<R, G>(acc, s, mask, key_r0, qpos, qlo, mx);
 }
 
 // pv_tile with BF16 operands: vc (kChunk / 2, D, 2) and pb G groups of
@@ -297,9 +302,10 @@ inline void pv_tile_bf16(float* acc, const uint16_t* vc, const uint16_t* pb, con
 }
 #endif
 
-// Per-lane online-softmax state of one lane group.
+// Per-lane online-softmax state of one lane group: running maximum and sum,
+// the query position and the first key of its window (-inf: no window).
 struct LaneState {
-  V m, l, qpos;
+  V m, l, qpos, qlo;
 };
 
 // One chunk of kChunk keys starting at position `key0` for G lane groups:
@@ -311,9 +317,10 @@ template <bool kBf16, int G, int kHeadDim>
 inline void chunk_step(const void* qt, float* acc, const void* kc, const void* vc, float* p, uint16_t* pb,
                        int32_t dynamic_d, float scale, float key0, bool need_mask, LaneState* st) {
   const int32_t D = kHeadDim > 0 ? kHeadDim : dynamic_d;
-  V qpos[G], mx[G];
+  V qpos[G], qlo[G], mx[G];
   for (int g = 0; g < G; ++g) {
     qpos[g] = st[g].qpos;
+    qlo[g] = st[g].qlo;
     mx[g] = Vec::set1(-INFINITY);  // the chunk's unscaled maximum first
   }
   // The exp scales the scores (s * scale - max, one fmsub), not the score
@@ -327,15 +334,19 @@ inline void chunk_step(const void* qt, float* acc, const void* kc, const void* v
 #if defined(__AVX512BF16__)
       score_tile_bf16<kRowTile, G, kHeadDim>(static_cast<const uint16_t*>(qt),
                                              static_cast<const uint16_t*>(kc) + j0 * D, D,
-                                             p + j0 * kLanes, need_mask, fkey, qpos, mx);
+                                             p + j0 * kLanes, need_mask, fkey, qpos, qlo, mx);
 #endif
     } else {
       score_tile<kRowTile, G, kHeadDim>(static_cast<const float*>(qt),
                                         static_cast<const float*>(kc) + j0 * D, D, p + j0 * kLanes,
-                                        need_mask, fkey, qpos, mx);
+                                        need_mask, fkey, qpos, qlo, mx);
     }
   }
-  for (int g = 0; g < G; ++g) mx[g] = Vec::max(st[g].m, Vec::mul(mx[g], vscale));
+  // A lane whose keys so far all lie before its window has maximum -inf; the
+  // floor keeps s - max and m - max at -inf (probability 0) instead of NaN.
+  // Finite maxima (every lane without a window) are unchanged.
+  const V floor = Vec::set1(-FLT_MAX);
+  for (int g = 0; g < G; ++g) mx[g] = Vec::max(Vec::max(st[g].m, Vec::mul(mx[g], vscale)), floor);
   V alpha[G];
   for (int g = 0; g < G; ++g) {
     float* pg = p + static_cast<size_t>(g) * kChunk * kLanes;
@@ -409,27 +420,36 @@ inline void run_task_on(const AttnArgs& a, const AttnTask& task, float* scratch)
   auto* const pb = reinterpret_cast<uint16_t*>(p + static_cast<size_t>(kGroupTile) * kChunk * kLanes);
 
   LaneState st[kGroups];
-  int32_t min_qpos[kGroups], max_qpos[kGroups];
+  // Per group: its lanes' least and greatest position and window start.
+  int32_t min_qpos[kGroups], max_qpos[kGroups], min_qlo[kGroups], max_qlo[kGroups];
+  const int32_t window = a.window_tokens;
   for (int32_t gi = 0; gi < n_groups; ++gi) {
     float* qt = qt_all + gi * group_floats;
     auto* qtb = reinterpret_cast<uint16_t*>(qt);
     std::memset(qt, 0, sizeof(float) * group_floats);
     std::memset(acc_all + gi * group_floats, 0, sizeof(float) * group_floats);
-    alignas(64) float pos[kLanes];
+    alignas(64) float pos[kLanes], lo[kLanes];
     min_qpos[gi] = INT32_MAX;
     max_qpos[gi] = 0;
+    min_qlo[gi] = INT32_MAX;
+    max_qlo[gi] = 0;
     for (int lane = 0; lane < kLanes; ++lane) {
       const int32_t f = task.f_begin + gi * kLanes + lane;
       if (f >= task.f_end) {
         pos[lane] = INFINITY;  // padding lane: sees every key, output discarded
+        lo[lane] = -INFINITY;
         continue;
       }
       const int32_t i = f / G;
       const int32_t h = task.kv_head * G + f % G;
       const int32_t pq = seq.pos0 + i;
       pos[lane] = static_cast<float>(pq);  // exact: positions are far below 2^24
+      const int32_t first = window > 0 ? std::max(0, pq - window + 1) : 0;
+      lo[lane] = window > 0 ? static_cast<float>(first) : -INFINITY;
       min_qpos[gi] = std::min(min_qpos[gi], pq);
       max_qpos[gi] = std::max(max_qpos[gi], pq);
+      min_qlo[gi] = std::min(min_qlo[gi], first);
+      max_qlo[gi] = std::max(max_qlo[gi], first);
       const float* qv = a.q + (seq.q_start + i) * q_row + static_cast<int64_t>(h) * D;
       if constexpr (kBf16) {
         for (int32_t d = 0; d < D; d += 2) {
@@ -441,6 +461,7 @@ inline void run_task_on(const AttnArgs& a, const AttnTask& task, float* scratch)
       }
     }
     st[gi].qpos = Vec::load(pos);
+    st[gi].qlo = Vec::load(lo);
     st[gi].m = Vec::set1(-INFINITY);
     st[gi].l = Vec::zero();
   }
@@ -485,7 +506,9 @@ inline void run_task_on(const AttnArgs& a, const AttnTask& task, float* scratch)
   };
   const size_t row_bytes = key_bytes(g.dtype, D);
   const int64_t rows_offset = a.rows_offset != nullptr ? a.rows_offset[task.seq * g.n_kv_heads + task.kv_head] : -1;
-  for (int32_t key0 = 0; key0 < task.kv_len; key0 += kChunk) {
+  // Lanes' window starts are at or after task.key_first (its first row's
+  // window, rounded down to a chunk): the chunks before it are all masked.
+  for (int32_t key0 = task.key_first; key0 < task.kv_len; key0 += kChunk) {
     const void* kc = kc_scratch;
     const void* vc = vc_scratch;
     if (rows_offset >= 0) {  // converted once for every task of this KV head
@@ -497,13 +520,18 @@ inline void run_task_on(const AttnArgs& a, const AttnTask& task, float* scratch)
     const float fkey0 = static_cast<float>(key0);
     for (int32_t g0 = 0; g0 < n_groups; g0 += kGroupTile) {
       const int n_tile = static_cast<int>(std::min<int32_t>(kGroupTile, n_groups - g0));
-      int32_t tile_min = INT32_MAX, tile_max = 0;
+      int32_t tile_min = INT32_MAX, tile_max = 0, tile_min_lo = INT32_MAX, tile_max_lo = 0;
       for (int t = 0; t < n_tile; ++t) {
         tile_min = std::min(tile_min, min_qpos[g0 + t]);
         tile_max = std::max(tile_max, max_qpos[g0 + t]);
+        tile_min_lo = std::min(tile_min_lo, min_qlo[g0 + t]);
+        tile_max_lo = std::max(tile_max_lo, max_qlo[g0 + t]);
       }
       if (key0 > tile_max) continue;  // every key of the chunk is in these rows' future
-      const bool need_mask = key0 + kChunk - 1 > tile_min;
+      // Every key before these rows' windows: the chunk would add exactly
+      // nothing (probability 0, rescale 1).
+      if (key0 + kChunk - 1 < tile_min_lo) continue;
+      const bool need_mask = key0 + kChunk - 1 > tile_min || key0 < tile_max_lo;
       const float* qt = qt_all + g0 * group_floats;
       float* acc = acc_all + g0 * group_floats;
       with_count<kGroupTile>(n_tile, [&]<int NG>() {

@@ -36,6 +36,8 @@ const CpuKernels kKernelSet = {
       rows::add_n,
       rows::add_bias_rows,
       rows::swiglu_n,
+      rows::geglu_n,
+      rows::scale_n,
       rows::rope_neox_rows,
       rows::f16_to_f32_n,
       rows::f32_to_f16_n,

@@ -1,4 +1,4 @@
-// Row-wise and elementwise kernels (RMSNorm, residual add, bias, SwiGLU, NeoX
+// Row-wise and elementwise kernels (RMSNorm, residual add, bias, SwiGLU, GeGLU, scale, NeoX
 // RoPE) and the bulk F16/BF16 conversions, written once over a set's vector
 // layer `Vec` around the scalar math of kernels/op_math.h. Each processes whole
 // vectors and then the tail with partial loads/stores.
@@ -67,6 +67,27 @@ inline void swiglu_n(const float* gate, const float* up, float* out, int64_t n) 
     const V g = load(gate + i, lanes);
     const V e_neg = Vec::exp(Vec::sub(Vec::zero(), g));
     store(out + i, Vec::mul(Vec::div(g, Vec::add(one, e_neg)), load(up + i, lanes)), lanes);
+  });
+}
+
+// op::geglu: g / (1 + exp(-2 sqrt(2/pi) (g + 0.044715 g^3))) * u
+inline void geglu_n(const float* gate, const float* up, float* out, int64_t n) {
+  const V one = Vec::set1(1.0f);
+  const V neg_k = Vec::set1(-op::kGeluTwoSqrt2OverPi);
+  const V cubic = Vec::set1(op::kGeluCubic);
+  for_vectors(n, [&](int64_t i, int64_t lanes) {
+    const V g = load(gate + i, lanes);
+    const V g3 = Vec::mul(Vec::mul(g, g), g);
+    const V e_neg = Vec::exp(Vec::mul(neg_k, Vec::fmadd(cubic, g3, g)));
+    store(out + i, Vec::mul(Vec::div(g, Vec::add(one, e_neg)), load(up + i, lanes)), lanes);
+  });
+}
+
+// y (n) *= factor
+inline void scale_n(float* y, float factor, int64_t n) {
+  const V f = Vec::set1(factor);
+  for_vectors(n, [&](int64_t i, int64_t lanes) {
+    store(y + i, Vec::mul(load(y + i, lanes), f), lanes);
   });
 }
 
