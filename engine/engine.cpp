@@ -279,6 +279,7 @@ class Engine::Impl {
     reap_cancelled();
     finish_onboarding();
     scheduler_.admit(Clock::now());
+    scheduler_.set_blocks_held_outside(n_copy_refs_);
     StepPlan plan = scheduler_.plan_step();
     for (Sequence* s : plan.too_big) {
       fail(*s, "the request needs more KV blocks than the pool holds (" +
@@ -389,6 +390,7 @@ class Engine::Impl {
                   s.namespace_seed, s.hashes[i], parent, tokens,
                   [this, block_id](uint8_t* payload) { backend_.read_block(pool_, block_id, payload); },
                   [this, block_id] { copied(block_id); })) {
+            ++n_copy_refs_;
             return;
           }
           blocks_.release(std::span<const int32_t>(&block_id, 1));
@@ -453,6 +455,7 @@ class Engine::Impl {
       ids.swap(copied_blocks_);
     }
     if (!ids.empty()) blocks_.release(ids);
+    n_copy_refs_ -= static_cast<int32_t>(ids.size());
   }
 
   // Sends a pool block down to the host (and disk) tier as a record.
@@ -608,6 +611,7 @@ class Engine::Impl {
   std::deque<std::unique_ptr<Sequence>> incoming_;
   std::deque<std::function<void()>> tasks_;
   std::vector<int32_t> copied_blocks_;  // records built: references to drop (copied())
+  int32_t n_copy_refs_ = 0;  // blocks referenced for write-through copies, not yet released (engine thread)
   bool stopping_ = false;
   uint64_t next_id_ = 0;
 

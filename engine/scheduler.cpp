@@ -233,11 +233,13 @@ StepPlan Scheduler::plan_step() {
       const int32_t avail = blocks_.n_allocatable();
       n = std::min(n, (static_cast<int32_t>(s->block_table.size()) + avail) * B - s->n_computed);
       if (n <= 0) {
-        // Alone in the engine and still short: the pool (less its pins) is
-        // too small for it. Otherwise others hold blocks (loading ones
-        // cannot be preempted): it steps back and is re-admitted later.
+        // Alone in the engine and still short, with no block on its way
+        // back from a write-through copy: the pool (less its pins) is too
+        // small for it. While copies hold blocks it waits for them. Otherwise
+        // others hold blocks (loading ones cannot be preempted): it steps
+        // back and is re-admitted later.
         if (plan.chunks.empty() && running_.size() == 1) {
-          plan.too_big.push_back(s);
+          if (blocks_held_outside_ == 0) plan.too_big.push_back(s);
         } else if (plan.chunks.empty()) {
           preempt(*s);
         }

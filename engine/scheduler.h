@@ -132,8 +132,15 @@ class Scheduler {
   // preempted: its blocks are released and it goes back to the front of the
   // waiting queue, to be recomputed. A chunk shrinks to the blocks it can
   // get; a sequence that gets none steps back (preempted) unless it is alone,
-  // in which case it is reported too big.
+  // in which case it is reported too big, or, while blocks are held outside
+  // any sequence (set_blocks_held_outside), waits for them.
   StepPlan plan_step();
+
+  // Blocks referenced by something other than a sequence (write-through
+  // copies still being read by the offload thread): they return to the pool
+  // soon, so a sequence short of blocks waits for them instead of being
+  // reported too big. The engine sets it before each plan_step().
+  void set_blocks_held_outside(int32_t n_blocks) { blocks_held_outside_ = n_blocks; }
 
   // A forward pass computed the chunk's `n_tokens`: advances the sequence
   // and publishes its newly filled blocks.
@@ -173,6 +180,7 @@ class Scheduler {
   // In-flight blocks: hash of a block being computed -> the sequence computing it.
   std::unordered_map<BlockHash, uint64_t, Hash128Hasher> inflight_;
   uint64_t admit_counter_ = 0;
+  int32_t blocks_held_outside_ = 0;  // set_blocks_held_outside()
   SchedulerStats stats_;
 };
 

@@ -357,6 +357,32 @@ TEST_CASE("a sequence alone that needs more blocks than the pool holds is report
   CHECK(h.sched.check_invariants().ok());
 }
 
+TEST_CASE("a sequence alone and short of blocks waits while blocks are held outside sequences") {
+  Harness h(3, 64, 4);  // 12 tokens of pool
+  // A block referenced outside any sequence, as a write-through copy holds one.
+  const std::vector<int32_t> held = h.blocks.allocate(1);
+  Sequence* a = h.submit(tokens(12, 0));
+  h.sched.admit(h.now);
+  h.sched.set_blocks_held_outside(1);
+  StepPlan first = h.sched.plan_step();
+  REQUIRE(first.chunks.size() == 1);
+  CHECK(first.chunks[0].n_tokens == 8);  // the two blocks it could get
+  h.complete(first.chunks[0]);
+  StepPlan waiting = h.sched.plan_step();
+  CHECK(waiting.chunks.empty());
+  CHECK(waiting.too_big.empty());  // the held block comes back: it waits
+  CHECK(a->state == SeqState::kRunning);
+  h.blocks.release(held);
+  h.sched.set_blocks_held_outside(0);
+  StepPlan after = h.sched.plan_step();
+  REQUIRE(after.chunks.size() == 1);
+  CHECK(after.chunks[0].n_tokens == 4);
+  CHECK(after.too_big.empty());
+  h.complete(after.chunks[0]);
+  h.sched.remove(*a);
+  CHECK(h.sched.check_invariants().ok());
+}
+
 TEST_CASE("a prefetch computes full blocks only; one already cached completes at once") {
   Harness h(32, 64, 4);
   h.submit(tokens(10, 0), 16, RequestKind::kPrefetch);
