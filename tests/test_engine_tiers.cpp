@@ -32,8 +32,9 @@ EngineOptions engine_options(const TierManager& tm, size_t pool_bytes = 64ull <<
 
 std::unique_ptr<TierManager> make_tiers(const std::string& model_file, const std::string* disk_dir,
                                         WritePolicy policy, uint64_t host_bytes = 256ull << 20,
-                                        Hash128 fingerprint = kFingerprint) {
+                                        Hash128 fingerprint = kFingerprint, int32_t n_io_threads = 2) {
   TierManagerOptions o;
+  o.n_io_threads = n_io_threads;
   o.model_fingerprint = fingerprint;
   o.geometry = f32_engine_options().record_geometry(model_config_of(model_file));
   o.host_capacity_bytes = host_bytes;
@@ -277,7 +278,10 @@ TEST_CASE("an engine refuses tiers whose record geometry differs from its pool")
 TEST_CASE("clearing the cache while write-through records are still being built leaves nothing findable") {
   GoldenModel g = load_golden("rand-mqa-f16", 2e-2f);
   const GoldenCase& c = longest_case(g);
-  auto tiers = make_tiers(g.model_file, nullptr, WritePolicy::kWriteThrough);
+  // One I/O thread: it runs at normal priority (with two, the disk writer
+  // runs at idle priority and a busy machine may not run it for seconds).
+  auto tiers = make_tiers(g.model_file, nullptr, WritePolicy::kWriteThrough, 256ull << 20,
+                          kFingerprint, /*n_io_threads=*/1);
   EngineUnderTest e(g.model_file, engine_options(*tiers), tiers.get());
   // Occupy the tiers' offload thread with a build that waits to be released,
   // so the engine's published blocks are still queued for their builds (and

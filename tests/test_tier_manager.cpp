@@ -55,8 +55,9 @@ BlockKey key_of(const Chain& c, int i) { return BlockKey{kNs, c.query.hashes[i]}
 
 std::unique_ptr<TierManager> make_tm(const std::string* disk_path, WritePolicy policy,
                                      uint64_t host_capacity = 1 << 20,
-                                     uint64_t disk_capacity = 1 << 20) {
+                                     uint64_t disk_capacity = 1 << 20, int32_t n_io_threads = 2) {
   TierManagerOptions o;
+  o.n_io_threads = n_io_threads;
   o.model_fingerprint = kFingerprint;
   o.geometry = kGeom;
   o.host_capacity_bytes = host_capacity;
@@ -403,6 +404,8 @@ namespace {
 
 // Queues a build whose fill blocks until `release`, and waits (bounded) until
 // an I/O thread runs it: that thread is then busy, and what is queued next waits.
+// Callers use one I/O thread: it runs at normal priority (with two, the disk
+// writer runs at idle priority, which a busy machine may not run for seconds).
 void occupy_io_thread(TierManager& tm, const Chain& c, std::atomic<bool>& entered,
                       std::atomic<bool>& release, std::atomic<int>& fills, std::atomic<int>& dones) {
   const std::span<const int32_t> tokens(c.query.token_ids.data(), kGeom.block_size);
@@ -425,7 +428,7 @@ void occupy_io_thread(TierManager& tm, const Chain& c, std::atomic<bool>& entere
 TEST_CASE("shutdown drain: queued disk writes past the deadline are dropped and counted, none lost silently") {
   TempDir dir;
   const std::string path = dir.path + "/db";
-  auto tm = make_tm(&path, WritePolicy::kWriteThrough);
+  auto tm = make_tm(&path, WritePolicy::kWriteThrough, 1 << 20, 1 << 20, /*n_io_threads=*/1);
   const Chain busy = make_chain(*tm, 1, 10);
   const Chain c = make_chain(*tm, 20, 500);
   std::atomic<bool> entered{false}, release{false};
@@ -452,7 +455,7 @@ TEST_CASE("shutdown drain: builds past the deadline call done without fill; a fa
   TempDir dir;
   const std::string path = dir.path + "/db";
   SUBCASE("deadline passed") {
-    auto tm = make_tm(&path, WritePolicy::kWriteThrough);
+    auto tm = make_tm(&path, WritePolicy::kWriteThrough, 1 << 20, 1 << 20, /*n_io_threads=*/1);
     const Chain busy = make_chain(*tm, 1, 10);
     const Chain c = make_chain(*tm, 5, 500);
     std::atomic<bool> entered{false}, release{false};
