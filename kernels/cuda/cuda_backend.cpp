@@ -455,6 +455,26 @@ class CudaBackend final : public Backend {
     PREFIXD_CUDA_CHECK(cudaEventSynchronize(copy_done_));
   }
 
+  // write_blocks / read_blocks: checks the ids, plans the groups and runs of
+  // the transfer (cuda::plan_block_transfer) and orders the copy stream after
+  // the compute issued so far.
+  template <typename BlockRef>
+  std::vector<cuda::BlockGroup> start_block_transfer(const KvPool& pool, const BlockRef* blocks,
+                                                     size_t n_blocks) {
+    activate();
+    std::vector<int32_t> ids;
+    ids.reserve(n_blocks);
+    for (size_t i = 0; i < n_blocks; ++i) {
+      check_block(pool, blocks[i].block_id);
+      ids.push_back(blocks[i].block_id);
+    }
+    std::vector<cuda::BlockGroup> groups =
+        cuda::plan_block_transfer(ids, pool.geom.block_bytes(), cuda::kBlockStagingMaxBytes);
+    PREFIXD_CUDA_CHECK(cudaEventRecord(compute_done_, stream_));
+    PREFIXD_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, compute_done_, 0));
+    return groups;
+  }
+
   // A list of blocks, ordered by block id, in groups that fit
   // kBlockStagingMaxBytes of pinned staging (layer-major there), each group
   // moved with one host-to-device copy per layer, side and run of consecutive
@@ -463,20 +483,10 @@ class CudaBackend final : public Backend {
   // Ordered with compute as write_block is.
   void write_blocks(KvPool& pool, const BlockWrite* blocks, size_t n_blocks) override {
     if (n_blocks == 0) return;
-    activate();
-    std::vector<int32_t> ids;
-    ids.reserve(n_blocks);
-    for (size_t i = 0; i < n_blocks; ++i) {
-      check_block(pool, blocks[i].block_id);
-      ids.push_back(blocks[i].block_id);
-    }
+    const std::vector<cuda::BlockGroup> groups = start_block_transfer(pool, blocks, n_blocks);
     const size_t lbb = pool.geom.layer_block_bytes();
     const int32_t n_layers = pool.geom.n_layers;
-    const std::vector<cuda::BlockGroup> groups =
-        cuda::plan_block_transfer(ids, pool.geom.block_bytes(), cuda::kBlockStagingMaxBytes);
     char* staging = static_cast<char*>(block_staging_.ensure(groups.front().entries.size() * pool.geom.block_bytes()));
-    PREFIXD_CUDA_CHECK(cudaEventRecord(compute_done_, stream_));
-    PREFIXD_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, compute_done_, 0));
     for (size_t gi = 0; gi < groups.size(); ++gi) {
       const cuda::BlockGroup& g = groups[gi];
       // The previous group's copies must have read the staging before it is refilled.
@@ -508,20 +518,10 @@ class CudaBackend final : public Backend {
   // side and run into the staging, then the host scatters it into the buffers.
   void read_blocks(const KvPool& pool, const BlockRead* blocks, size_t n_blocks) override {
     if (n_blocks == 0) return;
-    activate();
-    std::vector<int32_t> ids;
-    ids.reserve(n_blocks);
-    for (size_t i = 0; i < n_blocks; ++i) {
-      check_block(pool, blocks[i].block_id);
-      ids.push_back(blocks[i].block_id);
-    }
+    const std::vector<cuda::BlockGroup> groups = start_block_transfer(pool, blocks, n_blocks);
     const size_t lbb = pool.geom.layer_block_bytes();
     const int32_t n_layers = pool.geom.n_layers;
-    const std::vector<cuda::BlockGroup> groups =
-        cuda::plan_block_transfer(ids, pool.geom.block_bytes(), cuda::kBlockStagingMaxBytes);
     char* staging = static_cast<char*>(block_staging_.ensure(groups.front().entries.size() * pool.geom.block_bytes()));
-    PREFIXD_CUDA_CHECK(cudaEventRecord(compute_done_, stream_));
-    PREFIXD_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, compute_done_, 0));
     for (const cuda::BlockGroup& g : groups) {
       const size_t n = g.entries.size();
       for (const cuda::BlockRun& r : g.runs) {
