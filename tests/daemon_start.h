@@ -5,7 +5,9 @@
 
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <filesystem>
+#include <thread>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,6 +25,25 @@ inline std::unique_ptr<DaemonProcess> start_or_fail(const std::vector<std::strin
   auto d = DaemonProcess::start(args, &error, {}, stderr_path);
   REQUIRE_MESSAGE(d != nullptr, error);
   return d;
+}
+
+// GET /v1/cache/stats (must answer 200).
+inline nlohmann::json stats(httplib::Client& c) {
+  HttpAnswer s = get(c, "/v1/cache/stats");
+  REQUIRE(s.status == 200);
+  return s.body;
+}
+
+// Waits (bounded) until the disk tier holds at least `n_blocks` blocks:
+// write-through is asynchronous and runs at idle CPU priority.
+inline bool wait_disk_blocks(httplib::Client& c, int64_t n_blocks,
+                             std::chrono::seconds limit = std::chrono::seconds(30)) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (stats(c)["tiers"]["disk"]["blocks"].get<int64_t>() >= n_blocks) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
 }
 
 inline std::vector<std::string> stories_args(std::vector<std::string> extra = {}) {

@@ -50,25 +50,8 @@ json completion(const std::vector<int32_t>& prompt, int max_tokens) {
   return json{{"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}};
 }
 
-json stats(httplib::Client& c) {
-  HttpAnswer s = get(c, "/v1/cache/stats");
-  REQUIRE(s.status == 200);
-  return s.body;
-}
-
 int64_t disk_blocks(httplib::Client& c) {
   return stats(c)["tiers"]["disk"]["blocks"].get<int64_t>();
-}
-
-// Waits until the disk tier holds at least `n_blocks` blocks (write-through is asynchronous).
-bool wait_disk_blocks(httplib::Client& c, int64_t n_blocks,
-                      std::chrono::seconds limit = std::chrono::seconds(30)) {
-  const auto deadline = SteadyClock::now() + limit;
-  while (SteadyClock::now() < deadline) {
-    if (disk_blocks(c) >= n_blocks) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return false;
 }
 
 double seconds_since(SteadyClock::time_point t) {

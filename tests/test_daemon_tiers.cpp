@@ -39,22 +39,6 @@ json completion(const std::vector<int32_t>& prompt, int max_tokens) {
   return json{{"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}};
 }
 
-json stats(httplib::Client& c) {
-  HttpAnswer s = get(c, "/v1/cache/stats");
-  REQUIRE(s.status == 200);
-  return s.body;
-}
-
-// Waits until the disk tier holds at least `n_blocks` blocks (write-through is asynchronous).
-bool wait_disk_blocks(httplib::Client& c, int64_t n_blocks) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (stats(c)["tiers"]["disk"]["blocks"].get<int64_t>() >= n_blocks) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return false;
-}
-
 }  // namespace
 
 TEST_CASE("disk blocks survive a graceful restart and give the same answers") {

@@ -63,22 +63,6 @@ std::vector<std::string> daemon_args(const std::string& disk_dir) {
   return a;
 }
 
-json stats(httplib::Client& c) {
-  HttpAnswer s = get(c, "/v1/cache/stats");
-  REQUIRE(s.status == 200);
-  return s.body;
-}
-
-// Waits (30 s at most) until the disk tier holds at least `n_blocks` blocks.
-bool wait_disk_blocks(httplib::Client& c, int64_t n_blocks) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (stats(c)["tiers"]["disk"]["blocks"].get<int64_t>() >= n_blocks) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return false;
-}
-
 // Waits (30 s at most) until no pool block is referenced: write-through
 // copies hold a published block until the tiers' offload thread has read it,
 // and a request that finds most of this small pool so held is refused as too
