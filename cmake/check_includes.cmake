@@ -13,8 +13,21 @@
 #   engine/text/    common/ engine/model/ (the GGUF reader) engine/text/
 #   engine/kv/      common/ storage/ engine/kv/
 #   engine/         common/ kernels/ storage/ engine/ (every subfolder)
-#   daemon/         common/ kernels/ storage/ engine/ daemon/
+#   daemon/http/        common/ daemon/http/  (knows nothing of the engine)
+#   daemon/auth/        common/ daemon/auth/
+#   daemon/validation/  common/ engine/ daemon/http/api_error.h daemon/validation/
+#   daemon/monitoring/  common/ storage/ engine/ daemon/monitoring/
+#   daemon/api/         common/ storage/ engine/ daemon/http/ daemon/auth/
+#                       daemon/validation/ daemon/monitoring/ daemon/api/
+#   daemon/commands/    common/ kernels/ engine/ daemon/commands/
+#                       daemon/model_source.h daemon/cpu_isa_option.h
+#   daemon/ (its own files)  common/ kernels/ storage/ engine/ daemon/
 #   client/         common/ client/  (stands alone: talks HTTP only)
+#
+# A file follows the rule of the most specific folder it is in (engine/ covers
+# only engine/*, daemon/ only daemon/*). An allowed entry may name one file.
+# Some folders may also not include a library header (FORBIDDEN_HEADERS):
+# httplib stays in daemon/http/, daemon/api/ and the server.
 cmake_minimum_required(VERSION 3.25)
 
 set(RULES
@@ -25,9 +38,44 @@ set(RULES
   "engine/text/|common/ engine/model/ engine/text/"
   "engine/kv/|common/ storage/ engine/kv/"
   "engine/|common/ kernels/ storage/ engine/"
+  "daemon/http/|common/ daemon/http/"
+  "daemon/auth/|common/ daemon/auth/"
+  "daemon/validation/|common/ engine/ daemon/http/api_error.h daemon/validation/"
+  "daemon/monitoring/|common/ storage/ engine/ daemon/monitoring/"
+  "daemon/api/|common/ storage/ engine/ daemon/http/ daemon/auth/ daemon/validation/ daemon/monitoring/ daemon/api/"
+  "daemon/commands/|common/ kernels/ engine/ daemon/commands/ daemon/model_source.h daemon/cpu_isa_option.h"
   "daemon/|common/ kernels/ storage/ engine/ daemon/"
   "client/|common/ client/")
 set(PROJECT_FOLDERS common kernels storage engine daemon client tests)
+# folder|library headers (<...>) it may not include
+set(FORBIDDEN_HEADERS
+  "daemon/auth/|httplib.h"
+  "daemon/validation/|httplib.h"
+  "daemon/monitoring/|httplib.h"
+  "engine/|httplib.h"
+  "storage/|httplib.h")
+
+# The folders of RULES, to find the most specific one a file is in.
+set(rule_folders "")
+foreach(rule ${RULES})
+  string(REGEX REPLACE "\\|.*$" "" f "${rule}")
+  list(APPEND rule_folders "${f}")
+endforeach()
+
+# Sets `${out}` to the longest rule folder that `src` is in.
+function(owning_folder src out)
+  set(best "")
+  string(LENGTH "" best_len)
+  foreach(f ${rule_folders})
+    string(FIND "${src}" "${f}" at)
+    string(LENGTH "${f}" len)
+    if(at EQUAL 0 AND len GREATER best_len)
+      set(best "${f}")
+      set(best_len ${len})
+    endif()
+  endforeach()
+  set(${out} "${best}" PARENT_SCOPE)
+endfunction()
 
 set(violations "")
 foreach(rule ${RULES})
@@ -42,8 +90,8 @@ foreach(rule ${RULES})
     if(src MATCHES "node_modules/")
       continue()
     endif()
-    # A file belongs to the most specific rule: engine/ covers only engine/*.
-    if(folder STREQUAL "engine/" AND src MATCHES "^engine/[^/]+/")
+    owning_folder("${src}" owner)
+    if(NOT owner STREQUAL folder)
       continue()
     endif()
     file(STRINGS ${SOURCE_DIR}/${src} includes REGEX "^[ \t]*#[ \t]*include[ \t]+\"[^\"]+\"")
@@ -64,6 +112,22 @@ foreach(rule ${RULES})
         string(APPEND violations "  ${src}: #include \"${path}\" (${folder} may include only: ${allowed})\n")
       endif()
     endforeach()
+  endforeach()
+endforeach()
+
+foreach(rule ${FORBIDDEN_HEADERS})
+  string(REPLACE "|" ";" parts "${rule}")
+  list(GET parts 0 folder)
+  list(GET parts 1 header)
+  file(GLOB_RECURSE sources RELATIVE ${SOURCE_DIR} ${SOURCE_DIR}/${folder}*.h ${SOURCE_DIR}/${folder}*.cpp)
+  foreach(src ${sources})
+    if(src MATCHES "node_modules/")
+      continue()
+    endif()
+    file(STRINGS ${SOURCE_DIR}/${src} hits REGEX "^[ \t]*#[ \t]*include[ \t]+<${header}>")
+    if(hits)
+      string(APPEND violations "  ${src}: #include <${header}> (${folder} may not include <${header}>)\n")
+    endif()
   endforeach()
 endforeach()
 

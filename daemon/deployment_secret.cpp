@@ -5,7 +5,7 @@
 
 #include <cstring>
 
-#include "daemon/secret_file.h"
+#include "daemon/auth/secret_file.h"
 
 namespace prefixd {
 

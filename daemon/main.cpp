@@ -10,9 +10,9 @@
 
 #include <CLI/CLI.hpp>
 
-#include "daemon/generate_command.h"
+#include "daemon/commands/generate_command.h"
+#include "daemon/commands/quantize_command.h"
 #include "daemon/model_source.h"
-#include "daemon/quantize_command.h"
 #include "daemon/server.h"
 #include "daemon/server_options.h"
 #include "engine/model/model_presets.h"

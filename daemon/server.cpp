@@ -1,6 +1,6 @@
 // Serve mode: loads the model, tokenizer, chat template, cache tiers and
 // engine from ServerOptions, sets up the httplib server (worker pool, limits,
-// timeouts) with the route table of daemon/routes.h, runs it and stops it
+// timeouts) with the route table of daemon/api/routes.h, runs it and stops it
 // gracefully.
 #include "daemon/server.h"
 
@@ -14,16 +14,16 @@
 #include <random>
 #include <thread>
 
-#include "daemon/connection_server.h"
-#include "daemon/daemon_context.h"
-#include "daemon/dashboard.h"
-#include "daemon/metrics.h"
+#include "daemon/api/daemon_context.h"
+#include "daemon/api/routes.h"
+#include "daemon/api/ttl_pins.h"
+#include "daemon/auth/tenant_limits.h"
+#include "daemon/http/connection_server.h"
+#include "daemon/http/listener.h"
 #include "daemon/model_source.h"
-#include "daemon/routes.h"
+#include "daemon/monitoring/dashboard.h"
+#include "daemon/monitoring/metrics.h"
 #include "daemon/signals.h"
-#include "daemon/tenant_limits.h"
-#include "daemon/tls_server.h"
-#include "daemon/ttl_pins.h"
 #include "engine/engine.h"
 #include "engine/model/gguf.h"
 #include "engine/model/model.h"
@@ -250,10 +250,11 @@ void fill_context(Server::State& s, const std::string& backend_name) {
   pins.min_cache_tokens = o.min_cache_tokens;
   pins.ttl_scale = o.cache_ttl_scale;
   ctx.ttl_pins = std::make_shared<TtlPins>(s.engine.get(), s.tenant_limits.get(), pins);
-  ctx.dashboard = std::make_shared<Dashboard>(&ctx, DashboardOptions{});
+  ctx.dashboard =
+      std::make_shared<Dashboard>(ctx.engine, ctx.tiers, ctx.model.tokenizer, DashboardOptions{});
 }
 
-// The listener's connection threads and time limits (daemon/connection_server.h);
+// The listener's connection threads and time limits (daemon/http/connection_server.h);
 // raises the open-file limit to fit that many connections.
 ConnectionOptions connection_options(const ServerOptions& o) {
   ConnectionOptions c;
@@ -290,7 +291,7 @@ void configure_http(Server::State& s) {
                req.method + " " + req.path + " -> " + std::to_string(res.status));
     });
   }
-  install_routes(h, s.ctx, s.options);
+  install_routes(h, s.ctx, RouteOptions{s.options.origin_policy, s.options.max_body_bytes});
 }
 
 // Binds the port (any free one with --port 0) and raises the listen backlog.

@@ -8,9 +8,9 @@
 #include <filesystem>
 
 #include "common/private_files.h"
+#include "daemon/auth/secret_file.h"
 #include "daemon/deployment_secret.h"
-#include "daemon/secret_file.h"
-#include "daemon/tls_server.h"
+#include "daemon/http/listener.h"
 
 namespace prefixd {
 namespace {

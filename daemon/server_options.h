@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "common/result.h"
-#include "daemon/api_keys.h"
+#include "daemon/auth/api_keys.h"
 #include "daemon/cpu_isa_option.h"
+#include "daemon/http/request_origin.h"
 #include "daemon/model_source.h"
-#include "daemon/request_origin.h"
 #include "storage/remote_tier.h"
 
 namespace CLI {
@@ -32,7 +32,7 @@ struct ServerOptions {
   std::string api_key;                 // empty = no auth; else `Authorization: Bearer KEY`
   std::string api_key_file;            // --api-key-file: the key from a 0600 file
   std::string api_key_source;          // where api_key came from: "--api-key", the file, PREFIXD_API_KEY
-  std::string api_keys_file;           // --api-keys: tenants, roles and limits (daemon/api_keys.h)
+  std::string api_keys_file;           // --api-keys: tenants, roles and limits (daemon/auth/api_keys.h)
   // The keys the daemon accepts (filled by validate): from --api-keys, or the
   // one admin key of api_key; null = no auth.
   std::shared_ptr<const ApiKeys> api_keys;
@@ -64,7 +64,7 @@ struct ServerOptions {
   int32_t max_queued_requests = 256;     // requests admitted beyond those; more get 429
   int32_t max_pinned_blocks = 0;         // 0 = a quarter of the pool
   std::string chat_template;             // override of the GGUF's template name; empty = detect
-  // Cache breakpoints and retention (daemon/ttl_pins.h).
+  // Cache breakpoints and retention (daemon/api/ttl_pins.h).
   int32_t min_cache_tokens = 1024;       // breakpoints before this token are not pinned
   double cache_ttl_scale = 1.0;          // every pin TTL (5m, 1h, 24h) times this (tests: 0.01)
 

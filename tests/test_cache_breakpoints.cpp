@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "daemon/cache_breakpoints.h"
+#include "daemon/validation/cache_breakpoints.h"
 #include "engine/text/chat_template.h"
 #include "engine/text/tokenizer.h"
 #include "engine/text/tokenizer_bpe.h"

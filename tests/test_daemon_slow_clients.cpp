@@ -18,7 +18,7 @@
 #include <mutex>
 #include <thread>
 
-#include "daemon/connection_threads.h"
+#include "daemon/http/connection_threads.h"
 #include "tests/daemon_process.h"
 #include "tests/daemon_start.h"
 

@@ -13,8 +13,8 @@
 #include <fstream>
 #include <thread>
 
-#include "daemon/api_keys.h"
-#include "daemon/tenant_limits.h"
+#include "daemon/auth/api_keys.h"
+#include "daemon/auth/tenant_limits.h"
 #include "tests/daemon_process.h"
 #include "tests/daemon_start.h"
 #include "tests/temp_dir.h"

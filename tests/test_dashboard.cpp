@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "daemon/dashboard.h"
-#include "daemon/dashboard_assets.h"
-#include "daemon/metrics_history.h"
-#include "daemon/prefix_tracker.h"
+#include "daemon/monitoring/dashboard.h"
+#include "daemon/monitoring/dashboard_assets.h"
+#include "daemon/monitoring/metrics_history.h"
+#include "daemon/monitoring/prefix_tracker.h"
 
 using namespace prefixd;
 

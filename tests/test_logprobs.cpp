@@ -10,9 +10,9 @@
 #include <random>
 #include <thread>
 
-#include "daemon/completion_response.h"
-#include "daemon/logprobs_json.h"
-#include "daemon/request_validation.h"
+#include "daemon/api/completion_response.h"
+#include "daemon/api/logprobs_json.h"
+#include "daemon/validation/request_validation.h"
 #include "engine/kv/block_manager.h"
 #include "engine/logprobs.h"
 #include "engine/scheduler.h"

@@ -9,10 +9,10 @@
 #include <memory>
 #include <string>
 
-#include "daemon/messages_request.h"
-#include "daemon/request_validation.h"
-#include "engine/text/chat_template.h"
+#include "daemon/validation/messages_request.h"
+#include "daemon/validation/request_validation.h"
 #include "engine/model/gguf.h"
+#include "engine/text/chat_template.h"
 #include "engine/text/tokenizer.h"
 
 namespace {

@@ -18,8 +18,8 @@ pcre_flags="$(pkg-config --cflags --libs libpcre2-8 2>/dev/null || echo -lpcre2-
 
 clang++ -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
   -I"$src_dir" "$src_dir/tests/fuzz/fuzz_request_validation.cpp" \
-  "$src_dir/daemon/request_validation.cpp" "$src_dir/daemon/messages_request.cpp" \
-  "$src_dir/daemon/cache_breakpoints.cpp" "$src_dir/engine/sampler.cpp" \
+  "$src_dir/daemon/validation/request_validation.cpp" "$src_dir/daemon/validation/messages_request.cpp" \
+  "$src_dir/daemon/validation/cache_breakpoints.cpp" "$src_dir/engine/sampler.cpp" \
   "$src_dir/engine/model/gguf.cpp" "$src_dir/engine/text/chat_template.cpp" "$src_dir"/engine/text/tokenizer*.cpp "$src_dir/engine/text/stream_decoder.cpp" \
   $pcre_flags -o "$work/fuzz_request_validation"
 

@@ -15,17 +15,19 @@ check() {  # check TREE -> prints cmake's output, returns its status
 
 check "$src_dir" >/dev/null || { echo "FAIL: the tree as committed breaks its own include rules"; check "$src_dir"; exit 1; }
 
-expect_refused() {  # expect_refused FILE INCLUDE
+expect_refused() {  # expect_refused FILE INCLUDE [<]: with "<", a library header #include <INCLUDE>
   local tree="$work/tree"
   rm -rf "$tree"; mkdir -p "$tree"
   cp -r "$src_dir"/{common,kernels,storage,engine,daemon,client} "$tree"/
-  rm -rf "$tree/daemon/dashboard/node_modules"
-  printf '#include "%s"\n' "$2" >>"$tree/$1"
+  rm -rf "$tree/daemon/monitoring/web/node_modules"
+  local line="#include \"$2\""
+  [[ "${3:-}" == "<" ]] && line="#include <$2>"
+  printf '%s\n' "$line" >>"$tree/$1"
   local out
   if out="$(check "$tree")"; then
     echo "FAIL: $1 including $2 was accepted"; exit 1
   fi
-  if ! grep -qF "$1: #include \"$2\"" <<<"$out"; then
+  if ! grep -qF "$1: $line" <<<"$out"; then
     echo "FAIL: the refusal does not name $1 and $2:"; echo "$out"; exit 1
   fi
   echo "refused as expected: $1 -> $2"
@@ -37,4 +39,7 @@ expect_refused engine/model/forward.cpp engine/text/tokenizer.h
 expect_refused storage/tier_manager.cpp daemon/server.h
 expect_refused kernels/backend.h engine/model/model.h
 expect_refused client/client.cpp engine/engine.h
+expect_refused daemon/http/request_bounds.cpp engine/engine.h
+expect_refused daemon/validation/request_validation.cpp daemon/api/routes.h
+expect_refused daemon/monitoring/metrics.cpp httplib.h "<"
 echo "include rules: ok"

@@ -1,5 +1,5 @@
 // Security suite, memory before authentication: what one connection that
-// holds no key can make the daemon read or hold (daemon/request_bounds.h,
+// holds no key can make the daemon read or hold (daemon/http/request_bounds.h,
 // daemon/api.md "Request limits"). Starts the real daemon on a free loopback
 // port and talks raw HTTP to it; each attack asserts the answer, that the
 // connection is closed (so the unread body is never parsed as a request), that

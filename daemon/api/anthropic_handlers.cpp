@@ -1,0 +1,285 @@
+// /v1/messages: validate (messages_request.h), submit, fold the engine's
+// events, pin the breakpoints' prefixes once the answer is complete, and
+// render Anthropic's message or its event stream (message_start,
+// content_block_start, content_block_delta*, content_block_stop,
+// message_delta with the final usage, message_stop).
+#include "daemon/api/anthropic_handlers.h"
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "daemon/api/caller_key.h"
+#include "daemon/api/completion_response.h"
+#include "daemon/api/generation_session.h"
+#include "daemon/api/ttl_pins.h"
+#include "daemon/auth/api_keys.h"
+#include "daemon/http/http_util.h"
+#include "daemon/validation/messages_request.h"
+#include "engine/engine.h"
+#include "engine/text/tokenizer.h"
+
+namespace prefixd {
+namespace {
+
+using nlohmann::json;
+
+// "msg_" and 24 random base-62 characters, as Anthropic's ids look.
+std::string make_message_id() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  static const char* kChars = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+  std::string id = "msg_";
+  for (int i = 0; i < 24; ++i) id += kChars[rng() % 62];
+  return id;
+}
+
+ApiError anthropic(ApiError e) {
+  e.dialect = ErrorDialect::kAnthropic;
+  return e;
+}
+
+// Why generation stopped, Anthropic's names: "end_turn", "max_tokens" or
+// "stop_sequence" (with the sequence: the one the generated text continues
+// with right where the answer's text was cut).
+struct StopInfo {
+  std::string reason;
+  json sequence = nullptr;
+};
+StopInfo stop_info(const CompletionFold& fold, const Request& r, const Tokenizer* tokenizer) {
+  if (fold.finish == FinishReason::kLength) return {"max_tokens"};
+  if (!r.stop.empty() && tokenizer) {
+    const std::string generated = tokenizer->decode(fold.token_ids);
+    for (const std::string& s : r.stop) {
+      if (generated.compare(fold.text.size(), s.size(), s) == 0) return {"stop_sequence", s};
+    }
+  }
+  return {"end_turn"};
+}
+
+// Each breakpoint's prefix pinned (or refreshed) after a completed answer,
+// pins that the request read refreshed, and the hit/miss counters.
+std::vector<BreakpointOutcome> settle_breakpoints(DaemonContext& ctx, const MessagesRequest& m,
+                                                  int32_t cached_tokens, int32_t tenant) {
+  std::vector<BreakpointOutcome> out;
+  if (!ctx.ttl_pins) return out;
+  ctx.ttl_pins->refresh_hits(m.request.cache_salt, m.request.prompt, cached_tokens);
+  const int32_t block = ctx.ttl_pins->options().block_size;
+  for (const CacheBreakpoint& bp : m.breakpoints) {
+    out.push_back(ctx.ttl_pins->pin(m.request.cache_salt, m.request.prompt, bp, tenant));
+    const int32_t aligned = bp.position_tokens / block * block;
+    ctx.ttl_pins->count_breakpoint(aligned > 0 && cached_tokens >= aligned);
+  }
+  return out;
+}
+
+// Anthropic's usage, and prefixd's account of each breakpoint.
+json messages_usage_json(const Usage& u, const std::vector<BreakpointOutcome>& outcomes) {
+  const CacheUsage c = cache_usage(u.prompt_tokens, u.cached_tokens, outcomes);
+  json bps = json::array();
+  for (const BreakpointOutcome& o : outcomes) {
+    bps.push_back({{"field", o.breakpoint.field},
+                   {"ttl", ttl_name(o.breakpoint.ttl)},
+                   {"position_tokens", o.breakpoint.position_tokens},
+                   {"pinned_tokens", o.pinned_tokens},
+                   {"status", pin_status_name(o.status)}});
+  }
+  return json{
+      {"input_tokens", c.input_tokens},
+      {"output_tokens", u.completion_tokens},
+      {"cache_creation_input_tokens", c.creation_tokens},
+      {"cache_read_input_tokens", c.read_tokens},
+      {"cache_creation",
+       {{"ephemeral_5m_input_tokens", c.creation_tokens_by_ttl[static_cast<int>(CacheTtl::k5m)]},
+        {"ephemeral_1h_input_tokens", c.creation_tokens_by_ttl[static_cast<int>(CacheTtl::k1h)]}}},
+      {"cache_breakpoints", std::move(bps)}};
+}
+
+json message_json(const std::string& id, const MessagesRequest& m, json content,
+                  const StopInfo* stop, json usage) {
+  return json{{"id", id},
+              {"type", "message"},
+              {"role", "assistant"},
+              {"model", m.model},
+              {"content", std::move(content)},
+              {"stop_reason", stop ? json(stop->reason) : json(nullptr)},
+              {"stop_sequence", stop ? stop->sequence : json(nullptr)},
+              {"usage", std::move(usage)}};
+}
+
+void append_event(std::string* out, const char* name, const json& data) {
+  *out += "event: ";
+  *out += name;
+  *out += "\ndata: ";
+  *out += data.dump(-1, ' ', false, json::error_handler_t::replace);
+  *out += "\n\n";
+}
+
+// One accepted request: what both deliveries share.
+struct MessageCall {
+  DaemonContext* ctx = nullptr;
+  MessagesRequest m;
+  std::string id;
+  std::shared_ptr<RequestChannel> channel;
+  GenerationSlots slots;
+  int32_t tenant = -1;
+  Timing timing;
+  CompletionFold fold;
+};
+
+// The events of one SSE answer, owned by the response's content provider.
+// Its destructor cancels the request when the stream ended early.
+struct MessageStream {
+  MessageCall call;
+  bool started = false;
+  bool counted = false;
+  SteadyClock::time_point t_last_write;
+
+  ~MessageStream() {
+    if (!call.fold.finished) call.channel->cancel();
+    if (!counted) call.ctx->metrics->count_request(RequestOutcome::kCancelled, call.tenant);
+  }
+
+  void render_start(std::string* out) {
+    json usage = {{"input_tokens", static_cast<int32_t>(call.m.request.prompt.size())},
+                  {"output_tokens", 0},
+                  {"cache_creation_input_tokens", 0},
+                  {"cache_read_input_tokens", 0}};
+    append_event(out, "message_start",
+                 {{"type", "message_start"},
+                  {"message", message_json(call.id, call.m, json::array(), nullptr, usage)}});
+    append_event(out, "content_block_start",
+                 {{"type", "content_block_start"},
+                  {"index", 0},
+                  {"content_block", {{"type", "text"}, {"text", ""}}}});
+    started = true;
+  }
+
+  void render_text(const std::string& text, std::string* out) {
+    if (text.empty()) return;
+    append_event(out, "content_block_delta",
+                 {{"type", "content_block_delta"},
+                  {"index", 0},
+                  {"delta", {{"type", "text_delta"}, {"text", text}}}});
+  }
+
+  // The end: the held-back text, then the stop events with the final usage
+  // (the breakpoints are pinned first), or an error event.
+  void render_end(const EngineEvent& e, std::string* out) {
+    render_text(e.text, out);
+    if (std::optional<ApiError> err = completion_error(call.fold, Delivery::kStream)) {
+      append_event(out, "error", anthropic(*err).to_json());
+      return;
+    }
+    const std::vector<BreakpointOutcome> outcomes =
+        settle_breakpoints(*call.ctx, call.m, call.fold.usage.cached_tokens, call.tenant);
+    const StopInfo stop = stop_info(call.fold, call.m.request, call.ctx->model.tokenizer);
+    append_event(out, "content_block_stop", {{"type", "content_block_stop"}, {"index", 0}});
+    append_event(out, "message_delta",
+                 {{"type", "message_delta"},
+                  {"delta", {{"stop_reason", stop.reason}, {"stop_sequence", stop.sequence}}},
+                  {"usage", messages_usage_json(call.fold.usage, outcomes)}});
+    append_event(out, "message_stop", {{"type", "message_stop"}});
+  }
+
+  void render(const std::vector<EngineEvent>& events, std::string* out) {
+    const size_t n = fold_wakeup(call.fold, call.timing, *call.ctx->metrics, events);
+    for (size_t i = 0; i < n; ++i) {
+      const EngineEvent& e = events[i];
+      if (e.type == EngineEvent::Type::kToken) render_text(e.text, out);
+      if (e.type == EngineEvent::Type::kFinished || e.type == EngineEvent::Type::kError)
+        render_end(e, out);
+    }
+  }
+
+  // Called by the content provider once per wake-up; false ends the stream.
+  bool pump(httplib::DataSink& sink) {
+    if (call.ctx->cancel_all.load()) call.channel->cancel();
+    std::string out;
+    if (!started) render_start(&out);
+    std::vector<EngineEvent> events = call.channel->wait(kChannelPoll);
+    if (!events.empty()) render(events, &out);
+    const SteadyClock::time_point now = SteadyClock::now();
+    if (out.empty() && now - t_last_write > std::chrono::seconds(1)) out = ": keep-alive\n\n";
+    if (!out.empty()) {
+      if (!sink.write(out.data(), out.size())) {
+        call.channel->cancel();
+        return false;  // the destructor counts the request as cancelled
+      }
+      t_last_write = now;
+    }
+    if (call.fold.finished) {
+      if (!counted)
+        record_end(*call.ctx, call.m.request, call.fold, call.timing, Delivery::kStream,
+                   call.tenant);
+      counted = true;
+      sink.done();
+    }
+    return true;
+  }
+};
+
+void answer_whole(MessageCall& call, httplib::Response& res) {
+  DaemonContext& ctx = *call.ctx;
+  while (!call.fold.finished) {
+    if (ctx.cancel_all.load()) call.channel->cancel();
+    fold_wakeup(call.fold, call.timing, *ctx.metrics, call.channel->wait(kChannelPoll));
+  }
+  record_end(ctx, call.m.request, call.fold, call.timing, Delivery::kWhole, call.tenant);
+  if (std::optional<ApiError> err = completion_error(call.fold, Delivery::kWhole))
+    return send_error(res, anthropic(*err));
+  const std::vector<BreakpointOutcome> outcomes =
+      settle_breakpoints(ctx, call.m, call.fold.usage.cached_tokens, call.tenant);
+  const StopInfo stop = stop_info(call.fold, call.m.request, ctx.model.tokenizer);
+  json content = json::array({{{"type", "text"}, {"text", call.fold.text}}});
+  send_json(res, message_json(call.id, call.m, std::move(content), &stop,
+                              messages_usage_json(call.fold.usage, outcomes)));
+}
+
+void answer_stream(std::unique_ptr<MessageCall> call, httplib::Response& res) {
+  auto st = std::make_shared<MessageStream>();
+  st->call = std::move(*call);
+  st->t_last_write = SteadyClock::now();
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [st](size_t /*offset*/, httplib::DataSink& sink) { return st->pump(sink); });
+}
+
+}  // namespace
+
+void handle_messages(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res) {
+  auto call = std::make_unique<MessageCall>();
+  call->ctx = &ctx;
+  call->timing = Timing{SteadyClock::now()};
+  const Tenant* tenant = ctx.api_keys ? find_caller(*ctx.api_keys, req) : nullptr;
+  call->tenant = tenant ? tenant->index : -1;
+  auto refuse = [&](const ApiError& e, RequestOutcome outcome) {
+    ctx.metrics->count_request(outcome, call->tenant);
+    send_error(res, anthropic(e));
+  };
+  if (std::optional<Refusal> r = refuse_if_draining(ctx, res)) return refuse(r->error, r->outcome);
+  auto body = parse_json_body(req.body);
+  if (auto* e = std::get_if<ApiError>(&body)) return refuse(*e, RequestOutcome::kInvalid);
+  auto parsed = validate_messages(std::get<json>(body), ctx.model, /*count_only=*/false);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return refuse(*e, RequestOutcome::kInvalid);
+  call->m = std::move(std::get<MessagesRequest>(parsed));
+  // The tenant's namespace goes into the salt its blocks are hashed under.
+  call->m.request.cache_salt = engine_salt(tenant, "");
+  if (std::optional<Refusal> r = admit_generation(ctx, tenant, res, &call->slots))
+    return refuse(r->error, r->outcome);
+  call->id = make_message_id();
+  call->channel = ctx.engine->submit(call->m.request);
+  if (call->m.stream) return answer_stream(std::move(call), res);
+  answer_whole(*call, res);
+}
+
+void handle_count_tokens(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res) {
+  auto body = parse_json_body(req.body);
+  if (auto* e = std::get_if<ApiError>(&body)) return send_error(res, anthropic(*e));
+  auto parsed = validate_messages(std::get<json>(body), ctx.model, /*count_only=*/true);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(res, anthropic(*e));
+  send_json(res, json{{"input_tokens", std::get<MessagesRequest>(parsed).request.prompt.size()}});
+}
+
+}  // namespace prefixd

@@ -1,0 +1,17 @@
+// The endpoints that watch the daemon rather than use it: GET /health (public:
+// load balancers probe it without the API key) and GET /metrics (Prometheus).
+#pragma once
+
+#include <httplib.h>
+
+#include "daemon/api/daemon_context.h"
+
+namespace prefixd {
+
+// {"status": "ok", "backend", "cpu_isa"}; 503 with "shutting_down" while draining.
+void handle_health(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res);
+
+// The Prometheus exposition of ctx.metrics and a StatsSnapshot read now.
+void handle_metrics(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res);
+
+}  // namespace prefixd

@@ -1,0 +1,285 @@
+// Completions and chat completions: validate, submit, then fold the engine's
+// events (CompletionFold) into one JSON answer or an SSE stream. A stream
+// whose client goes away cancels its request (the engine then frees its
+// blocks). Also the model list and (de)tokenization.
+#include "daemon/api/openai_handlers.h"
+
+#include <chrono>
+#include <ctime>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "daemon/api/caller_key.h"
+#include "daemon/api/completion_response.h"
+#include "daemon/api/generation_session.h"
+#include "daemon/api/ttl_pins.h"
+#include "daemon/auth/api_keys.h"
+#include "daemon/auth/tenant_limits.h"
+#include "daemon/http/http_util.h"
+#include "daemon/monitoring/dashboard.h"
+#include "daemon/validation/prompt_cache_request.h"
+#include "engine/engine.h"
+#include "engine/text/tokenizer.h"
+
+namespace prefixd {
+namespace {
+
+using nlohmann::json;
+// After a completed answer: the TTL pins whose prefix it read are
+// refreshed, and with prompt_cache_retention "24h" its prompt's prefix is
+// pinned for 24 h. The pin's account for prefix_cache.retention; null
+// without retention.
+json retain_prompt(DaemonContext& ctx, const Request& r, std::optional<CacheTtl> retention,
+                   int32_t cached_tokens, int32_t tenant) {
+  if (!ctx.ttl_pins) return nullptr;
+  ctx.ttl_pins->refresh_hits(r.cache_salt, r.prompt, cached_tokens);
+  if (!retention) return nullptr;
+  const CacheBreakpoint whole{"prompt_cache_retention", *retention,
+                              static_cast<int32_t>(r.prompt.size())};
+  const BreakpointOutcome o = ctx.ttl_pins->pin(r.cache_salt, r.prompt, whole, tenant);
+  return json{{"ttl", ttl_name(o.breakpoint.ttl)},
+              {"status", pin_status_name(o.status)},
+              {"pinned_tokens", o.pinned_tokens}};
+}
+
+void append_event(std::string* out, const json& j) {
+  *out += "data: ";
+  *out += j.dump(-1, ' ', false, json::error_handler_t::replace);
+  *out += "\n\n";
+}
+
+// State of one SSE answer, owned by the response's content provider. Its
+// destructor cancels the request when the stream ended early.
+struct StreamState {
+  DaemonContext* ctx = nullptr;
+  GenerationRequest meta;
+  CompletionHead head;
+  std::shared_ptr<RequestChannel> channel;
+  AdmissionTicket ticket;
+  TenantTicket tenant_ticket;  // the tenant's max_concurrent slot, held as long as the stream
+  std::optional<CacheTtl> retention;  // prompt_cache_retention "24h"
+  int32_t tenant = -1;         // Tenant::index; -1 without keys
+  Timing timing;
+  CompletionFold fold;
+  bool role_sent = false;
+  bool echo_sent = false;         // completions with echo: the prompt chunk went out
+  size_t n_tokens_rendered = 0;   // token events rendered so far (their index in the fold)
+  size_t logprobs_sent = 0;       // chat: tokens whose logprobs went out (a token whose text
+                                  // is held back sends its logprobs with the next text)
+  bool counted = false;
+  SteadyClock::time_point t_last_write;
+
+  ~StreamState() {
+    if (!fold.finished) channel->cancel();
+    if (!counted) ctx->metrics->count_request(RequestOutcome::kCancelled, tenant);
+  }
+
+  // Turns newly arrived events into SSE bytes.
+  void render(const std::vector<EngineEvent>& events, std::string* out) {
+    if (head.chat && !role_sent) {
+      append_event(out, role_chunk_json(head));
+      role_sent = true;
+    }
+    const size_t n_folded = fold_wakeup(fold, timing, *ctx->metrics, events);
+    // Echo without logprobs: the prompt goes first (with logprobs it waits
+    // for the prompt's logprobs event).
+    if (head.echo && !head.logprobs && !echo_sent && n_folded > 0) {
+      append_event(out, echo_chunk_json(head, fold));
+      echo_sent = true;
+    }
+    for (size_t i = 0; i < n_folded; ++i) render_event(events[i], out);
+  }
+
+  // The logprobs of the tokens rendered but not yet sent (chat), now sent.
+  json take_pending_logprobs() {
+    json lp = tokens_logprobs_json(head, fold, logprobs_sent, n_tokens_rendered - logprobs_sent);
+    logprobs_sent = n_tokens_rendered;
+    return lp;
+  }
+
+  // One folded event: the echoed prompt, a token chunk, or the end (last
+  // chunk, usage chunk or error event, then [DONE]).
+  void render_event(const EngineEvent& e, std::string* out) {
+    if (e.type == EngineEvent::Type::kPromptLogprobs) {
+      if (head.echo && !echo_sent) append_event(out, echo_chunk_json(head, fold));
+      echo_sent = true;
+      return;
+    }
+    if (e.type == EngineEvent::Type::kToken) {
+      const size_t index = n_tokens_rendered++;
+      if (!head.chat) {
+        append_event(out, chunk_json(head, e.text, {&e.token, 1}, std::nullopt,
+                                     tokens_logprobs_json(head, fold, index, 1)));
+        logprobs_sent = n_tokens_rendered;
+      } else if (!e.text.empty()) {
+        append_event(out, chunk_json(head, e.text, {&e.token, 1}, std::nullopt,
+                                     take_pending_logprobs()));
+      }
+      return;
+    }
+    const bool pending = logprobs_sent < n_tokens_rendered;
+    if (e.type == EngineEvent::Type::kFinished && (!e.text.empty() || pending))
+      append_event(out, chunk_json(head, e.text, {}, std::nullopt, take_pending_logprobs()));
+    if (std::optional<ApiError> err = completion_error(fold, Delivery::kStream)) {
+      append_event(out, err->to_json());
+    } else {
+      append_event(out, chunk_json(head, "", {}, fold.finish));
+      json retained = retain_prompt(*ctx, meta.request, retention, fold.usage.cached_tokens, tenant);
+      if (meta.include_usage) {
+        json usage = usage_chunk_json(head, fold.usage);
+        if (!retained.is_null()) usage["prefix_cache"]["retention"] = std::move(retained);
+        append_event(out, usage);
+      }
+    }
+    *out += "data: [DONE]\n\n";
+  }
+
+  // Called by the content provider once per wake-up; false ends the stream.
+  bool pump(httplib::DataSink& sink) {
+    if (ctx->cancel_all.load()) channel->cancel();
+    std::vector<EngineEvent> events = channel->wait(kChannelPoll);
+    std::string out;
+    if (!events.empty() || (head.chat && !role_sent)) render(events, &out);
+    const SteadyClock::time_point now = SteadyClock::now();
+    // An SSE comment now and then: keeps proxies from timing out and lets a
+    // failed write reveal a client that went away while nothing was produced.
+    if (out.empty() && now - t_last_write > std::chrono::seconds(1)) out = ": keep-alive\n\n";
+    if (!out.empty()) {
+      if (!sink.write(out.data(), out.size())) {
+        channel->cancel();
+        return false;  // the destructor counts the request as cancelled
+      }
+      t_last_write = now;
+    }
+    if (fold.finished) {
+      if (!counted) record_end(*ctx, meta.request, fold, timing, Delivery::kStream, tenant);
+      counted = true;
+      sink.done();
+    }
+    return true;
+  }
+};
+
+// Waits for the whole answer and sends it (or its error) as one document.
+void answer_whole(DaemonContext& ctx, const GenerationRequest& g, const CompletionHead& head,
+                  RequestChannel& channel, Timing timing, int32_t tenant,
+                  std::optional<CacheTtl> retention, httplib::Response& res) {
+  CompletionFold fold;
+  while (!fold.finished) {
+    if (ctx.cancel_all.load()) channel.cancel();
+    fold_wakeup(fold, timing, *ctx.metrics, channel.wait(kChannelPoll));
+  }
+  record_end(ctx, g.request, fold, timing, Delivery::kWhole, tenant);
+  if (std::optional<ApiError> err = completion_error(fold, Delivery::kWhole))
+    return send_error(res, *err);
+  json out = completion_json(head, fold);
+  json retained = retain_prompt(ctx, g.request, retention, fold.usage.cached_tokens, tenant);
+  if (!retained.is_null()) out["prefix_cache"]["retention"] = std::move(retained);
+  send_json(res, out);
+}
+
+// Streams the answer; the response's content provider owns the state.
+void answer_stream(DaemonContext& ctx, GenerationRequest g, const CompletionHead& head,
+                   std::shared_ptr<RequestChannel> channel, AdmissionTicket ticket,
+                   TenantTicket tenant_ticket, int32_t tenant, Timing timing,
+                   std::optional<CacheTtl> retention, httplib::Response& res) {
+  auto st = std::make_shared<StreamState>();
+  st->ctx = &ctx;
+  st->meta = std::move(g);
+  st->head = head;
+  st->channel = std::move(channel);
+  st->ticket = std::move(ticket);
+  st->tenant_ticket = std::move(tenant_ticket);
+  st->retention = retention;
+  st->tenant = tenant;
+  st->timing = timing;
+  st->t_last_write = SteadyClock::now();
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [st](size_t /*offset*/, httplib::DataSink& sink) { return st->pump(sink); });
+}
+
+void handle_generation(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res,
+                       bool chat) {
+  const Timing timing{SteadyClock::now()};
+  // The caller's tenant (the key check let the key in); null without keys.
+  const Tenant* tenant =
+      ctx.api_keys ? find_caller(*ctx.api_keys, req) : nullptr;
+  const int32_t tenant_index = tenant ? tenant->index : -1;
+  auto refuse = [&](const ApiError& e, RequestOutcome outcome) {
+    ctx.metrics->count_request(outcome, tenant_index);
+    send_error(res, e);
+  };
+  if (std::optional<Refusal> r = refuse_if_draining(ctx, res)) return refuse(r->error, r->outcome);
+  auto body = parse_json_body(req.body);
+  if (auto* e = std::get_if<ApiError>(&body)) return refuse(*e, RequestOutcome::kInvalid);
+  auto parsed = validate_generation(std::get<json>(body), ctx.model, chat);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return refuse(*e, RequestOutcome::kInvalid);
+  GenerationRequest g = std::move(std::get<GenerationRequest>(parsed));
+  auto cache_fields = read_prompt_cache_fields(std::get<json>(body));
+  if (auto* e = std::get_if<ApiError>(&cache_fields)) return refuse(*e, RequestOutcome::kInvalid);
+  const std::optional<CacheTtl> retention = std::get<PromptCacheFields>(cache_fields).retention;
+  // The tenant's namespace goes into the salt its blocks are hashed under.
+  g.request.cache_salt = engine_salt(tenant, g.request.cache_salt);
+
+  GenerationSlots slots;
+  if (std::optional<Refusal> r = admit_generation(ctx, tenant, res, &slots))
+    return refuse(r->error, r->outcome);
+  CompletionHead head;
+  head.id = make_response_id(chat ? "chatcmpl" : "cmpl");
+  head.created = static_cast<int64_t>(std::time(nullptr));
+  head.model = g.model;
+  head.chat = chat;
+  head.logprobs = g.request.logprobs.sampled;
+  head.tokens = TokenWriter{ctx.model.tokenizer, g.tokens_as_ids};
+  if (g.echo)
+    head.echo = std::make_shared<EchoedPrompt>(echo_prompt(g.request.prompt, ctx.model.tokenizer));
+  std::shared_ptr<RequestChannel> channel = ctx.engine->submit(g.request);
+  if (g.stream) {
+    return answer_stream(ctx, std::move(g), head, std::move(channel), std::move(slots.admission),
+                         std::move(slots.tenant), tenant_index, timing, retention, res);
+  }
+  answer_whole(ctx, g, head, *channel, timing, tenant_index, retention, res);
+}
+
+}  // namespace
+
+void handle_completions(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res) {
+  handle_generation(ctx, req, res, /*chat=*/false);
+}
+
+void handle_chat_completions(DaemonContext& ctx, const httplib::Request& req,
+                             httplib::Response& res) {
+  handle_generation(ctx, req, res, /*chat=*/true);
+}
+
+void handle_models(DaemonContext& ctx, const httplib::Request&, httplib::Response& res) {
+  json m = {{"id", ctx.model.id},
+            {"object", "model"},
+            {"created", 0},
+            {"owned_by", "prefixd"},
+            {"context_length", ctx.model.n_ctx},
+            {"backend", ctx.build.backend_name}};
+  send_json(res, json{{"object", "list"}, {"data", json::array({m})}});
+}
+
+void handle_tokenize(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res) {
+  auto body = parse_json_body(req.body);
+  if (auto* e = std::get_if<ApiError>(&body)) return send_error(res, *e);
+  auto ids = validate_tokenize(std::get<json>(body), ctx.model);
+  if (auto* e = std::get_if<ApiError>(&ids)) return send_error(res, *e);
+  send_json(res, json{{"tokens", std::get<std::vector<int32_t>>(ids)}});
+}
+
+void handle_detokenize(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res) {
+  auto body = parse_json_body(req.body);
+  if (auto* e = std::get_if<ApiError>(&body)) return send_error(res, *e);
+  auto ids = validate_detokenize(std::get<json>(body), ctx.model);
+  if (auto* e = std::get_if<ApiError>(&ids)) return send_error(res, *e);
+  send_json(res,
+            json{{"content", ctx.model.tokenizer->decode(std::get<std::vector<int32_t>>(ids))}});
+}
+
+}  // namespace prefixd

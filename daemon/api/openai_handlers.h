@@ -1,0 +1,23 @@
+// The OpenAI-compatible endpoints: POST /v1/completions and
+// /v1/chat/completions (plain JSON or server-sent events), GET /v1/models,
+// POST /tokenize and /detokenize. Handlers run on HTTP worker threads: they
+// validate, submit to the engine and read the request's channel; they never
+// touch the model.
+#pragma once
+
+#include <httplib.h>
+
+#include "daemon/api/daemon_context.h"
+
+namespace prefixd {
+
+// Streaming answers keep a reference to `ctx`, which must outlive the server.
+void handle_completions(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res);
+void handle_chat_completions(DaemonContext& ctx, const httplib::Request& req,
+                             httplib::Response& res);
+
+void handle_models(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res);
+void handle_tokenize(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res);
+void handle_detokenize(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res);
+
+}  // namespace prefixd

@@ -1,0 +1,344 @@
+// The route table, then how it is installed: the checks before routing
+// (Host and Origin, what the request may carry before its body is read, the
+// API key), the JSON body reader of POST routes, and JSON answers for the
+// errors httplib produces itself and for exceptions.
+#include "daemon/api/routes.h"
+
+#include <cctype>
+#include <chrono>
+#include <cstdio>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "daemon/api/anthropic_handlers.h"
+#include "daemon/api/cache_handlers.h"
+#include "daemon/api/caller_key.h"
+#include "daemon/api/dashboard_handlers.h"
+#include "daemon/api/monitoring_handlers.h"
+#include "daemon/api/openai_handlers.h"
+#include "daemon/auth/api_keys.h"
+#include "daemon/auth/tenant_limits.h"
+#include "daemon/http/api_error.h"
+#include "daemon/http/http_util.h"
+#include "daemon/http/request_bounds.h"
+#include "daemon/monitoring/metrics.h"
+
+namespace prefixd {
+namespace {
+
+using enum Method;
+using enum Access;
+using HandlerResponse = httplib::Server::HandlerResponse;
+
+// clang-format off
+constexpr Route kRoutes[] = {
+    // method path                         handler                   access   flags
+    {kGet,    "/health",                   handle_health,            kPublic},
+    {kGet,    "/metrics",                  handle_metrics,           kAdmin},
+    // OpenAI-compatible (openai_handlers.h).
+    {kGet,    "/v1/models",                handle_models,            kKey},
+    {kPost,   "/v1/completions",           handle_completions,       kKey,    kCountsRequests},
+    {kPost,   "/v1/chat/completions",      handle_chat_completions,  kKey,    kCountsRequests},
+    {kPost,   "/tokenize",                 handle_tokenize,          kKey},
+    {kPost,   "/detokenize",               handle_detokenize,        kKey},
+    // Anthropic-compatible (anthropic_handlers.h); errors in Anthropic's shape.
+    {kPost,   "/v1/messages",              handle_messages,          kKey,    kCountsRequests},
+    {kPost,   "/v1/messages/count_tokens", handle_count_tokens,      kKey},
+    // The prefix cache (cache_handlers.h).
+    {kGet,    "/v1/cache/stats",           handle_cache_stats,       kAdmin},
+    {kPost,   "/v1/cache/lookup",          handle_cache_lookup,      kKey},
+    {kPost,   "/v1/cache/prefetch",        handle_cache_prefetch,    kKey},
+    {kPost,   "/v1/cache/pin",             handle_cache_pin,         kAdmin},
+    {kPost,   "/v1/cache/unpin",           handle_cache_unpin,       kAdmin},
+    {kDelete, "/v1/cache",                 handle_cache_clear,       kAdmin},
+    // The dashboard (dashboard_handlers.h).
+    {kGet,    "/dashboard",                handle_dashboard_page,    kAdmin},
+    {kGet,    "/v1/cache/history",         handle_cache_history,     kAdmin},
+    {kGet,    "/v1/cache/prefixes",        handle_cache_prefixes,    kAdmin},
+    {kPost,   "/v1/cache/prefixes/pin",    handle_prefix_pin,        kAdmin,  kHttplibBody},
+    {kPost,   "/v1/cache/prefixes/unpin",  handle_prefix_unpin,      kAdmin,  kHttplibBody},
+};
+// clang-format on
+
+// Whether a request for `path` needs no key: some public route has that
+// path. By path alone, whatever the method, because the check runs before
+// routing: a wrong method on a public path gets its 404, not a 401.
+bool is_public(std::string_view path) {
+  for (const Route& r : kRoutes) {
+    if (path == r.path && r.access == kPublic) return true;
+  }
+  return false;
+}
+
+// Whether a request for `path` needs an admin key: some admin route has that
+// path (whatever the method, as is_public).
+bool is_admin_only(std::string_view path) {
+  for (const Route& r : kRoutes) {
+    if (path == r.path && r.access == kAdmin) return true;
+  }
+  return false;
+}
+
+// Whether some route with `path` (whatever its method) has `flag`.
+bool any_route_has(std::string_view path, uint8_t flag) {
+  for (const Route& r : kRoutes) {
+    if (path == r.path && (r.flags & flag) != 0) return true;
+  }
+  return false;
+}
+
+// How the route for this method and path takes a body (request_bounds.h).
+// httplib serves HEAD with the GET handlers.
+BodyUse body_use(std::string_view method, std::string_view path) {
+  const std::string_view as = method == "HEAD" ? "GET" : method;
+  for (const Route& r : kRoutes) {
+    if (path != r.path) continue;
+    const std::string_view route_method = r.method == kGet    ? "GET"
+                                          : r.method == kPost ? "POST"
+                                                              : "DELETE";
+    if (as != route_method) continue;
+    if (r.method != kPost) return BodyUse::kNone;
+    return (r.flags & kHttplibBody) != 0 ? BodyUse::kHttplib : BodyUse::kStreamed;
+  }
+  // A public path is a probe: any other method gets 405 whatever it carries.
+  return is_public(path) ? BodyUse::kGetOnly : BodyUse::kNoRoute;
+}
+
+// A refusal before routing. A body the request has is left unread, so the
+// connection is closed after the answer (request_bounds.h).
+void refuse(const httplib::Request& req, httplib::Response& res, const ApiError& error) {
+  const ApiError e = error.in_dialect_of(req.path);
+  if (carries_body(req)) {
+    send_error_closing(res, e);
+  } else {
+    send_error(res, e);
+  }
+}
+
+// Before routing, before httplib reads any body: a Host that is not served
+// gets 421, a foreign Origin 403 (request_origin.h), a request whose body
+// would not be bounded 415/405/400/404/411/413 (request_bounds.h), then,
+// with keys, a request for a route that needs one gets 401 without a valid
+// key, 403 when the key's role does not allow the route, and 429 when the
+// tenant's requests_per_minute is spent (daemon/auth/api_keys.h, tenant_limits.h).
+HandlerResponse check_request(DaemonContext& ctx, const RouteOptions& o,
+                              const httplib::Request& req, httplib::Response& res) {
+  const std::string host = req.get_header_value("Host");
+  if (auto refusal = check_host(o.origin_policy, host)) {
+    refuse(req, res, ApiError::misdirected(*refusal));
+    return HandlerResponse::Handled;
+  }
+  if (auto refusal = check_origin(o.origin_policy, req.get_header_value("Origin"), host)) {
+    refuse(req, res, ApiError::forbidden(*refusal, "origin_not_allowed"));
+    return HandlerResponse::Handled;
+  }
+  if (auto refusal = check_request_bounds(req, body_use(req.method, req.path), o.max_body_bytes)) {
+    if (refusal->status == 405) res.set_header("Allow", "GET, HEAD");
+    // As when read_body refuses a generation request's body.
+    if (any_route_has(req.path, kCountsRequests))
+      ctx.metrics->count_request(RequestOutcome::kInvalid);
+    refuse(req, res, *refusal);
+    return HandlerResponse::Handled;
+  }
+  if (!ctx.api_keys || is_public(req.path)) return HandlerResponse::Unhandled;
+  const Tenant* tenant = find_caller(*ctx.api_keys, req);
+  if (tenant == nullptr) {
+    res.set_header("WWW-Authenticate", "Bearer");
+    refuse(req, res,
+           ApiError::unauthorized(presents_key(req) ? "invalid API key"
+                                                    : "missing API key: send 'Authorization: "
+                                                      "Bearer KEY' (or 'x-api-key: KEY')"));
+    return HandlerResponse::Handled;
+  }
+  const bool counted = any_route_has(req.path, kCountsRequests);
+  if (tenant->role != Role::kAdmin && is_admin_only(req.path)) {
+    if (counted) ctx.metrics->count_request(RequestOutcome::kInvalid, tenant->index);
+    refuse(req, res,
+           ApiError::forbidden("the key of tenant '" + tenant->name + "' has role " +
+                                   role_name(tenant->role) + "; " + req.path + " needs role admin",
+                               "insufficient_role"));
+    return HandlerResponse::Handled;
+  }
+  if (ctx.tenant_limits) {
+    const double now_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    if (std::optional<int32_t> wait_s = ctx.tenant_limits->take_request(tenant->index, now_s)) {
+      if (counted) ctx.metrics->count_request(RequestOutcome::kRejected, tenant->index);
+      ctx.metrics->count_tenant_limited(tenant->index, TenantLimit::kRequestsPerMinute);
+      res.set_header("Retry-After", std::to_string(*wait_s));
+      refuse(req, res,
+             ApiError::too_many_requests(
+                 "tenant '" + tenant->name + "' has used its requests_per_minute of " +
+                     std::to_string(tenant->limits.requests_per_minute) + "; retry in " +
+                     std::to_string(*wait_s) + " s",
+                 "tenant_rate_limit"));
+      return HandlerResponse::Handled;
+    }
+  }
+  return HandlerResponse::Unhandled;
+}
+
+// Errors httplib produces itself (no route, body too large, bad request
+// line) get the JSON error shape; answers that already have a body keep it.
+HandlerResponse answer_http_error(DaemonContext& ctx, const RouteOptions& o,
+                                  const httplib::Request& req, httplib::Response& res) {
+  if (!res.body.empty() || is_closing_answer(res)) return HandlerResponse::Unhandled;
+  // e.g. a generation request refused with 413 before its handler ran
+  if (any_route_has(req.path, kCountsRequests)) {
+    ctx.metrics->count_request(RequestOutcome::kInvalid);
+  }
+  if (res.status == 404) {
+    send_error(res, ApiError::not_found("", "no endpoint " + req.method + " " + req.path)
+                        .in_dialect_of(req.path));
+  } else if (res.status == 413) {
+    send_error(res, ApiError::payload_too_large(o.max_body_bytes).in_dialect_of(req.path));
+  } else {
+    send_error(res, ApiError::from_status(res.status).in_dialect_of(req.path));
+  }
+  return HandlerResponse::Handled;
+}
+
+// An exception out of a handler: the details go to the log, the client gets
+// only "internal error" (no library internals in answers).
+void answer_exception(const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
+  std::string what = "unknown exception";
+  try {
+    if (ep) std::rethrow_exception(ep);
+  } catch (const std::exception& e) {
+    what = e.what();
+  } catch (...) {
+  }
+  std::fprintf(stderr, "prefixd [error] %s %s: %s\n", req.method.c_str(), req.path.c_str(), what.c_str());
+  send_error(res, ApiError::internal_error("internal error").in_dialect_of(req.path));
+}
+
+// nullopt when the request says its body is JSON: `application/json`, with
+// or without parameters. Anything else gets 415, which also makes every
+// cross-site "simple" POST (text/plain, forms) fail: a browser must preflight
+// a JSON one, and the preflight is refused.
+std::optional<ApiError> check_json_content_type(const httplib::Request& req) {
+  std::string type = req.get_header_value("Content-Type");
+  type = type.substr(0, type.find(';'));
+  while (!type.empty() && type.back() == ' ') type.pop_back();
+  for (char& ch : type) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (type == "application/json") return std::nullopt;
+  return ApiError::unsupported_media_type("Content-Type '" + req.get_header_value("Content-Type") +
+                                          "' is not accepted: send the body as application/json "
+                                          "(curl: -H 'Content-Type: application/json')");
+}
+
+// Reads a POST body (JSON: check_json_content_type) within the body limit, any
+// framing (Content-Length, chunked, up to the end of the connection). On
+// failure answers 415, 400 or 413 itself, on a connection then closed (the
+// body is left unread, or read in part), and returns nullopt.
+std::optional<std::string> read_body(const httplib::Request& req,
+                                     const httplib::ContentReader& reader, int64_t max_body_bytes,
+                                     httplib::Response& res) {
+  if (auto refusal = check_json_content_type(req)) {
+    send_error_closing(res, refusal->in_dialect_of(req.path));
+    return std::nullopt;
+  }
+  std::string body;
+  bool too_large = false;
+  const size_t limit = static_cast<size_t>(max_body_bytes);
+  const bool read_ok = reader([&](const char* data, size_t n) {
+    if (body.size() + n > limit) {
+      too_large = true;
+      return false;
+    }
+    body.append(data, n);
+    return true;
+  });
+  // A declared Content-Length above the limit was refused before routing
+  // (check_request_bounds); a chunked or unframed body stops here at the limit.
+  if (!read_ok && !too_large) {
+    send_error_closing(
+        res, ApiError::bad_request("", "the request body could not be read", "invalid_body")
+                 .in_dialect_of(req.path));
+    return std::nullopt;
+  }
+  if (too_large) {
+    send_error_closing(res, ApiError::payload_too_large(max_body_bytes).in_dialect_of(req.path));
+    return std::nullopt;
+  }
+  return body;
+}
+
+// httplib adds its own `Connection: close` (a second one when the request
+// asked to close) and `Keep-Alive` after the handler; a closing answer
+// keeps one `Connection: close` and no `Keep-Alive`.
+void tidy_closing_answer(httplib::Response& res) {
+  if (!is_closing_answer(res)) return;
+  res.headers.erase("Connection");
+  res.headers.erase("Keep-Alive");
+  res.set_header("Connection", "close");
+}
+
+void install_route(httplib::Server& h, DaemonContext& ctx, const RouteOptions& o,
+                   const Route& route) {
+  DaemonContext* c = &ctx;
+  const Handler handler = route.handler;
+  auto plain = [c, handler](const httplib::Request& req, httplib::Response& res) {
+    handler(*c, req, res);
+  };
+  switch (route.method) {
+    case kGet:
+      h.Get(route.path, plain);
+      return;
+    case kDelete:
+      h.Delete(route.path, plain);
+      return;
+    case kPost:
+      if ((route.flags & kHttplibBody) != 0) {
+        h.Post(route.path, [c, handler](const httplib::Request& req, httplib::Response& res) {
+          if (auto refusal = check_json_content_type(req)) {
+            send_error(res, *refusal);  // the body was read (within its Content-Length)
+            return;
+          }
+          handler(*c, req, res);
+        });
+        return;
+      }
+      h.Post(route.path, [c, handler, max_body_bytes = o.max_body_bytes,
+                          counted = (route.flags & kCountsRequests) != 0](
+                             const httplib::Request& req, httplib::Response& res,
+                             const httplib::ContentReader& reader) {
+        std::optional<std::string> body = read_body(req, reader, max_body_bytes, res);
+        if (!body) {
+          if (counted) c->metrics->count_request(RequestOutcome::kInvalid);
+          return;
+        }
+        httplib::Request with_body = req;
+        with_body.body = std::move(*body);
+        handler(*c, with_body, res);
+      });
+      return;
+  }
+}
+
+}  // namespace
+
+std::span<const Route> routes() { return kRoutes; }
+
+void install_routes(httplib::Server& http, DaemonContext& ctx, const RouteOptions& options) {
+  auto o = std::make_shared<const RouteOptions>(options);
+  DaemonContext* c = &ctx;
+  http.set_pre_routing_handler([c, o](const httplib::Request& req, httplib::Response& res) {
+    return check_request(*c, *o, req, res);
+  });
+  for (const Route& route : kRoutes) install_route(http, ctx, *o, route);
+  http.set_error_handler(httplib::Server::HandlerWithResponse(
+      [c, o](const httplib::Request& req, httplib::Response& res) {
+        return answer_http_error(*c, *o, req, res);
+      }));
+  http.set_exception_handler(answer_exception);
+  http.set_post_routing_handler([c](const httplib::Request& req, httplib::Response& res) {
+    tidy_closing_answer(res);
+    if (c->api_keys) answer_dashboard_login(req, res);
+  });
+}
+
+}  // namespace prefixd

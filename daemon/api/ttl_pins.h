@@ -1,0 +1,121 @@
+// TtlPins: prefixes pinned for a time (cache breakpoints' `cache_control.ttl`,
+// OpenAI's `prompt_cache_retention`). Each entry holds one Engine::pin of a
+// block-aligned prefix in one namespace (cache salt); a hit on the prefix
+// moves its expiry to now + TTL; a sweeper thread unpins it once expired, and
+// its blocks become evictable again. Pins count against the tenant's
+// max_pinned_blocks (tenant_limits.h) and the engine's --max-pinned-blocks:
+// a full budget leaves the prefix unpinned and says so (PinStatus), never an
+// error. Pinned device blocks are never evicted, so a pinned prefix stays in
+// the device pool while its pin lives.
+//
+// Thread-safety: every method may be called from any thread (one mutex; the
+// engine calls are made under it, and the engine never calls back).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "daemon/validation/cache_breakpoints.h"
+
+namespace prefixd {
+
+class Engine;
+class TenantLimits;
+
+struct TtlPinOptions {
+  int32_t block_size = 16;          // the engine's tokens per block
+  int32_t min_cache_tokens = 1024;  // --min-cache-tokens: shorter prefixes are not pinned
+  double ttl_scale = 1.0;           // --cache-ttl-scale: every TTL is multiplied by it (tests)
+  double sweep_interval_s = 0.1;    // how often the sweeper looks for expired pins
+};
+
+// One TTL pin as /v1/cache/prefixes and the dashboard list it.
+struct TtlPinView {
+  std::string cache_salt;       // the engine salt (namespace) it is pinned under
+  std::vector<int32_t> tokens;  // the pinned prefix (pinned_tokens long)
+  CacheTtl ttl = CacheTtl::k5m;
+  int32_t tenant = -1;      // Tenant::index; -1 without --api-keys
+  double expires_in_s = 0;  // from now
+  int64_t hits = 0;         // refreshes since it was pinned
+};
+
+class TtlPins {
+ public:
+  // `engine` must outlive this object; `tenant_limits` may be null (no
+  // --api-keys file). Starts the sweeper.
+  TtlPins(Engine* engine, TenantLimits* tenant_limits, TtlPinOptions options);
+  ~TtlPins();  // stops the sweeper; the pins stay (the engine goes next)
+  TtlPins(const TtlPins&) = delete;
+  TtlPins& operator=(const TtlPins&) = delete;
+
+  const TtlPinOptions& options() const { return options_; }
+
+  // Pins prompt[0, position) rounded down to whole blocks under `salt` for
+  // `ttl`, or refreshes the pin of that prefix (its TTL becomes the longer
+  // of the two). `tenant` is a Tenant::index or -1. Call after the request
+  // that computed the prefix finished (its blocks are in the pool).
+  BreakpointOutcome pin(const std::string& salt, const std::vector<int32_t>& prompt,
+                        const CacheBreakpoint& breakpoint, int32_t tenant);
+
+  // A request of `salt` read its first `cached_tokens` tokens from the
+  // cache: every pin of that namespace whose prefix lies within them is
+  // refreshed (expiry = now + its TTL).
+  void refresh_hits(const std::string& salt, const std::vector<int32_t>& prompt,
+                    int32_t cached_tokens);
+
+  // Unpins every pin expired at `now`; returns how many. The sweeper calls it.
+  int32_t sweep(std::chrono::steady_clock::time_point now);
+
+  std::vector<TtlPinView> list() const;
+  // Pins and pinned blocks by TTL (the /metrics gauges).
+  struct Counts {
+    int64_t pins[kCacheTtlCount] = {};
+    int64_t blocks[kCacheTtlCount] = {};
+  };
+  Counts counts() const;
+
+  // Breakpoints answered: a hit when the request read its whole prefix
+  // (block-aligned) from the cache, a miss otherwise (the /metrics counters).
+  void count_breakpoint(bool hit) { (hit ? breakpoint_hits_ : breakpoint_misses_).fetch_add(1); }
+  int64_t breakpoint_hits() const { return breakpoint_hits_.load(); }
+  int64_t breakpoint_misses() const { return breakpoint_misses_.load(); }
+
+  // Prometheus text: prefixd_ttl_pins{ttl}, prefixd_ttl_pinned_blocks{ttl}
+  // (gauges) and prefixd_cache_breakpoints_total{result="hit"|"miss"}.
+  void render_metrics(std::string* out) const;
+
+ private:
+  struct Entry {
+    CacheTtl ttl = CacheTtl::k5m;
+    int32_t tenant = -1;
+    int32_t pinned_blocks = 0;
+    std::chrono::steady_clock::time_point expires;
+    int64_t hits = 0;
+  };
+  using Key = std::pair<std::string, std::vector<int32_t>>;  // salt, block-aligned prefix
+
+  std::chrono::steady_clock::duration ttl_duration(CacheTtl ttl) const;
+  void unpin(const Key& key, const Entry& e);  // mu_ held
+  void sweeper_loop();
+
+  Engine* engine_;
+  TenantLimits* tenant_limits_;
+  const TtlPinOptions options_;
+  mutable std::mutex mu_;
+  std::map<Key, Entry> pins_;
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  std::thread sweeper_;
+  std::atomic<int64_t> breakpoint_hits_{0};
+  std::atomic<int64_t> breakpoint_misses_{0};
+};
+
+}  // namespace prefixd

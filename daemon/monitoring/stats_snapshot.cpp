@@ -1,0 +1,132 @@
+// Reading the engine's and the tiers' stats into one StatsSnapshot, and the
+// counter deltas between two of them.
+#include "daemon/monitoring/stats_snapshot.h"
+
+#include "engine/engine.h"
+#include "storage/tier_manager.h"
+
+namespace prefixd {
+namespace {
+
+// Host and disk stats share their field names.
+template <typename StoreStats>
+TierFigures store_figures(const StoreStats& t) {
+  TierFigures f;
+  f.capacity_bytes = static_cast<int64_t>(t.capacity_bytes);
+  f.used_bytes = static_cast<int64_t>(t.used_bytes);
+  f.blocks = static_cast<int64_t>(t.blocks);
+  f.hits = static_cast<int64_t>(t.hits);
+  f.misses = static_cast<int64_t>(t.misses);
+  f.evictions = static_cast<int64_t>(t.evictions);
+  return f;
+}
+
+int64_t increase(int64_t now, int64_t before) { return now > before ? now - before : 0; }
+
+// Counters of one tier become increases; its gauges stay those of `now`.
+TierFigures tier_delta(const TierFigures& now, const TierFigures& before) {
+  TierFigures d = now;
+  d.hits = increase(now.hits, before.hits);
+  d.misses = increase(now.misses, before.misses);
+  d.evictions = increase(now.evictions, before.evictions);
+  d.cached_tokens = increase(now.cached_tokens, before.cached_tokens);
+  d.offload_blocks = increase(now.offload_blocks, before.offload_blocks);
+  d.offload_bytes = increase(now.offload_bytes, before.offload_bytes);
+  d.onboard_blocks = increase(now.onboard_blocks, before.onboard_blocks);
+  return d;
+}
+
+}  // namespace
+
+StatsSnapshot read_stats(Engine& engine, const TierManager* tiers) {
+  const EngineStats es = engine.stats();
+  StatsSnapshot s;
+  s.device.capacity_bytes = es.pool_capacity_bytes;
+  s.device.used_bytes = es.pool_used_bytes;
+  s.device.blocks = es.pool_blocks_used + es.pool_blocks_cached;
+  s.device.hits = es.device_hits;
+  s.device.misses = es.device_misses;
+  s.device.evictions = es.device_evictions;
+  s.pool_blocks_total = es.pool_blocks_total;
+  s.pool_blocks_referenced = es.pool_blocks_used;
+  s.pool_blocks_cached = es.pool_blocks_cached;
+  s.pool_blocks_pinned = es.pool_blocks_pinned;
+  s.prompt_tokens = es.prompt_tokens;
+  s.prefill_tokens = es.prefill_tokens;
+  s.generated_tokens = es.generated_tokens;
+  s.running = es.running;
+  s.waiting = es.waiting;
+  if (tiers) {
+    const TierManagerStats ts = tiers->stats();
+    s.has_host_tier = true;
+    s.has_disk_tier = ts.has_disk;
+    s.host = store_figures(ts.host);
+    if (ts.has_disk) {
+      s.disk = store_figures(ts.disk);
+      s.corrupt_records = static_cast<int64_t>(ts.disk.corrupt_records);
+      s.unauthenticated_records = static_cast<int64_t>(ts.disk.unauthenticated_records);
+      s.disk_write_errors = static_cast<int64_t>(ts.disk.write_errors);
+      s.disk_io_errors = static_cast<int64_t>(ts.disk.io_errors);
+      s.disk_writes_stopped = ts.disk.writes_stopped;
+    }
+    s.host.offload_blocks = static_cast<int64_t>(ts.offload_host_blocks);
+    s.host.offload_bytes = static_cast<int64_t>(ts.offload_host_bytes);
+    s.host.onboard_blocks = static_cast<int64_t>(ts.onboard_host_blocks);
+    s.disk.offload_blocks = static_cast<int64_t>(ts.offload_disk_blocks);
+    s.disk.offload_bytes = static_cast<int64_t>(ts.offload_disk_bytes);
+    s.disk.onboard_blocks = static_cast<int64_t>(ts.onboard_disk_blocks);
+    s.has_remote_tier = ts.has_remote;
+    if (ts.has_remote) {
+      const RemoteTierStats& r = ts.remote;
+      s.remote.hits = static_cast<int64_t>(r.hits);
+      s.remote.misses = static_cast<int64_t>(r.misses);
+      s.remote.offload_blocks = static_cast<int64_t>(r.writes);
+      s.remote.offload_bytes = static_cast<int64_t>(r.written_bytes);
+      s.remote.onboard_blocks = static_cast<int64_t>(ts.onboard_remote_blocks);
+      s.remote_io.servers = r.servers;
+      s.remote_io.read_bytes = static_cast<int64_t>(r.read_bytes);
+      s.remote_io.written_bytes = static_cast<int64_t>(r.written_bytes);
+      s.remote_io.writes_dropped = static_cast<int64_t>(r.writes_dropped);
+      s.remote_io.errors = static_cast<int64_t>(r.errors);
+      s.remote_io.timeouts = static_cast<int64_t>(r.timeouts);
+      s.remote_io.corrupt_records = static_cast<int64_t>(r.corrupt_records);
+      s.remote_io.unauthenticated_records = static_cast<int64_t>(r.unauthenticated_records);
+      s.remote_io.pending_write_bytes = static_cast<int64_t>(r.pending_write_bytes);
+    }
+    s.onboard_bytes = static_cast<int64_t>(ts.onboard_bytes);
+  }
+  // Reused prompt tokens by tier, as the engine counts them (with or without tiers).
+  s.device.cached_tokens = es.cached_tokens_device;
+  s.host.cached_tokens = es.cached_tokens_host;
+  s.disk.cached_tokens = es.cached_tokens_disk;
+  s.remote.cached_tokens = es.cached_tokens_remote;
+  return s;
+}
+
+StatsSnapshot stats_delta(const StatsSnapshot& now, const StatsSnapshot& before) {
+  StatsSnapshot d = now;
+  d.device = tier_delta(now.device, before.device);
+  d.host = tier_delta(now.host, before.host);
+  d.disk = tier_delta(now.disk, before.disk);
+  d.remote = tier_delta(now.remote, before.remote);
+  const RemoteFigures& rn = now.remote_io;
+  const RemoteFigures& rb = before.remote_io;
+  d.remote_io.read_bytes = increase(rn.read_bytes, rb.read_bytes);
+  d.remote_io.written_bytes = increase(rn.written_bytes, rb.written_bytes);
+  d.remote_io.writes_dropped = increase(rn.writes_dropped, rb.writes_dropped);
+  d.remote_io.errors = increase(rn.errors, rb.errors);
+  d.remote_io.timeouts = increase(rn.timeouts, rb.timeouts);
+  d.remote_io.corrupt_records = increase(rn.corrupt_records, rb.corrupt_records);
+  d.remote_io.unauthenticated_records = increase(rn.unauthenticated_records, rb.unauthenticated_records);
+  d.prompt_tokens = increase(now.prompt_tokens, before.prompt_tokens);
+  d.prefill_tokens = increase(now.prefill_tokens, before.prefill_tokens);
+  d.generated_tokens = increase(now.generated_tokens, before.generated_tokens);
+  d.onboard_bytes = increase(now.onboard_bytes, before.onboard_bytes);
+  d.corrupt_records = increase(now.corrupt_records, before.corrupt_records);
+  d.unauthenticated_records = increase(now.unauthenticated_records, before.unauthenticated_records);
+  d.disk_write_errors = increase(now.disk_write_errors, before.disk_write_errors);
+  d.disk_io_errors = increase(now.disk_io_errors, before.disk_io_errors);
+  return d;
+}
+
+}  // namespace prefixd
