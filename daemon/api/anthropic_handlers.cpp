@@ -9,7 +9,6 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "daemon/api/caller_key.h"
 #include "daemon/api/completion_response.h"
 #include "daemon/api/generation_session.h"
 #include "daemon/api/ttl_pins.h"
@@ -121,6 +120,7 @@ struct MessageCall {
   std::string id;
   std::shared_ptr<RequestChannel> channel;
   GenerationSlots slots;
+  std::shared_ptr<RequestCount> count;  // the request's outcome, settled once
   int32_t tenant = -1;
   Timing timing;
   CompletionFold fold;
@@ -131,12 +131,11 @@ struct MessageCall {
 struct MessageStream {
   MessageCall call;
   bool started = false;
-  bool counted = false;
   SteadyClock::time_point t_last_write;
 
   ~MessageStream() {
     if (!call.fold.finished) call.channel->cancel();
-    if (!counted) call.ctx->metrics->count_request(RequestOutcome::kCancelled, call.tenant);
+    call.count->settle(RequestOutcome::kCancelled);  // ignored when the end was recorded
   }
 
   void render_start(std::string* out) {
@@ -208,10 +207,9 @@ struct MessageStream {
       t_last_write = now;
     }
     if (call.fold.finished) {
-      if (!counted)
+      if (!call.count->settled())
         record_end(*call.ctx, call.m.request, call.fold, call.timing, Delivery::kStream,
-                   call.tenant);
-      counted = true;
+                   *call.count);
       sink.done();
     }
     return true;
@@ -224,7 +222,7 @@ void answer_whole(MessageCall& call, httplib::Response& res) {
     if (ctx.cancel_all.load()) call.channel->cancel();
     fold_wakeup(call.fold, call.timing, *ctx.metrics, call.channel->wait(kChannelPoll));
   }
-  record_end(ctx, call.m.request, call.fold, call.timing, Delivery::kWhole, call.tenant);
+  record_end(ctx, call.m.request, call.fold, call.timing, Delivery::kWhole, *call.count);
   if (std::optional<ApiError> err = completion_error(call.fold, Delivery::kWhole))
     return send_error(res, anthropic(*err));
   const std::vector<BreakpointOutcome> outcomes =
@@ -248,25 +246,22 @@ void answer_stream(std::unique_ptr<MessageCall> call, httplib::Response& res) {
 
 }  // namespace
 
-void handle_messages(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res) {
+void handle_messages(DaemonContext& ctx, const Call& http_call, httplib::Response& res) {
   auto call = std::make_unique<MessageCall>();
   call->ctx = &ctx;
-  call->timing = Timing{SteadyClock::now()};
-  const Tenant* tenant = ctx.api_keys ? find_caller(*ctx.api_keys, req) : nullptr;
-  call->tenant = tenant ? tenant->index : -1;
+  call->timing = Timing{http_call.t_routed};
+  call->count = http_call.count;
+  call->tenant = http_call.caller.index();
   auto refuse = [&](const ApiError& e, RequestOutcome outcome) {
-    ctx.metrics->count_request(outcome, call->tenant);
+    call->count->settle(outcome);
     send_error(res, anthropic(e));
   };
-  if (std::optional<Refusal> r = refuse_if_draining(ctx, res)) return refuse(r->error, r->outcome);
-  auto body = parse_json_body(req.body);
-  if (auto* e = std::get_if<ApiError>(&body)) return refuse(*e, RequestOutcome::kInvalid);
-  auto parsed = validate_messages(std::get<json>(body), ctx.model, /*count_only=*/false);
+  auto parsed = validate_messages(*http_call.body, ctx.model, /*count_only=*/false);
   if (auto* e = std::get_if<ApiError>(&parsed)) return refuse(*e, RequestOutcome::kInvalid);
   call->m = std::move(std::get<MessagesRequest>(parsed));
   // The tenant's namespace goes into the salt its blocks are hashed under.
-  call->m.request.cache_salt = engine_salt(tenant, "");
-  if (std::optional<Refusal> r = admit_generation(ctx, tenant, res, &call->slots))
+  call->m.request.cache_salt = engine_salt(http_call.caller.tenant, "");
+  if (std::optional<Refusal> r = admit_generation(ctx, http_call.caller.tenant, res, &call->slots))
     return refuse(r->error, r->outcome);
   call->id = make_message_id();
   call->channel = ctx.engine->submit(call->m.request);
@@ -274,10 +269,8 @@ void handle_messages(DaemonContext& ctx, const httplib::Request& req, httplib::R
   answer_whole(*call, res);
 }
 
-void handle_count_tokens(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res) {
-  auto body = parse_json_body(req.body);
-  if (auto* e = std::get_if<ApiError>(&body)) return send_error(res, anthropic(*e));
-  auto parsed = validate_messages(std::get<json>(body), ctx.model, /*count_only=*/true);
+void handle_count_tokens(DaemonContext& ctx, const Call& call, httplib::Response& res) {
+  auto parsed = validate_messages(*call.body, ctx.model, /*count_only=*/true);
   if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(res, anthropic(*e));
   send_json(res, json{{"input_tokens", std::get<MessagesRequest>(parsed).request.prompt.size()}});
 }

@@ -8,12 +8,13 @@
 
 #include <httplib.h>
 
+#include "daemon/api/call.h"
 #include "daemon/api/daemon_context.h"
 
 namespace prefixd {
 
 // Streaming answers keep a reference to `ctx`, which must outlive the server.
-void handle_messages(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res);
-void handle_count_tokens(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res);
+void handle_messages(DaemonContext& ctx, const Call& call, httplib::Response& res);
+void handle_count_tokens(DaemonContext& ctx, const Call& call, httplib::Response& res);
 
 }  // namespace prefixd

@@ -5,7 +5,6 @@
 #include <optional>
 #include <vector>
 
-#include "daemon/api/caller_key.h"
 #include "daemon/api/completion_response.h"
 #include "daemon/auth/api_keys.h"
 #include "daemon/auth/tenant_limits.h"
@@ -28,27 +27,16 @@ json tier_json(const TierFigures& t) {
               {"evictions", t.evictions}};
 }
 
-// The caller's tenant (the key check let the key in); null without keys.
-const Tenant* caller(const DaemonContext& ctx, const httplib::Request& req) {
-  return ctx.api_keys ? find_caller(*ctx.api_keys, req) : nullptr;
-}
-
 // Parses a prompt body, its cache_salt put in the caller's namespace
 // (engine_salt); answers the error itself and returns false on failure.
-bool parse_prompt(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res,
-                  PromptRequest* out) {
-  auto body = parse_json_body(req.body);
-  if (auto* e = std::get_if<ApiError>(&body)) {
-    send_error(res, *e);
-    return false;
-  }
-  auto p = validate_prompt_body(std::get<json>(body), ctx.model);
+bool parse_prompt(DaemonContext& ctx, const Call& call, httplib::Response& res, PromptRequest* out) {
+  auto p = validate_prompt_body(*call.body, ctx.model);
   if (auto* e = std::get_if<ApiError>(&p)) {
     send_error(res, *e);
     return false;
   }
   *out = std::move(std::get<PromptRequest>(p));
-  out->cache_salt = engine_salt(caller(ctx, req), out->cache_salt);
+  out->cache_salt = engine_salt(call.caller.tenant, out->cache_salt);
   return true;
 }
 
@@ -80,10 +68,10 @@ std::optional<Result<PinResult>> pin_for_tenant(DaemonContext& ctx, const Tenant
 }
 
 // POST /v1/cache/pin (pin = true) and /v1/cache/unpin.
-void pin_prompt(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res, bool pin) {
+void pin_prompt(DaemonContext& ctx, const Call& call, httplib::Response& res, bool pin) {
   PromptRequest p;
-  if (!parse_prompt(ctx, req, res, &p)) return;
-  const Tenant* tenant = ctx.tenant_limits ? caller(ctx, req) : nullptr;
+  if (!parse_prompt(ctx, call, res, &p)) return;
+  const Tenant* tenant = ctx.tenant_limits ? call.caller.tenant : nullptr;
   std::optional<Result<PinResult>> pinned;
   if (pin && tenant) {
     pinned = pin_for_tenant(ctx, *tenant, p, res);
@@ -146,14 +134,14 @@ json cache_stats_json(const StatsSnapshot& s, int32_t block_size) {
   return out;
 }
 
-void handle_cache_stats(DaemonContext& ctx, const httplib::Request&, httplib::Response& res) {
+void handle_cache_stats(DaemonContext& ctx, const Call&, httplib::Response& res) {
   send_json(res,
             cache_stats_json(read_stats(*ctx.engine, ctx.tiers), ctx.engine->options().block_size));
 }
 
-void handle_cache_lookup(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res) {
+void handle_cache_lookup(DaemonContext& ctx, const Call& call, httplib::Response& res) {
   PromptRequest p;
-  if (!parse_prompt(ctx, req, res, &p)) return;
+  if (!parse_prompt(ctx, call, res, &p)) return;
   LookupResult r = ctx.engine->lookup(p.prompt, p.cache_salt);
   send_json(res, json{{"prompt_tokens", r.prompt_tokens},
                       {"cached_tokens", r.cached_tokens()},
@@ -162,16 +150,11 @@ void handle_cache_lookup(DaemonContext& ctx, const httplib::Request& req, httpli
                       {"disk_tokens", r.disk_tokens}});
 }
 
-void handle_cache_prefetch(DaemonContext& ctx, const httplib::Request& req,
-                           httplib::Response& res) {
-  if (ctx.draining.load()) {
-    res.set_header("Retry-After", std::to_string(ctx.retry_after_s));
-    return send_error(res, ApiError::service_unavailable("the server is shutting down"));
-  }
+void handle_cache_prefetch(DaemonContext& ctx, const Call& call, httplib::Response& res) {
   PromptRequest p;
-  if (!parse_prompt(ctx, req, res, &p)) return;
+  if (!parse_prompt(ctx, call, res, &p)) return;
   TenantTicket tenant_ticket;
-  if (const Tenant* t = ctx.tenant_limits ? caller(ctx, req) : nullptr) {
+  if (const Tenant* t = ctx.tenant_limits ? call.caller.tenant : nullptr) {
     std::optional<TenantTicket> ticket = ctx.tenant_limits->try_begin(t->index);
     if (!ticket) {
       ctx.metrics->count_tenant_limited(t->index, TenantLimit::kMaxConcurrent);
@@ -218,15 +201,15 @@ void handle_cache_prefetch(DaemonContext& ctx, const httplib::Request& req,
   }
 }
 
-void handle_cache_pin(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res) {
-  pin_prompt(ctx, req, res, /*pin=*/true);
+void handle_cache_pin(DaemonContext& ctx, const Call& call, httplib::Response& res) {
+  pin_prompt(ctx, call, res, /*pin=*/true);
 }
 
-void handle_cache_unpin(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res) {
-  pin_prompt(ctx, req, res, /*pin=*/false);
+void handle_cache_unpin(DaemonContext& ctx, const Call& call, httplib::Response& res) {
+  pin_prompt(ctx, call, res, /*pin=*/false);
 }
 
-void handle_cache_clear(DaemonContext& ctx, const httplib::Request&, httplib::Response& res) {
+void handle_cache_clear(DaemonContext& ctx, const Call&, httplib::Response& res) {
   send_json(res, json{{"cleared_blocks", ctx.engine->clear_cache()}});
 }
 

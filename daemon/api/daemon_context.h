@@ -80,8 +80,8 @@ struct DaemonContext {
   std::atomic<bool> cancel_all{false};
   TierManager* tiers = nullptr;  // not owned; null when no host/disk tier is configured
   // The keys (daemon/auth/api_keys.h; null = no auth) and the per-tenant limit
-  // accounting (set with keys); not owned. Handlers find the caller's tenant
-  // with find_caller (daemon/api/caller_key.h): the key check let it in.
+  // accounting (set with keys); not owned. The routes resolve each request's
+  // caller once and hand it to the handler (Call::caller, daemon/api/call.h).
   const ApiKeys* api_keys = nullptr;
   TenantLimits* tenant_limits = nullptr;
   // The prefixes pinned for a TTL by cache breakpoints and

@@ -63,10 +63,10 @@ void send_html(httplib::Response& res, const std::string& html, int status) {
 
 // Parses a non-negative integer query parameter; nullopt (and an answered
 // 400) when it is malformed.
-std::optional<int64_t> int_param(const httplib::Request& req, httplib::Response& res,
+std::optional<int64_t> int_param(const Call& call, httplib::Response& res,
                                  const char* name, int64_t fallback, int64_t min, int64_t max) {
-  if (!req.has_param(name)) return fallback;
-  const std::string v = req.get_param_value(name);
+  if (!call.http.has_param(name)) return fallback;
+  const std::string v = call.http.get_param_value(name);
   int64_t out = 0;
   bool ok = !v.empty() && v.size() <= 18;
   for (char ch : v) {
@@ -88,11 +88,9 @@ std::optional<int64_t> int_param(const httplib::Request& req, httplib::Response&
 }
 
 // POST /v1/cache/prefixes/pin (pin = true) and /unpin {"id": "16 hex digits"}.
-void pin_prefix(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res, bool pin) {
+void pin_prefix(DaemonContext& ctx, const Call& call, httplib::Response& res, bool pin) {
   Dashboard& d = *ctx.dashboard;
-  auto body = parse_json_body(req.body);
-  if (auto* e = std::get_if<ApiError>(&body)) return send_error(res, *e);
-  const json& b = std::get<json>(body);
+  const json& b = *call.body;
   if (!b.contains("id") || !b["id"].is_string()) {
     return send_error(
         res, ApiError::bad_request("id", "'id' (16 hex digits) is required", "invalid_parameter"));
@@ -118,31 +116,30 @@ void pin_prefix(DaemonContext& ctx, const httplib::Request& req, httplib::Respon
 
 }  // namespace
 
-void handle_dashboard_page(DaemonContext&, const httplib::Request&, httplib::Response& res) {
+void handle_dashboard_page(DaemonContext&, const Call&, httplib::Response& res) {
   send_html(res, dashboard_page_html(), 200);
 }
 
-void handle_cache_history(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res) {
-  auto since = int_param(req, res, "since", 0, 0, INT64_MAX / 2);
+void handle_cache_history(DaemonContext& ctx, const Call& call, httplib::Response& res) {
+  auto since = int_param(call, res, "since", 0, 0, INT64_MAX / 2);
   if (!since) return;
   send_json(res, ctx.dashboard->history_json(*since));
 }
 
-void handle_cache_prefixes(DaemonContext& ctx, const httplib::Request& req,
-                           httplib::Response& res) {
-  auto limit = int_param(req, res, "limit", 20, 1, 256);
+void handle_cache_prefixes(DaemonContext& ctx, const Call& call, httplib::Response& res) {
+  auto limit = int_param(call, res, "limit", 20, 1, 256);
   if (!limit) return;
   json out = ctx.dashboard->prefixes_json(static_cast<size_t>(*limit));
   out["ttl_pins"] = ctx.ttl_pins ? ttl_pins_json(ctx, *ctx.ttl_pins) : json::array();
   send_json(res, out);
 }
 
-void handle_prefix_pin(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res) {
-  pin_prefix(ctx, req, res, /*pin=*/true);
+void handle_prefix_pin(DaemonContext& ctx, const Call& call, httplib::Response& res) {
+  pin_prefix(ctx, call, res, /*pin=*/true);
 }
 
-void handle_prefix_unpin(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res) {
-  pin_prefix(ctx, req, res, /*pin=*/false);
+void handle_prefix_unpin(DaemonContext& ctx, const Call& call, httplib::Response& res) {
+  pin_prefix(ctx, call, res, /*pin=*/false);
 }
 
 void answer_dashboard_login(const httplib::Request& req, httplib::Response& res) {

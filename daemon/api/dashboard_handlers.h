@@ -6,17 +6,18 @@
 
 #include <httplib.h>
 
+#include "daemon/api/call.h"
 #include "daemon/api/daemon_context.h"
 
 namespace prefixd {
 
-void handle_dashboard_page(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res);
+void handle_dashboard_page(DaemonContext& ctx, const Call& call, httplib::Response& res);
 // ?since=T_MS (default 0).
-void handle_cache_history(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res);
+void handle_cache_history(DaemonContext& ctx, const Call& call, httplib::Response& res);
 // ?limit=N (1..256, default 20).
-void handle_cache_prefixes(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res);
-void handle_prefix_pin(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res);
-void handle_prefix_unpin(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res);
+void handle_cache_prefixes(DaemonContext& ctx, const Call& call, httplib::Response& res);
+void handle_prefix_pin(DaemonContext& ctx, const Call& call, httplib::Response& res);
+void handle_prefix_unpin(DaemonContext& ctx, const Call& call, httplib::Response& res);
 
 // httplib post-routing hook, installed when an API key is configured: the
 // key check answers a GET /dashboard without the key with a JSON 401, but a

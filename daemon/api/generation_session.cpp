@@ -41,10 +41,10 @@ size_t fold_wakeup(CompletionFold& fold, Timing& timing, Metrics& metrics,
 }
 
 void record_end(DaemonContext& ctx, const Request& request, const CompletionFold& fold,
-                const Timing& timing, Delivery delivery, int32_t tenant) {
+                const Timing& timing, Delivery delivery, RequestCount& count) {
   const RequestOutcome outcome = fold.outcome();
-  ctx.metrics->count_request(outcome, tenant);
-  ctx.metrics->count_tenant_tokens(tenant, fold.usage.prompt_tokens, fold.usage.cached_tokens,
+  count.settle(outcome);
+  ctx.metrics->count_tenant_tokens(count.tenant(), fold.usage.prompt_tokens, fold.usage.cached_tokens,
                                    fold.usage.completion_tokens);
   if (outcome == RequestOutcome::kCompleted && timing.first_token_seen)
     ctx.metrics->observe_ttft_by_cache(timing.ttft_s, fold.usage.cached_tokens > 0);
@@ -53,13 +53,6 @@ void record_end(DaemonContext& ctx, const Request& request, const CompletionFold
   if (observe_queue) ctx.metrics->observe_queue(fold.usage.queue_ms / 1000.0);
   if (ctx.dashboard && outcome == RequestOutcome::kCompleted)
     ctx.dashboard->record_request(request.prompt, request.cache_salt, fold.usage);
-}
-
-std::optional<Refusal> refuse_if_draining(DaemonContext& ctx, httplib::Response& res) {
-  if (!ctx.draining.load()) return std::nullopt;
-  res.set_header("Retry-After", std::to_string(ctx.retry_after_s));
-  return Refusal{ApiError::service_unavailable("the server is shutting down"),
-                 RequestOutcome::kRejected};
 }
 
 std::optional<Refusal> admit_generation(DaemonContext& ctx, const Tenant* tenant,

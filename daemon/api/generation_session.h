@@ -1,7 +1,7 @@
 // What every generation route (/v1/completions, /v1/chat/completions,
 // /v1/messages) does around the engine whatever its dialect: the gates a
-// request passes before it is submitted (shutdown, the tenant's
-// max_concurrent, the admission gate), its latency bookkeeping, and the
+// request passes before it is submitted (the tenant's max_concurrent, the
+// admission gate; the route refuses it while the daemon drains), its latency bookkeeping, and the
 // accounting of its end. Called on HTTP worker threads.
 #pragma once
 
@@ -11,6 +11,7 @@
 #include <optional>
 #include <vector>
 
+#include "daemon/api/call.h"
 #include "daemon/api/completion_response.h"
 #include "daemon/api/daemon_context.h"
 #include "daemon/auth/api_keys.h"
@@ -39,13 +40,13 @@ struct Timing {
 size_t fold_wakeup(CompletionFold& fold, Timing& timing, Metrics& metrics,
                    const std::vector<EngineEvent>& events);
 
-// The end of a request that the engine finished: its outcome in
-// prefixd_requests_total (and its tenant's, with its tokens), its queue
-// time, and (completed ones) its TTFT by cache hit or miss and the dashboard.
-// A stream has always observed the queue time of failed and cancelled
-// requests too; a whole answer only that of completed ones.
+// The end of a request that the engine finished: its outcome settled in
+// `count` (prefixd_requests_total and its tenant's), its tenant's tokens, its
+// queue time, and (completed ones) its TTFT by cache hit or miss and the
+// dashboard. A stream has always observed the queue time of failed and
+// cancelled requests too; a whole answer only that of completed ones.
 void record_end(DaemonContext& ctx, const Request& request, const CompletionFold& fold,
-                const Timing& timing, Delivery delivery, int32_t tenant);
+                const Timing& timing, Delivery delivery, RequestCount& count);
 
 // A refusal before submission: the error to answer (Retry-After already set
 // on the response where it applies) and how the request is counted.
@@ -53,9 +54,6 @@ struct Refusal {
   ApiError error;
   RequestOutcome outcome;
 };
-
-// 503 while the daemon drains (Retry-After set).
-std::optional<Refusal> refuse_if_draining(DaemonContext& ctx, httplib::Response& res);
 
 // The slots a submitted request holds until it ends.
 struct GenerationSlots {

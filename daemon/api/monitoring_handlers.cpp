@@ -9,7 +9,7 @@
 
 namespace prefixd {
 
-void handle_health(DaemonContext& ctx, const httplib::Request&, httplib::Response& res) {
+void handle_health(DaemonContext& ctx, const Call&, httplib::Response& res) {
   const bool draining = ctx.draining.load();
   send_json(res,
             nlohmann::json{{"status", draining ? "shutting_down" : "ok"},
@@ -18,7 +18,7 @@ void handle_health(DaemonContext& ctx, const httplib::Request&, httplib::Respons
             draining ? 503 : 200);
 }
 
-void handle_metrics(DaemonContext& ctx, const httplib::Request&, httplib::Response& res) {
+void handle_metrics(DaemonContext& ctx, const Call&, httplib::Response& res) {
   std::string text = ctx.metrics->render(read_stats(*ctx.engine, ctx.tiers), ctx.build);
   if (ctx.ttl_pins) ctx.ttl_pins->render_metrics(&text);
   res.set_content(text, "text/plain; version=0.0.4; charset=utf-8");

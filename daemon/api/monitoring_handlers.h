@@ -4,14 +4,15 @@
 
 #include <httplib.h>
 
+#include "daemon/api/call.h"
 #include "daemon/api/daemon_context.h"
 
 namespace prefixd {
 
 // {"status": "ok", "backend", "cpu_isa"}; 503 with "shutting_down" while draining.
-void handle_health(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res);
+void handle_health(DaemonContext& ctx, const Call& call, httplib::Response& res);
 
 // The Prometheus exposition of ctx.metrics and a StatsSnapshot read now.
-void handle_metrics(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res);
+void handle_metrics(DaemonContext& ctx, const Call& call, httplib::Response& res);
 
 }  // namespace prefixd

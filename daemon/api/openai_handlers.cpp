@@ -9,7 +9,6 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
-#include "daemon/api/caller_key.h"
 #include "daemon/api/completion_response.h"
 #include "daemon/api/generation_session.h"
 #include "daemon/api/ttl_pins.h"
@@ -58,6 +57,7 @@ struct StreamState {
   AdmissionTicket ticket;
   TenantTicket tenant_ticket;  // the tenant's max_concurrent slot, held as long as the stream
   std::optional<CacheTtl> retention;  // prompt_cache_retention "24h"
+  std::shared_ptr<RequestCount> count;  // the request's outcome, settled once
   int32_t tenant = -1;         // Tenant::index; -1 without keys
   Timing timing;
   CompletionFold fold;
@@ -66,12 +66,11 @@ struct StreamState {
   size_t n_tokens_rendered = 0;   // token events rendered so far (their index in the fold)
   size_t logprobs_sent = 0;       // chat: tokens whose logprobs went out (a token whose text
                                   // is held back sends its logprobs with the next text)
-  bool counted = false;
   SteadyClock::time_point t_last_write;
 
   ~StreamState() {
     if (!fold.finished) channel->cancel();
-    if (!counted) ctx->metrics->count_request(RequestOutcome::kCancelled, tenant);
+    count->settle(RequestOutcome::kCancelled);  // ignored when the end was recorded
   }
 
   // Turns newly arrived events into SSE bytes.
@@ -152,8 +151,7 @@ struct StreamState {
       t_last_write = now;
     }
     if (fold.finished) {
-      if (!counted) record_end(*ctx, meta.request, fold, timing, Delivery::kStream, tenant);
-      counted = true;
+      if (!count->settled()) record_end(*ctx, meta.request, fold, timing, Delivery::kStream, *count);
       sink.done();
     }
     return true;
@@ -162,14 +160,15 @@ struct StreamState {
 
 // Waits for the whole answer and sends it (or its error) as one document.
 void answer_whole(DaemonContext& ctx, const GenerationRequest& g, const CompletionHead& head,
-                  RequestChannel& channel, Timing timing, int32_t tenant,
+                  RequestChannel& channel, Timing timing, RequestCount& count,
                   std::optional<CacheTtl> retention, httplib::Response& res) {
+  const int32_t tenant = count.tenant();
   CompletionFold fold;
   while (!fold.finished) {
     if (ctx.cancel_all.load()) channel.cancel();
     fold_wakeup(fold, timing, *ctx.metrics, channel.wait(kChannelPoll));
   }
-  record_end(ctx, g.request, fold, timing, Delivery::kWhole, tenant);
+  record_end(ctx, g.request, fold, timing, Delivery::kWhole, count);
   if (std::optional<ApiError> err = completion_error(fold, Delivery::kWhole))
     return send_error(res, *err);
   json out = completion_json(head, fold);
@@ -180,18 +179,19 @@ void answer_whole(DaemonContext& ctx, const GenerationRequest& g, const Completi
 
 // Streams the answer; the response's content provider owns the state.
 void answer_stream(DaemonContext& ctx, GenerationRequest g, const CompletionHead& head,
-                   std::shared_ptr<RequestChannel> channel, AdmissionTicket ticket,
-                   TenantTicket tenant_ticket, int32_t tenant, Timing timing,
+                   std::shared_ptr<RequestChannel> channel, GenerationSlots slots,
+                   std::shared_ptr<RequestCount> count, Timing timing,
                    std::optional<CacheTtl> retention, httplib::Response& res) {
   auto st = std::make_shared<StreamState>();
   st->ctx = &ctx;
   st->meta = std::move(g);
   st->head = head;
   st->channel = std::move(channel);
-  st->ticket = std::move(ticket);
-  st->tenant_ticket = std::move(tenant_ticket);
+  st->ticket = std::move(slots.admission);
+  st->tenant_ticket = std::move(slots.tenant);
   st->retention = retention;
-  st->tenant = tenant;
+  st->tenant = count->tenant();
+  st->count = std::move(count);
   st->timing = timing;
   st->t_last_write = SteadyClock::now();
   res.set_header("Cache-Control", "no-cache");
@@ -201,24 +201,17 @@ void answer_stream(DaemonContext& ctx, GenerationRequest g, const CompletionHead
       [st](size_t /*offset*/, httplib::DataSink& sink) { return st->pump(sink); });
 }
 
-void handle_generation(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res,
-                       bool chat) {
-  const Timing timing{SteadyClock::now()};
-  // The caller's tenant (the key check let the key in); null without keys.
-  const Tenant* tenant =
-      ctx.api_keys ? find_caller(*ctx.api_keys, req) : nullptr;
-  const int32_t tenant_index = tenant ? tenant->index : -1;
+void handle_generation(DaemonContext& ctx, const Call& call, httplib::Response& res, bool chat) {
+  const Timing timing{call.t_routed};
+  const Tenant* tenant = call.caller.tenant;
   auto refuse = [&](const ApiError& e, RequestOutcome outcome) {
-    ctx.metrics->count_request(outcome, tenant_index);
+    call.count->settle(outcome);
     send_error(res, e);
   };
-  if (std::optional<Refusal> r = refuse_if_draining(ctx, res)) return refuse(r->error, r->outcome);
-  auto body = parse_json_body(req.body);
-  if (auto* e = std::get_if<ApiError>(&body)) return refuse(*e, RequestOutcome::kInvalid);
-  auto parsed = validate_generation(std::get<json>(body), ctx.model, chat);
+  auto parsed = validate_generation(*call.body, ctx.model, chat);
   if (auto* e = std::get_if<ApiError>(&parsed)) return refuse(*e, RequestOutcome::kInvalid);
   GenerationRequest g = std::move(std::get<GenerationRequest>(parsed));
-  auto cache_fields = read_prompt_cache_fields(std::get<json>(body));
+  auto cache_fields = read_prompt_cache_fields(*call.body);
   if (auto* e = std::get_if<ApiError>(&cache_fields)) return refuse(*e, RequestOutcome::kInvalid);
   const std::optional<CacheTtl> retention = std::get<PromptCacheFields>(cache_fields).retention;
   // The tenant's namespace goes into the salt its blocks are hashed under.
@@ -238,24 +231,23 @@ void handle_generation(DaemonContext& ctx, const httplib::Request& req, httplib:
     head.echo = std::make_shared<EchoedPrompt>(echo_prompt(g.request.prompt, ctx.model.tokenizer));
   std::shared_ptr<RequestChannel> channel = ctx.engine->submit(g.request);
   if (g.stream) {
-    return answer_stream(ctx, std::move(g), head, std::move(channel), std::move(slots.admission),
-                         std::move(slots.tenant), tenant_index, timing, retention, res);
+    return answer_stream(ctx, std::move(g), head, std::move(channel), std::move(slots), call.count,
+                         timing, retention, res);
   }
-  answer_whole(ctx, g, head, *channel, timing, tenant_index, retention, res);
+  answer_whole(ctx, g, head, *channel, timing, *call.count, retention, res);
 }
 
 }  // namespace
 
-void handle_completions(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res) {
-  handle_generation(ctx, req, res, /*chat=*/false);
+void handle_completions(DaemonContext& ctx, const Call& call, httplib::Response& res) {
+  handle_generation(ctx, call, res, /*chat=*/false);
 }
 
-void handle_chat_completions(DaemonContext& ctx, const httplib::Request& req,
-                             httplib::Response& res) {
-  handle_generation(ctx, req, res, /*chat=*/true);
+void handle_chat_completions(DaemonContext& ctx, const Call& call, httplib::Response& res) {
+  handle_generation(ctx, call, res, /*chat=*/true);
 }
 
-void handle_models(DaemonContext& ctx, const httplib::Request&, httplib::Response& res) {
+void handle_models(DaemonContext& ctx, const Call&, httplib::Response& res) {
   json m = {{"id", ctx.model.id},
             {"object", "model"},
             {"created", 0},
@@ -265,18 +257,14 @@ void handle_models(DaemonContext& ctx, const httplib::Request&, httplib::Respons
   send_json(res, json{{"object", "list"}, {"data", json::array({m})}});
 }
 
-void handle_tokenize(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res) {
-  auto body = parse_json_body(req.body);
-  if (auto* e = std::get_if<ApiError>(&body)) return send_error(res, *e);
-  auto ids = validate_tokenize(std::get<json>(body), ctx.model);
+void handle_tokenize(DaemonContext& ctx, const Call& call, httplib::Response& res) {
+  auto ids = validate_tokenize(*call.body, ctx.model);
   if (auto* e = std::get_if<ApiError>(&ids)) return send_error(res, *e);
   send_json(res, json{{"tokens", std::get<std::vector<int32_t>>(ids)}});
 }
 
-void handle_detokenize(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res) {
-  auto body = parse_json_body(req.body);
-  if (auto* e = std::get_if<ApiError>(&body)) return send_error(res, *e);
-  auto ids = validate_detokenize(std::get<json>(body), ctx.model);
+void handle_detokenize(DaemonContext& ctx, const Call& call, httplib::Response& res) {
+  auto ids = validate_detokenize(*call.body, ctx.model);
   if (auto* e = std::get_if<ApiError>(&ids)) return send_error(res, *e);
   send_json(res,
             json{{"content", ctx.model.tokenizer->decode(std::get<std::vector<int32_t>>(ids))}});

@@ -7,17 +7,17 @@
 
 #include <httplib.h>
 
+#include "daemon/api/call.h"
 #include "daemon/api/daemon_context.h"
 
 namespace prefixd {
 
 // Streaming answers keep a reference to `ctx`, which must outlive the server.
-void handle_completions(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res);
-void handle_chat_completions(DaemonContext& ctx, const httplib::Request& req,
-                             httplib::Response& res);
+void handle_completions(DaemonContext& ctx, const Call& call, httplib::Response& res);
+void handle_chat_completions(DaemonContext& ctx, const Call& call, httplib::Response& res);
 
-void handle_models(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res);
-void handle_tokenize(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res);
-void handle_detokenize(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res);
+void handle_models(DaemonContext& ctx, const Call& call, httplib::Response& res);
+void handle_tokenize(DaemonContext& ctx, const Call& call, httplib::Response& res);
+void handle_detokenize(DaemonContext& ctx, const Call& call, httplib::Response& res);
 
 }  // namespace prefixd

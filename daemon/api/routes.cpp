@@ -1,7 +1,8 @@
 // The route table, then how it is installed: the checks before routing
 // (Host and Origin, what the request may carry before its body is read, the
-// API key), the JSON body reader of POST routes, and JSON answers for the
-// errors httplib produces itself and for exceptions.
+// API key, which resolves the caller), the one wrapper every route runs
+// through (body read and parsed once, the Call built, the drain refusal),
+// and JSON answers for the errors httplib produces itself and for exceptions.
 #include "daemon/api/routes.h"
 
 #include <cctype>
@@ -15,7 +16,6 @@
 
 #include "daemon/api/anthropic_handlers.h"
 #include "daemon/api/cache_handlers.h"
-#include "daemon/api/caller_key.h"
 #include "daemon/api/dashboard_handlers.h"
 #include "daemon/api/monitoring_handlers.h"
 #include "daemon/api/openai_handlers.h"
@@ -25,6 +25,7 @@
 #include "daemon/http/http_util.h"
 #include "daemon/http/request_bounds.h"
 #include "daemon/monitoring/metrics.h"
+#include "daemon/validation/request_validation.h"
 
 namespace prefixd {
 namespace {
@@ -32,6 +33,10 @@ namespace {
 using enum Method;
 using enum Access;
 using HandlerResponse = httplib::Server::HandlerResponse;
+using nlohmann::json;
+
+// A generation route's flags.
+constexpr uint8_t kGeneration = kCountsRequests | kRefusedWhileDraining;
 
 // clang-format off
 constexpr Route kRoutes[] = {
@@ -40,17 +45,17 @@ constexpr Route kRoutes[] = {
     {kGet,    "/metrics",                  handle_metrics,           kAdmin},
     // OpenAI-compatible (openai_handlers.h).
     {kGet,    "/v1/models",                handle_models,            kKey},
-    {kPost,   "/v1/completions",           handle_completions,       kKey,    kCountsRequests},
-    {kPost,   "/v1/chat/completions",      handle_chat_completions,  kKey,    kCountsRequests},
+    {kPost,   "/v1/completions",           handle_completions,       kKey,    kGeneration},
+    {kPost,   "/v1/chat/completions",      handle_chat_completions,  kKey,    kGeneration},
     {kPost,   "/tokenize",                 handle_tokenize,          kKey},
     {kPost,   "/detokenize",               handle_detokenize,        kKey},
     // Anthropic-compatible (anthropic_handlers.h); errors in Anthropic's shape.
-    {kPost,   "/v1/messages",              handle_messages,          kKey,    kCountsRequests},
+    {kPost,   "/v1/messages",              handle_messages,          kKey,    kGeneration},
     {kPost,   "/v1/messages/count_tokens", handle_count_tokens,      kKey},
     // The prefix cache (cache_handlers.h).
     {kGet,    "/v1/cache/stats",           handle_cache_stats,       kAdmin},
     {kPost,   "/v1/cache/lookup",          handle_cache_lookup,      kKey},
-    {kPost,   "/v1/cache/prefetch",        handle_cache_prefetch,    kKey},
+    {kPost,   "/v1/cache/prefetch",        handle_cache_prefetch,    kKey,    kRefusedWhileDraining},
     {kPost,   "/v1/cache/pin",             handle_cache_pin,         kAdmin},
     {kPost,   "/v1/cache/unpin",           handle_cache_unpin,       kAdmin},
     {kDelete, "/v1/cache",                 handle_cache_clear,       kAdmin},
@@ -118,14 +123,47 @@ void refuse(const httplib::Request& req, httplib::Response& res, const ApiError&
   }
 }
 
+// The caller check_request resolved for the request this connection thread
+// serves. httplib runs the pre-routing handler, the route's handler, the
+// error handler and the post-routing handler of one request on one thread,
+// one request at a time, and its Request has no field for it; the
+// post-routing handler clears it for the next request.
+thread_local Caller t_caller;
+
+// The caller's tenant: from the Authorization header when the request has
+// one (x-api-key is then not read), else from x-api-key; null when neither
+// carries a valid key.
+const Tenant* find_caller(const ApiKeys& keys, const httplib::Request& req) {
+  if (req.has_header("Authorization"))
+    return keys.find_bearer(req.get_header_value("Authorization"));
+  if (req.has_header("x-api-key")) return keys.find(req.get_header_value("x-api-key"));
+  return nullptr;
+}
+
+// Whether the request carries a key at all: picks the 401 message.
+bool presents_key(const httplib::Request& req) {
+  return !req.get_header_value("Authorization").empty() ||
+         !req.get_header_value("x-api-key").empty();
+}
+
+// A request to a generation route refused before its handler: counted once
+// here, under its tenant when the key is known.
+void count_refused(DaemonContext& ctx, std::string_view path, const Caller& caller,
+                   RequestOutcome outcome) {
+  if (any_route_has(path, kCountsRequests))
+    RequestCount(*ctx.metrics, caller.index()).settle(outcome);
+}
+
 // Before routing, before httplib reads any body: a Host that is not served
 // gets 421, a foreign Origin 403 (request_origin.h), a request whose body
 // would not be bounded 415/405/400/404/411/413 (request_bounds.h), then,
 // with keys, a request for a route that needs one gets 401 without a valid
 // key, 403 when the key's role does not allow the route, and 429 when the
-// tenant's requests_per_minute is spent (daemon/auth/api_keys.h, tenant_limits.h).
+// tenant's requests_per_minute is spent (daemon/auth/api_keys.h,
+// tenant_limits.h). The caller is resolved here, once (t_caller).
 HandlerResponse check_request(DaemonContext& ctx, const RouteOptions& o,
                               const httplib::Request& req, httplib::Response& res) {
+  t_caller = Caller{};
   const std::string host = req.get_header_value("Host");
   if (auto refusal = check_host(o.origin_policy, host)) {
     refuse(req, res, ApiError::misdirected(*refusal));
@@ -135,16 +173,17 @@ HandlerResponse check_request(DaemonContext& ctx, const RouteOptions& o,
     refuse(req, res, ApiError::forbidden(*refusal, "origin_not_allowed"));
     return HandlerResponse::Handled;
   }
+  const bool needs_key = ctx.api_keys && !is_public(req.path);
+  if (needs_key) t_caller.tenant = find_caller(*ctx.api_keys, req);
   if (auto refusal = check_request_bounds(req, body_use(req.method, req.path), o.max_body_bytes)) {
     if (refusal->status == 405) res.set_header("Allow", "GET, HEAD");
     // As when read_body refuses a generation request's body.
-    if (any_route_has(req.path, kCountsRequests))
-      ctx.metrics->count_request(RequestOutcome::kInvalid);
+    count_refused(ctx, req.path, t_caller, RequestOutcome::kInvalid);
     refuse(req, res, *refusal);
     return HandlerResponse::Handled;
   }
-  if (!ctx.api_keys || is_public(req.path)) return HandlerResponse::Unhandled;
-  const Tenant* tenant = find_caller(*ctx.api_keys, req);
+  if (!needs_key) return HandlerResponse::Unhandled;
+  const Tenant* tenant = t_caller.tenant;
   if (tenant == nullptr) {
     res.set_header("WWW-Authenticate", "Bearer");
     refuse(req, res,
@@ -153,9 +192,8 @@ HandlerResponse check_request(DaemonContext& ctx, const RouteOptions& o,
                                                       "Bearer KEY' (or 'x-api-key: KEY')"));
     return HandlerResponse::Handled;
   }
-  const bool counted = any_route_has(req.path, kCountsRequests);
   if (tenant->role != Role::kAdmin && is_admin_only(req.path)) {
-    if (counted) ctx.metrics->count_request(RequestOutcome::kInvalid, tenant->index);
+    count_refused(ctx, req.path, t_caller, RequestOutcome::kInvalid);
     refuse(req, res,
            ApiError::forbidden("the key of tenant '" + tenant->name + "' has role " +
                                    role_name(tenant->role) + "; " + req.path + " needs role admin",
@@ -166,7 +204,7 @@ HandlerResponse check_request(DaemonContext& ctx, const RouteOptions& o,
     const double now_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
     if (std::optional<int32_t> wait_s = ctx.tenant_limits->take_request(tenant->index, now_s)) {
-      if (counted) ctx.metrics->count_request(RequestOutcome::kRejected, tenant->index);
+      count_refused(ctx, req.path, t_caller, RequestOutcome::kRejected);
       ctx.metrics->count_tenant_limited(tenant->index, TenantLimit::kRequestsPerMinute);
       res.set_header("Retry-After", std::to_string(*wait_s));
       refuse(req, res,
@@ -187,9 +225,7 @@ HandlerResponse answer_http_error(DaemonContext& ctx, const RouteOptions& o,
                                   const httplib::Request& req, httplib::Response& res) {
   if (!res.body.empty() || is_closing_answer(res)) return HandlerResponse::Unhandled;
   // e.g. a generation request refused with 413 before its handler ran
-  if (any_route_has(req.path, kCountsRequests)) {
-    ctx.metrics->count_request(RequestOutcome::kInvalid);
-  }
+  count_refused(ctx, req.path, t_caller, RequestOutcome::kInvalid);
   if (res.status == 404) {
     send_error(res, ApiError::not_found("", "no endpoint " + req.method + " " + req.path)
                         .in_dialect_of(req.path));
@@ -277,12 +313,38 @@ void tidy_closing_answer(httplib::Response& res) {
   res.set_header("Connection", "close");
 }
 
+// What every route runs through once its body (if any) is read: the Call
+// (the caller resolved before routing, the outcome count of a generation
+// route), the drain refusal, the body parsed once (malformed: 400), then the
+// handler.
+void run_route(DaemonContext& ctx, const Route& route, const httplib::Request& req,
+               const std::string* body_text, httplib::Response& res) {
+  Call call{req, t_caller, nullptr, nullptr};
+  if ((route.flags & kCountsRequests) != 0)
+    call.count = std::make_shared<RequestCount>(*ctx.metrics, call.caller.index());
+  auto refuse_call = [&](const ApiError& e, RequestOutcome outcome) {
+    if (call.count) call.count->settle(outcome);
+    send_error(res, e.in_dialect_of(req.path));
+  };
+  if ((route.flags & kRefusedWhileDraining) != 0 && ctx.draining.load()) {
+    res.set_header("Retry-After", std::to_string(ctx.retry_after_s));
+    return refuse_call(ApiError::service_unavailable("the server is shutting down"),
+                       RequestOutcome::kRejected);
+  }
+  ApiResult<json> body = json(nullptr);
+  if (body_text) {
+    body = parse_json_body(*body_text);
+    if (auto* e = std::get_if<ApiError>(&body)) return refuse_call(*e, RequestOutcome::kInvalid);
+    call.body = &std::get<json>(body);
+  }
+  route.handler(ctx, call, res);
+}
+
 void install_route(httplib::Server& h, DaemonContext& ctx, const RouteOptions& o,
                    const Route& route) {
   DaemonContext* c = &ctx;
-  const Handler handler = route.handler;
-  auto plain = [c, handler](const httplib::Request& req, httplib::Response& res) {
-    handler(*c, req, res);
+  auto plain = [c, &route](const httplib::Request& req, httplib::Response& res) {
+    run_route(*c, route, req, nullptr, res);
   };
   switch (route.method) {
     case kGet:
@@ -293,27 +355,21 @@ void install_route(httplib::Server& h, DaemonContext& ctx, const RouteOptions& o
       return;
     case kPost:
       if ((route.flags & kHttplibBody) != 0) {
-        h.Post(route.path, [c, handler](const httplib::Request& req, httplib::Response& res) {
+        h.Post(route.path, [c, &route](const httplib::Request& req, httplib::Response& res) {
           if (auto refusal = check_json_content_type(req)) {
             send_error(res, *refusal);  // the body was read (within its Content-Length)
             return;
           }
-          handler(*c, req, res);
+          run_route(*c, route, req, &req.body, res);
         });
         return;
       }
-      h.Post(route.path, [c, handler, max_body_bytes = o.max_body_bytes,
-                          counted = (route.flags & kCountsRequests) != 0](
+      h.Post(route.path, [c, &route, max_body_bytes = o.max_body_bytes](
                              const httplib::Request& req, httplib::Response& res,
                              const httplib::ContentReader& reader) {
         std::optional<std::string> body = read_body(req, reader, max_body_bytes, res);
-        if (!body) {
-          if (counted) c->metrics->count_request(RequestOutcome::kInvalid);
-          return;
-        }
-        httplib::Request with_body = req;
-        with_body.body = std::move(*body);
-        handler(*c, with_body, res);
+        if (!body) return count_refused(*c, req.path, t_caller, RequestOutcome::kInvalid);
+        run_route(*c, route, req, &*body, res);
       });
       return;
   }
@@ -336,6 +392,7 @@ void install_routes(httplib::Server& http, DaemonContext& ctx, const RouteOption
       }));
   http.set_exception_handler(answer_exception);
   http.set_post_routing_handler([c](const httplib::Request& req, httplib::Response& res) {
+    t_caller = Caller{};
     tidy_closing_answer(res);
     if (c->api_keys) answer_dashboard_login(req, res);
   });

@@ -1,8 +1,9 @@
 // The HTTP surface of prefixd as one table: method, path, handler and who may
 // call it (daemon/api.md is the contract). install_routes() puts the table
 // into an httplib::Server together with what every route shares: the API-key
-// check, the JSON body reader of POST routes and JSON answers for the errors
-// httplib produces itself.
+// check that resolves the caller once, the JSON body reader and parser of
+// POST routes, the count of generation requests' outcomes, and JSON answers
+// for the errors httplib produces itself. Handlers take a Call (call.h).
 #pragma once
 
 #include <httplib.h>
@@ -10,6 +11,7 @@
 #include <cstdint>
 #include <span>
 
+#include "daemon/api/call.h"
 #include "daemon/api/daemon_context.h"
 #include "daemon/http/request_origin.h"
 
@@ -29,9 +31,9 @@ enum class Access : uint8_t {
 
 // Bits of Route::flags.
 enum RouteFlag : uint8_t {
-  // A generation route: its requests count in prefixd_requests_total, those
-  // refused before the handler runs (unreadable, multipart or too large
-  // bodies, any path error) as "invalid".
+  // A generation route: its requests count in prefixd_requests_total (once,
+  // through Call::count), those refused before the handler runs (unreadable,
+  // multipart, too large or malformed bodies, any path error) as "invalid".
   kCountsRequests = 1 << 0,
   // httplib reads the POST body, as the dashboard's pin-by-id routes always
   // have: form-urlencoded bodies above 8 KiB get 413 and multipart bodies are
@@ -39,10 +41,14 @@ enum RouteFlag : uint8_t {
   // reads them (it would read those whole). Every other POST route reads any
   // body as JSON text up to --max-body-bytes and refuses multipart with 415.
   kHttplibBody = 1 << 1,
+  // Refused with 503 (Retry-After) while the daemon drains, before its body
+  // is parsed: the routes that submit to the engine.
+  kRefusedWhileDraining = 1 << 2,
 };
 
-// Handlers run on HTTP worker threads; `ctx` outlives the server.
-using Handler = void (*)(DaemonContext& ctx, const httplib::Request& req, httplib::Response& res);
+// Handlers run on HTTP worker threads; `ctx` outlives the server. A POST
+// handler gets its body parsed (call.body is a JSON object).
+using Handler = void (*)(DaemonContext& ctx, const Call& call, httplib::Response& res);
 
 struct Route {
   Method method;
