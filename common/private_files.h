@@ -1,7 +1,8 @@
 // Private files: directories only their owner may enter or change (0700) and
 // files only it may read (0600), for what prefixd keeps on disk (generated
-// models, fingerprints, the disk tier), and temporary files that a planted
-// file or symbolic link cannot redirect. POSIX; every function may be called
+// models, fingerprints, the disk tier), temporary files that a planted file
+// or symbolic link cannot redirect, and the one reader of the secrets it is
+// given (API keys, the key list, the TLS key, the cache secret). POSIX; every function may be called
 // from any thread.
 #pragma once
 
@@ -195,6 +196,70 @@ inline Status write_file_atomically(const std::string& path, const void* data, s
   if (!tmp.ok()) return tmp.status();
   if (Status s = tmp->write(data, n_bytes); !s.ok()) return s;
   return tmp->commit();
+}
+
+// Who besides its owner may read a file read with read_private_file.
+enum class FileAccess : uint8_t {
+  // Anyone (a TLS certificate): no owner or mode check, and a symbolic link is
+  // followed (certbot publishes certificates as links).
+  kPublic,
+  // This user's own file with no access for group or others (0600, 0400), as
+  // ssh treats its keys: API keys, the key list, the cache secret.
+  kOwnerOnly,
+  // No access for others; when it is this user's file, none for its group
+  // either. A key another owner shares with a group is accepted (0640
+  // root:ssl-cert): the TLS key.
+  kOwnerOrGroupShared,
+};
+
+// Reads the whole of the regular file `path`, at most `max_bytes` bytes,
+// opened with O_NOFOLLOW unless kPublic (a symbolic link at `path` is
+// refused, not followed: point the flag at the file itself) and checked on
+// the open descriptor (fstat) against `access`. Every error
+// begins with `what` and the path (e.g. "the key file /x", "--tls-key /x"),
+// says what is wrong and, for a mode, the chmod that fixes it.
+inline Result<std::string> read_private_file(const std::string& path, size_t max_bytes,
+                                             const std::string& what, FileAccess access) {
+  using private_files_detail::octal_mode;
+  const std::string name = what + " " + path;
+  const int no_follow = access == FileAccess::kPublic ? 0 : O_NOFOLLOW;
+  const int fd = ::open(path.c_str(), O_RDONLY | no_follow | O_CLOEXEC);
+  if (fd < 0) return Status::error(name + ": cannot open: " + std::strerror(errno));
+  struct stat st {};
+  auto refuse = [&](std::string message) {
+    ::close(fd);
+    return Status::error(name + message);
+  };
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return refuse(" is not a regular file");
+  const bool own_file = st.st_uid == ::geteuid();
+  if (access == FileAccess::kOwnerOnly && !own_file) {
+    return refuse(" belongs to another user (uid " + std::to_string(st.st_uid) +
+                  "); it must be this user's own file");
+  }
+  const bool open_to_others =
+      (access == FileAccess::kOwnerOnly && (st.st_mode & 077) != 0) ||
+      (access == FileAccess::kOwnerOrGroupShared &&
+       ((st.st_mode & S_IROTH) != 0 || (own_file && (st.st_mode & 077) != 0)));
+  if (open_to_others) {
+    return refuse(std::string(" is open to ") + (own_file ? "group or others" : "others") +
+                  " (mode " + octal_mode(st.st_mode) + "); run chmod 600 " + path);
+  }
+  std::string text(max_bytes + 1, '\0');
+  size_t got = 0;
+  for (;;) {
+    const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return refuse(std::string(": cannot read: ") + std::strerror(errno));
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+    if (got == text.size()) break;
+  }
+  ::close(fd);
+  if (got > max_bytes) {
+    return Status::error(name + " holds more than " + std::to_string(max_bytes) + " bytes");
+  }
+  text.resize(got);
+  return text;
 }
 
 }  // namespace prefixd

@@ -5,14 +5,15 @@
 
 #include <cstring>
 
-#include "daemon/auth/secret_file.h"
+#include "common/private_files.h"
 
 namespace prefixd {
 
 Result<std::array<uint8_t, 16>> read_deployment_secret(const std::string& path) {
   constexpr size_t kMaxBytes = 4096;
   constexpr size_t kMinBytes = 16;
-  Result<std::string> read = read_private_file(path, kMaxBytes);
+  Result<std::string> read =
+      read_private_file(path, kMaxBytes, "the key file", FileAccess::kOwnerOnly);
   if (!read.ok()) return Status::error("--cache-secret-file: " + read.message());
   std::string content = std::move(read).value();
   while (!content.empty() && (content.back() == '\n' || content.back() == '\r' ||

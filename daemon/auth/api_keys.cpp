@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
-#include "daemon/auth/secret_file.h"
+#include "common/private_files.h"
 
 namespace prefixd {
 namespace {
@@ -185,7 +185,8 @@ Result<ApiKeys> ApiKeys::parse(std::string_view json_text) {
 }
 
 Result<ApiKeys> ApiKeys::load_file(const std::string& path) {
-  Result<std::string> text = read_private_file(path, kMaxApiKeysFileBytes);
+  Result<std::string> text =
+      read_private_file(path, kMaxApiKeysFileBytes, "the key file", FileAccess::kOwnerOnly);
   if (!text.ok()) return text.status();
   Result<ApiKeys> keys = parse(text.value());
   if (!keys.ok()) return Status::error(path + ": " + keys.message());

@@ -1,17 +1,12 @@
-// HTTPS listener and its certificate checks (see listener.h). Only
-// cpp-httplib's API is used (OpenSSL itself is not linked into the daemon), so
-// the pair check asks httplib::SSLServer whether OpenSSL loaded both files.
+// The plain and HTTPS listeners and the certificate checks (see listener.h).
+// The files are read with common/private_files.h; the pair check asks
+// httplib::SSLServer whether OpenSSL loaded both, and the TLS floor is set
+// with OpenSSL's SSL_CTX_set_min_proto_version on httplib's context.
 #include "daemon/http/listener.h"
 
-#include <fcntl.h>
 #include <httplib.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
-
+#include "common/private_files.h"
 #include "daemon/http/connection_server.h"
 
 namespace prefixd {
@@ -19,70 +14,28 @@ namespace {
 
 constexpr size_t kMaxPemBytes = 1 << 20;  // a certificate chain or key is a few KiB
 
-struct PemFile {
-  std::string text;
-  struct stat st {};
-};
-
-// The file's bytes (at most kMaxPemBytes) and its stat; `flag` names it in errors.
-Result<PemFile> read_pem_file(const std::string& flag, const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Status::error(flag + " " + path + ": cannot open: " + std::strerror(errno));
-  PemFile f;
-  if (::fstat(fd, &f.st) != 0 || !S_ISREG(f.st.st_mode)) {
-    ::close(fd);
-    return Status::error(flag + " " + path + " is not a regular file");
-  }
-  f.text.resize(kMaxPemBytes + 1);
-  size_t got = 0;
-  for (;;) {
-    const ssize_t n = ::read(fd, f.text.data() + got, f.text.size() - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      return Status::error(flag + " " + path + ": cannot read: " + std::strerror(err));
-    }
-    if (n == 0) break;
-    got += static_cast<size_t>(n);
-    if (got == f.text.size()) break;
-  }
-  ::close(fd);
-  if (got > kMaxPemBytes) return Status::error(flag + " " + path + " is larger than 1 MiB");
-  f.text.resize(got);
-  return f;
-}
-
-std::string mode_string(mode_t mode) {
-  char buf[8];
-  std::snprintf(buf, sizeof(buf), "%04o", static_cast<unsigned>(mode & 07777));
-  return buf;
-}
-
 }  // namespace
 
 Status check_tls_files(const std::string& cert_path, const std::string& key_path) {
-  Result<PemFile> cert = read_pem_file("--tls-cert", cert_path);
+  Result<std::string> cert =
+      read_private_file(cert_path, kMaxPemBytes, "--tls-cert", FileAccess::kPublic);
   if (!cert.ok()) return cert.status();
-  if (cert->text.find("-----BEGIN CERTIFICATE-----") == std::string::npos) {
+  if (cert->find("-----BEGIN CERTIFICATE-----") == std::string::npos) {
     return Status::error("--tls-cert " + cert_path +
                          " holds no PEM certificate (no -----BEGIN CERTIFICATE----- line)");
   }
-  Result<PemFile> key = read_pem_file("--tls-key", key_path);
+  // Private: refused when others may read it, or when it is this user's file
+  // and group or others have any access (as ssh treats its keys); a key
+  // another owner shares with a group (0640 root:ssl-cert) is accepted.
+  Result<std::string> key =
+      read_private_file(key_path, kMaxPemBytes, "--tls-key", FileAccess::kOwnerOrGroupShared);
   if (!key.ok()) return key.status();
-  const mode_t mode = key->st.st_mode;
-  const bool own_file = key->st.st_uid == ::geteuid();
-  if ((mode & S_IROTH) != 0 || (own_file && (mode & 077) != 0)) {
-    return Status::error("--tls-key " + key_path + " is open to " +
-                         (own_file ? "group or others" : "others") + " (mode " + mode_string(mode) +
-                         "); a private key must be private: run chmod 600 " + key_path);
-  }
-  if (key->text.find("PRIVATE KEY-----") == std::string::npos) {
+  if (key->find("PRIVATE KEY-----") == std::string::npos) {
     return Status::error("--tls-key " + key_path +
                          " holds no PEM private key (no -----BEGIN ... PRIVATE KEY----- line)");
   }
   // OpenSSL would prompt on the terminal for the passphrase of an encrypted key.
-  if (key->text.find("ENCRYPTED") != std::string::npos) {
+  if (key->find("ENCRYPTED") != std::string::npos) {
     return Status::error("--tls-key " + key_path +
                          " is encrypted and prefixd cannot ask for its passphrase; decrypt it "
                          "(openssl pkey -in KEY -out PLAIN_KEY) into a 0600 file");

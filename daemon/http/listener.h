@@ -19,7 +19,8 @@ struct ConnectionOptions;  // daemon/http/connection_server.h
 
 // Checks a certificate and private key pair for the HTTPS listener:
 // - both files open and hold PEM (a certificate chain; an unencrypted key);
-// - the key is private: refused when others may read it, or when it is this
+// - the key is private and no symbolic link (read with O_NOFOLLOW,
+//   common/private_files.h): refused when others may read it, or when it is this
 //   user's file and group or others have any access (as ssh treats its keys);
 //   a root-owned key shared with a group (0640 root:ssl-cert) is accepted;
 // - OpenSSL accepts the pair (the key is the certificate's).
