@@ -1,7 +1,7 @@
 // Serve mode: loads the model, tokenizer, chat template, cache tiers and
-// engine from ServerOptions, sets up the httplib server (worker pool, limits,
-// timeouts) with the route table of daemon/api/routes.h, runs it and stops it
-// gracefully.
+// engine from ServerOptions, sets up the listener (a thread per connection,
+// daemon/http/connection_threads.h; limits, timeouts) with the route table of
+// daemon/api/routes.h, runs it and stops it gracefully.
 #include "daemon/server.h"
 
 #include <httplib.h>

@@ -383,66 +383,67 @@ ApiResult<json> parse_json_body(const std::string& body) {
   return j;
 }
 
-ApiResult<GenerationRequest> validate_generation(const json& body, const ModelInfo& m, bool chat) {
-  GenerationRequest g;
-  g.chat = chat;
-  g.model = m.id;
-  Request& r = g.request;
-  r.kind = RequestKind::kGenerate;
-  if (auto e = check_model(body, m)) return *e;
+namespace {
 
-  // Sampling and output fields first (cheap), then the prompt (tokenizes).
+// The requested length of the answer: `max_tokens` (chat: or
+// `max_completion_tokens`), not yet checked against the prompt.
+struct MaxTokens {
+  int64_t value = -1;
+  bool given = false;
+  const char* field = "max_tokens";  // the field it came from, named in errors
+};
+
+// n, stream, stream_options, max_tokens and the logprobs fields.
+std::optional<ApiError> parse_output_fields(const json& body, bool chat, GenerationRequest* g,
+                                            MaxTokens* max) {
   int64_t n = 1;
-  if (auto e = get_int(body, "n", &n)) return *e;
+  if (auto e = get_int(body, "n", &n)) return e;
   if (n != 1)
     return ApiError::bad_request("n", "only n = 1 is supported (got " + std::to_string(n) + ")",
                                  "unsupported_value");
-  if (auto e = get_bool(body, "stream", &g.stream)) return *e;
+  if (auto e = get_bool(body, "stream", &g->stream)) return e;
   if (auto it = body.find("stream_options"); it != body.end() && !it->is_null()) {
     if (!it->is_object()) return type_error("stream_options", "an object");
-    if (auto e = get_bool(*it, "include_usage", &g.include_usage)) {
+    if (auto e = get_bool(*it, "include_usage", &g->include_usage)) {
       e->param = "stream_options.include_usage";
-      return *e;
+      return e;
     }
   }
-  int64_t max_tokens = -1;
-  bool has_max_tokens = false;
-  const char* max_field = "max_tokens";
-  if (auto e = get_int(body, "max_tokens", &max_tokens, &has_max_tokens)) return *e;
-  if (!has_max_tokens && chat) {
-    max_field = "max_completion_tokens";
-    if (auto e = get_int(body, "max_completion_tokens", &max_tokens, &has_max_tokens)) return *e;
+  if (auto e = get_int(body, "max_tokens", &max->value, &max->given)) return e;
+  if (!max->given && chat) {
+    max->field = "max_completion_tokens";
+    if (auto e = get_int(body, "max_completion_tokens", &max->value, &max->given)) return e;
   }
-  if (auto e = parse_logprobs(body, chat, &g)) return *e;
+  if (auto e = parse_logprobs(body, chat, g)) return e;
   // max_tokens 0 with echo scores the prompt (its logprobs) and generates nothing.
-  if (has_max_tokens && max_tokens < (g.echo ? 0 : 1)) {
-    return value_error(max_field, std::string("'") + max_field + "' must be at least " +
-                                      (g.echo ? "0" : chat ? "1" : "1 (0 only with echo: true)") +
-                                      " (got " +
-                                      std::to_string(max_tokens) + ")");
+  if (max->given && max->value < (g->echo ? 0 : 1)) {
+    return value_error(max->field, std::string("'") + max->field + "' must be at least " +
+                                       (g->echo ? "0" : chat ? "1" : "1 (0 only with echo: true)") +
+                                       " (got " + std::to_string(max->value) + ")");
   }
+  return std::nullopt;
+}
 
-  SamplingParams& s = r.sampling;
-  double v = s.temperature;
-  if (auto e = get_number(body, "temperature", &v)) return *e;
-  s.temperature = static_cast<float>(v);
-  v = s.top_p;
-  if (auto e = get_number(body, "top_p", &v)) return *e;
-  s.top_p = static_cast<float>(v);
-  v = s.min_p;
-  if (auto e = get_number(body, "min_p", &v)) return *e;
-  s.min_p = static_cast<float>(v);
-  v = s.repetition_penalty;
-  if (auto e = get_number(body, "repetition_penalty", &v)) return *e;
-  s.repetition_penalty = static_cast<float>(v);
-  int64_t top_k = s.top_k;
-  if (auto e = get_int(body, "top_k", &top_k)) return *e;
+// temperature, top_p, min_p, repetition_penalty, top_k, the unsupported
+// frequency and presence penalties, and seed.
+std::optional<ApiError> parse_sampling_fields(const json& body, SamplingParams* s) {
+  const std::pair<const char*, float*> fields[] = {{"temperature", &s->temperature},
+                                                   {"top_p", &s->top_p},
+                                                   {"min_p", &s->min_p},
+                                                   {"repetition_penalty", &s->repetition_penalty}};
+  for (auto [field, value] : fields) {
+    double v = *value;
+    if (auto e = get_number(body, field, &v)) return e;
+    *value = static_cast<float>(v);
+  }
+  int64_t top_k = s->top_k;
+  if (auto e = get_int(body, "top_k", &top_k)) return e;
   if (top_k == -1) top_k = 0;  // llama.cpp's "off"
   if (top_k < 0 || top_k > INT32_MAX) return value_error("top_k", "'top_k' must be >= 0 (0 = off)");
-  s.top_k = static_cast<int32_t>(top_k);
+  s->top_k = static_cast<int32_t>(top_k);
   for (const char* field : {"frequency_penalty", "presence_penalty"}) {
     double p = 0;
-    if (auto e = get_number(body, field, &p)) return *e;
+    if (auto e = get_number(body, field, &p)) return e;
     if (p != 0)
       return ApiError::bad_request(
           field, std::string("'") + field + "' is not supported (use repetition_penalty)",
@@ -450,65 +451,94 @@ ApiResult<GenerationRequest> validate_generation(const json& body, const ModelIn
   }
   if (auto it = body.find("seed"); it != body.end() && !it->is_null()) {
     if (!it->is_number_integer()) return type_error("seed", "an integer");
-    s.seed =
+    s->seed =
         it->is_number_unsigned() ? it->get<uint64_t>() : static_cast<uint64_t>(it->get<int64_t>());
-    s.has_seed = true;
+    s->has_seed = true;
   }
-  if (Status st = validate_sampling_params(s); !st.ok()) {
+  if (Status st = validate_sampling_params(*s); !st.ok()) {
     return ApiError::bad_request("", st.message(), "invalid_value");
   }
-  if (auto it = body.find("stop"); it != body.end() && !it->is_null()) {
-    if (it->is_string()) {
-      r.stop.push_back(it->get<std::string>());
-    } else if (it->is_array()) {
-      for (const json& x : *it) {
-        if (!x.is_string()) return type_error("stop", "a string or an array of strings");
-        r.stop.push_back(x.get<std::string>());
-      }
-    } else {
-      return type_error("stop", "a string or an array of strings");
+  return std::nullopt;
+}
+
+// `stop`: a string or an array of strings, bounded in number and length.
+std::optional<ApiError> parse_stop(const json& body, std::vector<std::string>* stop) {
+  auto it = body.find("stop");
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (it->is_string()) {
+    stop->push_back(it->get<std::string>());
+  } else if (it->is_array()) {
+    for (const json& x : *it) {
+      if (!x.is_string()) return type_error("stop", "a string or an array of strings");
+      stop->push_back(x.get<std::string>());
     }
-    if (r.stop.size() > kMaxStopStrings) {
-      return value_error("stop", "at most " + std::to_string(kMaxStopStrings) +
-                                     " stop strings are supported; got " +
-                                     std::to_string(r.stop.size()));
-    }
-    for (const std::string& x : r.stop) {
-      if (x.empty()) return value_error("stop", "stop strings must not be empty");
-      if (x.size() > kMaxStopBytes) {
-        return value_error("stop", "a stop string is " + std::to_string(x.size()) +
-                                       " bytes; at most " + std::to_string(kMaxStopBytes) +
-                                       " bytes are accepted");
-      }
+  } else {
+    return type_error("stop", "a string or an array of strings");
+  }
+  if (stop->size() > kMaxStopStrings) {
+    return value_error("stop", "at most " + std::to_string(kMaxStopStrings) +
+                                   " stop strings are supported; got " +
+                                   std::to_string(stop->size()));
+  }
+  for (const std::string& x : *stop) {
+    if (x.empty()) return value_error("stop", "stop strings must not be empty");
+    if (x.size() > kMaxStopBytes) {
+      return value_error("stop", "a stop string is " + std::to_string(x.size()) +
+                                     " bytes; at most " + std::to_string(kMaxStopBytes) +
+                                     " bytes are accepted");
     }
   }
+  return std::nullopt;
+}
+
+// The prompt (`messages` rendered for chat, else `prompt`), checked against
+// the context with the answer's length; sets r->prompt and r->max_tokens.
+std::optional<ApiError> parse_prompt_and_length(const json& body, const ModelInfo& m, bool chat,
+                                                MaxTokens max, Request* r) {
+  if (chat) {
+    if (auto e = parse_messages(body, m, &r->prompt)) return e;
+  } else {
+    if (auto e = parse_prompt(body, m, &r->prompt)) return e;
+  }
+  const std::string prompt_param = chat ? "messages" : "prompt";
+  if (auto e = check_prompt_fits(r->prompt.size(), m, prompt_param,
+                                 /*generates=*/!(max.given && max.value == 0)))
+    return e;
+  const int64_t n_prompt = static_cast<int64_t>(r->prompt.size());
+  if (!max.given) {
+    // Completions default to 16 tokens; chat replies may use the rest of the context.
+    max.value = chat ? m.n_ctx - n_prompt : std::min<int64_t>(16, m.n_ctx - n_prompt);
+  } else if (n_prompt + max.value > m.n_ctx) {
+    return ApiError::bad_request(
+        max.field,
+        "the prompt has " + std::to_string(n_prompt) + " tokens and " + max.field + " is " +
+            std::to_string(max.value) + "; together " + std::to_string(n_prompt + max.value) +
+            " tokens exceed the context length of " + std::to_string(m.n_ctx) + " tokens",
+        "context_length_exceeded");
+  }
+  r->max_tokens = static_cast<int32_t>(max.value);
+  return std::nullopt;
+}
+
+}  // namespace
+
+ApiResult<GenerationRequest> validate_generation(const json& body, const ModelInfo& m, bool chat) {
+  GenerationRequest g;
+  g.chat = chat;
+  g.model = m.id;
+  Request& r = g.request;
+  r.kind = RequestKind::kGenerate;
+  if (auto e = check_model(body, m)) return *e;
+  // Output and sampling fields first (cheap), then the prompt (tokenizes).
+  MaxTokens max;
+  if (auto e = parse_output_fields(body, chat, &g, &max)) return *e;
+  if (auto e = parse_sampling_fields(body, &r.sampling)) return *e;
+  if (auto e = parse_stop(body, &r.stop)) return *e;
   std::string user;
   if (auto e = get_string(body, "user", &user)) return *e;
   if (auto e = get_cache_salt(body, &r.cache_salt)) return *e;
   if (auto e = get_bool(body, "ignore_eos", &r.ignore_eos)) return *e;
-
-  if (chat) {
-    if (auto e = parse_messages(body, m, &r.prompt)) return *e;
-  } else {
-    if (auto e = parse_prompt(body, m, &r.prompt)) return *e;
-  }
-  const std::string prompt_param = chat ? "messages" : "prompt";
-  if (auto e = check_prompt_fits(r.prompt.size(), m, prompt_param,
-                                 /*generates=*/!(has_max_tokens && max_tokens == 0)))
-    return *e;
-  const int64_t n_prompt = static_cast<int64_t>(r.prompt.size());
-  if (!has_max_tokens) {
-    // Completions default to 16 tokens; chat replies may use the rest of the context.
-    max_tokens = chat ? m.n_ctx - n_prompt : std::min<int64_t>(16, m.n_ctx - n_prompt);
-  } else if (n_prompt + max_tokens > m.n_ctx) {
-    return ApiError::bad_request(
-        max_field,
-        "the prompt has " + std::to_string(n_prompt) + " tokens and " + max_field + " is " +
-            std::to_string(max_tokens) + "; together " + std::to_string(n_prompt + max_tokens) +
-            " tokens exceed the context length of " + std::to_string(m.n_ctx) + " tokens",
-        "context_length_exceeded");
-  }
-  r.max_tokens = static_cast<int32_t>(max_tokens);
+  if (auto e = parse_prompt_and_length(body, m, chat, max, &r)) return *e;
   return g;
 }
 
