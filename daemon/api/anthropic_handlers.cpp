@@ -13,7 +13,6 @@
 #include "daemon/api/generation_session.h"
 #include "daemon/api/ttl_pins.h"
 #include "daemon/auth/api_keys.h"
-#include "daemon/http/http_util.h"
 #include "daemon/validation/messages_request.h"
 #include "engine/engine.h"
 #include "engine/text/tokenizer.h"
@@ -191,7 +190,7 @@ struct MessageStream {
   }
 
   // Called by the content provider once per wake-up; false ends the stream.
-  bool pump(httplib::DataSink& sink) {
+  bool pump(ChunkSink& sink) {
     if (call.ctx->cancel_all.load()) call.channel->cancel();
     std::string out;
     if (!started) render_start(&out);
@@ -200,7 +199,7 @@ struct MessageStream {
     const SteadyClock::time_point now = SteadyClock::now();
     if (out.empty() && now - t_last_write > std::chrono::seconds(1)) out = ": keep-alive\n\n";
     if (!out.empty()) {
-      if (!sink.write(out.data(), out.size())) {
+      if (!sink.write(out)) {
         call.channel->cancel();
         return false;  // the destructor counts the request as cancelled
       }
@@ -216,7 +215,7 @@ struct MessageStream {
   }
 };
 
-void answer_whole(MessageCall& call, httplib::Response& res) {
+void answer_whole(MessageCall& call, Reply& res) {
   DaemonContext& ctx = *call.ctx;
   while (!call.fold.finished) {
     if (ctx.cancel_all.load()) call.channel->cancel();
@@ -224,29 +223,27 @@ void answer_whole(MessageCall& call, httplib::Response& res) {
   }
   record_end(ctx, call.m.request, call.fold, call.timing, Delivery::kWhole, *call.count);
   if (std::optional<ApiError> err = completion_error(call.fold, Delivery::kWhole))
-    return send_error(res, anthropic(*err));
+    return res.error(anthropic(*err));
   const std::vector<BreakpointOutcome> outcomes =
       settle_breakpoints(ctx, call.m, call.fold.usage.cached_tokens, call.tenant);
   const StopInfo stop = stop_info(call.fold, call.m.request, ctx.model.tokenizer);
   json content = json::array({{{"type", "text"}, {"text", call.fold.text}}});
-  send_json(res, message_json(call.id, call.m, std::move(content), &stop,
-                              messages_usage_json(call.fold.usage, outcomes)));
+  res.json(message_json(call.id, call.m, std::move(content), &stop,
+                        messages_usage_json(call.fold.usage, outcomes)));
 }
 
-void answer_stream(std::unique_ptr<MessageCall> call, httplib::Response& res) {
+void answer_stream(std::unique_ptr<MessageCall> call, Reply& res) {
   auto st = std::make_shared<MessageStream>();
   st->call = std::move(*call);
   st->t_last_write = SteadyClock::now();
-  res.set_header("Cache-Control", "no-cache");
-  res.set_header("X-Accel-Buffering", "no");
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [st](size_t /*offset*/, httplib::DataSink& sink) { return st->pump(sink); });
+  res.header("Cache-Control", "no-cache");
+  res.header("X-Accel-Buffering", "no");
+  res.stream("text/event-stream", [st](ChunkSink& sink) { return st->pump(sink); });
 }
 
 }  // namespace
 
-void handle_messages(DaemonContext& ctx, const Call& http_call, httplib::Response& res) {
+void handle_messages(DaemonContext& ctx, const Call& http_call, Reply& res) {
   auto call = std::make_unique<MessageCall>();
   call->ctx = &ctx;
   call->timing = Timing{http_call.t_routed};
@@ -254,7 +251,7 @@ void handle_messages(DaemonContext& ctx, const Call& http_call, httplib::Respons
   call->tenant = http_call.caller.index();
   auto refuse = [&](const ApiError& e, RequestOutcome outcome) {
     call->count->settle(outcome);
-    send_error(res, anthropic(e));
+    res.error(anthropic(e));
   };
   auto parsed = validate_messages(*http_call.body, ctx.model, /*count_only=*/false);
   if (auto* e = std::get_if<ApiError>(&parsed)) return refuse(*e, RequestOutcome::kInvalid);
@@ -269,10 +266,10 @@ void handle_messages(DaemonContext& ctx, const Call& http_call, httplib::Respons
   answer_whole(*call, res);
 }
 
-void handle_count_tokens(DaemonContext& ctx, const Call& call, httplib::Response& res) {
+void handle_count_tokens(DaemonContext& ctx, const Call& call, Reply& res) {
   auto parsed = validate_messages(*call.body, ctx.model, /*count_only=*/true);
-  if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(res, anthropic(*e));
-  send_json(res, json{{"input_tokens", std::get<MessagesRequest>(parsed).request.prompt.size()}});
+  if (auto* e = std::get_if<ApiError>(&parsed)) return res.error(anthropic(*e));
+  res.json(json{{"input_tokens", std::get<MessagesRequest>(parsed).request.prompt.size()}});
 }
 
 }  // namespace prefixd

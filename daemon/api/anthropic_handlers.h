@@ -6,15 +6,14 @@
 // and written (daemon/api.md, "Anthropic Messages").
 #pragma once
 
-#include <httplib.h>
-
 #include "daemon/api/call.h"
 #include "daemon/api/daemon_context.h"
+#include "daemon/http/reply.h"
 
 namespace prefixd {
 
 // Streaming answers keep a reference to `ctx`, which must outlive the server.
-void handle_messages(DaemonContext& ctx, const Call& call, httplib::Response& res);
-void handle_count_tokens(DaemonContext& ctx, const Call& call, httplib::Response& res);
+void handle_messages(DaemonContext& ctx, const Call& call, Reply& res);
+void handle_count_tokens(DaemonContext& ctx, const Call& call, Reply& res);
 
 }  // namespace prefixd

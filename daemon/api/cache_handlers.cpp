@@ -8,7 +8,6 @@
 #include "daemon/api/completion_response.h"
 #include "daemon/auth/api_keys.h"
 #include "daemon/auth/tenant_limits.h"
-#include "daemon/http/http_util.h"
 #include "daemon/monitoring/dashboard.h"
 #include "daemon/validation/request_validation.h"
 #include "engine/engine.h"
@@ -29,10 +28,10 @@ json tier_json(const TierFigures& t) {
 
 // Parses a prompt body, its cache_salt put in the caller's namespace
 // (engine_salt); answers the error itself and returns false on failure.
-bool parse_prompt(DaemonContext& ctx, const Call& call, httplib::Response& res, PromptRequest* out) {
+bool parse_prompt(DaemonContext& ctx, const Call& call, Reply& res, PromptRequest* out) {
   auto p = validate_prompt_body(*call.body, ctx.model);
   if (auto* e = std::get_if<ApiError>(&p)) {
-    send_error(res, *e);
+    res.error(*e);
     return false;
   }
   *out = std::move(std::get<PromptRequest>(p));
@@ -45,18 +44,17 @@ bool parse_prompt(DaemonContext& ctx, const Call& call, httplib::Response& res, 
 // tenant over its max_pinned_blocks, pins no more than those blocks and
 // settles the count with what was pinned. nullopt when it answered itself.
 std::optional<Result<PinResult>> pin_for_tenant(DaemonContext& ctx, const Tenant& t,
-                                                const PromptRequest& p, httplib::Response& res) {
+                                                const PromptRequest& p, Reply& res) {
   const int32_t block_size = ctx.engine->options().block_size;
   const int32_t n_blocks = ctx.engine->lookup(p.prompt, p.cache_salt).device_tokens / block_size;
   if (!ctx.tenant_limits->reserve_pins(t.index, n_blocks)) {
     ctx.metrics->count_tenant_limited(t.index, TenantLimit::kMaxPinnedBlocks);
-    send_error(res, ApiError::too_many_requests(
-                        "tenant '" + t.name + "' has " +
-                            std::to_string(ctx.tenant_limits->pinned_blocks(t.index)) +
-                            " blocks pinned; pinning " + std::to_string(n_blocks) +
-                            " more would pass its max_pinned_blocks of " +
-                            std::to_string(t.limits.max_pinned_blocks) + "; unpin first",
-                        "tenant_pin_limit"));
+    res.error(ApiError::too_many_requests(
+        "tenant '" + t.name + "' has " + std::to_string(ctx.tenant_limits->pinned_blocks(t.index)) +
+            " blocks pinned; pinning " + std::to_string(n_blocks) +
+            " more would pass its max_pinned_blocks of " +
+            std::to_string(t.limits.max_pinned_blocks) + "; unpin first",
+        "tenant_pin_limit"));
     return std::nullopt;
   }
   // Blocks that became ready since the lookup are not pinned: the reservation bounds the pin.
@@ -68,7 +66,7 @@ std::optional<Result<PinResult>> pin_for_tenant(DaemonContext& ctx, const Tenant
 }
 
 // POST /v1/cache/pin (pin = true) and /v1/cache/unpin.
-void pin_prompt(DaemonContext& ctx, const Call& call, httplib::Response& res, bool pin) {
+void pin_prompt(DaemonContext& ctx, const Call& call, Reply& res, bool pin) {
   PromptRequest p;
   if (!parse_prompt(ctx, call, res, &p)) return;
   const Tenant* tenant = ctx.tenant_limits ? call.caller.tenant : nullptr;
@@ -83,13 +81,13 @@ void pin_prompt(DaemonContext& ctx, const Call& call, httplib::Response& res, bo
   }
   Result<PinResult>& r = *pinned;
   if (!r.ok()) {
-    return send_error(
-        res, ApiError::conflict("prompt", r.message(), pin ? "pin_failed" : "unpin_failed"));
+    return res.error(
+        ApiError::conflict("prompt", r.message(), pin ? "pin_failed" : "unpin_failed"));
   }
   // A pin that found nothing cached pins nothing: the table would mislead.
   if (ctx.dashboard && (!pin || r->pinned_blocks > 0))
     ctx.dashboard->record_cache_call(p.prompt, p.cache_salt, pin ? CacheCall::kPin : CacheCall::kUnpin);
-  send_json(res, json{{"pinned_blocks", r->pinned_blocks}, {"pinned_tokens", r->pinned_tokens}});
+  res.json(json{{"pinned_blocks", r->pinned_blocks}, {"pinned_tokens", r->pinned_tokens}});
 }
 
 }  // namespace
@@ -134,23 +132,22 @@ json cache_stats_json(const StatsSnapshot& s, int32_t block_size) {
   return out;
 }
 
-void handle_cache_stats(DaemonContext& ctx, const Call&, httplib::Response& res) {
-  send_json(res,
-            cache_stats_json(read_stats(*ctx.engine, ctx.tiers), ctx.engine->options().block_size));
+void handle_cache_stats(DaemonContext& ctx, const Call&, Reply& res) {
+  res.json(cache_stats_json(read_stats(*ctx.engine, ctx.tiers), ctx.engine->options().block_size));
 }
 
-void handle_cache_lookup(DaemonContext& ctx, const Call& call, httplib::Response& res) {
+void handle_cache_lookup(DaemonContext& ctx, const Call& call, Reply& res) {
   PromptRequest p;
   if (!parse_prompt(ctx, call, res, &p)) return;
   LookupResult r = ctx.engine->lookup(p.prompt, p.cache_salt);
-  send_json(res, json{{"prompt_tokens", r.prompt_tokens},
-                      {"cached_tokens", r.cached_tokens()},
-                      {"device_tokens", r.device_tokens},
-                      {"host_tokens", r.host_tokens},
-                      {"disk_tokens", r.disk_tokens}});
+  res.json(json{{"prompt_tokens", r.prompt_tokens},
+                {"cached_tokens", r.cached_tokens()},
+                {"device_tokens", r.device_tokens},
+                {"host_tokens", r.host_tokens},
+                {"disk_tokens", r.disk_tokens}});
 }
 
-void handle_cache_prefetch(DaemonContext& ctx, const Call& call, httplib::Response& res) {
+void handle_cache_prefetch(DaemonContext& ctx, const Call& call, Reply& res) {
   PromptRequest p;
   if (!parse_prompt(ctx, call, res, &p)) return;
   TenantTicket tenant_ticket;
@@ -158,18 +155,17 @@ void handle_cache_prefetch(DaemonContext& ctx, const Call& call, httplib::Respon
     std::optional<TenantTicket> ticket = ctx.tenant_limits->try_begin(t->index);
     if (!ticket) {
       ctx.metrics->count_tenant_limited(t->index, TenantLimit::kMaxConcurrent);
-      res.set_header("Retry-After", std::to_string(ctx.retry_after_s));
-      return send_error(res, ApiError::too_many_requests(
-                                 "tenant '" + t->name + "' has its max_concurrent of " +
-                                     std::to_string(t->limits.max_concurrent) +
-                                     " requests in flight; retry when one ends",
-                                 "tenant_concurrency_limit"));
+      res.header("Retry-After", std::to_string(ctx.retry_after_s));
+      return res.error(ApiError::too_many_requests(
+          "tenant '" + t->name + "' has its max_concurrent of " +
+              std::to_string(t->limits.max_concurrent) + " requests in flight; retry when one ends",
+          "tenant_concurrency_limit"));
     }
     tenant_ticket = std::move(*ticket);
   }
   if (!ctx.admission->try_acquire()) {
-    res.set_header("Retry-After", std::to_string(ctx.retry_after_s));
-    return send_error(res, ApiError::too_many_requests("too many requests in flight; retry later"));
+    res.header("Retry-After", std::to_string(ctx.retry_after_s));
+    return res.error(ApiError::too_many_requests("too many requests in flight; retry later"));
   }
   AdmissionTicket ticket(ctx.admission);
   Request r;
@@ -183,34 +179,34 @@ void handle_cache_prefetch(DaemonContext& ctx, const Call& call, httplib::Respon
     if (ctx.cancel_all.load()) ch->cancel();
     for (EngineEvent& e : ch->wait(kChannelPoll)) {
       if (e.type == EngineEvent::Type::kError || e.finish == FinishReason::kError) {
-        return send_error(res, ApiError::internal_error("prefetch failed: " + e.error));
+        return res.error(ApiError::internal_error("prefetch failed: " + e.error));
       }
       if (e.type != EngineEvent::Type::kFinished) continue;
       if (e.finish == FinishReason::kCancelled) {
-        return send_error(res, ApiError::service_unavailable(
-                                   "the prefetch was cancelled (server shutting down)"));
+        return res.error(
+            ApiError::service_unavailable("the prefetch was cancelled (server shutting down)"));
       }
       const int32_t block_size = ctx.engine->options().block_size;
       if (ctx.dashboard) ctx.dashboard->record_cache_call(p.prompt, p.cache_salt, CacheCall::kPrefetch);
-      return send_json(res, json{{"prompt_tokens", e.usage.prompt_tokens},
-                                 {"cached_tokens", e.usage.cached_tokens},
-                                 {"prefill_tokens", e.usage.prefill_tokens},
-                                 {"blocks", static_cast<int32_t>(p.prompt.size()) / block_size},
-                                 {"prefix_cache", prefix_cache_json(e.usage)}});
+      return res.json(json{{"prompt_tokens", e.usage.prompt_tokens},
+                           {"cached_tokens", e.usage.cached_tokens},
+                           {"prefill_tokens", e.usage.prefill_tokens},
+                           {"blocks", static_cast<int32_t>(p.prompt.size()) / block_size},
+                           {"prefix_cache", prefix_cache_json(e.usage)}});
     }
   }
 }
 
-void handle_cache_pin(DaemonContext& ctx, const Call& call, httplib::Response& res) {
+void handle_cache_pin(DaemonContext& ctx, const Call& call, Reply& res) {
   pin_prompt(ctx, call, res, /*pin=*/true);
 }
 
-void handle_cache_unpin(DaemonContext& ctx, const Call& call, httplib::Response& res) {
+void handle_cache_unpin(DaemonContext& ctx, const Call& call, Reply& res) {
   pin_prompt(ctx, call, res, /*pin=*/false);
 }
 
-void handle_cache_clear(DaemonContext& ctx, const Call&, httplib::Response& res) {
-  send_json(res, json{{"cleared_blocks", ctx.engine->clear_cache()}});
+void handle_cache_clear(DaemonContext& ctx, const Call&, Reply& res) {
+  res.json(json{{"cleared_blocks", ctx.engine->clear_cache()}});
 }
 
 }  // namespace prefixd

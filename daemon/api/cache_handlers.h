@@ -4,13 +4,12 @@
 // thread-safe queries and a kPrefetch request.
 #pragma once
 
-#include <httplib.h>
-
 #include <cstdint>
 #include <nlohmann/json.hpp>
 
 #include "daemon/api/call.h"
 #include "daemon/api/daemon_context.h"
+#include "daemon/http/reply.h"
 #include "daemon/monitoring/stats_snapshot.h"
 
 namespace prefixd {
@@ -18,11 +17,11 @@ namespace prefixd {
 // The /v1/cache/stats document of `stats` (block_size: tokens per block).
 nlohmann::json cache_stats_json(const StatsSnapshot& stats, int32_t block_size);
 
-void handle_cache_stats(DaemonContext& ctx, const Call& call, httplib::Response& res);
-void handle_cache_lookup(DaemonContext& ctx, const Call& call, httplib::Response& res);
-void handle_cache_prefetch(DaemonContext& ctx, const Call& call, httplib::Response& res);
-void handle_cache_pin(DaemonContext& ctx, const Call& call, httplib::Response& res);
-void handle_cache_unpin(DaemonContext& ctx, const Call& call, httplib::Response& res);
-void handle_cache_clear(DaemonContext& ctx, const Call& call, httplib::Response& res);
+void handle_cache_stats(DaemonContext& ctx, const Call& call, Reply& res);
+void handle_cache_lookup(DaemonContext& ctx, const Call& call, Reply& res);
+void handle_cache_prefetch(DaemonContext& ctx, const Call& call, Reply& res);
+void handle_cache_pin(DaemonContext& ctx, const Call& call, Reply& res);
+void handle_cache_unpin(DaemonContext& ctx, const Call& call, Reply& res);
+void handle_cache_clear(DaemonContext& ctx, const Call& call, Reply& res);
 
 }  // namespace prefixd

@@ -4,13 +4,14 @@
 // generation route, the one count of the request's outcome.
 #pragma once
 
-#include <httplib.h>
-
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
 
 #include "daemon/auth/api_keys.h"
 #include "daemon/monitoring/metrics.h"
@@ -48,7 +49,8 @@ class RequestCount {
 };
 
 struct Call {
-  const httplib::Request& http;          // method, path, query parameters (the body is `body`)
+  std::string_view path;                                 // e.g. "/v1/completions"
+  const std::multimap<std::string, std::string>& query;  // query parameters
   Caller caller;
   const nlohmann::json* body = nullptr;  // POST routes: the body, a JSON object; else null
   std::shared_ptr<RequestCount> count;   // generation routes (kCountsRequests); else null

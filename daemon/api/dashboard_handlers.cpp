@@ -11,7 +11,6 @@
 
 #include "daemon/api/ttl_pins.h"
 #include "daemon/auth/api_keys.h"
-#include "daemon/http/http_util.h"
 #include "daemon/monitoring/dashboard.h"
 #include "daemon/monitoring/dashboard_assets.h"
 #include "daemon/validation/request_validation.h"
@@ -52,21 +51,25 @@ json ttl_pins_json(const DaemonContext& ctx, const TtlPins& pins) {
   return rows;
 }
 
-void send_html(httplib::Response& res, const std::string& html, int status) {
-  res.status = status;
-  res.set_header("Cache-Control", "no-store");
-  res.set_header("Content-Security-Policy", kContentSecurityPolicy);
-  res.set_header("X-Content-Type-Options", "nosniff");
-  res.set_header("X-Frame-Options", "DENY");  // no framing: its pin buttons cannot be clickjacked
-  res.set_content(html, "text/html; charset=utf-8");
+}  // namespace
+
+void send_html(Reply& res, const std::string& html, int status) {
+  res.header("Cache-Control", "no-store");
+  res.header("Content-Security-Policy", kContentSecurityPolicy);
+  res.header("X-Content-Type-Options", "nosniff");
+  res.header("X-Frame-Options", "DENY");  // no framing: its pin buttons cannot be clickjacked
+  res.content(html, "text/html; charset=utf-8", status);
 }
+
+namespace {
 
 // Parses a non-negative integer query parameter; nullopt (and an answered
 // 400) when it is malformed.
-std::optional<int64_t> int_param(const Call& call, httplib::Response& res,
-                                 const char* name, int64_t fallback, int64_t min, int64_t max) {
-  if (!call.http.has_param(name)) return fallback;
-  const std::string v = call.http.get_param_value(name);
+std::optional<int64_t> int_param(const Call& call, Reply& res, const char* name, int64_t fallback,
+                                 int64_t min, int64_t max) {
+  const auto it = call.query.lower_bound(name);  // the first value given, as httplib reads it
+  if (it == call.query.end() || it->first != name) return fallback;
+  const std::string& v = it->second;
   int64_t out = 0;
   bool ok = !v.empty() && v.size() <= 18;
   for (char ch : v) {
@@ -77,79 +80,72 @@ std::optional<int64_t> int_param(const Call& call, httplib::Response& res,
     out = out * 10 + (ch - '0');
   }
   if (!ok || out < min || out > max) {
-    send_error(res,
-               ApiError::bad_request(name,
-                                     std::string("'") + name + "' must be an integer in [" +
-                                         std::to_string(min) + ", " + std::to_string(max) + "]",
-                                     "invalid_parameter"));
+    res.error(ApiError::bad_request(name,
+                                    std::string("'") + name + "' must be an integer in [" +
+                                        std::to_string(min) + ", " + std::to_string(max) + "]",
+                                    "invalid_parameter"));
     return std::nullopt;
   }
   return out;
 }
 
 // POST /v1/cache/prefixes/pin (pin = true) and /unpin {"id": "16 hex digits"}.
-void pin_prefix(DaemonContext& ctx, const Call& call, httplib::Response& res, bool pin) {
+void pin_prefix(DaemonContext& ctx, const Call& call, Reply& res, bool pin) {
   Dashboard& d = *ctx.dashboard;
   const json& b = *call.body;
   if (!b.contains("id") || !b["id"].is_string()) {
-    return send_error(
-        res, ApiError::bad_request("id", "'id' (16 hex digits) is required", "invalid_parameter"));
+    return res.error(
+        ApiError::bad_request("id", "'id' (16 hex digits) is required", "invalid_parameter"));
   }
   std::optional<uint64_t> id = PrefixTracker::parse_id_hex(b["id"].get<std::string>());
   if (!id) {
-    return send_error(
-        res, ApiError::bad_request("id", "'id' must be 1 to 16 hex digits", "invalid_parameter"));
+    return res.error(
+        ApiError::bad_request("id", "'id' must be 1 to 16 hex digits", "invalid_parameter"));
   }
   std::optional<PrefixEntry> e = d.prefixes().find(*id);
-  if (!e) return send_error(res, ApiError::not_found("id", "no tracked prefix with this id"));
+  if (!e) return res.error(ApiError::not_found("id", "no tracked prefix with this id"));
   Result<PinResult> r = ctx.engine->pin(e->tokens, e->cache_salt, pin);
   if (!r.ok()) {
-    return send_error(res,
-                      ApiError::conflict("id", r.message(), pin ? "pin_failed" : "unpin_failed"));
+    return res.error(ApiError::conflict("id", r.message(), pin ? "pin_failed" : "unpin_failed"));
   }
   d.prefixes().set_pinned(*id, pin);
-  send_json(res, json{{"id", PrefixTracker::id_hex(*id)},
-                      {"pinned", pin},
-                      {"pinned_blocks", r->pinned_blocks},
-                      {"pinned_tokens", r->pinned_tokens}});
+  res.json(json{{"id", PrefixTracker::id_hex(*id)},
+                {"pinned", pin},
+                {"pinned_blocks", r->pinned_blocks},
+                {"pinned_tokens", r->pinned_tokens}});
 }
 
 }  // namespace
 
-void handle_dashboard_page(DaemonContext&, const Call&, httplib::Response& res) {
+void handle_dashboard_page(DaemonContext&, const Call&, Reply& res) {
   send_html(res, dashboard_page_html(), 200);
 }
 
-void handle_cache_history(DaemonContext& ctx, const Call& call, httplib::Response& res) {
+void handle_cache_history(DaemonContext& ctx, const Call& call, Reply& res) {
   auto since = int_param(call, res, "since", 0, 0, INT64_MAX / 2);
   if (!since) return;
-  send_json(res, ctx.dashboard->history_json(*since));
+  res.json(ctx.dashboard->history_json(*since));
 }
 
-void handle_cache_prefixes(DaemonContext& ctx, const Call& call, httplib::Response& res) {
+void handle_cache_prefixes(DaemonContext& ctx, const Call& call, Reply& res) {
   auto limit = int_param(call, res, "limit", 20, 1, 256);
   if (!limit) return;
   json out = ctx.dashboard->prefixes_json(static_cast<size_t>(*limit));
   out["ttl_pins"] = ctx.ttl_pins ? ttl_pins_json(ctx, *ctx.ttl_pins) : json::array();
-  send_json(res, out);
+  res.json(out);
 }
 
-void handle_prefix_pin(DaemonContext& ctx, const Call& call, httplib::Response& res) {
+void handle_prefix_pin(DaemonContext& ctx, const Call& call, Reply& res) {
   pin_prefix(ctx, call, res, /*pin=*/true);
 }
 
-void handle_prefix_unpin(DaemonContext& ctx, const Call& call, httplib::Response& res) {
+void handle_prefix_unpin(DaemonContext& ctx, const Call& call, Reply& res) {
   pin_prefix(ctx, call, res, /*pin=*/false);
 }
 
-void answer_dashboard_login(const httplib::Request& req, httplib::Response& res) {
-  if (req.path != "/dashboard" || req.method != "GET" || res.status != 401) return;
-  // httplib has sized (and maybe compressed) the JSON body already; the new
-  // body goes out as it is, with its own length.
-  res.headers.erase("Content-Length");
-  res.headers.erase("Content-Encoding");
-  send_html(res, std::string(dashboard_asset("login.html")), 401);
-  res.set_header("Content-Length", std::to_string(res.body.size()));
+const std::string& dashboard_login_html() {
+  static const std::string html(dashboard_asset("login.html"));
+  return html;
 }
 
 }  // namespace prefixd

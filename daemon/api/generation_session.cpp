@@ -55,13 +55,13 @@ void record_end(DaemonContext& ctx, const Request& request, const CompletionFold
     ctx.dashboard->record_request(request.prompt, request.cache_salt, fold.usage);
 }
 
-std::optional<Refusal> admit_generation(DaemonContext& ctx, const Tenant* tenant,
-                                        httplib::Response& res, GenerationSlots* slots) {
+std::optional<Refusal> admit_generation(DaemonContext& ctx, const Tenant* tenant, Reply& res,
+                                        GenerationSlots* slots) {
   if (tenant && ctx.tenant_limits) {
     std::optional<TenantTicket> t = ctx.tenant_limits->try_begin(tenant->index);
     if (!t) {
       ctx.metrics->count_tenant_limited(tenant->index, TenantLimit::kMaxConcurrent);
-      res.set_header("Retry-After", std::to_string(ctx.retry_after_s));
+      res.header("Retry-After", std::to_string(ctx.retry_after_s));
       return Refusal{
           ApiError::too_many_requests("tenant '" + tenant->name + "' has its max_concurrent of " +
                                           std::to_string(tenant->limits.max_concurrent) +
@@ -72,7 +72,7 @@ std::optional<Refusal> admit_generation(DaemonContext& ctx, const Tenant* tenant
     slots->tenant = std::move(*t);
   }
   if (!ctx.admission->try_acquire()) {
-    res.set_header("Retry-After", std::to_string(ctx.retry_after_s));
+    res.header("Retry-After", std::to_string(ctx.retry_after_s));
     return Refusal{
         ApiError::too_many_requests("too many requests in flight (" +
                                     std::to_string(ctx.admission->limit()) + "); retry later"),

@@ -5,8 +5,6 @@
 // accounting of its end. Called on HTTP worker threads.
 #pragma once
 
-#include <httplib.h>
-
 #include <chrono>
 #include <optional>
 #include <vector>
@@ -17,6 +15,7 @@
 #include "daemon/auth/api_keys.h"
 #include "daemon/auth/tenant_limits.h"
 #include "daemon/http/api_error.h"
+#include "daemon/http/reply.h"
 
 namespace prefixd {
 
@@ -63,7 +62,7 @@ struct GenerationSlots {
 
 // Takes the tenant's max_concurrent slot (with --api-keys) and one of the
 // admission gate; a 429 refusal (Retry-After set) when either is full.
-std::optional<Refusal> admit_generation(DaemonContext& ctx, const Tenant* tenant,
-                                        httplib::Response& res, GenerationSlots* slots);
+std::optional<Refusal> admit_generation(DaemonContext& ctx, const Tenant* tenant, Reply& res,
+                                        GenerationSlots* slots);
 
 }  // namespace prefixd

@@ -2,17 +2,16 @@
 // load balancers probe it without the API key) and GET /metrics (Prometheus).
 #pragma once
 
-#include <httplib.h>
-
 #include "daemon/api/call.h"
 #include "daemon/api/daemon_context.h"
+#include "daemon/http/reply.h"
 
 namespace prefixd {
 
 // {"status": "ok", "backend", "cpu_isa"}; 503 with "shutting_down" while draining.
-void handle_health(DaemonContext& ctx, const Call& call, httplib::Response& res);
+void handle_health(DaemonContext& ctx, const Call& call, Reply& res);
 
 // The Prometheus exposition of ctx.metrics and a StatsSnapshot read now.
-void handle_metrics(DaemonContext& ctx, const Call& call, httplib::Response& res);
+void handle_metrics(DaemonContext& ctx, const Call& call, Reply& res);
 
 }  // namespace prefixd

@@ -14,7 +14,6 @@
 #include "daemon/api/ttl_pins.h"
 #include "daemon/auth/api_keys.h"
 #include "daemon/auth/tenant_limits.h"
-#include "daemon/http/http_util.h"
 #include "daemon/monitoring/dashboard.h"
 #include "daemon/validation/prompt_cache_request.h"
 #include "engine/engine.h"
@@ -134,7 +133,7 @@ struct StreamState {
   }
 
   // Called by the content provider once per wake-up; false ends the stream.
-  bool pump(httplib::DataSink& sink) {
+  bool pump(ChunkSink& sink) {
     if (ctx->cancel_all.load()) channel->cancel();
     std::vector<EngineEvent> events = channel->wait(kChannelPoll);
     std::string out;
@@ -144,7 +143,7 @@ struct StreamState {
     // failed write reveal a client that went away while nothing was produced.
     if (out.empty() && now - t_last_write > std::chrono::seconds(1)) out = ": keep-alive\n\n";
     if (!out.empty()) {
-      if (!sink.write(out.data(), out.size())) {
+      if (!sink.write(out)) {
         channel->cancel();
         return false;  // the destructor counts the request as cancelled
       }
@@ -161,7 +160,7 @@ struct StreamState {
 // Waits for the whole answer and sends it (or its error) as one document.
 void answer_whole(DaemonContext& ctx, const GenerationRequest& g, const CompletionHead& head,
                   RequestChannel& channel, Timing timing, RequestCount& count,
-                  std::optional<CacheTtl> retention, httplib::Response& res) {
+                  std::optional<CacheTtl> retention, Reply& res) {
   const int32_t tenant = count.tenant();
   CompletionFold fold;
   while (!fold.finished) {
@@ -170,18 +169,18 @@ void answer_whole(DaemonContext& ctx, const GenerationRequest& g, const Completi
   }
   record_end(ctx, g.request, fold, timing, Delivery::kWhole, count);
   if (std::optional<ApiError> err = completion_error(fold, Delivery::kWhole))
-    return send_error(res, *err);
+    return res.error(*err);
   json out = completion_json(head, fold);
   json retained = retain_prompt(ctx, g.request, retention, fold.usage.cached_tokens, tenant);
   if (!retained.is_null()) out["prefix_cache"]["retention"] = std::move(retained);
-  send_json(res, out);
+  res.json(out);
 }
 
 // Streams the answer; the response's content provider owns the state.
 void answer_stream(DaemonContext& ctx, GenerationRequest g, const CompletionHead& head,
                    std::shared_ptr<RequestChannel> channel, GenerationSlots slots,
                    std::shared_ptr<RequestCount> count, Timing timing,
-                   std::optional<CacheTtl> retention, httplib::Response& res) {
+                   std::optional<CacheTtl> retention, Reply& res) {
   auto st = std::make_shared<StreamState>();
   st->ctx = &ctx;
   st->meta = std::move(g);
@@ -194,19 +193,17 @@ void answer_stream(DaemonContext& ctx, GenerationRequest g, const CompletionHead
   st->count = std::move(count);
   st->timing = timing;
   st->t_last_write = SteadyClock::now();
-  res.set_header("Cache-Control", "no-cache");
-  res.set_header("X-Accel-Buffering", "no");
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [st](size_t /*offset*/, httplib::DataSink& sink) { return st->pump(sink); });
+  res.header("Cache-Control", "no-cache");
+  res.header("X-Accel-Buffering", "no");
+  res.stream("text/event-stream", [st](ChunkSink& sink) { return st->pump(sink); });
 }
 
-void handle_generation(DaemonContext& ctx, const Call& call, httplib::Response& res, bool chat) {
+void handle_generation(DaemonContext& ctx, const Call& call, Reply& res, bool chat) {
   const Timing timing{call.t_routed};
   const Tenant* tenant = call.caller.tenant;
   auto refuse = [&](const ApiError& e, RequestOutcome outcome) {
     call.count->settle(outcome);
-    send_error(res, e);
+    res.error(e);
   };
   auto parsed = validate_generation(*call.body, ctx.model, chat);
   if (auto* e = std::get_if<ApiError>(&parsed)) return refuse(*e, RequestOutcome::kInvalid);
@@ -239,35 +236,34 @@ void handle_generation(DaemonContext& ctx, const Call& call, httplib::Response& 
 
 }  // namespace
 
-void handle_completions(DaemonContext& ctx, const Call& call, httplib::Response& res) {
+void handle_completions(DaemonContext& ctx, const Call& call, Reply& res) {
   handle_generation(ctx, call, res, /*chat=*/false);
 }
 
-void handle_chat_completions(DaemonContext& ctx, const Call& call, httplib::Response& res) {
+void handle_chat_completions(DaemonContext& ctx, const Call& call, Reply& res) {
   handle_generation(ctx, call, res, /*chat=*/true);
 }
 
-void handle_models(DaemonContext& ctx, const Call&, httplib::Response& res) {
+void handle_models(DaemonContext& ctx, const Call&, Reply& res) {
   json m = {{"id", ctx.model.id},
             {"object", "model"},
             {"created", 0},
             {"owned_by", "prefixd"},
             {"context_length", ctx.model.n_ctx},
             {"backend", ctx.build.backend_name}};
-  send_json(res, json{{"object", "list"}, {"data", json::array({m})}});
+  res.json(json{{"object", "list"}, {"data", json::array({m})}});
 }
 
-void handle_tokenize(DaemonContext& ctx, const Call& call, httplib::Response& res) {
+void handle_tokenize(DaemonContext& ctx, const Call& call, Reply& res) {
   auto ids = validate_tokenize(*call.body, ctx.model);
-  if (auto* e = std::get_if<ApiError>(&ids)) return send_error(res, *e);
-  send_json(res, json{{"tokens", std::get<std::vector<int32_t>>(ids)}});
+  if (auto* e = std::get_if<ApiError>(&ids)) return res.error(*e);
+  res.json(json{{"tokens", std::get<std::vector<int32_t>>(ids)}});
 }
 
-void handle_detokenize(DaemonContext& ctx, const Call& call, httplib::Response& res) {
+void handle_detokenize(DaemonContext& ctx, const Call& call, Reply& res) {
   auto ids = validate_detokenize(*call.body, ctx.model);
-  if (auto* e = std::get_if<ApiError>(&ids)) return send_error(res, *e);
-  send_json(res,
-            json{{"content", ctx.model.tokenizer->decode(std::get<std::vector<int32_t>>(ids))}});
+  if (auto* e = std::get_if<ApiError>(&ids)) return res.error(*e);
+  res.json(json{{"content", ctx.model.tokenizer->decode(std::get<std::vector<int32_t>>(ids))}});
 }
 
 }  // namespace prefixd

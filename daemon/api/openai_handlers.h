@@ -5,19 +5,18 @@
 // touch the model.
 #pragma once
 
-#include <httplib.h>
-
 #include "daemon/api/call.h"
 #include "daemon/api/daemon_context.h"
+#include "daemon/http/reply.h"
 
 namespace prefixd {
 
 // Streaming answers keep a reference to `ctx`, which must outlive the server.
-void handle_completions(DaemonContext& ctx, const Call& call, httplib::Response& res);
-void handle_chat_completions(DaemonContext& ctx, const Call& call, httplib::Response& res);
+void handle_completions(DaemonContext& ctx, const Call& call, Reply& res);
+void handle_chat_completions(DaemonContext& ctx, const Call& call, Reply& res);
 
-void handle_models(DaemonContext& ctx, const Call& call, httplib::Response& res);
-void handle_tokenize(DaemonContext& ctx, const Call& call, httplib::Response& res);
-void handle_detokenize(DaemonContext& ctx, const Call& call, httplib::Response& res);
+void handle_models(DaemonContext& ctx, const Call& call, Reply& res);
+void handle_tokenize(DaemonContext& ctx, const Call& call, Reply& res);
+void handle_detokenize(DaemonContext& ctx, const Call& call, Reply& res);
 
 }  // namespace prefixd

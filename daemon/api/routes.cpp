@@ -303,6 +303,21 @@ std::optional<std::string> read_body(const httplib::Request& req,
   return body;
 }
 
+// With keys, the key check answers a GET /dashboard without the key with a
+// JSON 401, but a browser cannot send a bearer header on navigation: that 401
+// carries instead the small page that asks for the key and loads the
+// dashboard with it (dashboard_handlers.h).
+void answer_dashboard_login(const httplib::Request& req, httplib::Response& res) {
+  if (req.path != "/dashboard" || req.method != "GET" || res.status != 401) return;
+  // httplib has sized (and maybe compressed) the JSON body already; the new
+  // body goes out as it is, with its own length.
+  res.headers.erase("Content-Length");
+  res.headers.erase("Content-Encoding");
+  Reply reply(res);
+  send_html(reply, dashboard_login_html(), 401);
+  res.set_header("Content-Length", std::to_string(res.body.size()));
+}
+
 // httplib adds its own `Connection: close` (a second one when the request
 // asked to close) and `Keep-Alive` after the handler; a closing answer
 // keeps one `Connection: close` and no `Keep-Alive`.
@@ -319,7 +334,7 @@ void tidy_closing_answer(httplib::Response& res) {
 // handler.
 void run_route(DaemonContext& ctx, const Route& route, const httplib::Request& req,
                const std::string* body_text, httplib::Response& res) {
-  Call call{req, t_caller, nullptr, nullptr};
+  Call call{req.path, req.params, t_caller, nullptr, nullptr};
   if ((route.flags & kCountsRequests) != 0)
     call.count = std::make_shared<RequestCount>(*ctx.metrics, call.caller.index());
   auto refuse_call = [&](const ApiError& e, RequestOutcome outcome) {
@@ -337,7 +352,8 @@ void run_route(DaemonContext& ctx, const Route& route, const httplib::Request& r
     if (auto* e = std::get_if<ApiError>(&body)) return refuse_call(*e, RequestOutcome::kInvalid);
     call.body = &std::get<json>(body);
   }
-  route.handler(ctx, call, res);
+  Reply reply(res);
+  route.handler(ctx, call, reply);
 }
 
 void install_route(httplib::Server& h, DaemonContext& ctx, const RouteOptions& o,

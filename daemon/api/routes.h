@@ -13,6 +13,7 @@
 
 #include "daemon/api/call.h"
 #include "daemon/api/daemon_context.h"
+#include "daemon/http/reply.h"
 #include "daemon/http/request_origin.h"
 
 namespace prefixd {
@@ -47,8 +48,9 @@ enum RouteFlag : uint8_t {
 };
 
 // Handlers run on HTTP worker threads; `ctx` outlives the server. A POST
-// handler gets its body parsed (call.body is a JSON object).
-using Handler = void (*)(DaemonContext& ctx, const Call& call, httplib::Response& res);
+// handler gets its body parsed (call.body is a JSON object). Handlers see no
+// httplib type: they answer through `reply` (daemon/http/reply.h).
+using Handler = void (*)(DaemonContext& ctx, const Call& call, Reply& reply);
 
 struct Route {
   Method method;
