@@ -320,4 +320,24 @@ inline SseAnswer post_sse(httplib::Client& c, const std::string& path, const nlo
   return a;
 }
 
+// The arguments of a daemon whose answers are bit-stable and whose restores
+// are forced: `model` with F32 KV on one thread, --restore-policy always (on
+// so small a model recompute would often win) and, with `disk_dir`, a disk
+// tier there.
+inline std::vector<std::string> forced_restore_args(const std::string& model,
+                                                    const std::string& disk_dir) {
+  std::vector<std::string> a = {"--model",    model, "--threads",        "1",
+                                "--kv-dtype", "f32", "--restore-policy", "always"};
+  if (!disk_dir.empty()) a.insert(a.end(), {"--disk-cache-dir", disk_dir});
+  return a;
+}
+
+// Distinct prompts of `n_tokens` ids (< 512: valid for stories260K and every
+// shared model), the i-th of a family.
+inline std::vector<int32_t> prompt_for(int i, int n_tokens = 180) {
+  std::vector<int32_t> p = {1};
+  for (int t = 1; t < n_tokens; ++t) p.push_back(3 + (i * 131 + t * 17 + (t * t) % 7) % 500);
+  return p;
+}
+
 }  // namespace prefixd::testing
