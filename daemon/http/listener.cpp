@@ -14,26 +14,30 @@ namespace {
 
 constexpr size_t kMaxPemBytes = 1 << 20;  // a certificate chain or key is a few KiB
 
+// The PEM file `path` of `flag`, read with `access`; refused unless it holds
+// `marker` (`holds`: what it should hold and the line that shows it).
+Result<std::string> read_pem(const std::string& flag, const std::string& path, FileAccess access,
+                             const char* marker, const char* holds) {
+  Result<std::string> text = read_private_file(path, kMaxPemBytes, flag, access);
+  if (text.ok() && text->find(marker) == std::string::npos)
+    return Status::error(flag + " " + path + " holds no PEM " + holds);
+  return text;
+}
+
 }  // namespace
 
 Status check_tls_files(const std::string& cert_path, const std::string& key_path) {
   Result<std::string> cert =
-      read_private_file(cert_path, kMaxPemBytes, "--tls-cert", FileAccess::kPublic);
+      read_pem("--tls-cert", cert_path, FileAccess::kPublic, "-----BEGIN CERTIFICATE-----",
+               "certificate (no -----BEGIN CERTIFICATE----- line)");
   if (!cert.ok()) return cert.status();
-  if (cert->find("-----BEGIN CERTIFICATE-----") == std::string::npos) {
-    return Status::error("--tls-cert " + cert_path +
-                         " holds no PEM certificate (no -----BEGIN CERTIFICATE----- line)");
-  }
   // Private: refused when others may read it, or when it is this user's file
   // and group or others have any access (as ssh treats its keys); a key
   // another owner shares with a group (0640 root:ssl-cert) is accepted.
   Result<std::string> key =
-      read_private_file(key_path, kMaxPemBytes, "--tls-key", FileAccess::kOwnerOrGroupShared);
+      read_pem("--tls-key", key_path, FileAccess::kOwnerOrGroupShared, "PRIVATE KEY-----",
+               "private key (no -----BEGIN ... PRIVATE KEY----- line)");
   if (!key.ok()) return key.status();
-  if (key->find("PRIVATE KEY-----") == std::string::npos) {
-    return Status::error("--tls-key " + key_path +
-                         " holds no PEM private key (no -----BEGIN ... PRIVATE KEY----- line)");
-  }
   // OpenSSL would prompt on the terminal for the passphrase of an encrypted key.
   if (key->find("ENCRYPTED") != std::string::npos) {
     return Status::error("--tls-key " + key_path +
