@@ -22,6 +22,7 @@
 #include <random>
 
 #include "common/private_files.h"
+#include "storage/signed_record.h"
 
 namespace prefixd {
 namespace {
@@ -540,12 +541,22 @@ void DiskTier::remove_locked_write(const Key& k, bool count_corrupt, bool unauth
 
 RecordPtr DiskTier::get(const BlockKey& key, const RecordExpectations* expected) {
   const Key k = encode_key(key);
+  GetMiss miss;
+  RecordPtr record = read_checked(k, key, expected, &miss);
+  if (!record) {
+    count_miss(k, miss);
+    return nullptr;
+  }
+  std::lock_guard<std::mutex> write_lock(write_mu_);
+  count_hit_locked_write(k);
+  return record;
+}
+
+RecordPtr DiskTier::read_checked(const Key& k, const BlockKey& key,
+                                 const RecordExpectations* expected, GetMiss* miss) {
   {
     std::lock_guard<std::mutex> lock(index_mu_);
-    if (index_.count(k) == 0) {
-      ++stats_.misses;
-      return nullptr;
-    }
+    if (index_.count(k) == 0) return nullptr;  // a plain miss
   }
   rocksdb::PinnableSlice value;
   rocksdb::ReadOptions read_options;
@@ -558,68 +569,53 @@ RecordPtr DiskTier::get(const BlockKey& key, const RecordExpectations* expected)
   read_options.verify_checksums = false;
   rocksdb::Status s = db_->Get(read_options, records_cf_, key_slice(k), &value);
   if (s.IsNotFound()) {  // lost in a crash (WAL off) or removed meanwhile
-    std::lock_guard<std::mutex> write_lock(write_mu_);
-    remove_locked_write(k, /*count_corrupt=*/false, /*unauthenticated=*/false);
-    std::lock_guard<std::mutex> lock(index_mu_);
-    ++stats_.misses;
+    *miss = GetMiss{.remove = true};
     return nullptr;
   }
   if (s.IsCorruption()) {  // RocksDB's checksum failed: the record is gone for good
-    std::lock_guard<std::mutex> write_lock(write_mu_);
-    remove_locked_write(k, /*count_corrupt=*/true, /*unauthenticated=*/false);
-    std::lock_guard<std::mutex> lock(index_mu_);
-    ++stats_.io_errors;
-    ++stats_.misses;
+    *miss = GetMiss{.remove = true, .corrupt = true, .io_error = true};
     return nullptr;
   }
   if (!s.ok()) {
-    std::lock_guard<std::mutex> lock(index_mu_);
-    ++stats_.io_errors;
-    ++stats_.misses;
+    *miss = GetMiss{.io_error = true};
     return nullptr;
   }
   // A value too short for a trailer fails the MAC like any other forgery.
-  if (value.size() <= RecordMac::kTrailerBytes) {
-    value.Reset();
-    std::lock_guard<std::mutex> write_lock(write_mu_);
-    remove_locked_write(k, /*count_corrupt=*/true, /*unauthenticated=*/true);
-    std::lock_guard<std::mutex> lock(index_mu_);
-    ++stats_.misses;
+  const std::optional<SignedValue> parts = split_signed_value(
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(value.data()), value.size()));
+  if (!parts) {
+    *miss = GetMiss{.remove = true, .corrupt = true, .unauthenticated = true};
     return nullptr;
   }
-  const size_t record_bytes = value.size() - RecordMac::kTrailerBytes;
   RecordMac::Trailer trailer;
-  std::memcpy(trailer.data(), value.data() + record_bytes, trailer.size());
+  std::copy(parts->trailer.begin(), parts->trailer.end(), trailer.begin());
   // Copy first, then check the copy (it is hot in cache after the copy).
+  const size_t record_bytes = parts->record.size();
   std::shared_ptr<RecordBuffer> record = RecordBuffer::allocate(record_bytes, options_.allocator);
-  if (!record) {
-    std::lock_guard<std::mutex> lock(index_mu_);
-    ++stats_.misses;
-    return nullptr;
-  }
-  std::memcpy(record->mutable_data(), value.data(), record_bytes);
+  if (!record) return nullptr;  // out of host memory: a plain miss
+  std::memcpy(record->mutable_data(), parts->record.data(), record_bytes);
   value.Reset();
-  const std::span<const uint8_t> record_span(record->data(), record_bytes);
-  // The MAC first: nothing else is read from bytes that did not come from us.
-  const bool authentic = mac_->verify(record_span, trailer);
-  RecordCheck check = RecordCheck::kOk;
-  BlockRecordView view;
-  if (authentic) {
-    check = expected != nullptr
-                ? check_block_record(record->data(), record_bytes, *expected, &view)
-                : check_block_record_integrity(record->data(), record_bytes, &view);
-    if (check == RecordCheck::kOk &&
-        (view.info.namespace_seed != key.namespace_seed || view.info.block_hash != key.block_hash)) {
-      check = RecordCheck::kBlockHash;
-    }
-  }
-  std::lock_guard<std::mutex> write_lock(write_mu_);
-  if (!authentic || check != RecordCheck::kOk) {
-    remove_locked_write(k, /*count_corrupt=*/true, /*unauthenticated=*/!authentic);
-    std::lock_guard<std::mutex> lock(index_mu_);
-    ++stats_.misses;
+  const SignedRecordCheck check =
+      verify_signed_record(*mac_, record->bytes(), trailer, key, expected);
+  if (!check.ok()) {
+    *miss = GetMiss{.remove = true, .corrupt = true, .unauthenticated = !check.authentic};
     return nullptr;
   }
+  return record;
+}
+
+void DiskTier::count_miss(const Key& k, const GetMiss& miss) {
+  std::unique_lock<std::mutex> write_lock(write_mu_, std::defer_lock);
+  if (miss.remove) {
+    write_lock.lock();
+    remove_locked_write(k, miss.corrupt, miss.unauthenticated);
+  }
+  std::lock_guard<std::mutex> lock(index_mu_);
+  if (miss.io_error) ++stats_.io_errors;
+  ++stats_.misses;
+}
+
+void DiskTier::count_hit_locked_write(const Key& k) {
   // Refresh the LRU position, in memory and in "access" (so it survives restart).
   uint64_t seq = 0;
   uint64_t n_bytes = 0;
@@ -627,7 +623,7 @@ RecordPtr DiskTier::get(const BlockKey& key, const RecordExpectations* expected)
     std::lock_guard<std::mutex> lock(index_mu_);
     ++stats_.hits;
     auto it = index_.find(k);
-    if (it == index_.end()) return record;  // erased meanwhile: still a valid answer
+    if (it == index_.end()) return;  // erased meanwhile: the record is still a valid answer
     lru_.erase(it->second.access_seq);
     seq = next_seq_++;
     it->second.access_seq = seq;
@@ -635,12 +631,12 @@ RecordPtr DiskTier::get(const BlockKey& key, const RecordExpectations* expected)
     lru_.emplace(seq, k);
   }
   const auto access = access_value(seq, n_bytes);
-  s = db_->Put(no_wal(), access_cf_, key_slice(k), bytes_slice(access.data(), access.size()));
+  const rocksdb::Status s =
+      db_->Put(no_wal(), access_cf_, key_slice(k), bytes_slice(access.data(), access.size()));
   if (!s.ok()) {
     std::lock_guard<std::mutex> lock(index_mu_);
     ++stats_.io_errors;
   }
-  return record;
 }
 
 bool DiskTier::contains(const BlockKey& key) const {
@@ -689,10 +685,7 @@ DiskTierStats DiskTier::stats() const {
 }
 
 Status DiskTier::debug_overwrite_signed(const BlockKey& key, std::span<const uint8_t> record) {
-  const RecordMac::Trailer trailer = mac_->sign(record);
-  std::vector<uint8_t> value(record.begin(), record.end());
-  value.insert(value.end(), trailer.begin(), trailer.end());
-  return debug_overwrite_value(key, value);
+  return debug_overwrite_value(key, sign_record_value(*mac_, record));
 }
 
 Status DiskTier::debug_overwrite_value(const BlockKey& key, std::span<const uint8_t> bytes) {
