@@ -214,6 +214,10 @@ struct RemoteTier::Impl {
   void note_recent_locked(const BlockKey& key);
   void count_failure(memcached_st* memc, memcached_return_t rc);
   void writer_loop();
+  // writer_loop()'s steps: drop every queued write (counted; queue_mu held),
+  // and write one record (once more on a new ring after a refusal), counted.
+  void drop_queue_locked();
+  memcached_return_t write_one(const PendingWrite& w);
   memcached_return_t store(memcached_st* memc, const std::string& key,
                            std::span<const uint8_t> record);
 
@@ -313,14 +317,7 @@ void RemoteTier::Impl::writer_loop() {
       // Shutting down behind a server that times out (one timeout per queued
       // write could hold the exit for minutes), or past the shutdown's flush
       // bound: the rest is dropped (counted).
-      {
-        std::lock_guard<std::mutex> stats_lock(stats_mu);
-        stats.writes_dropped += queue.size();
-      }
-      queue.clear();
-      queued_keys.clear();
-      pending_bytes = 0;
-      queue_idle.notify_all();
+      drop_queue_locked();
       if (stopping) return;
       continue;  // past the deadline, not yet stopping: later writes are dropped too
     }
@@ -328,32 +325,8 @@ void RemoteTier::Impl::writer_loop() {
     queue.pop_front();
     writing = true;
     lock.unlock();
-
-    memcached_return_t rc = MEMCACHED_MEMORY_ALLOCATION_FAILURE;
-    refresh(writer_handle);
-    const std::string name = memcached_key(w.key);
-    if (writer_handle.memc) {
-      rc = store(writer_handle.memc.get(), name, w.record->bytes());
-      // Refused (the server is down): once more, on the ring without it
-      // when that made it leave.
-      if (memcached_failed(rc) && !is_timeout(writer_handle.memc.get(), rc)) {
-        count_failure(writer_handle.memc.get(), rc);
-        note_failure(writer_handle.memc.get(), rc);
-        refresh(writer_handle);
-        if (writer_handle.memc) rc = store(writer_handle.memc.get(), name, w.record->bytes());
-      }
-    }
-    memcached_st* const memc = writer_handle.memc.get();
-    if (memcached_success(rc)) {
-      std::lock_guard<std::mutex> stats_lock(stats_mu);
-      ++stats.writes;
-      stats.written_bytes += w.n_bytes;
-    } else {
-      count_failure(memc, rc);
-      note_failure(memc, rc);
-    }
-    const bool timed_out = !memcached_success(rc) && is_timeout(memc, rc);
-
+    const memcached_return_t rc = write_one(w);
+    const bool timed_out = !memcached_success(rc) && is_timeout(writer_handle.memc.get(), rc);
     lock.lock();
     drop_rest = timed_out;
     queued_keys.erase(w.key);
@@ -362,6 +335,44 @@ void RemoteTier::Impl::writer_loop() {
     writing = false;
     if (queue.empty()) queue_idle.notify_all();
   }
+}
+
+void RemoteTier::Impl::drop_queue_locked() {
+  {
+    std::lock_guard<std::mutex> stats_lock(stats_mu);
+    stats.writes_dropped += queue.size();
+  }
+  queue.clear();
+  queued_keys.clear();
+  pending_bytes = 0;
+  queue_idle.notify_all();
+}
+
+memcached_return_t RemoteTier::Impl::write_one(const PendingWrite& w) {
+  memcached_return_t rc = MEMCACHED_MEMORY_ALLOCATION_FAILURE;
+  refresh(writer_handle);
+  const std::string name = memcached_key(w.key);
+  if (writer_handle.memc) {
+    rc = store(writer_handle.memc.get(), name, w.record->bytes());
+    // Refused (the server is down): once more, on the ring without it
+    // when that made it leave.
+    if (memcached_failed(rc) && !is_timeout(writer_handle.memc.get(), rc)) {
+      count_failure(writer_handle.memc.get(), rc);
+      note_failure(writer_handle.memc.get(), rc);
+      refresh(writer_handle);
+      if (writer_handle.memc) rc = store(writer_handle.memc.get(), name, w.record->bytes());
+    }
+  }
+  memcached_st* const memc = writer_handle.memc.get();
+  if (memcached_success(rc)) {
+    std::lock_guard<std::mutex> stats_lock(stats_mu);
+    ++stats.writes;
+    stats.written_bytes += w.n_bytes;
+  } else {
+    count_failure(memc, rc);
+    note_failure(memc, rc);
+  }
+  return rc;
 }
 
 Result<std::unique_ptr<RemoteTier>> RemoteTier::open(const RemoteTierOptions& options) {
