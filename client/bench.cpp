@@ -79,6 +79,47 @@ double ms_between(std::chrono::steady_clock::time_point a,
 }
 
 // Runs one planned request to completion (retrying 429s) on `client`.
+// A finished request's figures: the client's timings from the content
+// chunks' arrival times (ms since the attempt began), the server's usage and
+// prefix_cache (token counts from the prompt and the chunks without usage).
+void record_completion(const Completion& c, const BenchPlanEntry& entry,
+                       const std::vector<double>& content_ms, BenchRecord* rec) {
+  rec->ok = true;
+  rec->http_status = 200;
+  rec->latency_ms = c.total_ms;
+  rec->n_content_chunks = static_cast<int64_t>(content_ms.size());
+  if (!content_ms.empty()) rec->ttft_ms = content_ms.front();
+  for (size_t i = 1; i < content_ms.size(); ++i)
+    rec->itl_ms.push_back(content_ms[i] - content_ms[i - 1]);
+  rec->finish_reason = c.finish_reason;
+  if (c.usage) {
+    rec->prompt_tokens = c.usage->prompt_tokens;
+    rec->completion_tokens = c.usage->completion_tokens;
+    rec->cached_tokens = c.usage->cached_tokens;
+  } else {
+    if (const auto* ids = std::get_if<std::vector<int32_t>>(&entry.prompt)) {
+      rec->prompt_tokens = static_cast<int64_t>(ids->size());
+    }
+    rec->completion_tokens =
+        c.token_ids.empty() ? rec->n_content_chunks : static_cast<int64_t>(c.token_ids.size());
+  }
+  if (c.prefix_cache) {
+    const PrefixCacheInfo& p = *c.prefix_cache;
+    rec->cached_tokens = p.cached_tokens;
+    rec->device_tokens = p.device_tokens;
+    rec->host_tokens = p.host_tokens;
+    rec->disk_tokens = p.disk_tokens;
+    rec->remote_tokens = p.remote_tokens;
+    rec->prefill_tokens = p.prefill_tokens;
+    rec->restore_path = p.restore_path;
+    rec->server_ttft_ms = p.ttft_ms;
+    rec->server_queue_ms = p.queue_ms;
+    rec->server_restore_ms = p.restore_ms;
+    rec->server_prefill_ms = p.prefill_ms;
+    rec->server_decode_ms = p.decode_ms;
+  }
+}
+
 BenchRecord run_one(Client& client, const BenchPlanEntry& entry, int32_t index,
                     const BenchOptions& options, std::chrono::steady_clock::time_point run_start) {
   BenchRecord rec;
@@ -114,41 +155,7 @@ BenchRecord run_one(Client& client, const BenchPlanEntry& entry, int32_t index,
       rec.error = r.message();
       return rec;
     }
-    const Completion& c = r.value();
-    rec.ok = true;
-    rec.http_status = 200;
-    rec.latency_ms = c.total_ms;
-    rec.n_content_chunks = static_cast<int64_t>(content_ms.size());
-    if (!content_ms.empty()) rec.ttft_ms = content_ms.front();
-    for (size_t i = 1; i < content_ms.size(); ++i)
-      rec.itl_ms.push_back(content_ms[i] - content_ms[i - 1]);
-    rec.finish_reason = c.finish_reason;
-    if (c.usage) {
-      rec.prompt_tokens = c.usage->prompt_tokens;
-      rec.completion_tokens = c.usage->completion_tokens;
-      rec.cached_tokens = c.usage->cached_tokens;
-    } else {
-      if (const auto* ids = std::get_if<std::vector<int32_t>>(&entry.prompt)) {
-        rec.prompt_tokens = static_cast<int64_t>(ids->size());
-      }
-      rec.completion_tokens =
-          c.token_ids.empty() ? rec.n_content_chunks : static_cast<int64_t>(c.token_ids.size());
-    }
-    if (c.prefix_cache) {
-      const PrefixCacheInfo& p = *c.prefix_cache;
-      rec.cached_tokens = p.cached_tokens;
-      rec.device_tokens = p.device_tokens;
-      rec.host_tokens = p.host_tokens;
-      rec.disk_tokens = p.disk_tokens;
-      rec.remote_tokens = p.remote_tokens;
-      rec.prefill_tokens = p.prefill_tokens;
-      rec.restore_path = p.restore_path;
-      rec.server_ttft_ms = p.ttft_ms;
-      rec.server_queue_ms = p.queue_ms;
-      rec.server_restore_ms = p.restore_ms;
-      rec.server_prefill_ms = p.prefill_ms;
-      rec.server_decode_ms = p.decode_ms;
-    }
+    record_completion(r.value(), entry, content_ms, &rec);
     return rec;
   }
 }

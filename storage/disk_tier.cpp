@@ -154,6 +154,39 @@ Result<std::string> move_aside(const std::string& dir) {
   return target;
 }
 
+// The database's options: families flushed atomically (they stay consistent
+// with the WAL off), RocksDB's errors recovered by hand (ManualRecovery).
+rocksdb::DBOptions db_options() {
+  rocksdb::DBOptions db_options;
+  db_options.create_if_missing = true;
+  db_options.create_missing_column_families = true;
+  db_options.atomic_flush = true;  // families stay consistent with the WAL off
+  db_options.max_background_jobs = 2;
+  db_options.keep_log_file_num = 4;
+  db_options.listeners.push_back(std::make_shared<ManualRecovery>());
+  return db_options;
+}
+
+// "default" holds the records in blob files; "access" and "meta" are small.
+std::vector<rocksdb::ColumnFamilyDescriptor> column_families(const DiskTierOptions& options) {
+  rocksdb::ColumnFamilyOptions records_options;
+  records_options.enable_blob_files = true;
+  records_options.min_blob_size = options.min_blob_size;
+  records_options.blob_compression_type = rocksdb::kNoCompression;  // KV bytes do not compress
+  records_options.enable_blob_garbage_collection = true;  // reclaim space of evicted blobs
+  // Records wait in the memtable (RAM outside both tiers' budgets, lost in a
+  // crash with the WAL off) until a flush writes them: at most a sixteenth
+  // of the capacity, between 1 and 64 MiB (RocksDB's default).
+  records_options.write_buffer_size = static_cast<size_t>(
+      std::clamp<uint64_t>(options.capacity_bytes / 16, 1ull << 20, 64ull << 20));
+  rocksdb::ColumnFamilyOptions small_options;
+  return {
+      {rocksdb::kDefaultColumnFamilyName, records_options},
+      {kAccessFamily, small_options},
+      {kMetaFamily, small_options},
+  };
+}
+
 }  // namespace
 
 size_t DiskTier::KeyHasher::operator()(const Key& k) const {
@@ -223,33 +256,9 @@ Result<std::unique_ptr<DiskTier>> DiskTier::open_once(const DiskTierOptions& opt
   tier->options_ = options;
   tier->stats_.capacity_bytes = options.capacity_bytes;
 
-  rocksdb::DBOptions db_options;
-  db_options.create_if_missing = true;
-  db_options.create_missing_column_families = true;
-  db_options.atomic_flush = true;  // families stay consistent with the WAL off
-  db_options.max_background_jobs = 2;
-  db_options.keep_log_file_num = 4;
-  db_options.listeners.push_back(std::make_shared<ManualRecovery>());
-
-  rocksdb::ColumnFamilyOptions records_options;
-  records_options.enable_blob_files = true;
-  records_options.min_blob_size = options.min_blob_size;
-  records_options.blob_compression_type = rocksdb::kNoCompression;  // KV bytes do not compress
-  records_options.enable_blob_garbage_collection = true;  // reclaim space of evicted blobs
-  // Records wait in the memtable (RAM outside both tiers' budgets, lost in a
-  // crash with the WAL off) until a flush writes them: at most a sixteenth
-  // of the capacity, between 1 and 64 MiB (RocksDB's default).
-  records_options.write_buffer_size = static_cast<size_t>(
-      std::clamp<uint64_t>(options.capacity_bytes / 16, 1ull << 20, 64ull << 20));
-  rocksdb::ColumnFamilyOptions small_options;
-
-  std::vector<rocksdb::ColumnFamilyDescriptor> families = {
-      {rocksdb::kDefaultColumnFamilyName, records_options},
-      {kAccessFamily, small_options},
-      {kMetaFamily, small_options},
-  };
+  const std::vector<rocksdb::ColumnFamilyDescriptor> families = column_families(options);
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
-  rocksdb::Status s = rocksdb::DB::Open(db_options, options.path, families, &handles, &tier->db_);
+  rocksdb::Status s = rocksdb::DB::Open(db_options(), options.path, families, &handles, &tier->db_);
   if (!s.ok() && s.ToString().find("While lock file") != std::string::npos) {
     return Status::error("disk tier: directory '" + options.path + "' is in use by another " +
                          lock_holder_name(options.path) +
