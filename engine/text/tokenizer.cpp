@@ -49,18 +49,16 @@ constexpr const char* kEndOfTurnTexts[] = {
     "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<EOT>",
 };
 
-}  // namespace
-
-Result<TokenizerVocab> load_tokenizer_vocab(const GgufFile& gguf) {
-  TokenizerVocab v;
+// The tokenizer model's name, its tokens, and the optional scores, token
+// types, merges and pre-tokenizer name.
+Status read_vocab_arrays(const GgufFile& gguf, TokenizerVocab* out) {
+  TokenizerVocab& v = *out;
   Result<std::string> model = gguf.get_string("tokenizer.ggml.model");
   if (!model.ok()) return model.status();
   v.model = *model;
   Result<std::vector<std::string>> tokens = gguf.get_string_array("tokenizer.ggml.tokens");
   if (!tokens.ok()) return tokens.status();
   v.tokens = std::move(tokens).value();
-  const int64_t n_vocab = static_cast<int64_t>(v.tokens.size());
-
   if (gguf.find("tokenizer.ggml.scores") != nullptr) {
     Result<std::vector<float>> scores = gguf.get_float_array("tokenizer.ggml.scores");
     if (!scores.ok()) return scores.status();
@@ -81,7 +79,13 @@ Result<TokenizerVocab> load_tokenizer_vocab(const GgufFile& gguf) {
     if (!pre.ok()) return pre.status();
     v.pre = *pre;
   }
+  return Status::ok_status();
+}
 
+// BOS, EOS, EOT, EOM, padding and unknown ids (llama.cpp's defaults per
+// model, then the file's keys), and the add_bos / add_eos / space prefix flags.
+Status read_special_tokens(const GgufFile& gguf, int64_t n_vocab, TokenizerVocab* out) {
+  TokenizerVocab& v = *out;
   // Defaults as in llama.cpp's vocabulary loader.
   if (v.model == "llama") {
     v.bos_id = 1;
@@ -116,6 +120,16 @@ Result<TokenizerVocab> load_tokenizer_vocab(const GgufFile& gguf) {
     Status s = read_bool(gguf, key, flag);
     if (!s.ok()) return s;
   }
+  return Status::ok_status();
+}
+
+}  // namespace
+
+Result<TokenizerVocab> load_tokenizer_vocab(const GgufFile& gguf) {
+  TokenizerVocab v;
+  if (Status s = read_vocab_arrays(gguf, &v); !s.ok()) return s;
+  const int64_t n_vocab = static_cast<int64_t>(v.tokens.size());
+  if (Status s = read_special_tokens(gguf, n_vocab, &v); !s.ok()) return s;
   if (gguf.find("tokenizer.chat_template") != nullptr) {
     Result<std::string> tmpl = gguf.get_string("tokenizer.chat_template");
     if (!tmpl.ok()) return tmpl.status();
