@@ -79,6 +79,47 @@ double ms_between(std::chrono::steady_clock::time_point a,
 }
 
 // Runs one planned request to completion (retrying 429s) on `client`.
+// A finished request's figures: the client's timings from the content
+// chunks' arrival times (ms since the attempt began), the server's usage and
+// prefix_cache (token counts from the prompt and the chunks without usage).
+void record_completion(const Completion& c, const BenchPlanEntry& entry,
+                       const std::vector<double>& content_ms, BenchRecord* rec) {
+  rec->ok = true;
+  rec->http_status = 200;
+  rec->latency_ms = c.total_ms;
+  rec->n_content_chunks = static_cast<int64_t>(content_ms.size());
+  if (!content_ms.empty()) rec->ttft_ms = content_ms.front();
+  for (size_t i = 1; i < content_ms.size(); ++i)
+    rec->itl_ms.push_back(content_ms[i] - content_ms[i - 1]);
+  rec->finish_reason = c.finish_reason;
+  if (c.usage) {
+    rec->prompt_tokens = c.usage->prompt_tokens;
+    rec->completion_tokens = c.usage->completion_tokens;
+    rec->cached_tokens = c.usage->cached_tokens;
+  } else {
+    if (const auto* ids = std::get_if<std::vector<int32_t>>(&entry.prompt)) {
+      rec->prompt_tokens = static_cast<int64_t>(ids->size());
+    }
+    rec->completion_tokens =
+        c.token_ids.empty() ? rec->n_content_chunks : static_cast<int64_t>(c.token_ids.size());
+  }
+  if (c.prefix_cache) {
+    const PrefixCacheInfo& p = *c.prefix_cache;
+    rec->cached_tokens = p.cached_tokens;
+    rec->device_tokens = p.device_tokens;
+    rec->host_tokens = p.host_tokens;
+    rec->disk_tokens = p.disk_tokens;
+    rec->remote_tokens = p.remote_tokens;
+    rec->prefill_tokens = p.prefill_tokens;
+    rec->restore_path = p.restore_path;
+    rec->server_ttft_ms = p.ttft_ms;
+    rec->server_queue_ms = p.queue_ms;
+    rec->server_restore_ms = p.restore_ms;
+    rec->server_prefill_ms = p.prefill_ms;
+    rec->server_decode_ms = p.decode_ms;
+  }
+}
+
 BenchRecord run_one(Client& client, const BenchPlanEntry& entry, int32_t index,
                     const BenchOptions& options, std::chrono::steady_clock::time_point run_start) {
   BenchRecord rec;
@@ -114,41 +155,7 @@ BenchRecord run_one(Client& client, const BenchPlanEntry& entry, int32_t index,
       rec.error = r.message();
       return rec;
     }
-    const Completion& c = r.value();
-    rec.ok = true;
-    rec.http_status = 200;
-    rec.latency_ms = c.total_ms;
-    rec.n_content_chunks = static_cast<int64_t>(content_ms.size());
-    if (!content_ms.empty()) rec.ttft_ms = content_ms.front();
-    for (size_t i = 1; i < content_ms.size(); ++i)
-      rec.itl_ms.push_back(content_ms[i] - content_ms[i - 1]);
-    rec.finish_reason = c.finish_reason;
-    if (c.usage) {
-      rec.prompt_tokens = c.usage->prompt_tokens;
-      rec.completion_tokens = c.usage->completion_tokens;
-      rec.cached_tokens = c.usage->cached_tokens;
-    } else {
-      if (const auto* ids = std::get_if<std::vector<int32_t>>(&entry.prompt)) {
-        rec.prompt_tokens = static_cast<int64_t>(ids->size());
-      }
-      rec.completion_tokens =
-          c.token_ids.empty() ? rec.n_content_chunks : static_cast<int64_t>(c.token_ids.size());
-    }
-    if (c.prefix_cache) {
-      const PrefixCacheInfo& p = *c.prefix_cache;
-      rec.cached_tokens = p.cached_tokens;
-      rec.device_tokens = p.device_tokens;
-      rec.host_tokens = p.host_tokens;
-      rec.disk_tokens = p.disk_tokens;
-      rec.remote_tokens = p.remote_tokens;
-      rec.prefill_tokens = p.prefill_tokens;
-      rec.restore_path = p.restore_path;
-      rec.server_ttft_ms = p.ttft_ms;
-      rec.server_queue_ms = p.queue_ms;
-      rec.server_restore_ms = p.restore_ms;
-      rec.server_prefill_ms = p.prefill_ms;
-      rec.server_decode_ms = p.decode_ms;
-    }
+    record_completion(r.value(), entry, content_ms, &rec);
     return rec;
   }
 }
@@ -388,29 +395,30 @@ Result<BenchReport> run_bench(const ClientOptions& client_options, const BenchOp
   return report;
 }
 
-json bench_report_json(const BenchReport& report) {
-  const BenchOptions& o = report.options;
-  json out = json::object();
-  out["format"] = "prefixd-bench/1";
-  out["server"] = {{"host", report.host}, {"port", report.port}};
-  out["options"] = {{"system_prompts", o.n_system_prompts},
-                    {"system_tokens", o.system_tokens},
-                    {"question_tokens", o.question_tokens},
-                    {"concurrency", o.concurrency},
-                    {"requests", o.n_requests},
-                    {"output_tokens", o.output_tokens},
-                    {"seed", o.seed},
-                    {"first_question", o.first_question},
-                    {"vocab_lo", o.vocab_lo},
-                    {"vocab_hi", o.vocab_hi},
-                    {"order", bench_order_name(o.order)},
-                    {"warmup", o.warmup},
-                    {"text_prompts", o.text_prompts},
-                    {"temperature", o.temperature},
-                    {"cache_salt", o.cache_salt},
-                    {"max_retries", o.max_retries}};
+namespace {
+
+json options_json(const BenchOptions& o) {
+  return {{"system_prompts", o.n_system_prompts},
+          {"system_tokens", o.system_tokens},
+          {"question_tokens", o.question_tokens},
+          {"concurrency", o.concurrency},
+          {"requests", o.n_requests},
+          {"output_tokens", o.output_tokens},
+          {"seed", o.seed},
+          {"first_question", o.first_question},
+          {"vocab_lo", o.vocab_lo},
+          {"vocab_hi", o.vocab_hi},
+          {"order", bench_order_name(o.order)},
+          {"warmup", o.warmup},
+          {"text_prompts", o.text_prompts},
+          {"temperature", o.temperature},
+          {"cache_salt", o.cache_salt},
+          {"max_retries", o.max_retries}};
+}
+
+json warmup_json(const std::vector<BenchWarmup>& warmups) {
   json warmup = json::array();
-  for (const BenchWarmup& w : report.warmup) {
+  for (const BenchWarmup& w : warmups) {
     warmup.push_back({{"system_prompt", w.system_prompt},
                       {"ms", w.ms},
                       {"prompt_tokens", w.result.prompt_tokens},
@@ -418,69 +426,84 @@ json bench_report_json(const BenchReport& report) {
                       {"prefill_tokens", w.result.prefill_tokens},
                       {"blocks", w.result.blocks}});
   }
-  out["warmup"] = std::move(warmup);
-  const BenchSummary& s = report.summary;
-  out["summary"] = {{"requests", s.n_requests},
-                    {"ok", s.n_ok},
-                    {"failed", s.n_failed},
-                    {"retries", s.n_retries},
-                    {"wall_s", s.wall_s},
-                    {"requests_per_s", s.requests_per_s},
-                    {"output_tokens_per_s", s.output_tokens_per_s},
-                    {"prompt_tokens", s.prompt_tokens},
-                    {"completion_tokens", s.completion_tokens},
-                    {"cached_tokens", s.cached_tokens},
-                    {"device_tokens", s.device_tokens},
-                    {"host_tokens", s.host_tokens},
-                    {"disk_tokens", s.disk_tokens},
-                    {"remote_tokens", s.remote_tokens},
-                    {"hit_ratio",
-                     {{"total", s.hit_ratio},
-                      {"device", s.device_hit_ratio},
-                      {"host", s.host_hit_ratio},
-                      {"disk", s.disk_hit_ratio},
-                      {"remote", s.remote_hit_ratio}}},
-                    {"hits", s.n_hits},
-                    {"misses", s.n_misses},
-                    {"ttft_ms", distribution_json(s.ttft_ms)},
-                    {"ttft_hit_ms", distribution_json(s.ttft_hit_ms)},
-                    {"ttft_miss_ms", distribution_json(s.ttft_miss_ms)},
-                    {"server_ttft_ms", distribution_json(s.server_ttft_ms)},
-                    {"ttft_overhead_ms", distribution_json(s.ttft_overhead_ms)},
-                    {"itl_ms", distribution_json(s.itl_ms)},
-                    {"latency_ms", distribution_json(s.latency_ms)},
-                    {"first_error", s.first_error.empty() ? json(nullptr) : json(s.first_error)}};
+  return warmup;
+}
+
+json summary_json(const BenchSummary& s) {
+  return {{"requests", s.n_requests},
+          {"ok", s.n_ok},
+          {"failed", s.n_failed},
+          {"retries", s.n_retries},
+          {"wall_s", s.wall_s},
+          {"requests_per_s", s.requests_per_s},
+          {"output_tokens_per_s", s.output_tokens_per_s},
+          {"prompt_tokens", s.prompt_tokens},
+          {"completion_tokens", s.completion_tokens},
+          {"cached_tokens", s.cached_tokens},
+          {"device_tokens", s.device_tokens},
+          {"host_tokens", s.host_tokens},
+          {"disk_tokens", s.disk_tokens},
+          {"remote_tokens", s.remote_tokens},
+          {"hit_ratio",
+           {{"total", s.hit_ratio},
+            {"device", s.device_hit_ratio},
+            {"host", s.host_hit_ratio},
+            {"disk", s.disk_hit_ratio},
+            {"remote", s.remote_hit_ratio}}},
+          {"hits", s.n_hits},
+          {"misses", s.n_misses},
+          {"ttft_ms", distribution_json(s.ttft_ms)},
+          {"ttft_hit_ms", distribution_json(s.ttft_hit_ms)},
+          {"ttft_miss_ms", distribution_json(s.ttft_miss_ms)},
+          {"server_ttft_ms", distribution_json(s.server_ttft_ms)},
+          {"ttft_overhead_ms", distribution_json(s.ttft_overhead_ms)},
+          {"itl_ms", distribution_json(s.itl_ms)},
+          {"latency_ms", distribution_json(s.latency_ms)},
+          {"first_error", s.first_error.empty() ? json(nullptr) : json(s.first_error)}};
+}
+
+json record_json(const BenchRecord& r) {
+  return {{"index", r.index},
+          {"system_prompt", r.system_prompt},
+          {"ok", r.ok},
+          {"error", r.ok ? json(nullptr) : json(r.error)},
+          {"http_status", r.http_status},
+          {"retries", r.retries},
+          {"retry_wait_ms", r.retry_wait_ms},
+          {"start_ms", r.start_ms},
+          {"ttft_ms", or_null(r.ttft_ms)},
+          {"latency_ms", or_null(r.latency_ms)},
+          {"itl_ms", r.itl_ms},
+          {"content_chunks", r.n_content_chunks},
+          {"prompt_tokens", r.prompt_tokens},
+          {"completion_tokens", r.completion_tokens},
+          {"cached_tokens", r.cached_tokens},
+          {"device_tokens", r.device_tokens},
+          {"host_tokens", r.host_tokens},
+          {"disk_tokens", r.disk_tokens},
+          {"remote_tokens", r.remote_tokens},
+          {"prefill_tokens", r.prefill_tokens},
+          {"restore_path", r.restore_path},
+          {"finish_reason", r.finish_reason},
+          {"cache_hit", r.cache_hit()},
+          {"server_ttft_ms", or_null(r.server_ttft_ms)},
+          {"server_queue_ms", or_null(r.server_queue_ms)},
+          {"server_restore_ms", or_null(r.server_restore_ms)},
+          {"server_prefill_ms", or_null(r.server_prefill_ms)},
+          {"server_decode_ms", or_null(r.server_decode_ms)}};
+}
+
+}  // namespace
+
+json bench_report_json(const BenchReport& report) {
+  json out = json::object();
+  out["format"] = "prefixd-bench/1";
+  out["server"] = {{"host", report.host}, {"port", report.port}};
+  out["options"] = options_json(report.options);
+  out["warmup"] = warmup_json(report.warmup);
+  out["summary"] = summary_json(report.summary);
   json requests = json::array();
-  for (const BenchRecord& r : report.records) {
-    requests.push_back({{"index", r.index},
-                        {"system_prompt", r.system_prompt},
-                        {"ok", r.ok},
-                        {"error", r.ok ? json(nullptr) : json(r.error)},
-                        {"http_status", r.http_status},
-                        {"retries", r.retries},
-                        {"retry_wait_ms", r.retry_wait_ms},
-                        {"start_ms", r.start_ms},
-                        {"ttft_ms", or_null(r.ttft_ms)},
-                        {"latency_ms", or_null(r.latency_ms)},
-                        {"itl_ms", r.itl_ms},
-                        {"content_chunks", r.n_content_chunks},
-                        {"prompt_tokens", r.prompt_tokens},
-                        {"completion_tokens", r.completion_tokens},
-                        {"cached_tokens", r.cached_tokens},
-                        {"device_tokens", r.device_tokens},
-                        {"host_tokens", r.host_tokens},
-                        {"disk_tokens", r.disk_tokens},
-                        {"remote_tokens", r.remote_tokens},
-                        {"prefill_tokens", r.prefill_tokens},
-                        {"restore_path", r.restore_path},
-                        {"finish_reason", r.finish_reason},
-                        {"cache_hit", r.cache_hit()},
-                        {"server_ttft_ms", or_null(r.server_ttft_ms)},
-                        {"server_queue_ms", or_null(r.server_queue_ms)},
-                        {"server_restore_ms", or_null(r.server_restore_ms)},
-                        {"server_prefill_ms", or_null(r.server_prefill_ms)},
-                        {"server_decode_ms", or_null(r.server_decode_ms)}});
-  }
+  for (const BenchRecord& r : report.records) requests.push_back(record_json(r));
   out["requests"] = std::move(requests);
   return out;
 }

@@ -123,42 +123,52 @@ size_t Sampler::top_p_near(size_t n_near, float max_logit, double target) {
 int32_t Sampler::sample(const float* logits, int32_t n_vocab,
                         const std::vector<int32_t>& recent_tokens) {
   PREFIXD_CHECK(n_vocab > 0, "sample: empty vocabulary");
-  const float* l = logits;  // (n_vocab) f32 after the repetition penalty
+  const float* l = penalise(logits, n_vocab, recent_tokens);  // (n_vocab) f32
+  if (params_.temperature <= 0) return argmax(l, n_vocab);
+  collect_top_k(l, n_vocab);
+  float max_logit = cand_[0].logit;
+  for (const Candidate& c : cand_) max_logit = std::max(max_logit, c.logit);
+  if (!std::isfinite(max_logit)) {
+    // Degenerate row (all -inf, or +inf present): the best candidate.
+    return std::min_element(cand_.begin(), cand_.end(), better)->id;
+  }
+  if (params_.top_p < 1.0f || params_.min_p > 0.0f) cut_min_p_top_p(max_logit);
+  return draw(max_logit);
+}
 
+const float* Sampler::penalise(const float* logits, int32_t n_vocab,
+                               const std::vector<int32_t>& recent_tokens) {
+  if (params_.repetition_penalty == 1.0f || recent_tokens.empty()) return logits;
   // Repetition penalty (llama.cpp): each distinct recent token once; positive
   // logits are divided by the penalty, negative ones multiplied.
-  if (params_.repetition_penalty != 1.0f && !recent_tokens.empty()) {
-    penalised_.assign(logits, logits + n_vocab);
-    seen_.clear();
-    for (int32_t t : recent_tokens) {
-      if (t >= 0 && t < n_vocab) seen_.push_back(t);
-    }
-    std::sort(seen_.begin(), seen_.end());
-    seen_.erase(std::unique(seen_.begin(), seen_.end()), seen_.end());
-    for (int32_t t : seen_) {
-      float& x = penalised_[t];
-      x = x > 0 ? x / params_.repetition_penalty : x * params_.repetition_penalty;
-    }
-    l = penalised_.data();
+  penalised_.assign(logits, logits + n_vocab);
+  seen_.clear();
+  for (int32_t t : recent_tokens) {
+    if (t >= 0 && t < n_vocab) seen_.push_back(t);
   }
-
-  // Greedy: argmax, lowest id on ties.
-  if (params_.temperature <= 0) {
-    int32_t best = 0;
-    float best_logit = l[0];
-    for (int32_t i = 1; i < n_vocab; ++i) {
-      if (l[i] > best_logit) {
-        best_logit = l[i];
-        best = i;
-      }
-    }
-    return best;
+  std::sort(seen_.begin(), seen_.end());
+  seen_.erase(std::unique(seen_.begin(), seen_.end()), seen_.end());
+  for (int32_t t : seen_) {
+    float& x = penalised_[t];
+    x = x > 0 ? x / params_.repetition_penalty : x * params_.repetition_penalty;
   }
+  return penalised_.data();
+}
 
+int32_t Sampler::argmax(const float* logits, int32_t n_vocab) {
+  int32_t best = 0;
+  float best_logit = logits[0];
+  for (int32_t i = 1; i < n_vocab; ++i) {
+    if (logits[i] > best_logit) {
+      best_logit = logits[i];
+      best = i;
+    }
+  }
+  return best;
+}
+
+void Sampler::collect_top_k(const float* l, int32_t n_vocab) {
   const bool use_top_k = params_.top_k > 0 && params_.top_k < n_vocab;
-  const bool use_top_p = params_.top_p < 1.0f;
-  const bool use_min_p = params_.min_p > 0.0f;
-
   if (use_top_k && params_.top_k <= kHeapTopK) {
     // A heap of the k best so far (worst on top): one compare per logit.
     const size_t k = static_cast<size_t>(params_.top_k);
@@ -173,56 +183,47 @@ int32_t Sampler::sample(const float* logits, int32_t n_vocab,
         std::push_heap(cand_.begin(), cand_.end(), better);
       }
     }
-  } else {
-    cand_.resize(static_cast<size_t>(n_vocab));
-    for (int32_t i = 0; i < n_vocab; ++i) cand_[i] = Candidate{l[i], 0.0f, i};
-    if (use_top_k) {
-      std::nth_element(cand_.begin(), cand_.begin() + params_.top_k, cand_.end(), better);
-      cand_.resize(static_cast<size_t>(params_.top_k));
-    }
+    return;
   }
-  float max_logit = cand_[0].logit;
-  for (const Candidate& c : cand_) max_logit = std::max(max_logit, c.logit);
-  if (!std::isfinite(max_logit)) {
-    // Degenerate row (all -inf, or +inf present): the best candidate.
-    return std::min_element(cand_.begin(), cand_.end(), better)->id;
+  cand_.resize(static_cast<size_t>(n_vocab));
+  for (int32_t i = 0; i < n_vocab; ++i) cand_[i] = Candidate{l[i], 0.0f, i};
+  if (use_top_k) {
+    std::nth_element(cand_.begin(), cand_.begin() + params_.top_k, cand_.end(), better);
+    cand_.resize(static_cast<size_t>(params_.top_k));
   }
+}
 
-  if (use_top_p || use_min_p) {
-    // Untempered weights; top-p normalises over all remaining candidates.
-    double total = 0;
-    for (Candidate& c : cand_) {
-      c.weight = std::exp(c.logit - max_logit);
-      total += c.weight;
-    }
-    if (use_min_p) {
-      // p_i >= min_p * p_max  <=>  weight_i >= min_p. Top-p and min-p both keep
-      // a head of the sorted order, so cutting min-p first does not change
-      // what top-p keeps as long as top-p uses the full total.
-      auto end = std::partition(cand_.begin(), cand_.end(),
-                                [&](const Candidate& c) { return c.weight >= params_.min_p; });
-      cand_.erase(end, cand_.end());
-    }
-    if (use_top_p) {
-      // The cut almost always falls among the few tokens near the maximum:
-      // select within those first, over the rest only when they fall short.
-      const double target = static_cast<double>(params_.top_p) * total;
-      auto near_end = std::partition(cand_.begin(), cand_.end(), [&](const Candidate& c) {
-        return c.weight >= kNearWeight;
-      });
-      const size_t n_near = static_cast<size_t>(near_end - cand_.begin());
-      double near_mass = 0;
-      for (size_t i = 0; i < n_near; ++i) near_mass += cand_[i].weight;
-      size_t keep;
-      if (near_mass >= target) {
-        keep = top_p_near(n_near, max_logit, target);
-      } else {
-        keep = top_p_head(n_near, cand_.size(), target - near_mass);
-      }
-      cand_.resize(keep);
-    }
+void Sampler::cut_min_p_top_p(float max_logit) {
+  // Untempered weights; top-p normalises over all remaining candidates.
+  double total = 0;
+  for (Candidate& c : cand_) {
+    c.weight = std::exp(c.logit - max_logit);
+    total += c.weight;
   }
+  if (params_.min_p > 0.0f) {
+    // p_i >= min_p * p_max  <=>  weight_i >= min_p. Top-p and min-p both keep
+    // a head of the sorted order, so cutting min-p first does not change
+    // what top-p keeps as long as top-p uses the full total.
+    auto end = std::partition(cand_.begin(), cand_.end(),
+                              [&](const Candidate& c) { return c.weight >= params_.min_p; });
+    cand_.erase(end, cand_.end());
+  }
+  if (params_.top_p >= 1.0f) return;
+  // The cut almost always falls among the few tokens near the maximum:
+  // select within those first, over the rest only when they fall short.
+  const double target = static_cast<double>(params_.top_p) * total;
+  auto near_end = std::partition(cand_.begin(), cand_.end(), [&](const Candidate& c) {
+    return c.weight >= kNearWeight;
+  });
+  const size_t n_near = static_cast<size_t>(near_end - cand_.begin());
+  double near_mass = 0;
+  for (size_t i = 0; i < n_near; ++i) near_mass += cand_[i].weight;
+  const size_t keep = near_mass >= target ? top_p_near(n_near, max_logit, target)
+                                          : top_p_head(n_near, cand_.size(), target - near_mass);
+  cand_.resize(keep);
+}
 
+int32_t Sampler::draw(float max_logit) {
   // Softmax with temperature over the survivors, then one draw.
   const float inv_t = 1.0f / params_.temperature;
   probs_.resize(cand_.size());

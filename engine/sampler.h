@@ -48,6 +48,19 @@ class Sampler {
   };
 
  private:
+  // sample()'s stages, in order. The logits with the repetition penalty
+  // applied (`logits` itself when none applies; else penalised_).
+  const float* penalise(const float* logits, int32_t n_vocab,
+                        const std::vector<int32_t>& recent_tokens);
+  // Greedy: the highest logit, lowest id on ties.
+  static int32_t argmax(const float* logits, int32_t n_vocab);
+  // cand_ = the top_k best of `logits` (all of them without top-k), unordered.
+  void collect_top_k(const float* logits, int32_t n_vocab);
+  // Fills the weights, then keeps in cand_ the candidates that pass min-p,
+  // then the top-p head of those.
+  void cut_min_p_top_p(float max_logit);
+  // Softmax with temperature over cand_, and one draw from rng_.
+  int32_t draw(float max_logit);
   size_t top_p_head(size_t lo, size_t hi, double target);
   size_t top_p_near(size_t n_near, float max_logit, double target);
 

@@ -192,22 +192,10 @@ void Scheduler::publish_full_blocks(Sequence& s) {
 // ---- batch planning -----------------------------------------------------------------
 
 StepPlan Scheduler::plan_step() {
-  const int32_t B = options_.block_size;
   StepPlan plan;
   int32_t budget = options_.max_batch_tokens;
   int32_t prompt_rows_left = options_.max_prompt_logits_rows;
-  // Decode steps first (one token each), then prefill chunks, oldest first.
-  std::vector<Sequence*> order;
-  for (auto& r : running_) {
-    if (r->state == SeqState::kRunning) order.push_back(r.get());
-  }
-  std::stable_sort(order.begin(), order.end(), [](const Sequence* a, const Sequence* b) {
-    const bool da = a->n_generated > 0 && a->target_tokens - a->n_computed == 1;
-    const bool db = b->n_generated > 0 && b->target_tokens - b->n_computed == 1;
-    if (da != db) return da;
-    return a->admit_order < b->admit_order;
-  });
-  for (Sequence* s : order) {
+  for (Sequence* s : step_order()) {
     if (budget == 0) break;
     if (s->state != SeqState::kRunning) continue;  // preempted during this loop
     const int32_t remaining = s->target_tokens - s->n_computed;
@@ -221,41 +209,70 @@ StepPlan Scheduler::plan_step() {
       if (prompt_rows_left == 0) continue;  // next pass
       n = std::min(n, prompt_rows_left);
     }
-    // Blocks for the new positions; preempt newer sequences when short.
-    int32_t need = (s->n_computed + n + B - 1) / B - static_cast<int32_t>(s->block_table.size());
-    while (need > 0 && !blocks_.can_allocate(need)) {
-      Sequence* victim = preemption_victim(*s, plan.chunks);
-      if (victim == nullptr) break;
-      preempt(*victim);
-    }
-    if (need > 0 && !blocks_.can_allocate(need)) {
-      // Shrink the chunk to the blocks we can get.
-      const int32_t avail = blocks_.n_allocatable();
-      n = std::min(n, (static_cast<int32_t>(s->block_table.size()) + avail) * B - s->n_computed);
-      if (n <= 0) {
-        // Alone in the engine and still short, with no block on its way
-        // back from a write-through copy: the pool (less its pins) is too
-        // small for it. While copies hold blocks it waits for them. Otherwise
-        // others hold blocks (loading ones cannot be preempted): it steps
-        // back and is re-admitted later.
-        if (plan.chunks.empty() && running_.size() == 1) {
-          if (blocks_held_outside_ == 0) plan.too_big.push_back(s);
-        } else if (plan.chunks.empty()) {
-          preempt(*s);
-        }
-        continue;
-      }
-      need = (s->n_computed + n + B - 1) / B - static_cast<int32_t>(s->block_table.size());
-    }
-    if (need > 0) {
-      std::vector<int32_t> fresh = blocks_.allocate(need);
-      s->block_table.insert(s->block_table.end(), fresh.begin(), fresh.end());
-    }
+    n = grant_blocks(*s, n, plan);
+    if (n <= 0) continue;
     const bool is_decode = n == 1 && s->n_generated > 0 && remaining == 1 && !s->recomputing;
     plan.chunks.push_back(ScheduledChunk{s, n, is_decode, -1, all_logits ? 0 : -1});
     budget -= n;
     if (all_logits) prompt_rows_left -= n;
   }
+  assign_logits_rows(plan);
+  return plan;
+}
+
+// Decode steps first (one token each), then prefill chunks, oldest first.
+std::vector<Sequence*> Scheduler::step_order() const {
+  std::vector<Sequence*> order;
+  for (auto& r : running_) {
+    if (r->state == SeqState::kRunning) order.push_back(r.get());
+  }
+  std::stable_sort(order.begin(), order.end(), [](const Sequence* a, const Sequence* b) {
+    const bool da = a->n_generated > 0 && a->target_tokens - a->n_computed == 1;
+    const bool db = b->n_generated > 0 && b->target_tokens - b->n_computed == 1;
+    if (da != db) return da;
+    return a->admit_order < b->admit_order;
+  });
+  return order;
+}
+
+int32_t Scheduler::grant_blocks(Sequence& s, int32_t n, StepPlan& plan) {
+  const int32_t B = options_.block_size;
+  // Blocks for the new positions; preempt newer sequences when short.
+  int32_t need = (s.n_computed + n + B - 1) / B - static_cast<int32_t>(s.block_table.size());
+  while (need > 0 && !blocks_.can_allocate(need)) {
+    Sequence* victim = preemption_victim(s, plan.chunks);
+    if (victim == nullptr) break;
+    preempt(*victim);
+  }
+  if (need > 0 && !blocks_.can_allocate(need)) {
+    // Shrink the chunk to the blocks we can get.
+    const int32_t avail = blocks_.n_allocatable();
+    n = std::min(n, (static_cast<int32_t>(s.block_table.size()) + avail) * B - s.n_computed);
+    if (n <= 0) {
+      // Alone in the engine and still short, with no block on its way
+      // back from a write-through copy: the pool (less its pins) is too
+      // small for it. While copies hold blocks it waits for them. Otherwise
+      // others hold blocks (loading ones cannot be preempted): it steps
+      // back and is re-admitted later.
+      if (plan.chunks.empty() && running_.size() == 1) {
+        if (blocks_held_outside_ == 0) plan.too_big.push_back(&s);
+      } else if (plan.chunks.empty()) {
+        preempt(s);
+      }
+      return 0;
+    }
+    need = (s.n_computed + n + B - 1) / B - static_cast<int32_t>(s.block_table.size());
+  }
+  if (need > 0) {
+    std::vector<int32_t> fresh = blocks_.allocate(need);
+    s.block_table.insert(s.block_table.end(), fresh.begin(), fresh.end());
+  }
+  return n;
+}
+
+// Rows of the batch's logits: a prompt-logits chunk takes one per token, a
+// generating sequence whose chunk completes its target one for its last token.
+void Scheduler::assign_logits_rows(StepPlan& plan) const {
   int32_t row = 0;
   for (ScheduledChunk& c : plan.chunks) {
     const bool completes = c.seq->n_computed + c.n_tokens == c.seq->target_tokens;
@@ -266,7 +283,6 @@ StepPlan Scheduler::plan_step() {
     if (completes && c.seq->request.kind == RequestKind::kGenerate)
       c.logits_row = c.all_logits_row >= 0 ? row - 1 : row++;
   }
-  return plan;
 }
 
 // The preemption victim for `s`: the newest running sequence admitted after

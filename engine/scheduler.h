@@ -167,6 +167,12 @@ class Scheduler {
   // Starts computing after the first n_device + n_restored blocks of the table.
   void start_running(Sequence& seq, int32_t n_device, int32_t n_restored);
   void publish_full_blocks(Sequence& seq);
+  // plan_step()'s parts: the running sequences in step order; blocks for
+  // n new positions of s (preempting newer sequences when short; returns the
+  // tokens it can compute, 0 when it cannot run this pass); logits rows.
+  std::vector<Sequence*> step_order() const;
+  int32_t grant_blocks(Sequence& s, int32_t n, StepPlan& plan);
+  void assign_logits_rows(StepPlan& plan) const;
   Sequence* preemption_victim(const Sequence& seq,
                               const std::vector<ScheduledChunk>& planned) const;
   void preempt(Sequence& seq);

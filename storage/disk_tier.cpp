@@ -22,6 +22,7 @@
 #include <random>
 
 #include "common/private_files.h"
+#include "storage/signed_record.h"
 
 namespace prefixd {
 namespace {
@@ -153,6 +154,39 @@ Result<std::string> move_aside(const std::string& dir) {
   return target;
 }
 
+// The database's options: families flushed atomically (they stay consistent
+// with the WAL off), RocksDB's errors recovered by hand (ManualRecovery).
+rocksdb::DBOptions db_options() {
+  rocksdb::DBOptions db_options;
+  db_options.create_if_missing = true;
+  db_options.create_missing_column_families = true;
+  db_options.atomic_flush = true;  // families stay consistent with the WAL off
+  db_options.max_background_jobs = 2;
+  db_options.keep_log_file_num = 4;
+  db_options.listeners.push_back(std::make_shared<ManualRecovery>());
+  return db_options;
+}
+
+// "default" holds the records in blob files; "access" and "meta" are small.
+std::vector<rocksdb::ColumnFamilyDescriptor> column_families(const DiskTierOptions& options) {
+  rocksdb::ColumnFamilyOptions records_options;
+  records_options.enable_blob_files = true;
+  records_options.min_blob_size = options.min_blob_size;
+  records_options.blob_compression_type = rocksdb::kNoCompression;  // KV bytes do not compress
+  records_options.enable_blob_garbage_collection = true;  // reclaim space of evicted blobs
+  // Records wait in the memtable (RAM outside both tiers' budgets, lost in a
+  // crash with the WAL off) until a flush writes them: at most a sixteenth
+  // of the capacity, between 1 and 64 MiB (RocksDB's default).
+  records_options.write_buffer_size = static_cast<size_t>(
+      std::clamp<uint64_t>(options.capacity_bytes / 16, 1ull << 20, 64ull << 20));
+  rocksdb::ColumnFamilyOptions small_options;
+  return {
+      {rocksdb::kDefaultColumnFamilyName, records_options},
+      {kAccessFamily, small_options},
+      {kMetaFamily, small_options},
+  };
+}
+
 }  // namespace
 
 size_t DiskTier::KeyHasher::operator()(const Key& k) const {
@@ -222,33 +256,9 @@ Result<std::unique_ptr<DiskTier>> DiskTier::open_once(const DiskTierOptions& opt
   tier->options_ = options;
   tier->stats_.capacity_bytes = options.capacity_bytes;
 
-  rocksdb::DBOptions db_options;
-  db_options.create_if_missing = true;
-  db_options.create_missing_column_families = true;
-  db_options.atomic_flush = true;  // families stay consistent with the WAL off
-  db_options.max_background_jobs = 2;
-  db_options.keep_log_file_num = 4;
-  db_options.listeners.push_back(std::make_shared<ManualRecovery>());
-
-  rocksdb::ColumnFamilyOptions records_options;
-  records_options.enable_blob_files = true;
-  records_options.min_blob_size = options.min_blob_size;
-  records_options.blob_compression_type = rocksdb::kNoCompression;  // KV bytes do not compress
-  records_options.enable_blob_garbage_collection = true;  // reclaim space of evicted blobs
-  // Records wait in the memtable (RAM outside both tiers' budgets, lost in a
-  // crash with the WAL off) until a flush writes them: at most a sixteenth
-  // of the capacity, between 1 and 64 MiB (RocksDB's default).
-  records_options.write_buffer_size = static_cast<size_t>(
-      std::clamp<uint64_t>(options.capacity_bytes / 16, 1ull << 20, 64ull << 20));
-  rocksdb::ColumnFamilyOptions small_options;
-
-  std::vector<rocksdb::ColumnFamilyDescriptor> families = {
-      {rocksdb::kDefaultColumnFamilyName, records_options},
-      {kAccessFamily, small_options},
-      {kMetaFamily, small_options},
-  };
+  const std::vector<rocksdb::ColumnFamilyDescriptor> families = column_families(options);
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
-  rocksdb::Status s = rocksdb::DB::Open(db_options, options.path, families, &handles, &tier->db_);
+  rocksdb::Status s = rocksdb::DB::Open(db_options(), options.path, families, &handles, &tier->db_);
   if (!s.ok() && s.ToString().find("While lock file") != std::string::npos) {
     return Status::error("disk tier: directory '" + options.path + "' is in use by another " +
                          lock_holder_name(options.path) +
@@ -540,12 +550,22 @@ void DiskTier::remove_locked_write(const Key& k, bool count_corrupt, bool unauth
 
 RecordPtr DiskTier::get(const BlockKey& key, const RecordExpectations* expected) {
   const Key k = encode_key(key);
+  GetMiss miss;
+  RecordPtr record = read_checked(k, key, expected, &miss);
+  if (!record) {
+    count_miss(k, miss);
+    return nullptr;
+  }
+  std::lock_guard<std::mutex> write_lock(write_mu_);
+  count_hit_locked_write(k);
+  return record;
+}
+
+RecordPtr DiskTier::read_checked(const Key& k, const BlockKey& key,
+                                 const RecordExpectations* expected, GetMiss* miss) {
   {
     std::lock_guard<std::mutex> lock(index_mu_);
-    if (index_.count(k) == 0) {
-      ++stats_.misses;
-      return nullptr;
-    }
+    if (index_.count(k) == 0) return nullptr;  // a plain miss
   }
   rocksdb::PinnableSlice value;
   rocksdb::ReadOptions read_options;
@@ -558,68 +578,53 @@ RecordPtr DiskTier::get(const BlockKey& key, const RecordExpectations* expected)
   read_options.verify_checksums = false;
   rocksdb::Status s = db_->Get(read_options, records_cf_, key_slice(k), &value);
   if (s.IsNotFound()) {  // lost in a crash (WAL off) or removed meanwhile
-    std::lock_guard<std::mutex> write_lock(write_mu_);
-    remove_locked_write(k, /*count_corrupt=*/false, /*unauthenticated=*/false);
-    std::lock_guard<std::mutex> lock(index_mu_);
-    ++stats_.misses;
+    *miss = GetMiss{.remove = true};
     return nullptr;
   }
   if (s.IsCorruption()) {  // RocksDB's checksum failed: the record is gone for good
-    std::lock_guard<std::mutex> write_lock(write_mu_);
-    remove_locked_write(k, /*count_corrupt=*/true, /*unauthenticated=*/false);
-    std::lock_guard<std::mutex> lock(index_mu_);
-    ++stats_.io_errors;
-    ++stats_.misses;
+    *miss = GetMiss{.remove = true, .corrupt = true, .io_error = true};
     return nullptr;
   }
   if (!s.ok()) {
-    std::lock_guard<std::mutex> lock(index_mu_);
-    ++stats_.io_errors;
-    ++stats_.misses;
+    *miss = GetMiss{.io_error = true};
     return nullptr;
   }
   // A value too short for a trailer fails the MAC like any other forgery.
-  if (value.size() <= RecordMac::kTrailerBytes) {
-    value.Reset();
-    std::lock_guard<std::mutex> write_lock(write_mu_);
-    remove_locked_write(k, /*count_corrupt=*/true, /*unauthenticated=*/true);
-    std::lock_guard<std::mutex> lock(index_mu_);
-    ++stats_.misses;
+  const std::optional<SignedValue> parts = split_signed_value(
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(value.data()), value.size()));
+  if (!parts) {
+    *miss = GetMiss{.remove = true, .corrupt = true, .unauthenticated = true};
     return nullptr;
   }
-  const size_t record_bytes = value.size() - RecordMac::kTrailerBytes;
   RecordMac::Trailer trailer;
-  std::memcpy(trailer.data(), value.data() + record_bytes, trailer.size());
+  std::copy(parts->trailer.begin(), parts->trailer.end(), trailer.begin());
   // Copy first, then check the copy (it is hot in cache after the copy).
+  const size_t record_bytes = parts->record.size();
   std::shared_ptr<RecordBuffer> record = RecordBuffer::allocate(record_bytes, options_.allocator);
-  if (!record) {
-    std::lock_guard<std::mutex> lock(index_mu_);
-    ++stats_.misses;
-    return nullptr;
-  }
-  std::memcpy(record->mutable_data(), value.data(), record_bytes);
+  if (!record) return nullptr;  // out of host memory: a plain miss
+  std::memcpy(record->mutable_data(), parts->record.data(), record_bytes);
   value.Reset();
-  const std::span<const uint8_t> record_span(record->data(), record_bytes);
-  // The MAC first: nothing else is read from bytes that did not come from us.
-  const bool authentic = mac_->verify(record_span, trailer);
-  RecordCheck check = RecordCheck::kOk;
-  BlockRecordView view;
-  if (authentic) {
-    check = expected != nullptr
-                ? check_block_record(record->data(), record_bytes, *expected, &view)
-                : check_block_record_integrity(record->data(), record_bytes, &view);
-    if (check == RecordCheck::kOk &&
-        (view.info.namespace_seed != key.namespace_seed || view.info.block_hash != key.block_hash)) {
-      check = RecordCheck::kBlockHash;
-    }
-  }
-  std::lock_guard<std::mutex> write_lock(write_mu_);
-  if (!authentic || check != RecordCheck::kOk) {
-    remove_locked_write(k, /*count_corrupt=*/true, /*unauthenticated=*/!authentic);
-    std::lock_guard<std::mutex> lock(index_mu_);
-    ++stats_.misses;
+  const SignedRecordCheck check =
+      verify_signed_record(*mac_, record->bytes(), trailer, key, expected);
+  if (!check.ok()) {
+    *miss = GetMiss{.remove = true, .corrupt = true, .unauthenticated = !check.authentic};
     return nullptr;
   }
+  return record;
+}
+
+void DiskTier::count_miss(const Key& k, const GetMiss& miss) {
+  std::unique_lock<std::mutex> write_lock(write_mu_, std::defer_lock);
+  if (miss.remove) {
+    write_lock.lock();
+    remove_locked_write(k, miss.corrupt, miss.unauthenticated);
+  }
+  std::lock_guard<std::mutex> lock(index_mu_);
+  if (miss.io_error) ++stats_.io_errors;
+  ++stats_.misses;
+}
+
+void DiskTier::count_hit_locked_write(const Key& k) {
   // Refresh the LRU position, in memory and in "access" (so it survives restart).
   uint64_t seq = 0;
   uint64_t n_bytes = 0;
@@ -627,7 +632,7 @@ RecordPtr DiskTier::get(const BlockKey& key, const RecordExpectations* expected)
     std::lock_guard<std::mutex> lock(index_mu_);
     ++stats_.hits;
     auto it = index_.find(k);
-    if (it == index_.end()) return record;  // erased meanwhile: still a valid answer
+    if (it == index_.end()) return;  // erased meanwhile: the record is still a valid answer
     lru_.erase(it->second.access_seq);
     seq = next_seq_++;
     it->second.access_seq = seq;
@@ -635,12 +640,12 @@ RecordPtr DiskTier::get(const BlockKey& key, const RecordExpectations* expected)
     lru_.emplace(seq, k);
   }
   const auto access = access_value(seq, n_bytes);
-  s = db_->Put(no_wal(), access_cf_, key_slice(k), bytes_slice(access.data(), access.size()));
+  const rocksdb::Status s =
+      db_->Put(no_wal(), access_cf_, key_slice(k), bytes_slice(access.data(), access.size()));
   if (!s.ok()) {
     std::lock_guard<std::mutex> lock(index_mu_);
     ++stats_.io_errors;
   }
-  return record;
 }
 
 bool DiskTier::contains(const BlockKey& key) const {
@@ -689,10 +694,7 @@ DiskTierStats DiskTier::stats() const {
 }
 
 Status DiskTier::debug_overwrite_signed(const BlockKey& key, std::span<const uint8_t> record) {
-  const RecordMac::Trailer trailer = mac_->sign(record);
-  std::vector<uint8_t> value(record.begin(), record.end());
-  value.insert(value.end(), trailer.begin(), trailer.end());
-  return debug_overwrite_value(key, value);
+  return debug_overwrite_value(key, sign_record_value(*mac_, record));
 }
 
 Status DiskTier::debug_overwrite_value(const BlockKey& key, std::span<const uint8_t> bytes) {

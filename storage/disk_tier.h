@@ -152,6 +152,19 @@ class DiskTier {
   Status load_or_create_secret();
   // Empties the record families (before records had MACs; another secret).
   Status drop_records(const char* why);
+  // get()'s steps: read the value and verify it (nullptr and *miss on a
+  // miss); count a miss, removing the value where *miss says; count a hit
+  // and refresh its LRU position.
+  struct GetMiss {
+    bool remove = false;           // delete the value and its index entry
+    bool corrupt = false;          // count it in corrupt_records
+    bool unauthenticated = false;  // and in unauthenticated_records
+    bool io_error = false;         // count an io_error
+  };
+  RecordPtr read_checked(const Key& k, const BlockKey& key, const RecordExpectations* expected,
+                         GetMiss* miss);
+  void count_miss(const Key& k, const GetMiss& miss);
+  void count_hit_locked_write(const Key& k);
   // Deletes a key's record and access entry and drops it from the index.
   void remove_locked_write(const Key& key, bool count_corrupt, bool unauthenticated);
   // Write-stop bookkeeping of put() (write_mu_ held): whether a put may be

@@ -23,6 +23,7 @@
 #include <unordered_set>
 
 #include "storage/record_mac.h"
+#include "storage/signed_record.h"
 
 namespace prefixd {
 namespace {
@@ -37,16 +38,6 @@ constexpr size_t kMaxReaderHandles = 16;
 // Keys this process recently stored or read: put_async() skips them.
 constexpr size_t kRecentKeys = 64 * 1024;
 
-std::string server_name(const RemoteServer& s) {
-  const bool v6 = s.host.find(':') != std::string::npos;
-  return (v6 ? "[" + s.host + "]" : s.host) + ":" + std::to_string(s.port);
-}
-
-struct MemcachedDeleter {
-  void operator()(memcached_st* m) const { memcached_free(m); }
-};
-using MemcachedPtr = std::unique_ptr<memcached_st, MemcachedDeleter>;
-
 struct ResultDeleter {
   void operator()(memcached_result_st* r) const { memcached_result_free(r); }
 };
@@ -60,191 +51,6 @@ bool is_timeout(memcached_st* memc, memcached_return_t rc) {
   const int e = memcached_last_error_errno(memc);
   return e == ETIMEDOUT || e == EAGAIN || e == EWOULDBLOCK || e == EINPROGRESS;
 }
-
-// Applies the tier's behaviours to a handle (before servers are added).
-Status configure(memcached_st* memc, const RemoteTierOptions& o) {
-  const uint64_t timeout_ms = static_cast<uint64_t>(o.timeout.count());
-  // The library counts retry and dead timeouts in whole seconds.
-  const uint64_t retry_s =
-      std::max<uint64_t>(1, (static_cast<uint64_t>(o.retry_interval.count()) + 999) / 1000);
-  const std::pair<memcached_behavior_t, uint64_t> behaviours[] = {
-      {MEMCACHED_BEHAVIOR_BINARY_PROTOCOL, 1},
-      // libketama-compatible consistent hashing (MD5 keys and points), so
-      // every replica given the same server list maps a key to the same server.
-      {MEMCACHED_BEHAVIOR_KETAMA_WEIGHTED, 1},
-      {MEMCACHED_BEHAVIOR_TCP_NODELAY, 1},
-      {MEMCACHED_BEHAVIOR_CONNECT_TIMEOUT, timeout_ms},
-      {MEMCACHED_BEHAVIOR_POLL_TIMEOUT, timeout_ms},
-      {MEMCACHED_BEHAVIOR_SND_TIMEOUT, timeout_ms * 1000},  // microseconds
-      {MEMCACHED_BEHAVIOR_RCV_TIMEOUT, timeout_ms * 1000},
-      // A server whose connect fails is skipped by this handle for retry_s.
-      // Leaving the ring is the tier's decision, for every handle at once
-      // (RemoteTier::Impl::note_failure): libmemcached's own ejection is per
-      // handle, and a reader and the writer that disagreed about where a key
-      // lives could miss a block they had just written, for good.
-      {MEMCACHED_BEHAVIOR_REMOVE_FAILED_SERVERS, 0},
-      {MEMCACHED_BEHAVIOR_RETRY_TIMEOUT, retry_s},
-  };
-  for (const auto& [behaviour, value] : behaviours) {
-    const memcached_return_t rc = memcached_behavior_set(memc, behaviour, value);
-    if (memcached_failed(rc)) {
-      return Status::error(std::string("remote cache: libmemcached refused behaviour ") +
-                           std::to_string(static_cast<int>(behaviour)) + ": " +
-                           memcached_strerror(memc, rc));
-    }
-  }
-  return Status::ok_status();
-}
-
-Result<MemcachedPtr> make_handle(const RemoteTierOptions& o,
-                                 std::span<const RemoteServer> servers) {
-  MemcachedPtr memc(memcached_create(nullptr));
-  if (!memc) return Status::error("remote cache: memcached_create failed (out of memory)");
-  Status s = configure(memc.get(), o);
-  if (!s.ok()) return s;
-  for (const RemoteServer& server : servers) {
-    const memcached_return_t rc =
-        memcached_server_add(memc.get(), server.host.c_str(), server.port);
-    if (memcached_failed(rc)) {
-      return Status::error("remote cache: cannot add memcached server " + server_name(server) +
-                           ": " + memcached_strerror(memc.get(), rc));
-    }
-  }
-  return memc;
-}
-
-struct SettingsProbe {
-  bool found = false;
-  uint64_t item_size_max = 0;
-};
-
-memcached_return_t read_setting(const memcached_instance_st*, const char* key, size_t key_length,
-                                const char* value, size_t value_length, void* context) {
-  auto* probe = static_cast<SettingsProbe*>(context);
-  if (std::string_view(key, key_length) == "item_size_max") {
-    const std::string v(value, value_length);
-    char* end = nullptr;
-    errno = 0;
-    const unsigned long long n = std::strtoull(v.c_str(), &end, 10);
-    if (errno == 0 && end != v.c_str() && *end == '\0') {
-      probe->found = true;
-      probe->item_size_max = n;
-    }
-  }
-  return MEMCACHED_SUCCESS;
-}
-
-// Asks one server for "stats settings" and checks that a value fits.
-// *unreachable tells a server that did not answer from one that answered no.
-Status check_server(const RemoteTierOptions& o, const RemoteServer& server, bool* unreachable) {
-  *unreachable = false;
-  auto memc = make_handle(o, std::span<const RemoteServer>(&server, 1));
-  if (!memc.ok()) return memc.status();
-  SettingsProbe probe;
-  const memcached_return_t rc =
-      memcached_stat_execute(memc->get(), "settings", read_setting, &probe);
-  if (memcached_failed(rc)) {
-    *unreachable = true;
-    return Status::error("remote cache: memcached at " + server_name(server) +
-                         " does not answer (timeout " + std::to_string(o.timeout.count()) +
-                         " ms): " + memcached_last_error_message(memc->get()));
-  }
-  if (!probe.found) {
-    return Status::error("remote cache: memcached at " + server_name(server) +
-                         " did not report item_size_max in \"stats settings\"");
-  }
-  const uint64_t value_bytes = o.record_bytes + RecordMac::kTrailerBytes;
-  const uint64_t item_bytes = value_bytes + kKeyBytes + kItemHeaderBytes;
-  if (item_bytes > probe.item_size_max) {
-    const uint64_t mib = (item_bytes + (1u << 20) - 1) >> 20;
-    return Status::error("remote cache: memcached at " + server_name(server) +
-                         " stores items of at most " + std::to_string(probe.item_size_max) +
-                         " bytes (item_size_max); a block record needs " +
-                         std::to_string(item_bytes) + " bytes (" + std::to_string(value_bytes) +
-                         " of value, key and item header): start memcached with -I " +
-                         std::to_string(mib) + "m or larger");
-  }
-  return Status::ok_status();
-}
-
-bool parse_port(const std::string& text, uint16_t* port) {
-  if (text.empty() || text.size() > 5) return false;
-  uint32_t v = 0;
-  for (char c : text) {
-    if (c < '0' || c > '9') return false;
-    v = v * 10 + static_cast<uint32_t>(c - '0');
-  }
-  if (v == 0 || v > 65535) return false;
-  *port = static_cast<uint16_t>(v);
-  return true;
-}
-
-}  // namespace
-
-Result<std::vector<RemoteServer>> parse_remote_cache_url(const std::string& url) {
-  const std::string scheme = "memcached://";
-  const auto fail = [&](const std::string& why) {
-    return Status::error("remote cache URL '" + url + "': " + why +
-                         " (expected memcached://HOST:PORT[,HOST:PORT...])");
-  };
-  if (url.compare(0, scheme.size(), scheme) != 0) return fail("the scheme must be memcached://");
-  const std::string list = url.substr(scheme.size());
-  if (list.empty()) return fail("no servers");
-  std::vector<RemoteServer> servers;
-  size_t start = 0;
-  while (start <= list.size()) {
-    size_t end = list.find(',', start);
-    if (end == std::string::npos) end = list.size();
-    const std::string part = list.substr(start, end - start);
-    start = end + 1;
-    if (part.empty()) return fail("an empty server entry");
-    RemoteServer server;
-    std::string port_text;
-    if (part[0] == '[') {  // [IPv6]:PORT
-      const size_t close = part.find(']');
-      if (close == std::string::npos) return fail("'" + part + "': unclosed '['");
-      server.host = part.substr(1, close - 1);
-      if (close + 1 >= part.size() || part[close + 1] != ':') {
-        return fail("'" + part + "': missing :PORT");
-      }
-      port_text = part.substr(close + 2);
-    } else {
-      const size_t colon = part.rfind(':');
-      if (colon == std::string::npos) return fail("'" + part + "': missing :PORT");
-      server.host = part.substr(0, colon);
-      if (server.host.find(':') != std::string::npos) {
-        return fail("'" + part + "': write an IPv6 address as [ADDRESS]:PORT");
-      }
-      port_text = part.substr(colon + 1);
-    }
-    if (server.host.empty()) return fail("'" + part + "': empty host");
-    if (server.host.find_first_of("/?#@ ") != std::string::npos) {
-      return fail("'" + part + "': a host may not contain '/', '?', '#', '@' or spaces");
-    }
-    if (!parse_port(port_text, &server.port)) {
-      return fail("'" + part + "': the port must be a number from 1 to 65535");
-    }
-    for (const RemoteServer& other : servers) {
-      if (other.host == server.host && other.port == server.port) {
-        return fail("'" + part + "' is listed twice");
-      }
-    }
-    servers.push_back(std::move(server));
-    if (end == list.size()) break;
-  }
-  return servers;
-}
-
-std::string RemoteTier::memcached_key(const BlockKey& key) {
-  char buf[kKeyBytes + 1];
-  std::snprintf(buf, sizeof(buf), "%s%016llx%016llx%016llx", kKeyPrefix,
-                static_cast<unsigned long long>(key.namespace_seed),
-                static_cast<unsigned long long>(key.block_hash.hi),
-                static_cast<unsigned long long>(key.block_hash.lo));
-  return std::string(buf, kKeyBytes);
-}
-
-namespace {
 
 // A connection failure (not a timeout: a server that accepts and then
 // stalls stays in the ring, each operation waiting the timeout).
@@ -264,26 +70,106 @@ bool is_connection_failure(memcached_st* memc, memcached_return_t rc) {
   }
 }
 
+MemcachedSettings memcached_settings(const RemoteTierOptions& o) {
+  return MemcachedSettings{o.timeout, o.retry_interval};
+}
+
+}  // namespace
+
+std::string RemoteTier::memcached_key(const BlockKey& key) {
+  char buf[kKeyBytes + 1];
+  std::snprintf(buf, sizeof(buf), "%s%016llx%016llx%016llx", kKeyPrefix,
+                static_cast<unsigned long long>(key.namespace_seed),
+                static_cast<unsigned long long>(key.block_hash.hi),
+                static_cast<unsigned long long>(key.block_hash.lo));
+  return std::string(buf, kKeyBytes);
+}
+
+namespace {
+
+// The memcached keys of one get_chain() call and the values fetched for them.
+struct ChainFetch {
+  explicit ChainFetch(std::span<const BlockKey> keys) : names(keys.size()), values(keys.size()) {
+    for (size_t i = 0; i < keys.size(); ++i) {
+      names[i] = RemoteTier::memcached_key(keys[i]);
+      index_of.emplace(names[i], i);  // a repeated key keeps its first position
+    }
+  }
+  std::vector<std::string> names;                   // [n keys]
+  std::unordered_map<std::string, size_t> index_of;  // name -> first position
+  // Handles replaced during the call stay alive until the values they
+  // fetched are freed (a value points back to its handle): `retired` is
+  // declared before `values` so that it is destroyed after them.
+  std::vector<MemcachedPtr> retired;
+  std::vector<ResultPtr> values;  // [n keys]; null: not received
+  uint64_t received_bytes = 0;
+
+  // Asks for the keys from `first` on that have no value yet. Returns the
+  // failure seen (MEMCACHED_SUCCESS when none).
+  memcached_return_t multi_get(memcached_st* memc, size_t first);
+  size_t first_missing() const {
+    size_t i = 0;
+    while (i < values.size() && values[i]) ++i;
+    return i;
+  }
+};
+
+// What verify_chain() kept and refused.
+struct ChainRead {
+  std::vector<RecordPtr> records;  // the leading records that passed every check
+  std::vector<size_t> bad;         // positions of values that failed (to delete)
+  uint64_t n_unauthenticated = 0;  // of those, the ones whose MAC did not verify
+};
+
+memcached_return_t ChainFetch::multi_get(memcached_st* memc, size_t first) {
+  std::vector<const char*> ptrs;
+  std::vector<size_t> lengths;
+  for (size_t i = first; i < names.size(); ++i) {
+    if (values[i]) continue;
+    ptrs.push_back(names[i].data());
+    lengths.push_back(names[i].size());
+  }
+  memcached_return_t rc = memcached_mget(memc, ptrs.data(), lengths.data(), ptrs.size());
+  bool failed = memcached_failed(rc) && rc != MEMCACHED_NOTFOUND;
+  // Fetched even when mget failed: its status is that of the last server it
+  // connected to, and the keys sent to the others are answered. With nothing
+  // sent, the first fetch returns at once. Each answer needs a live server,
+  // so the loop ends; the bound only guards against a misbehaving library.
+  const size_t max_fetches = ptrs.size() * 2 + 16;
+  for (size_t n = 0; n < max_fetches; ++n) {
+    memcached_return_t fetch_rc = MEMCACHED_SUCCESS;
+    ResultPtr r(memcached_fetch_result(memc, nullptr, &fetch_rc));
+    if (!r) {
+      if (fetch_rc != MEMCACHED_END && fetch_rc != MEMCACHED_NOTFOUND) failed = true;
+      break;
+    }
+    received_bytes += memcached_result_length(r.get());
+    auto it = index_of.find(
+        std::string(memcached_result_key_value(r.get()), memcached_result_key_length(r.get())));
+    if (it != index_of.end() && !values[it->second]) values[it->second] = std::move(r);
+  }
+  // Errors recorded on the handle during this query (a server refused the
+  // connection, timed out, was skipped as dead) even when others answered.
+  const memcached_return_t last = memcached_last_error(memc);
+  if (memcached_failed(last) && last != MEMCACHED_NOTFOUND) {
+    failed = true;
+    rc = last;
+  }
+  return failed ? (memcached_failed(rc) ? rc : MEMCACHED_FAILURE) : MEMCACHED_SUCCESS;
+}
+
 }  // namespace
 
 struct RemoteTier::Impl {
   RemoteTierOptions options;
   std::unique_ptr<RecordMac> mac;
 
-  // The ring every handle uses: the servers not marked down. A server that
-  // fails failure_limit connects in a row is marked down for retry_interval
-  // (its keys move to the others in every handle of this process at once),
-  // then joins again; `ring` counts changes, and a handle built for an older
-  // ring is rebuilt before its next operation.
-  using Clock = std::chrono::steady_clock;
-  std::mutex ring_mu;
-  std::vector<Clock::time_point> down_until;  // per options.servers; {} = in the ring
-  std::vector<int32_t> failures;             // connects failed since it joined
-  uint64_t ring = 1;
+  // The ring every handle uses: the servers not marked down.
+  std::unique_ptr<RemoteServerRing> ring;
 
   struct Handle {
     MemcachedPtr memc;
-    uint64_t ring = 0;  // the ring its server list came from
+    uint64_t ring = 0;  // the ring generation its server list came from
   };
   // Reader handles: idle ones in `idle_handles`; `n_handles` made so far.
   std::mutex handles_mu;
@@ -317,10 +203,6 @@ struct RemoteTier::Impl {
   std::thread writer;
   std::atomic<pid_t> writer_tid{0};
 
-  // The current ring's generation; servers whose time out of it is over join
-  // again first. *servers (optional): its servers (all when every one is down,
-  // so that operations keep trying).
-  uint64_t current_ring(std::vector<RemoteServer>* servers);
   // Marks the server of a connection failure on `memc` (its last disconnect)
   // down once it has failed failure_limit times.
   void note_failure(memcached_st* memc, memcached_return_t rc);
@@ -332,29 +214,23 @@ struct RemoteTier::Impl {
   void note_recent_locked(const BlockKey& key);
   void count_failure(memcached_st* memc, memcached_return_t rc);
   void writer_loop();
+  // writer_loop()'s steps: drop every queued write (counted; queue_mu held),
+  // and write one record (once more on a new ring after a refusal), counted.
+  void drop_queue_locked();
+  memcached_return_t write_one(const PendingWrite& w);
   memcached_return_t store(memcached_st* memc, const std::string& key,
                            std::span<const uint8_t> record);
-};
 
-uint64_t RemoteTier::Impl::current_ring(std::vector<RemoteServer>* servers) {
-  std::lock_guard<std::mutex> lock(ring_mu);
-  const Clock::time_point now = Clock::now();
-  for (size_t i = 0; i < down_until.size(); ++i) {
-    if (down_until[i] != Clock::time_point{} && down_until[i] <= now) {
-      down_until[i] = Clock::time_point{};
-      failures[i] = 0;
-      ++ring;
-    }
-  }
-  if (servers != nullptr) {
-    servers->clear();
-    for (size_t i = 0; i < options.servers.size(); ++i) {
-      if (down_until[i] == Clock::time_point{}) servers->push_back(options.servers[i]);
-    }
-    if (servers->empty()) *servers = options.servers;
-  }
-  return ring;
-}
+  // get_chain()'s steps: fetch the values (one multi-get, asked once more on
+  // the ring without a server that refused), verify the chain in order, delete
+  // the values that failed, then count and remember what was read.
+  void fetch_chain(Handle& handle, ChainFetch& fetch);
+  ChainRead verify_chain(ChainFetch& fetch, std::span<const BlockKey> keys,
+                         std::span<const RecordExpectations> expected);
+  void drop_bad_values(Handle& handle, const ChainFetch& fetch, const ChainRead& read);
+  void note_chain_read(std::span<const BlockKey> keys, const ChainRead& read,
+                       uint64_t received_bytes);
+};
 
 void RemoteTier::Impl::note_failure(memcached_st* memc, memcached_return_t rc) {
   if (memc == nullptr || !is_connection_failure(memc, rc)) return;
@@ -362,23 +238,14 @@ void RemoteTier::Impl::note_failure(memcached_st* memc, memcached_return_t rc) {
   if (server == nullptr) return;
   const std::string host = memcached_server_name(server);
   const auto port = static_cast<uint16_t>(memcached_server_port(server));
-  std::lock_guard<std::mutex> lock(ring_mu);
-  for (size_t i = 0; i < options.servers.size(); ++i) {
-    if (options.servers[i].host != host || options.servers[i].port != port) continue;
-    if (down_until[i] != Clock::time_point{}) return;  // already out
-    if (++failures[i] >= options.failure_limit) {
-      down_until[i] = Clock::now() + options.retry_interval;
-      ++ring;
-    }
-    return;
-  }
+  ring->note_connection_failure(host, port);
 }
 
 void RemoteTier::Impl::refresh(Handle& h) {
   std::vector<RemoteServer> servers;
-  const uint64_t r = current_ring(&servers);
+  const uint64_t r = ring->current(&servers);
   if (h.memc && h.ring == r) return;
-  auto made = make_handle(options, servers);
+  auto made = make_memcached_handle(memcached_settings(options), servers);
   h.memc = made.ok() ? std::move(made).value() : nullptr;
   h.ring = r;
 }
@@ -425,10 +292,7 @@ void RemoteTier::Impl::count_failure(memcached_st* memc, memcached_return_t rc) 
 
 memcached_return_t RemoteTier::Impl::store(memcached_st* memc, const std::string& key,
                                            std::span<const uint8_t> record) {
-  const RecordMac::Trailer trailer = mac->sign(record);
-  std::vector<uint8_t> value(record.size() + trailer.size());
-  std::memcpy(value.data(), record.data(), record.size());
-  std::memcpy(value.data() + record.size(), trailer.data(), trailer.size());
+  const std::vector<uint8_t> value = sign_record_value(*mac, record);
   return memcached_set(memc, key.data(), key.size(), reinterpret_cast<const char*>(value.data()),
                        value.size(), /*expiration=*/0, /*flags=*/0);
 }
@@ -453,14 +317,7 @@ void RemoteTier::Impl::writer_loop() {
       // Shutting down behind a server that times out (one timeout per queued
       // write could hold the exit for minutes), or past the shutdown's flush
       // bound: the rest is dropped (counted).
-      {
-        std::lock_guard<std::mutex> stats_lock(stats_mu);
-        stats.writes_dropped += queue.size();
-      }
-      queue.clear();
-      queued_keys.clear();
-      pending_bytes = 0;
-      queue_idle.notify_all();
+      drop_queue_locked();
       if (stopping) return;
       continue;  // past the deadline, not yet stopping: later writes are dropped too
     }
@@ -468,32 +325,8 @@ void RemoteTier::Impl::writer_loop() {
     queue.pop_front();
     writing = true;
     lock.unlock();
-
-    memcached_return_t rc = MEMCACHED_MEMORY_ALLOCATION_FAILURE;
-    refresh(writer_handle);
-    const std::string name = memcached_key(w.key);
-    if (writer_handle.memc) {
-      rc = store(writer_handle.memc.get(), name, w.record->bytes());
-      // Refused (the server is down): once more, on the ring without it
-      // when that made it leave.
-      if (memcached_failed(rc) && !is_timeout(writer_handle.memc.get(), rc)) {
-        count_failure(writer_handle.memc.get(), rc);
-        note_failure(writer_handle.memc.get(), rc);
-        refresh(writer_handle);
-        if (writer_handle.memc) rc = store(writer_handle.memc.get(), name, w.record->bytes());
-      }
-    }
-    memcached_st* const memc = writer_handle.memc.get();
-    if (memcached_success(rc)) {
-      std::lock_guard<std::mutex> stats_lock(stats_mu);
-      ++stats.writes;
-      stats.written_bytes += w.n_bytes;
-    } else {
-      count_failure(memc, rc);
-      note_failure(memc, rc);
-    }
-    const bool timed_out = !memcached_success(rc) && is_timeout(memc, rc);
-
+    const memcached_return_t rc = write_one(w);
+    const bool timed_out = !memcached_success(rc) && is_timeout(writer_handle.memc.get(), rc);
     lock.lock();
     drop_rest = timed_out;
     queued_keys.erase(w.key);
@@ -502,6 +335,44 @@ void RemoteTier::Impl::writer_loop() {
     writing = false;
     if (queue.empty()) queue_idle.notify_all();
   }
+}
+
+void RemoteTier::Impl::drop_queue_locked() {
+  {
+    std::lock_guard<std::mutex> stats_lock(stats_mu);
+    stats.writes_dropped += queue.size();
+  }
+  queue.clear();
+  queued_keys.clear();
+  pending_bytes = 0;
+  queue_idle.notify_all();
+}
+
+memcached_return_t RemoteTier::Impl::write_one(const PendingWrite& w) {
+  memcached_return_t rc = MEMCACHED_MEMORY_ALLOCATION_FAILURE;
+  refresh(writer_handle);
+  const std::string name = memcached_key(w.key);
+  if (writer_handle.memc) {
+    rc = store(writer_handle.memc.get(), name, w.record->bytes());
+    // Refused (the server is down): once more, on the ring without it
+    // when that made it leave.
+    if (memcached_failed(rc) && !is_timeout(writer_handle.memc.get(), rc)) {
+      count_failure(writer_handle.memc.get(), rc);
+      note_failure(writer_handle.memc.get(), rc);
+      refresh(writer_handle);
+      if (writer_handle.memc) rc = store(writer_handle.memc.get(), name, w.record->bytes());
+    }
+  }
+  memcached_st* const memc = writer_handle.memc.get();
+  if (memcached_success(rc)) {
+    std::lock_guard<std::mutex> stats_lock(stats_mu);
+    ++stats.writes;
+    stats.written_bytes += w.n_bytes;
+  } else {
+    count_failure(memc, rc);
+    note_failure(memc, rc);
+  }
+  return rc;
 }
 
 Result<std::unique_ptr<RemoteTier>> RemoteTier::open(const RemoteTierOptions& options) {
@@ -530,7 +401,9 @@ Result<std::unique_ptr<RemoteTier>> RemoteTier::open(const RemoteTierOptions& op
   std::vector<size_t> unanswered_index;
   for (size_t i = 0; i < options.servers.size(); ++i) {
     bool unreachable = false;
-    Status s = check_server(options, options.servers[i], &unreachable);
+    const uint64_t value_bytes = options.record_bytes + RecordMac::kTrailerBytes;
+    Status s = probe_remote_server(memcached_settings(options), options.servers[i], value_bytes,
+                                   value_bytes + kKeyBytes + kItemHeaderBytes, &unreachable);
     if (!s.ok() && !unreachable) return s;
     if (!s.ok()) {
       unanswered.push_back(s.message());
@@ -548,10 +421,11 @@ Result<std::unique_ptr<RemoteTier>> RemoteTier::open(const RemoteTierOptions& op
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->mac = std::make_unique<RecordMac>(options.deployment_secret);
-  impl->down_until.assign(options.servers.size(), RemoteTier::Impl::Clock::time_point{});
-  impl->failures.assign(options.servers.size(), 0);
-  for (size_t i : unanswered_index) impl->down_until[i] = RemoteTier::Impl::Clock::now() + options.retry_interval;
-  auto first = make_handle(options, options.servers);  // checks every server can be added
+  impl->ring = std::make_unique<RemoteServerRing>(options.servers, options.failure_limit,
+                                                  options.retry_interval);
+  for (size_t i : unanswered_index) impl->ring->mark_down(i);
+  // Checks that every server can be added.
+  auto first = make_memcached_handle(memcached_settings(options), options.servers);
   if (!first.ok()) return first.status();
   impl->refresh(impl->writer_handle);
   if (!impl->writer_handle.memc) return Status::error("remote cache: memcached_create failed (out of memory)");
@@ -590,163 +464,104 @@ RemoteTier::~RemoteTier() {
 std::vector<RecordPtr> RemoteTier::get_chain(std::span<const BlockKey> keys,
                                              std::span<const RecordExpectations> expected) {
   PREFIXD_CHECK(keys.size() == expected.size(), "get_chain: keys and expected differ in length");
-  std::vector<RecordPtr> out;
-  if (keys.empty()) return out;
+  if (keys.empty()) return {};
   Impl& d = *impl_;
-
-  std::vector<std::string> names(keys.size());
-  std::vector<const char*> name_ptrs(keys.size());
-  std::vector<size_t> name_lengths(keys.size());
-  std::unordered_map<std::string, size_t> index_of;
-  for (size_t i = 0; i < keys.size(); ++i) {
-    names[i] = memcached_key(keys[i]);
-    name_ptrs[i] = names[i].data();
-    name_lengths[i] = names[i].size();
-    index_of.emplace(names[i], i);  // a repeated key keeps its first position
-  }
-
-  RemoteTier::Impl::Handle handle = d.acquire_handle();
+  ChainFetch fetch(keys);
+  Impl::Handle handle = d.acquire_handle();
   if (!handle.memc) {
     d.count_failure(nullptr, MEMCACHED_MEMORY_ALLOCATION_FAILURE);
     d.release_handle(std::move(handle));
     std::lock_guard<std::mutex> lock(d.stats_mu);
     d.stats.misses += keys.size();
-    return out;
+    return {};
   }
+  d.fetch_chain(handle, fetch);
+  ChainRead read = d.verify_chain(fetch, keys, expected);
+  fetch.values.clear();  // before the handle they point back to is released
+  d.drop_bad_values(handle, fetch, read);
+  d.release_handle(std::move(handle));
+  d.note_chain_read(keys, read, fetch.received_bytes);
+  return std::move(read.records);
+}
+
+void RemoteTier::Impl::fetch_chain(Handle& handle, ChainFetch& fetch) {
   // One multi-get: libmemcached writes each server's keys, then reads the
   // answers as they come; keys on a server that is down are simply not
-  // answered. Handles replaced during the call stay alive until the end: the
-  // values they fetched point back to them.
-  std::vector<MemcachedPtr> retired;
-  std::vector<ResultPtr> values(keys.size());
-  uint64_t received_bytes = 0;
-  // Asks for the keys from `first` on that have no value yet. Returns the
-  // failure seen (MEMCACHED_SUCCESS when none).
-  auto multi_get = [&](size_t first) {
-    std::vector<const char*> ptrs;
-    std::vector<size_t> lengths;
-    for (size_t i = first; i < keys.size(); ++i) {
-      if (values[i]) continue;
-      ptrs.push_back(name_ptrs[i]);
-      lengths.push_back(name_lengths[i]);
-    }
-    memcached_return_t rc = memcached_mget(handle.memc.get(), ptrs.data(), lengths.data(), ptrs.size());
-    bool failed = memcached_failed(rc) && rc != MEMCACHED_NOTFOUND;
-    // Fetched even when mget failed: its status is that of the last server it
-    // connected to, and the keys sent to the others are answered. With nothing
-    // sent, the first fetch returns at once. Each answer needs a live server,
-    // so the loop ends; the bound only guards against a misbehaving library.
-    const size_t max_fetches = ptrs.size() * 2 + 16;
-    for (size_t n = 0; n < max_fetches; ++n) {
-      memcached_return_t fetch_rc = MEMCACHED_SUCCESS;
-      ResultPtr r(memcached_fetch_result(handle.memc.get(), nullptr, &fetch_rc));
-      if (!r) {
-        if (fetch_rc != MEMCACHED_END && fetch_rc != MEMCACHED_NOTFOUND) failed = true;
-        break;
-      }
-      received_bytes += memcached_result_length(r.get());
-      auto it = index_of.find(
-          std::string(memcached_result_key_value(r.get()), memcached_result_key_length(r.get())));
-      if (it != index_of.end() && !values[it->second]) values[it->second] = std::move(r);
-    }
-    // Errors recorded on the handle during this query (a server refused the
-    // connection, timed out, was skipped as dead) even when others answered.
-    const memcached_return_t last = memcached_last_error(handle.memc.get());
-    if (memcached_failed(last) && last != MEMCACHED_NOTFOUND) {
-      failed = true;
-      rc = last;
-    }
-    return failed ? (memcached_failed(rc) ? rc : MEMCACHED_FAILURE) : MEMCACHED_SUCCESS;
-  };
-  memcached_return_t rc = multi_get(0);
-  if (memcached_failed(rc)) {
-    d.count_failure(handle.memc.get(), rc);
-    // A server that refused the connection is out of the ring now (after
-    // failure_limit refusals), or it is one that joined again after
-    // retry_interval: ask once more for what is missing, on the ring without
-    // it, where the blocks recomputed since it died were written. A timeout
-    // is not asked again (it would wait once more).
-    if (!is_timeout(handle.memc.get(), rc)) {
-      d.note_failure(handle.memc.get(), rc);
-      retired.push_back(std::move(handle.memc));
-      d.refresh(handle);
-      size_t first_missing = 0;
-      while (first_missing < keys.size() && values[first_missing]) ++first_missing;
-      if (handle.memc && first_missing < keys.size()) {
-        memcached_return_t again = multi_get(first_missing);
-        if (memcached_failed(again)) {
-          d.count_failure(handle.memc.get(), again);
-          d.note_failure(handle.memc.get(), again);
-        }
-      }
-    }
+  // answered.
+  const memcached_return_t rc = fetch.multi_get(handle.memc.get(), 0);
+  if (memcached_success(rc)) return;
+  count_failure(handle.memc.get(), rc);
+  // A server that refused the connection is out of the ring now (after
+  // failure_limit refusals), or it is one that joined again after
+  // retry_interval: ask once more for what is missing, on the ring without
+  // it, where the blocks recomputed since it died were written. A timeout
+  // is not asked again (it would wait once more).
+  if (is_timeout(handle.memc.get(), rc)) return;
+  note_failure(handle.memc.get(), rc);
+  fetch.retired.push_back(std::move(handle.memc));
+  refresh(handle);
+  const size_t first_missing = fetch.first_missing();
+  if (!handle.memc || first_missing == fetch.values.size()) return;
+  const memcached_return_t again = fetch.multi_get(handle.memc.get(), first_missing);
+  if (memcached_failed(again)) {
+    count_failure(handle.memc.get(), again);
+    note_failure(handle.memc.get(), again);
   }
+}
 
+ChainRead RemoteTier::Impl::verify_chain(ChainFetch& fetch, std::span<const BlockKey> keys,
+                                         std::span<const RecordExpectations> expected) {
   // Walk the chain in order: MAC, then the record against its expectations.
-  std::vector<size_t> bad;  // indices of values to delete from the pool
-  uint64_t n_unauthenticated = 0;
+  ChainRead read;
   for (size_t i = 0; i < keys.size(); ++i) {
-    if (!values[i]) break;
-    const auto* value = reinterpret_cast<const uint8_t*>(memcached_result_value(values[i].get()));
-    const size_t value_bytes = memcached_result_length(values[i].get());
-    if (value_bytes <= RecordMac::kTrailerBytes) {  // too short for a trailer: a forgery
-      bad.push_back(i);
-      ++n_unauthenticated;
+    if (!fetch.values[i]) break;
+    const std::span<const uint8_t> value(
+        reinterpret_cast<const uint8_t*>(memcached_result_value(fetch.values[i].get())),
+        memcached_result_length(fetch.values[i].get()));
+    const SignedRecordCheck check = verify_signed_record(*mac, value, keys[i], &expected[i]);
+    if (!check.ok()) {
+      read.bad.push_back(i);
+      if (!check.authentic) ++read.n_unauthenticated;
       break;
     }
-    const size_t record_bytes = value_bytes - RecordMac::kTrailerBytes;
-    const std::span<const uint8_t> record_span(value, record_bytes);
-    if (!d.mac->verify(record_span, std::span<const uint8_t, RecordMac::kTrailerBytes>(
-                                        value + record_bytes, RecordMac::kTrailerBytes))) {
-      bad.push_back(i);
-      ++n_unauthenticated;
-      break;
-    }
-    BlockRecordView view;
-    RecordCheck check = check_block_record(value, record_bytes, expected[i], &view);
-    if (check == RecordCheck::kOk && (view.info.namespace_seed != keys[i].namespace_seed ||
-                                      view.info.block_hash != keys[i].block_hash)) {
-      check = RecordCheck::kBlockHash;
-    }
-    if (check != RecordCheck::kOk) {
-      bad.push_back(i);
-      break;
-    }
-    std::shared_ptr<RecordBuffer> record =
-        RecordBuffer::allocate(record_bytes, d.options.allocator);
+    const size_t record_bytes = value.size() - RecordMac::kTrailerBytes;
+    std::shared_ptr<RecordBuffer> record = RecordBuffer::allocate(record_bytes, options.allocator);
     if (!record) break;  // out of host memory: a miss, nothing wrong with the value
-    std::memcpy(record->mutable_data(), value, record_bytes);
-    out.push_back(std::move(record));
-    values[i].reset();
+    std::memcpy(record->mutable_data(), value.data(), record_bytes);
+    read.records.push_back(std::move(record));
+    fetch.values[i].reset();
   }
-  values.clear();
+  return read;
+}
 
-  for (size_t i : bad) {
+void RemoteTier::Impl::drop_bad_values(Handle& handle, const ChainFetch& fetch,
+                                       const ChainRead& read) {
+  for (size_t i : read.bad) {
     if (!handle.memc) break;
-    const memcached_return_t del_rc =
-        memcached_delete(handle.memc.get(), names[i].data(), names[i].size(), 0);
-    if (memcached_failed(del_rc) && del_rc != MEMCACHED_NOTFOUND) {
-      d.count_failure(handle.memc.get(), del_rc);
-    }
+    const std::string& name = fetch.names[i];
+    const memcached_return_t rc = memcached_delete(handle.memc.get(), name.data(), name.size(), 0);
+    if (memcached_failed(rc) && rc != MEMCACHED_NOTFOUND) count_failure(handle.memc.get(), rc);
   }
-  d.release_handle(std::move(handle));
+}
 
+void RemoteTier::Impl::note_chain_read(std::span<const BlockKey> keys, const ChainRead& read,
+                                       uint64_t received_bytes) {
+  const size_t n_read = read.records.size();
   {
-    std::lock_guard<std::mutex> lock(d.queue_mu);
-    for (size_t i = 0; i < out.size(); ++i) d.note_recent_locked(keys[i]);
+    std::lock_guard<std::mutex> lock(queue_mu);
+    for (size_t i = 0; i < n_read; ++i) note_recent_locked(keys[i]);
     // The rest is not in the pool (lost with a server, evicted, never
     // written): forget that this process stored it, so that the blocks the
     // caller now recomputes are written again. (A stale FIFO entry at most
     // makes a later write go out twice.)
-    for (size_t i = out.size(); i < keys.size(); ++i) d.recent_keys.erase(keys[i]);
+    for (size_t i = n_read; i < keys.size(); ++i) recent_keys.erase(keys[i]);
   }
-  std::lock_guard<std::mutex> lock(d.stats_mu);
-  d.stats.hits += out.size();
-  d.stats.misses += keys.size() - out.size();
-  d.stats.read_bytes += received_bytes;
-  d.stats.corrupt_records += bad.size();
-  d.stats.unauthenticated_records += n_unauthenticated;
-  return out;
+  std::lock_guard<std::mutex> lock(stats_mu);
+  stats.hits += n_read;
+  stats.misses += keys.size() - n_read;
+  stats.read_bytes += received_bytes;
+  stats.corrupt_records += read.bad.size();
+  stats.unauthenticated_records += read.n_unauthenticated;
 }
 
 void RemoteTier::put_async(const BlockKey& key, RecordPtr record) {

@@ -15,17 +15,9 @@
 
 #include "common/result.h"
 #include "storage/block_record.h"
+#include "storage/remote_servers.h"  // RemoteServer, parse_remote_cache_url
 
 namespace prefixd {
-
-struct RemoteServer {
-  std::string host;
-  uint16_t port = 11211;
-};
-
-// "memcached://HOST:PORT[,HOST:PORT...]" -> servers. Refuses (naming the
-// part) another scheme, an empty list, a missing or out-of-range port.
-Result<std::vector<RemoteServer>> parse_remote_cache_url(const std::string& url);
 
 struct RemoteTierOptions {
   // Every replica must name the servers alike ("127.0.0.1:11211" and

@@ -65,25 +65,12 @@ void report(const char* what, uint64_t n_bytes, double seconds) {
               n_bytes / seconds / 1e9);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  const int n = argc > 1 ? std::atoi(argv[1]) : 256;
-  const std::string base = argc > 2 ? argv[2] : "/tmp";
-  if (n < 125) {
-    std::fprintf(stderr, "n_blocks must be >= 125\n");
-    return 2;
-  }
+// Host tier writes: encode (payload copy + checksums) and insert into `host`;
+// the same through the slab allocator (first fill, then reused slots); and
+// the checksums alone.
+void bench_host_writes(const Blocks& blocks, int n, HostTier& host) {
   const uint64_t record_bytes = block_record_bytes(kSmol);
   const uint64_t total = record_bytes * n;
-  std::printf("record: %llu bytes (payload %llu), %d records\n",
-              static_cast<unsigned long long>(record_bytes),
-              static_cast<unsigned long long>(kSmol.payload_bytes()), n);
-  const Blocks blocks = make_blocks(n);
-
-  // Host tier: encode (payload copy + checksums) and insert; then look up,
-  // verify every check and copy the payload out (what write_block does on CPU).
-  HostTier host(HostTierOptions{total});
   double t0 = now_s();
   for (int i = 0; i < n; ++i) host.insert(BlockKey{kNs, blocks.hashes[i]}, make_record(blocks, i));
   report("host write (encode+checksum+insert)", total, now_s() - t0);
@@ -101,88 +88,116 @@ int main(int argc, char** argv) {
     report("host write, slab allocator (reused slots)", total, now_s() - t0);
     slab_host.clear();
   }
-  {
-    // The checksum part alone, on a record whose pages are already touched.
-    auto rec = start_block_record(expect(blocks, 0).info, expect(blocks, 0).token_ids,
-                                  default_host_allocator());
-    std::memcpy(block_record_payload(*rec), blocks.payload.data(), blocks.payload.size());
-    t0 = now_s();
-    for (int i = 0; i < n; ++i) seal_block_record(*rec);
-    report("  of which seal (XXH3 checksums) alone", total, now_s() - t0);
-  }
-  std::vector<uint8_t> pool_block(kSmol.payload_bytes());  // one pool block, f16 bytes
+  // The checksum part alone, on a record whose pages are already touched.
+  auto rec = start_block_record(expect(blocks, 0).info, expect(blocks, 0).token_ids,
+                                default_host_allocator());
+  std::memcpy(block_record_payload(*rec), blocks.payload.data(), blocks.payload.size());
   t0 = now_s();
+  for (int i = 0; i < n; ++i) seal_block_record(*rec);
+  report("  of which seal (XXH3 checksums) alone", total, now_s() - t0);
+}
+
+// Host tier reads: look up, verify every check and copy the payload out
+// (what write_block does on CPU). False when a record fails.
+bool bench_host_reads(const Blocks& blocks, int n, HostTier& host) {
+  std::vector<uint8_t> pool_block(kSmol.payload_bytes());  // one pool block, f16 bytes
+  const double t0 = now_s();
   for (int i = 0; i < n; ++i) {
     RecordPtr rec = host.lookup(BlockKey{kNs, blocks.hashes[i]});
     auto view = parse_block_record(rec->data(), rec->size(), expect(blocks, i));
-    if (!view.ok()) return 1;
+    if (!view.ok()) return false;
     std::memcpy(pool_block.data(), view->payload, view->payload_bytes);
   }
-  report("host read (lookup+verify+copy out)", total, now_s() - t0);
+  report("host read (lookup+verify+copy out)", block_record_bytes(kSmol) * n, now_s() - t0);
+  return true;
+}
+
+// Disk tier in `dir`: put and flush, then reopen and get every record. False on a failure.
+bool bench_disk(const Blocks& blocks, int n, const std::string& dir) {
+  const uint64_t total = block_record_bytes(kSmol) * n;
+  std::vector<RecordPtr> records;
+  for (int i = 0; i < n; ++i) records.push_back(make_record(blocks, i));
+  DiskTierOptions o;
+  o.path = dir;
+  o.capacity_bytes = 2 * total;
+  {
+    auto disk = std::move(DiskTier::open(o)).value();
+    const double t0 = now_s();
+    for (int i = 0; i < n; ++i) {
+      if (!disk->put(BlockKey{kNs, blocks.hashes[i]}, records[i]->bytes()).ok()) return false;
+    }
+    const double t_put = now_s() - t0;
+    if (!disk->flush().ok()) return false;
+    report("disk write (put, WAL off)", total, t_put);
+    report("disk write (put + flush to blob files)", total, now_s() - t0);
+  }
+  double t0 = now_s();
+  auto disk = std::move(DiskTier::open(o)).value();
+  std::printf("%-46s %8.4f s (%llu blocks indexed)\n", "disk reopen", now_s() - t0,
+              static_cast<unsigned long long>(disk->stats().blocks));
+  t0 = now_s();
+  for (int i = 0; i < n; ++i) {
+    const RecordExpectations e = expect(blocks, i);
+    if (disk->get(BlockKey{kNs, blocks.hashes[i]}, &e) == nullptr) return false;
+  }
+  report("disk read after reopen (get+verify, page cache)", total, now_s() - t0);
+  return true;
+}
+
+// TierManager: onboard a 125-block (2000-token) chain from disk (in `dir`),
+// then from host. False when an onboard comes back short.
+bool bench_onboard(const Blocks& blocks, int n, const std::string& dir) {
+  const uint64_t record_bytes = block_record_bytes(kSmol);
+  TierManagerOptions o;
+  o.model_fingerprint = kFingerprint;
+  o.geometry = kSmol;
+  o.host_capacity_bytes = 2 * record_bytes * n;
+  DiskTierOptions d;
+  d.path = dir;
+  d.capacity_bytes = 2 * record_bytes * n;
+  o.disk = d;
+  auto tm = std::move(TierManager::create(o)).value();
+  ChainQuery q;
+  q.namespace_seed = kNs;
+  q.hashes.assign(blocks.hashes.begin(), blocks.hashes.begin() + 125);
+  q.token_ids.assign(blocks.tokens.begin(), blocks.tokens.begin() + 125 * 16);
+  for (const char* from : {"disk", "host"}) {
+    const double t0 = now_s();
+    tm->request_onboard(1, q);
+    std::vector<OnboardCompletion> done;
+    while ((done = tm->poll_completions()).empty()) std::this_thread::yield();
+    const double dt = now_s() - t0;
+    if (done[0].records.size() != 125) return false;
+    char label[96];
+    std::snprintf(label, sizeof(label), "onboard 125 blocks from %s (tier manager)", from);
+    report(label, 125 * record_bytes, dt);
+  }
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int n = argc > 1 ? std::atoi(argv[1]) : 256;
+  const std::string base = argc > 2 ? argv[2] : "/tmp";
+  if (n < 125) {
+    std::fprintf(stderr, "n_blocks must be >= 125\n");
+    return 2;
+  }
+  const uint64_t record_bytes = block_record_bytes(kSmol);
+  std::printf("record: %llu bytes (payload %llu), %d records\n",
+              static_cast<unsigned long long>(record_bytes),
+              static_cast<unsigned long long>(kSmol.payload_bytes()), n);
+  const Blocks blocks = make_blocks(n);
+  HostTier host(HostTierOptions{record_bytes * n});
+  bench_host_writes(blocks, n, host);
+  if (!bench_host_reads(blocks, n, host)) return 1;
 
   char tmpl[4096];
   std::snprintf(tmpl, sizeof(tmpl), "%s/prefixd_bench_storage_XXXXXX", base.c_str());
   if (mkdtemp(tmpl) == nullptr) return 1;
   const std::string dir = tmpl;
-  std::vector<RecordPtr> records;
-  for (int i = 0; i < n; ++i) records.push_back(make_record(blocks, i));
-  {
-    DiskTierOptions o;
-    o.path = dir;
-    o.capacity_bytes = 2 * total;
-    auto disk = std::move(DiskTier::open(o)).value();
-    t0 = now_s();
-    for (int i = 0; i < n; ++i) {
-      if (!disk->put(BlockKey{kNs, blocks.hashes[i]}, records[i]->bytes()).ok()) return 1;
-    }
-    const double t_put = now_s() - t0;
-    if (!disk->flush().ok()) return 1;
-    report("disk write (put, WAL off)", total, t_put);
-    report("disk write (put + flush to blob files)", total, now_s() - t0);
-  }
-  {
-    DiskTierOptions o;
-    o.path = dir;
-    o.capacity_bytes = 2 * total;
-    t0 = now_s();
-    auto disk = std::move(DiskTier::open(o)).value();
-    std::printf("%-46s %8.4f s (%llu blocks indexed)\n", "disk reopen", now_s() - t0,
-                static_cast<unsigned long long>(disk->stats().blocks));
-    t0 = now_s();
-    for (int i = 0; i < n; ++i) {
-      const RecordExpectations e = expect(blocks, i);
-      if (disk->get(BlockKey{kNs, blocks.hashes[i]}, &e) == nullptr) return 1;
-    }
-    report("disk read after reopen (get+verify, page cache)", total, now_s() - t0);
-  }
-
-  // TierManager: onboard a 125-block (2000-token) chain from disk, then from host.
-  {
-    TierManagerOptions o;
-    o.model_fingerprint = kFingerprint;
-    o.geometry = kSmol;
-    o.host_capacity_bytes = 2 * total;
-    DiskTierOptions d;
-    d.path = dir;
-    d.capacity_bytes = 2 * total;
-    o.disk = d;
-    auto tm = std::move(TierManager::create(o)).value();
-    ChainQuery q;
-    q.namespace_seed = kNs;
-    q.hashes.assign(blocks.hashes.begin(), blocks.hashes.begin() + 125);
-    q.token_ids.assign(blocks.tokens.begin(), blocks.tokens.begin() + 125 * 16);
-    for (const char* from : {"disk", "host"}) {
-      t0 = now_s();
-      tm->request_onboard(1, q);
-      std::vector<OnboardCompletion> done;
-      while ((done = tm->poll_completions()).empty()) std::this_thread::yield();
-      const double dt = now_s() - t0;
-      if (done[0].records.size() != 125) return 1;
-      char label[96];
-      std::snprintf(label, sizeof(label), "onboard 125 blocks from %s (tier manager)", from);
-      report(label, 125 * record_bytes, dt);
-    }
-  }
+  if (!bench_disk(blocks, n, dir) || !bench_onboard(blocks, n, dir)) return 1;
   std::filesystem::remove_all(dir);
   return 0;
 }

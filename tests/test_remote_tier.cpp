@@ -2,8 +2,8 @@
 // URL parsing, round trip over two servers, concurrent callers, chain
 // cut-offs, forged values, the item size check at open, a server killed
 // (ejected, then back), a stalled server (timeouts), shutdown, the write queue
-// bound; and the TierManager's use of it (another replica's blocks onboarded
-// into host and disk, another secret rejected). Skipped (exit 77) when /usr/bin/memcached is not installed.
+// bound (the TierManager's use of it: tests/test_tier_manager.cpp). Skipped
+// (exit 77) when /usr/bin/memcached is not installed.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <arpa/inet.h>
 #include <doctest/doctest.h>
@@ -26,7 +26,7 @@
 
 #include "storage/record_mac.h"
 #include "storage/remote_tier.h"
-#include "storage/tier_manager.h"
+#include "tests/memcached_server.h"
 #include "tests/temp_dir.h"
 #include "tests/test_blocks.h"
 
@@ -35,8 +35,6 @@ using namespace prefixd::testing;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-constexpr char kMemcachedBinary[] = "/usr/bin/memcached";
 
 const std::array<uint8_t, 16> kSecret{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
 
@@ -59,39 +57,6 @@ Chain chain_of(std::vector<TestBlock> blocks) {
 
 bool same_bytes(const RecordPtr& a, const RecordPtr& b) {
   return a && b && a->size() == b->size() && std::memcmp(a->data(), b->data(), a->size()) == 0;
-}
-
-bool memcached_installed() { return access(kMemcachedBinary, X_OK) == 0; }
-
-// A loopback port nobody listens on right now.
-uint16_t free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(fd >= 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-  socklen_t len = sizeof(addr);
-  REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
-int connect_loopback(uint16_t port) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
-  timeval tv{2, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(port);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
 }
 
 // One ASCII-protocol command; reads until the reply ends with `terminator`.
@@ -130,76 +95,6 @@ bool server_holds(uint16_t port, const BlockKey& key) {
       ascii_command(port, "get " + RemoteTier::memcached_key(key) + "\r\n", "END\r\n");
   return reply.rfind("VALUE ", 0) == 0;
 }
-
-// A memcached server on a free loopback port, SIGKILLed when destroyed.
-class MemcachedServer {
- public:
-  // On a free port, or on `port` (one try) when it is not 0.
-  explicit MemcachedServer(const std::string& item_size_max = "2m", uint16_t port = 0) {
-    for (int attempt = 0; attempt < (port != 0 ? 1 : 5) && pid_ <= 0; ++attempt) {
-      port_ = port != 0 ? port : free_port();
-      const std::string port_text = std::to_string(port_);
-      std::vector<std::string> args = {
-          kMemcachedBinary, "-l", "127.0.0.1", "-p", port_text, "-U", "0", "-m", "64", "-I",
-          item_size_max};
-      if (geteuid() == 0) {
-        args.push_back("-u");
-        args.push_back("root");
-      }
-      const pid_t pid = fork();
-      REQUIRE(pid >= 0);
-      if (pid == 0) {
-        const int devnull = open("/dev/null", O_RDWR);
-        if (devnull >= 0) {
-          dup2(devnull, 1);
-          dup2(devnull, 2);
-        }
-        std::vector<char*> argv;
-        for (std::string& a : args) argv.push_back(a.data());
-        argv.push_back(nullptr);
-        execv(argv[0], argv.data());
-        _exit(127);
-      }
-      pid_ = pid;
-      // Wait (at most 5 s) until it accepts connections, or gave up (port taken).
-      bool up = false;
-      for (int i = 0; i < 500 && !up; ++i) {
-        const int fd = connect_loopback(port_);
-        if (fd >= 0) {
-          close(fd);
-          up = true;
-          break;
-        }
-        int status = 0;
-        if (waitpid(pid_, &status, WNOHANG) == pid_) break;
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      }
-      if (!up) stop();
-    }
-    REQUIRE_MESSAGE(pid_ > 0, "memcached did not start");
-  }
-  ~MemcachedServer() { stop(); }
-  MemcachedServer(const MemcachedServer&) = delete;
-  MemcachedServer& operator=(const MemcachedServer&) = delete;
-
-  uint16_t port() const { return port_; }
-  RemoteServer server() const { return RemoteServer{"127.0.0.1", port_}; }
-  // SIGSTOP / SIGCONT: a server that accepts connections and never answers.
-  void pause() { kill(pid_, SIGSTOP); }
-  void resume() { kill(pid_, SIGCONT); }
-  // SIGKILL and reap.
-  void stop() {
-    if (pid_ <= 0) return;
-    kill(pid_, SIGKILL);
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    pid_ = -1;
-  }
-
- private:
-  pid_t pid_ = -1;
-  uint16_t port_ = 0;
-};
 
 RemoteTierOptions tier_options(std::vector<RemoteServer> servers) {
   RemoteTierOptions o;
@@ -713,117 +608,6 @@ TEST_CASE("remote_tier_drops_writes_over_the_queue_bound") {
   s = one->stats();
   CHECK(s.writes == 1);
   CHECK(s.writes_dropped == 0);  // the duplicate is skipped: its key is queued or being written
-}
-
-// ---- the remote tier inside the TierManager --------------------------------
-
-namespace {
-
-// A chain of n blocks as the engine would publish them (chained hashes).
-std::vector<std::pair<BlockKey, RecordPtr>> published_chain(const TierManager& tm, int n, ChainQuery* q) {
-  std::vector<std::pair<BlockKey, RecordPtr>> out;
-  q->namespace_seed = 77;
-  Hash128 parent{};
-  for (int i = 0; i < n; ++i) {
-    const Hash128 h{0xABC0 + static_cast<uint64_t>(i) * 7 + parent.lo, static_cast<uint64_t>(i)};
-    std::vector<int32_t> tokens;
-    for (int t = 0; t < kGeom.block_size; ++t) tokens.push_back(500 + i * kGeom.block_size + t);
-    auto rec = tm.start_record(q->namespace_seed, h, parent, tokens);
-    REQUIRE(rec != nullptr);
-    uint8_t* payload = block_record_payload(*rec);
-    for (uint64_t j = 0; j < kGeom.payload_bytes(); ++j) payload[j] = static_cast<uint8_t>(3 * i + j);
-    seal_block_record(*rec);
-    q->hashes.push_back(h);
-    q->token_ids.insert(q->token_ids.end(), tokens.begin(), tokens.end());
-    out.emplace_back(BlockKey{q->namespace_seed, h}, rec);
-    parent = h;
-  }
-  return out;
-}
-
-std::unique_ptr<TierManager> tier_manager(const std::vector<RemoteServer>& servers,
-                                          const std::array<uint8_t, 16>& secret, const std::string& disk_dir) {
-  TierManagerOptions o;
-  o.model_fingerprint = kFingerprint;
-  o.geometry = kGeom;
-  o.deployment_secret = secret;
-  if (!disk_dir.empty()) {
-    DiskTierOptions d;
-    d.path = disk_dir;
-    o.disk = d;
-  }
-  o.remote = tier_options(servers);
-  auto tm = TierManager::create(o);
-  REQUIRE_MESSAGE(tm.ok(), tm.message());
-  return std::move(tm).value();
-}
-
-OnboardCompletion onboard_once(TierManager& tm, uint64_t id, const ChainQuery& q) {
-  tm.request_onboard(id, q);
-  tm.wait_idle();
-  std::vector<OnboardCompletion> done = tm.poll_completions();
-  REQUIRE(done.size() == 1);
-  return std::move(done[0]);
-}
-
-}  // namespace
-
-TEST_CASE("tier_manager_onboards_another_replicas_blocks_from_the_remote_tier_into_host_and_disk") {
-  MemcachedServer a, b;
-  const std::vector<RemoteServer> pool = {a.server(), b.server()};
-  TempDir disk1, disk2;
-  auto writer = tier_manager(pool, kSecret, disk1.path);
-  ChainQuery q;
-  const auto chain = published_chain(*writer, 6, &q);
-  for (const auto& [key, rec] : chain) writer->offload(key, rec, OffloadReason::kPublished);
-  writer->wait_idle();  // host, disk and the remote tier's writer
-  CHECK(writer->stats().remote.writes == 6);
-
-  // Another replica (its own host and disk) knows nothing locally: all six
-  // are remote candidates, and one onboard brings them, checked, into its
-  // host RAM and down to its disk.
-  auto reader = tier_manager(pool, kSecret, disk2.path);
-  const ChainLookup before = reader->lookup_chain(q);
-  CHECK(before.n_blocks == 0);
-  CHECK(before.n_remote_candidates == 6);
-  const OnboardCompletion c = onboard_once(*reader, 1, q);
-  CHECK(c.n_from_remote == 6);
-  CHECK(c.n_from_host + c.n_from_disk == 0);
-  CHECK(c.remote_bytes == 6 * block_record_bytes(kGeom));
-  CHECK(c.remote_seconds > 0);
-  REQUIRE(c.records.size() == 6);
-  for (size_t i = 0; i < 6; ++i) CHECK(same_bytes(c.records[i], chain[i].second));
-  const ChainLookup after = reader->lookup_chain(q);
-  CHECK(after.n_host == 6);
-  CHECK(after.n_remote_candidates == 0);
-  for (const auto& kv : chain) CHECK(reader->disk()->contains(kv.first));
-  CHECK(reader->stats().onboard_remote_blocks == 6);
-
-  // A chain the pool does not hold: nothing, and the round trip is reported.
-  ChainQuery other = q;
-  for (Hash128& h : other.hashes) h.hi ^= 0xFFFF;
-  const OnboardCompletion miss = onboard_once(*reader, 2, other);
-  CHECK(miss.records.empty());
-  CHECK(miss.remote_miss_seconds > 0);
-
-  // A replica under another secret: the values' MACs fail; rejected, counted, none served.
-  std::array<uint8_t, 16> other_secret = kSecret;
-  other_secret[0] ^= 1;
-  auto stranger = tier_manager(pool, other_secret, "");
-  const OnboardCompletion none = onboard_once(*stranger, 3, q);
-  CHECK(none.records.empty());
-  CHECK(stranger->stats().remote.unauthenticated_records == 1);  // the first; the walk stops there
-}
-
-TEST_CASE("tier_manager_refuses_a_remote_tier_without_a_deployment_secret") {
-  MemcachedServer a;
-  TierManagerOptions o;
-  o.model_fingerprint = kFingerprint;
-  o.geometry = kGeom;
-  o.remote = tier_options({a.server()});
-  auto tm = TierManager::create(o);
-  REQUIRE_FALSE(tm.ok());
-  CHECK_MESSAGE(tm.message().find("--cache-secret-file") != std::string::npos, tm.message());
 }
 
 int main(int argc, char** argv) {

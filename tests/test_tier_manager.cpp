@@ -1,8 +1,11 @@
 // Tests for TierManager: write policies, chain lookup, asynchronous onboarding
-// with checked records, corruption as a miss, clear, restart.
+// with checked records, corruption as a miss, clear, restart; with a remote
+// tier on real memcached servers (another replica's blocks onboarded into host
+// and disk, another secret rejected; skipped when memcached is not installed).
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -11,6 +14,7 @@
 #include <vector>
 
 #include "storage/tier_manager.h"
+#include "tests/memcached_server.h"
 #include "tests/temp_dir.h"
 
 using namespace prefixd;
@@ -489,4 +493,131 @@ TEST_CASE("shutdown drain: builds past the deadline call done without fill; a fa
     for (int i = 0; i < 30; ++i) CHECK(tm->disk()->contains(key_of(c, i)));
     CHECK(tm->stats().offload_disk_blocks == 30);
   }
+}
+
+// ---- with a remote tier (real memcached servers; skipped without memcached) --
+
+namespace {
+
+const std::array<uint8_t, 16> kSecret{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+const bool kNoMemcached = !prefixd::testing::memcached_installed();
+
+// A chain of n blocks as the engine would publish them (chained hashes).
+std::vector<std::pair<BlockKey, RecordPtr>> published_chain(const TierManager& tm, int n, ChainQuery* q) {
+  std::vector<std::pair<BlockKey, RecordPtr>> out;
+  q->namespace_seed = 77;
+  Hash128 parent{};
+  for (int i = 0; i < n; ++i) {
+    const Hash128 h{0xABC0 + static_cast<uint64_t>(i) * 7 + parent.lo, static_cast<uint64_t>(i)};
+    std::vector<int32_t> tokens;
+    for (int t = 0; t < kGeom.block_size; ++t) tokens.push_back(500 + i * kGeom.block_size + t);
+    auto rec = tm.start_record(q->namespace_seed, h, parent, tokens);
+    REQUIRE(rec != nullptr);
+    uint8_t* payload = block_record_payload(*rec);
+    for (uint64_t j = 0; j < kGeom.payload_bytes(); ++j) payload[j] = static_cast<uint8_t>(3 * i + j);
+    seal_block_record(*rec);
+    q->hashes.push_back(h);
+    q->token_ids.insert(q->token_ids.end(), tokens.begin(), tokens.end());
+    out.emplace_back(BlockKey{q->namespace_seed, h}, rec);
+    parent = h;
+  }
+  return out;
+}
+
+std::unique_ptr<TierManager> tier_manager(const std::vector<RemoteServer>& servers,
+                                          const std::array<uint8_t, 16>& secret, const std::string& disk_dir) {
+  TierManagerOptions o;
+  o.model_fingerprint = kFingerprint;
+  o.geometry = kGeom;
+  o.deployment_secret = secret;
+  if (!disk_dir.empty()) {
+    DiskTierOptions d;
+    d.path = disk_dir;
+    o.disk = d;
+  }
+  RemoteTierOptions r;
+  r.servers = servers;
+  r.deployment_secret = kSecret;
+  r.record_bytes = block_record_bytes(kGeom);
+  r.timeout = std::chrono::milliseconds(200);
+  r.failure_limit = 2;
+  r.retry_interval = std::chrono::milliseconds(1000);
+  o.remote = r;
+  auto tm = TierManager::create(o);
+  REQUIRE_MESSAGE(tm.ok(), tm.message());
+  return std::move(tm).value();
+}
+
+OnboardCompletion onboard_once(TierManager& tm, uint64_t id, const ChainQuery& q) {
+  tm.request_onboard(id, q);
+  tm.wait_idle();
+  std::vector<OnboardCompletion> done = tm.poll_completions();
+  REQUIRE(done.size() == 1);
+  return std::move(done[0]);
+}
+
+}  // namespace
+
+TEST_CASE("tier_manager_onboards_another_replicas_blocks_from_the_remote_tier_into_host_and_disk" *
+          doctest::skip(kNoMemcached)) {
+  prefixd::testing::MemcachedServer a, b;
+  const std::vector<RemoteServer> pool = {a.server(), b.server()};
+  TempDir disk1, disk2;
+  auto writer = tier_manager(pool, kSecret, disk1.path);
+  ChainQuery q;
+  const auto chain = published_chain(*writer, 6, &q);
+  for (const auto& [key, rec] : chain) writer->offload(key, rec, OffloadReason::kPublished);
+  writer->wait_idle();  // host, disk and the remote tier's writer
+  CHECK(writer->stats().remote.writes == 6);
+
+  // Another replica (its own host and disk) knows nothing locally: all six
+  // are remote candidates, and one onboard brings them, checked, into its
+  // host RAM and down to its disk.
+  auto reader = tier_manager(pool, kSecret, disk2.path);
+  const ChainLookup before = reader->lookup_chain(q);
+  CHECK(before.n_blocks == 0);
+  CHECK(before.n_remote_candidates == 6);
+  const OnboardCompletion c = onboard_once(*reader, 1, q);
+  CHECK(c.n_from_remote == 6);
+  CHECK(c.n_from_host + c.n_from_disk == 0);
+  CHECK(c.remote_bytes == 6 * block_record_bytes(kGeom));
+  CHECK(c.remote_seconds > 0);
+  REQUIRE(c.records.size() == 6);
+  for (size_t i = 0; i < 6; ++i) CHECK(same_bytes(c.records[i], chain[i].second));
+  const ChainLookup after = reader->lookup_chain(q);
+  CHECK(after.n_host == 6);
+  CHECK(after.n_remote_candidates == 0);
+  for (const auto& kv : chain) CHECK(reader->disk()->contains(kv.first));
+  CHECK(reader->stats().onboard_remote_blocks == 6);
+
+  // A chain the pool does not hold: nothing, and the round trip is reported.
+  ChainQuery other = q;
+  for (Hash128& h : other.hashes) h.hi ^= 0xFFFF;
+  const OnboardCompletion miss = onboard_once(*reader, 2, other);
+  CHECK(miss.records.empty());
+  CHECK(miss.remote_miss_seconds > 0);
+
+  // A replica under another secret: the values' MACs fail; rejected, counted, none served.
+  std::array<uint8_t, 16> other_secret = kSecret;
+  other_secret[0] ^= 1;
+  auto stranger = tier_manager(pool, other_secret, "");
+  const OnboardCompletion none = onboard_once(*stranger, 3, q);
+  CHECK(none.records.empty());
+  CHECK(stranger->stats().remote.unauthenticated_records == 1);  // the first; the walk stops there
+}
+
+TEST_CASE("tier_manager_refuses_a_remote_tier_without_a_deployment_secret" *
+          doctest::skip(kNoMemcached)) {
+  prefixd::testing::MemcachedServer a;
+  TierManagerOptions o;
+  o.model_fingerprint = kFingerprint;
+  o.geometry = kGeom;
+  RemoteTierOptions r;
+  r.servers = {a.server()};
+  r.deployment_secret = kSecret;
+  r.record_bytes = block_record_bytes(kGeom);
+  o.remote = r;
+  auto tm = TierManager::create(o);
+  REQUIRE_FALSE(tm.ok());
+  CHECK_MESSAGE(tm.message().find("--cache-secret-file") != std::string::npos, tm.message());
 }

@@ -381,91 +381,35 @@ BlockManagerStats BlockManager::stats() const {
   return s;
 }
 
+namespace {
+
+Status block_error(int32_t id, const std::string& what) {
+  return Status::error("block " + std::to_string(id) + ": " + what);
+}
+
+}  // namespace
+
 Status BlockManager::check_invariants(const std::vector<int32_t>* expected_refs) const {
-  auto fail = [](int32_t id, const std::string& what) {
-    return Status::error("block " + std::to_string(id) + ": " + what);
-  };
   const int32_t n = options_.n_blocks;
   if (expected_refs != nullptr && static_cast<int32_t>(expected_refs->size()) != n) {
     return Status::error("expected_refs has the wrong size");
   }
-
-  // Free list: unique, free, unreferenced.
   std::vector<uint8_t> on_free(static_cast<size_t>(n), 0);
-  for (int32_t id : free_list_) {
-    if (id < 0 || id >= n) return Status::error("free list holds an id out of range");
-    if (on_free[id]) return fail(id, "on the free list twice");
-    on_free[id] = 1;
-  }
-
-  // LRU: a consistent list of cached (ref 0, unpinned, ready) blocks.
+  if (Status s = check_free_list(&on_free); !s.ok()) return s;
   std::vector<uint8_t> on_lru(static_cast<size_t>(n), 0);
-  int32_t lru_count = 0;
-  int32_t prev = -1;
-  for (int32_t id = lru_head_; id >= 0; id = blocks_[id].lru_next) {
-    if (id >= n) return Status::error("LRU holds an id out of range");
-    if (on_lru[id]) return fail(id, "LRU has a cycle");
-    on_lru[id] = 1;
-    if (blocks_[id].lru_prev != prev) return fail(id, "LRU back link broken");
-    prev = id;
-    if (++lru_count > n) return Status::error("LRU longer than the pool");
-  }
-  if (prev != lru_tail_) return Status::error("LRU tail does not end the list");
-  if (lru_count != lru_size_) return Status::error("LRU size counter is wrong");
-
+  if (Status s = check_lru(&on_lru); !s.ok()) return s;
   int32_t n_pinned = 0;
   int32_t n_indexed = 0;
   for (int32_t id = 0; id < n; ++id) {
     const Block& b = blocks_[id];
     if (expected_refs != nullptr && (*expected_refs)[id] != b.ref) {
-      return fail(id, "ref count " + std::to_string(b.ref) + " but callers hold " +
-                          std::to_string((*expected_refs)[id]));
+      return block_error(id, "ref count " + std::to_string(b.ref) + " but callers hold " +
+                                 std::to_string((*expected_refs)[id]));
     }
-    if (b.ref < 0 || b.pinned < 0) return fail(id, "negative ref or pin count");
-    if (b.in_lru != static_cast<bool>(on_lru[id])) return fail(id, "in_lru flag disagrees with LRU");
+    if (Status s = check_block_state(id, on_free[id] != 0, on_lru[id] != 0); !s.ok()) return s;
     if (b.pinned > 0) ++n_pinned;
-    const bool is_free = b.state == State::kFree;
-    if (is_free != static_cast<bool>(on_free[id])) return fail(id, "free state disagrees with free list");
-    switch (b.state) {
-      case State::kFree:
-        if (b.ref != 0 || b.pinned != 0 || b.in_lru) return fail(id, "free but referenced, pinned or cached");
-        break;
-      case State::kPrivate:
-        if (b.ref == 0) return fail(id, "private without references (leaked)");
-        if (b.pinned != 0 || b.in_lru) return fail(id, "private but pinned or cached");
-        break;
-      case State::kReady: {
-        const bool should_be_in_lru = b.ref == 0 && b.pinned == 0;
-        if (b.in_lru != should_be_in_lru) {
-          return fail(id, should_be_in_lru ? "unreferenced unpinned ready block missing from LRU"
-                                           : "referenced or pinned block in LRU");
-        }
-        break;
-      }
-    }
-    if (!indexed(b)) {
-      if (!b.children.empty()) return fail(id, "unindexed block has children");
-      continue;
-    }
-    ++n_indexed;
-    auto it = index_.find(b.hash);
-    if (it == index_.end() || it->second != id) return fail(id, "indexed block missing from the index");
-    if (b.parent_block < 0) {
-      if (!(b.parent_hash == kRootParentHash)) return fail(id, "first block with a non-zero parent hash");
-    } else {
-      const Block& p = blocks_[b.parent_block];
-      if (!indexed(p)) return fail(id, "parent block is not indexed");
-      if (!(p.hash == b.parent_hash)) return fail(id, "parent hash differs from the parent block's hash");
-      if (std::count(p.children.begin(), p.children.end(), id) != 1) {
-        return fail(id, "parent does not list the block as a child exactly once");
-      }
-      if (b.pinned > 0 && p.pinned == 0) return fail(id, "pinned block with an unpinned parent");
-    }
-    for (int32_t c : b.children) {
-      if (c < 0 || c >= n || !indexed(blocks_[c]) || blocks_[c].parent_block != id) {
-        return fail(id, "child list names a block that is not its indexed child");
-      }
-    }
+    if (Status s = check_block_links(id); !s.ok()) return s;
+    if (indexed(b)) ++n_indexed;
   }
   if (static_cast<int32_t>(index_.size()) != n_indexed) {
     return Status::error("index holds " + std::to_string(index_.size()) + " entries for " +
@@ -473,6 +417,91 @@ Status BlockManager::check_invariants(const std::vector<int32_t>* expected_refs)
   }
   if (n_pinned != n_pinned_) return Status::error("pinned counter is wrong");
   if (n_pinned_ > options_.max_pinned_blocks) return Status::error("more pinned blocks than the cap");
+  return Status::ok_status();
+}
+
+// Free list: unique, free, unreferenced.
+Status BlockManager::check_free_list(std::vector<uint8_t>* on_free) const {
+  const int32_t n = options_.n_blocks;
+  for (int32_t id : free_list_) {
+    if (id < 0 || id >= n) return Status::error("free list holds an id out of range");
+    if ((*on_free)[id]) return block_error(id, "on the free list twice");
+    (*on_free)[id] = 1;
+  }
+  return Status::ok_status();
+}
+
+// LRU: a consistent list of cached (ref 0, unpinned, ready) blocks.
+Status BlockManager::check_lru(std::vector<uint8_t>* on_lru) const {
+  const int32_t n = options_.n_blocks;
+  int32_t lru_count = 0;
+  int32_t prev = -1;
+  for (int32_t id = lru_head_; id >= 0; id = blocks_[id].lru_next) {
+    if (id >= n) return Status::error("LRU holds an id out of range");
+    if ((*on_lru)[id]) return block_error(id, "LRU has a cycle");
+    (*on_lru)[id] = 1;
+    if (blocks_[id].lru_prev != prev) return block_error(id, "LRU back link broken");
+    prev = id;
+    if (++lru_count > n) return Status::error("LRU longer than the pool");
+  }
+  if (prev != lru_tail_) return Status::error("LRU tail does not end the list");
+  if (lru_count != lru_size_) return Status::error("LRU size counter is wrong");
+  return Status::ok_status();
+}
+
+// One block's counts and state against the free list and the LRU.
+Status BlockManager::check_block_state(int32_t id, bool on_free, bool on_lru) const {
+  const Block& b = blocks_[id];
+  if (b.ref < 0 || b.pinned < 0) return block_error(id, "negative ref or pin count");
+  if (b.in_lru != on_lru) return block_error(id, "in_lru flag disagrees with LRU");
+  const bool is_free = b.state == State::kFree;
+  if (is_free != on_free) return block_error(id, "free state disagrees with free list");
+  switch (b.state) {
+    case State::kFree:
+      if (b.ref != 0 || b.pinned != 0 || b.in_lru) return block_error(id, "free but referenced, pinned or cached");
+      break;
+    case State::kPrivate:
+      if (b.ref == 0) return block_error(id, "private without references (leaked)");
+      if (b.pinned != 0 || b.in_lru) return block_error(id, "private but pinned or cached");
+      break;
+    case State::kReady: {
+      const bool should_be_in_lru = b.ref == 0 && b.pinned == 0;
+      if (b.in_lru != should_be_in_lru) {
+        return block_error(id, should_be_in_lru ? "unreferenced unpinned ready block missing from LRU"
+                                                : "referenced or pinned block in LRU");
+      }
+      break;
+    }
+  }
+  return Status::ok_status();
+}
+
+// One block's place in the index and the prefix tree (parent, children, pins).
+Status BlockManager::check_block_links(int32_t id) const {
+  const int32_t n = options_.n_blocks;
+  const Block& b = blocks_[id];
+  if (!indexed(b)) {
+    if (!b.children.empty()) return block_error(id, "unindexed block has children");
+    return Status::ok_status();
+  }
+  auto it = index_.find(b.hash);
+  if (it == index_.end() || it->second != id) return block_error(id, "indexed block missing from the index");
+  if (b.parent_block < 0) {
+    if (!(b.parent_hash == kRootParentHash)) return block_error(id, "first block with a non-zero parent hash");
+  } else {
+    const Block& p = blocks_[b.parent_block];
+    if (!indexed(p)) return block_error(id, "parent block is not indexed");
+    if (!(p.hash == b.parent_hash)) return block_error(id, "parent hash differs from the parent block's hash");
+    if (std::count(p.children.begin(), p.children.end(), id) != 1) {
+      return block_error(id, "parent does not list the block as a child exactly once");
+    }
+    if (b.pinned > 0 && p.pinned == 0) return block_error(id, "pinned block with an unpinned parent");
+  }
+  for (int32_t c : b.children) {
+    if (c < 0 || c >= n || !indexed(blocks_[c]) || blocks_[c].parent_block != id) {
+      return block_error(id, "child list names a block that is not its indexed child");
+    }
+  }
   return Status::ok_status();
 }
 

@@ -194,6 +194,12 @@ class BlockManager {
   };
 
   bool indexed(const Block& b) const { return b.state == State::kReady; }
+  // check_invariants()'s parts: the free list and the LRU list (marking the
+  // ids they hold), one block's state, one block's index and tree links.
+  Status check_free_list(std::vector<uint8_t>* on_free) const;
+  Status check_lru(std::vector<uint8_t>* on_lru) const;
+  Status check_block_state(int32_t id, bool on_free, bool on_lru) const;
+  Status check_block_links(int32_t id) const;
   std::span<const int32_t> tokens_of(int32_t block_id) const;
   void check_id(int32_t block_id) const;
 

@@ -260,41 +260,57 @@ GgufFile::~GgufFile() {
   if (mapping_ != nullptr) munmap(mapping_, size_);
 }
 
-Status GgufFile::parse_all() {
-  MemoryBudget budget;
-  Cursor c(data_, size_, &budget);
+namespace {
+
+// The fixed header after the magic: format version and the two counts.
+struct GgufHeader {
+  uint32_t version = 0;
+  uint64_t n_tensors = 0;
+  uint64_t n_kv = 0;
+};
+
+// Magic, version, tensor and metadata counts (each bounded by what the file can hold).
+Status read_header(Cursor& c, GgufHeader* h) {
   uint32_t magic = 0;
   if (Status s = c.read(&magic, "magic"); !s.ok()) return s;
   if (magic != kMagic) return Status::error("not a GGUF file: bad magic at byte offset 0");
-  if (Status s = c.read(&version_, "version"); !s.ok()) return s;
-  if (version_ != 2 && version_ != 3) {
-    return Status::error("unsupported GGUF version " + std::to_string(version_) +
+  if (Status s = c.read(&h->version, "version"); !s.ok()) return s;
+  if (h->version != 2 && h->version != 3) {
+    return Status::error("unsupported GGUF version " + std::to_string(h->version) +
                          " at byte offset 4 (supported: 2, 3)");
   }
-  uint64_t n_tensors = 0, n_kv = 0;
-  if (Status s = c.read(&n_tensors, "tensor count"); !s.ok()) return s;
-  if (Status s = c.read(&n_kv, "metadata count"); !s.ok()) return s;
+  if (Status s = c.read(&h->n_tensors, "tensor count"); !s.ok()) return s;
+  if (Status s = c.read(&h->n_kv, "metadata count"); !s.ok()) return s;
   // Each entry takes at least 8 bytes (a string length): bound the counts by the file size.
-  if (n_tensors > size_ / 8) {
-    return Status::error("tensor count " + std::to_string(n_tensors) + " at byte offset 8 exceeds what a " +
-                         std::to_string(size_) + "-byte file can hold");
+  const size_t size = c.size();
+  if (h->n_tensors > size / 8) {
+    return Status::error("tensor count " + std::to_string(h->n_tensors) + " at byte offset 8 exceeds what a " +
+                         std::to_string(size) + "-byte file can hold");
   }
-  if (n_kv > size_ / 8) {
-    return Status::error("metadata count " + std::to_string(n_kv) + " at byte offset 16 exceeds what a " +
-                         std::to_string(size_) + "-byte file can hold");
+  if (h->n_kv > size / 8) {
+    return Status::error("metadata count " + std::to_string(h->n_kv) + " at byte offset 16 exceeds what a " +
+                         std::to_string(size) + "-byte file can hold");
   }
-  if (!budget.take(n_kv, kKvEntryBytes)) {
+  return Status();
+}
+
+using KeyValues = std::vector<std::pair<std::string, GgufValue>>;
+using NameIndex = std::map<std::string, size_t, std::less<>>;
+
+// n_kv metadata entries (key, value type, value), charged to the cursor's budget first.
+Status read_key_values(Cursor& c, uint64_t n_kv, KeyValues* kv, NameIndex* index) {
+  if (!c.budget().take(n_kv, kKvEntryBytes)) {
     return Status::error("metadata count " + std::to_string(n_kv) + " at byte offset 16 needs " +
                          std::to_string(n_kv * kKvEntryBytes) +
                          " bytes in memory: the file's metadata would exceed its limit of " +
                          limit_text());
   }
-  kv_.reserve(n_kv);
+  kv->reserve(n_kv);
   for (uint64_t k = 0; k < n_kv; ++k) {
     uint64_t key_off = c.pos();
     std::string key;
     if (Status s = c.read_string(&key, "metadata key"); !s.ok()) return s;
-    if (kv_index_.count(key) != 0) {
+    if (index->count(key) != 0) {
       return Status::error("duplicate metadata key '" + key + "' " + at("metadata key", key_off));
     }
     uint64_t type_off = c.pos();
@@ -306,97 +322,114 @@ Status GgufFile::parse_all() {
     }
     GgufValue v;
     if (Status s = read_value(c, static_cast<GgufType>(type), &v, key, 0); !s.ok()) return s;
-    kv_index_[key] = kv_.size();
-    kv_.emplace_back(std::move(key), std::move(v));
+    (*index)[key] = kv->size();
+    kv->emplace_back(std::move(key), std::move(v));
   }
-  if (const GgufValue* a = find("general.alignment")) {
-    if (a->type != GgufType::UINT32 || a->u == 0 || (a->u & (a->u - 1)) != 0 || a->u > 65536) {
-      return Status::error("general.alignment must be a power-of-two uint32 <= 65536");
+  return Status();
+}
+
+// A tensor's dimension count and dimensions; *n_elem is their product.
+Status read_tensor_dims(Cursor& c, GgufTensorInfo* info, uint64_t* n_elem) {
+  uint64_t dims_off = c.pos();
+  uint32_t n_dims = 0;
+  if (Status s = c.read(&n_dims, "tensor dimension count"); !s.ok()) return s;
+  if (n_dims == 0 || n_dims > kMaxDims) {
+    return Status::error("tensor '" + info->name + "' has " + std::to_string(n_dims) +
+                         " dimensions " + at("tensor dimension count", dims_off) + " (1..4 allowed)");
+  }
+  *n_elem = 1;
+  for (uint32_t d = 0; d < n_dims; ++d) {
+    uint64_t off = c.pos();
+    uint64_t ne = 0;
+    if (Status s = c.read(&ne, "tensor dimension"); !s.ok()) return s;
+    if (ne == 0 || ne > (1ull << 40) || *n_elem > (1ull << 40) / ne) {
+      return Status::error("tensor '" + info->name + "' dimension " + std::to_string(ne) + " " +
+                           at("tensor dimension", off) + " is out of range");
     }
-    alignment_ = a->u;
+    *n_elem *= ne;
+    info->dims.push_back(static_cast<int64_t>(ne));
   }
-  if (!budget.take(n_tensors, kTensorInfoBytes)) {
+  return Status();
+}
+
+// A tensor's weight type: a supported one whose block divides the row.
+Status read_tensor_type(Cursor& c, GgufTensorInfo* info) {
+  uint64_t type_off = c.pos();
+  uint32_t type = 0;
+  if (Status s = c.read(&type, "tensor type"); !s.ok()) return s;
+  const WeightTypeTraits* traits = weight_type_traits(type);
+  if (traits == nullptr || !traits->weight) {
+    std::string supported;
+    for (const WeightTypeTraits& t : kWeightTypes) {
+      if (t.weight) supported += std::string(supported.empty() ? "" : ", ") + t.name;
+    }
+    return Status::error("tensor '" + info->name + "' has unsupported type " + std::to_string(type) +
+                         (traits ? std::string(" (") + traits->name + ")" : std::string()) + " " +
+                         at("tensor type", type_off) + " (supported: " + supported + ")");
+  }
+  info->type = traits->type;
+  if (info->dims[0] % traits->block_elements != 0) {
+    return Status::error(std::string(traits->name) + " tensor '" + info->name + "' has a row of " +
+                         std::to_string(info->dims[0]) + " elements, not a multiple of its block of " +
+                         std::to_string(traits->block_elements));
+  }
+  return Status();
+}
+
+// n_tensors tensor infos (name, dims, type, aligned data offset), charged to the budget first.
+Status read_tensor_infos(Cursor& c, uint64_t n_tensors, uint64_t alignment,
+                         std::vector<GgufTensorInfo>* tensors, NameIndex* index) {
+  if (!c.budget().take(n_tensors, kTensorInfoBytes)) {
     return Status::error("tensor count " + std::to_string(n_tensors) + " at byte offset 8 needs " +
                          std::to_string(n_tensors * kTensorInfoBytes) +
                          " bytes in memory: the file's metadata would exceed its limit of " +
                          limit_text());
   }
-  tensors_.reserve(n_tensors);
+  tensors->reserve(n_tensors);
   for (uint64_t t = 0; t < n_tensors; ++t) {
     GgufTensorInfo info;
     uint64_t name_off = c.pos();
     if (Status s = c.read_string(&info.name, "tensor name"); !s.ok()) return s;
-    if (tensor_index_.count(info.name) != 0) {
+    if (index->count(info.name) != 0) {
       return Status::error("duplicate tensor '" + info.name + "' " + at("tensor name", name_off));
     }
-    uint64_t dims_off = c.pos();
-    uint32_t n_dims = 0;
-    if (Status s = c.read(&n_dims, "tensor dimension count"); !s.ok()) return s;
-    if (n_dims == 0 || n_dims > kMaxDims) {
-      return Status::error("tensor '" + info.name + "' has " + std::to_string(n_dims) +
-                           " dimensions " + at("tensor dimension count", dims_off) + " (1..4 allowed)");
-    }
     uint64_t n_elem = 1;
-    for (uint32_t d = 0; d < n_dims; ++d) {
-      uint64_t off = c.pos();
-      uint64_t ne = 0;
-      if (Status s = c.read(&ne, "tensor dimension"); !s.ok()) return s;
-      if (ne == 0 || ne > (1ull << 40) || n_elem > (1ull << 40) / ne) {
-        return Status::error("tensor '" + info.name + "' dimension " + std::to_string(ne) + " " +
-                             at("tensor dimension", off) + " is out of range");
-      }
-      n_elem *= ne;
-      info.dims.push_back(static_cast<int64_t>(ne));
-    }
-    uint64_t type_off = c.pos();
-    uint32_t type = 0;
-    if (Status s = c.read(&type, "tensor type"); !s.ok()) return s;
-    const WeightTypeTraits* traits = weight_type_traits(type);
-    if (traits == nullptr || !traits->weight) {
-      std::string supported;
-      for (const WeightTypeTraits& t : kWeightTypes) {
-        if (t.weight) supported += std::string(supported.empty() ? "" : ", ") + t.name;
-      }
-      return Status::error("tensor '" + info.name + "' has unsupported type " + std::to_string(type) +
-                           (traits ? std::string(" (") + traits->name + ")" : std::string()) + " " +
-                           at("tensor type", type_off) + " (supported: " + supported + ")");
-    }
-    info.type = traits->type;
-    if (info.dims[0] % traits->block_elements != 0) {
-      return Status::error(std::string(traits->name) + " tensor '" + info.name + "' has a row of " +
-                           std::to_string(info.dims[0]) + " elements, not a multiple of its block of " +
-                           std::to_string(traits->block_elements));
-    }
+    if (Status s = read_tensor_dims(c, &info, &n_elem); !s.ok()) return s;
+    if (Status s = read_tensor_type(c, &info); !s.ok()) return s;
     uint64_t offset_off = c.pos();
     if (Status s = c.read(&info.offset, "tensor data offset"); !s.ok()) return s;
-    if (info.offset % alignment_ != 0) {
+    if (info.offset % alignment != 0) {
       return Status::error("tensor '" + info.name + "' data offset " + std::to_string(info.offset) + " " +
                            at("tensor data offset", offset_off) + " is not a multiple of the alignment " +
-                           std::to_string(alignment_));
+                           std::to_string(alignment));
     }
     info.n_bytes = ggml_type_bytes(info.type, static_cast<int64_t>(n_elem));
-    tensor_index_[info.name] = tensors_.size();
-    tensors_.push_back(std::move(info));
+    (*index)[info.name] = tensors->size();
+    tensors->push_back(std::move(info));
   }
-  uint64_t data_start = (c.pos() + alignment_ - 1) / alignment_ * alignment_;
-  data_offset_ = data_start;
-  if (n_tensors > 0 && data_start > size_) {
+  return Status();
+}
+
+// Points each tensor at its bytes in data[0, size), the data section starting at data_start;
+// every tensor must lie inside the file, and no two may overlap.
+Status place_tensor_data(const uint8_t* data, size_t size, uint64_t data_start,
+                         std::vector<GgufTensorInfo>* tensors) {
+  if (!tensors->empty() && data_start > size) {
     return Status::error("truncated file: tensor data section starts at byte offset " +
-                         std::to_string(data_start) + " beyond the end of the " + std::to_string(size_) +
+                         std::to_string(data_start) + " beyond the end of the " + std::to_string(size) +
                          "-byte file");
   }
-  // Every tensor must lie inside the file, and no two may overlap.
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
-  for (GgufTensorInfo& info : tensors_) {
-    uint64_t avail = size_ - std::min<uint64_t>(data_start, size_);
+  for (GgufTensorInfo& info : *tensors) {
+    uint64_t avail = size - std::min<uint64_t>(data_start, size);
     if (info.offset > avail || info.n_bytes > avail - info.offset) {
       return Status::error("truncated file: tensor '" + info.name + "' data [" +
                            std::to_string(data_start + info.offset) + ", " +
                            std::to_string(data_start + info.offset + info.n_bytes) +
                            ") at byte offset " + std::to_string(data_start + info.offset) +
-                           " extends beyond the end of the " + std::to_string(size_) + "-byte file");
+                           " extends beyond the end of the " + std::to_string(size) + "-byte file");
     }
-    info.data = data_ + data_start + info.offset;
+    info.data = data + data_start + info.offset;
     ranges.emplace_back(info.offset, info.offset + info.n_bytes);
   }
   std::sort(ranges.begin(), ranges.end());
@@ -407,6 +440,29 @@ Status GgufFile::parse_all() {
     }
   }
   return Status();
+}
+
+}  // namespace
+
+Status GgufFile::parse_all() {
+  MemoryBudget budget;
+  Cursor c(data_, size_, &budget);
+  GgufHeader header;
+  if (Status s = read_header(c, &header); !s.ok()) return s;
+  version_ = header.version;
+  if (Status s = read_key_values(c, header.n_kv, &kv_, &kv_index_); !s.ok()) return s;
+  if (const GgufValue* a = find("general.alignment")) {
+    if (a->type != GgufType::UINT32 || a->u == 0 || (a->u & (a->u - 1)) != 0 || a->u > 65536) {
+      return Status::error("general.alignment must be a power-of-two uint32 <= 65536");
+    }
+    alignment_ = a->u;
+  }
+  if (Status s = read_tensor_infos(c, header.n_tensors, alignment_, &tensors_, &tensor_index_);
+      !s.ok()) {
+    return s;
+  }
+  data_offset_ = (c.pos() + alignment_ - 1) / alignment_ * alignment_;
+  return place_tensor_data(data_, size_, data_offset_, &tensors_);
 }
 
 const GgufValue* GgufFile::find(std::string_view key) const {

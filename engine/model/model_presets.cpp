@@ -333,10 +333,9 @@ uint64_t preset_tensor_bytes(const PresetSpec& s, WeightType weight_type) {
 
 namespace {
 
-// The whole preset model with matrices in `wtype` (F32, F16 or BF16).
-Status build_preset(const PresetSpec& s, WeightType wtype, GgufWriter& w) {
+// The model's metadata: architecture, dimensions, RoPE, file type.
+void write_preset_metadata(const PresetSpec& s, WeightType wtype, GgufWriter& w) {
   const int32_t head_dim = s.head_dim();
-
   const std::string a = s.arch + ".";
   const bool gemma3 = s.arch == "gemma3";
   w.set_string("general.architecture", s.arch);
@@ -362,7 +361,10 @@ Status build_preset(const PresetSpec& s, WeightType wtype, GgufWriter& w) {
   w.set_u32("general.file_type", static_cast<uint32_t>(wtype == WeightType::F32 ? 0
                                                        : wtype == WeightType::F16 ? 1
                                                                                   : 32));
+}
 
+// The synthetic SentencePiece-style vocabulary (and ChatML template when the preset has one).
+void write_preset_vocab(const PresetSpec& s, GgufWriter& w) {
   std::vector<VocabPiece> vocab = synthetic_vocab(s.n_vocab, s.chat_template);
   std::vector<std::string> texts;
   std::vector<float> scores;
@@ -385,7 +387,11 @@ Status build_preset(const PresetSpec& s, WeightType wtype, GgufWriter& w) {
     w.set_u32("tokenizer.ggml.eot_token_id", static_cast<uint32_t>(s.n_vocab - 1));  // <|im_end|>
     w.set_string("tokenizer.chat_template", kChatmlTemplate);
   }
+}
 
+// Every tensor of preset_tensors(s): matrices in `wtype`, norms in F32, from
+// a generator seeded by the preset's and the tensor's names.
+void write_preset_tensors(const PresetSpec& s, WeightType wtype, GgufWriter& w) {
   const uint64_t preset_seed = fnv1a64("prefixd-preset:" + s.name);
   // A matrix [fan_in, fan_out] (ne[0] = fan_in) with stddev 1/sqrt(fan_in).
   auto matrix = [&](const std::string& name, int64_t fan_in, int64_t fan_out) {
@@ -416,6 +422,13 @@ Status build_preset(const PresetSpec& s, WeightType wtype, GgufWriter& w) {
       matrix(t.name, t.dims[0], t.dims[1]);
     }
   }
+}
+
+// The whole preset model with matrices in `wtype` (F32, F16 or BF16).
+Status build_preset(const PresetSpec& s, WeightType wtype, GgufWriter& w) {
+  write_preset_metadata(s, wtype, w);
+  write_preset_vocab(s, w);
+  write_preset_tensors(s, wtype, w);
   return Status();
 }
 

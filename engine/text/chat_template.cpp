@@ -44,6 +44,67 @@ std::string trimmed(const std::string& text) {
   return text.substr(b, text.find_last_not_of(kSpace) - b + 1);
 }
 
+// The families with no system role (system text opens the next user turn):
+// Llama 2 and Mistral ([INST] turns), Gemma (<start_of_turn> turns).
+enum class InstStyle { kLlama2, kMistral, kGemma };
+
+void render_inst_turns(InstStyle style, const std::vector<ChatMessage>& messages,
+                       bool add_generation_prompt, const std::string& eos_text,
+                       SegmentBuilder& b) {
+  std::string pending_system;
+  bool have_system = false;
+  bool first_turn = true;
+  auto open_user = [&]() {
+    if (style == InstStyle::kGemma) {
+      b.markup("<start_of_turn>user\n");
+    } else {
+      b.markup(std::string(style == InstStyle::kLlama2 && !first_turn ? "<s>" : "") + "[INST] ");
+    }
+    if (have_system) {
+      if (style == InstStyle::kLlama2) {
+        b.markup("<<SYS>>\n");
+        b.content(pending_system);
+        b.markup("\n<</SYS>>\n\n");
+      } else {
+        b.content(pending_system);
+        b.content("\n\n");
+      }
+      pending_system.clear();
+      have_system = false;
+    }
+    first_turn = false;
+  };
+  auto close_user = [&]() { b.markup(style == InstStyle::kGemma ? "<end_of_turn>\n" : " [/INST]"); };
+  for (const ChatMessage& m : messages) {
+    if (m.role == "system") {
+      if (have_system) pending_system += "\n\n";
+      pending_system += m.content;
+      have_system = true;
+    } else if (m.role == "assistant") {
+      if (style == InstStyle::kGemma) {
+        b.markup("<start_of_turn>model\n");
+        b.content(trimmed(m.content));
+        b.markup("<end_of_turn>\n");
+      } else if (style == InstStyle::kLlama2) {
+        b.content(" " + m.content + " ");
+        b.markup(eos_text);
+      } else {
+        b.content(m.content);
+        b.markup(eos_text);
+      }
+    } else {
+      open_user();
+      b.content(style == InstStyle::kGemma ? trimmed(m.content) : m.content);
+      close_user();
+    }
+  }
+  if (have_system) {  // a trailing system message: a user turn of its own
+    open_user();
+    close_user();
+  }
+  if (add_generation_prompt && style == InstStyle::kGemma) b.markup("<start_of_turn>model\n");
+}
+
 }  // namespace
 
 std::vector<std::string> ChatTemplate::supported_names() {
@@ -140,65 +201,14 @@ std::vector<TextSegment> ChatTemplate::render(const std::vector<ChatMessage>& me
       if (add_generation_prompt) b.markup("<|assistant|>\n");
       break;
     case Family::kLlama2:
-    case Family::kMistral:
-    case Family::kGemma: {
-      // No system role: system text opens the next user turn.
-      std::string pending_system;
-      bool have_system = false;
-      bool first_turn = true;
-      auto open_user = [&]() {
-        if (family_ == Family::kGemma) {
-          b.markup("<start_of_turn>user\n");
-        } else {
-          b.markup(std::string(family_ == Family::kLlama2 && !first_turn ? "<s>" : "") + "[INST] ");
-        }
-        if (have_system) {
-          if (family_ == Family::kLlama2) {
-            b.markup("<<SYS>>\n");
-            b.content(pending_system);
-            b.markup("\n<</SYS>>\n\n");
-          } else {
-            b.content(pending_system);
-            b.content("\n\n");
-          }
-          pending_system.clear();
-          have_system = false;
-        }
-        first_turn = false;
-      };
-      auto close_user = [&]() {
-        b.markup(family_ == Family::kGemma ? "<end_of_turn>\n" : " [/INST]");
-      };
-      for (const ChatMessage& m : messages) {
-        if (m.role == "system") {
-          if (have_system) pending_system += "\n\n";
-          pending_system += m.content;
-          have_system = true;
-        } else if (m.role == "assistant") {
-          if (family_ == Family::kGemma) {
-            b.markup("<start_of_turn>model\n");
-            b.content(trimmed(m.content));
-            b.markup("<end_of_turn>\n");
-          } else if (family_ == Family::kLlama2) {
-            b.content(" " + m.content + " ");
-            b.markup(eos_text);
-          } else {
-            b.content(m.content);
-            b.markup(eos_text);
-          }
-        } else {
-          open_user();
-          b.content(family_ == Family::kGemma ? trimmed(m.content) : m.content);
-          close_user();
-        }
-      }
-      if (have_system) {  // a trailing system message: a user turn of its own
-        open_user();
-        close_user();
-      }
-      if (add_generation_prompt && family_ == Family::kGemma) b.markup("<start_of_turn>model\n");
+      render_inst_turns(InstStyle::kLlama2, messages, add_generation_prompt, eos_text, b);
       break;
-    }
+    case Family::kMistral:
+      render_inst_turns(InstStyle::kMistral, messages, add_generation_prompt, eos_text, b);
+      break;
+    case Family::kGemma:
+      render_inst_turns(InstStyle::kGemma, messages, add_generation_prompt, eos_text, b);
+      break;
   }
   return b.take();
 }

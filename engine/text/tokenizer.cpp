@@ -49,18 +49,16 @@ constexpr const char* kEndOfTurnTexts[] = {
     "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<EOT>",
 };
 
-}  // namespace
-
-Result<TokenizerVocab> load_tokenizer_vocab(const GgufFile& gguf) {
-  TokenizerVocab v;
+// The tokenizer model's name, its tokens, and the optional scores, token
+// types, merges and pre-tokenizer name.
+Status read_vocab_arrays(const GgufFile& gguf, TokenizerVocab* out) {
+  TokenizerVocab& v = *out;
   Result<std::string> model = gguf.get_string("tokenizer.ggml.model");
   if (!model.ok()) return model.status();
   v.model = *model;
   Result<std::vector<std::string>> tokens = gguf.get_string_array("tokenizer.ggml.tokens");
   if (!tokens.ok()) return tokens.status();
   v.tokens = std::move(tokens).value();
-  const int64_t n_vocab = static_cast<int64_t>(v.tokens.size());
-
   if (gguf.find("tokenizer.ggml.scores") != nullptr) {
     Result<std::vector<float>> scores = gguf.get_float_array("tokenizer.ggml.scores");
     if (!scores.ok()) return scores.status();
@@ -81,7 +79,13 @@ Result<TokenizerVocab> load_tokenizer_vocab(const GgufFile& gguf) {
     if (!pre.ok()) return pre.status();
     v.pre = *pre;
   }
+  return Status::ok_status();
+}
 
+// BOS, EOS, EOT, EOM, padding and unknown ids (llama.cpp's defaults per
+// model, then the file's keys), and the add_bos / add_eos / space prefix flags.
+Status read_special_tokens(const GgufFile& gguf, int64_t n_vocab, TokenizerVocab* out) {
+  TokenizerVocab& v = *out;
   // Defaults as in llama.cpp's vocabulary loader.
   if (v.model == "llama") {
     v.bos_id = 1;
@@ -116,6 +120,16 @@ Result<TokenizerVocab> load_tokenizer_vocab(const GgufFile& gguf) {
     Status s = read_bool(gguf, key, flag);
     if (!s.ok()) return s;
   }
+  return Status::ok_status();
+}
+
+}  // namespace
+
+Result<TokenizerVocab> load_tokenizer_vocab(const GgufFile& gguf) {
+  TokenizerVocab v;
+  if (Status s = read_vocab_arrays(gguf, &v); !s.ok()) return s;
+  const int64_t n_vocab = static_cast<int64_t>(v.tokens.size());
+  if (Status s = read_special_tokens(gguf, n_vocab, &v); !s.ok()) return s;
   if (gguf.find("tokenizer.chat_template") != nullptr) {
     Result<std::string> tmpl = gguf.get_string("tokenizer.chat_template");
     if (!tmpl.ok()) return tmpl.status();
@@ -303,15 +317,12 @@ struct Fragment {
   size_t end = 0;
 };
 
-}  // namespace
-
-std::vector<int32_t> Tokenizer::encode_segments(const std::vector<TextSegment>& segments,
-                                                bool add_special) const {
-  // Concatenate the (sanitised) segments; remember which byte ranges may hold
-  // special tokens.
+// The segments' text, concatenated (invalid UTF-8 sanitised), as one
+// ordinary-text fragment per non-empty segment; *parse_special[i] tells
+// whether fragment i may hold special tokens.
+std::string join_segments(const std::vector<TextSegment>& segments, std::vector<Fragment>* fragments,
+                          std::vector<uint8_t>* parse_special) {
   std::string text;
-  std::vector<Fragment> fragments;  // ordinary-text fragments still to partition, in order
-  std::vector<uint8_t> fragment_parse_special;
   for (const TextSegment& seg : segments) {
     const size_t begin = text.size();
     if (utf8::is_valid(seg.text)) {
@@ -320,10 +331,52 @@ std::vector<int32_t> Tokenizer::encode_segments(const std::vector<TextSegment>& 
       utf8::append_sanitized(seg.text, &text);
     }
     if (text.size() > begin) {
-      fragments.push_back({-1, begin, text.size()});
-      fragment_parse_special.push_back(seg.parse_special ? 1 : 0);
+      fragments->push_back({-1, begin, text.size()});
+      parse_special->push_back(seg.parse_special ? 1 : 0);
     }
   }
+  return text;
+}
+
+// Splits every ordinary-text fragment of *cur at each occurrence of `needle`
+// (token `id`); *cur is replaced only when something was split.
+void split_at_token(std::string_view text, int32_t id, const std::string& needle,
+                    std::vector<Fragment>* cur) {
+  std::vector<Fragment> next;
+  bool split = false;
+  for (const Fragment& frag : *cur) {
+    if (frag.token >= 0) {
+      next.push_back(frag);
+      continue;
+    }
+    const std::string_view hay(text.data() + frag.begin, frag.end - frag.begin);
+    size_t pos = hay.find(needle);
+    if (pos == std::string_view::npos) {
+      next.push_back(frag);
+      continue;
+    }
+    split = true;
+    size_t start = 0;
+    while (pos != std::string_view::npos) {
+      if (pos > start) next.push_back({-1, frag.begin + start, frag.begin + pos});
+      next.push_back({id, 0, 0});
+      start = pos + needle.size();
+      pos = hay.find(needle, start);
+    }
+    if (start < hay.size()) next.push_back({-1, frag.begin + start, frag.end});
+  }
+  if (split) *cur = std::move(next);
+}
+
+}  // namespace
+
+std::vector<int32_t> Tokenizer::encode_segments(const std::vector<TextSegment>& segments,
+                                                bool add_special) const {
+  // Concatenate the (sanitised) segments; remember which byte ranges may hold
+  // special tokens.
+  std::vector<Fragment> fragments;  // ordinary-text fragments still to partition, in order
+  std::vector<uint8_t> fragment_parse_special;
+  const std::string text = join_segments(segments, &fragments, &fragment_parse_special);
 
   // Partition: each special token, longest first, splits every ordinary-text
   // fragment it occurs in (llama.cpp's tokenizer_st_partition).
@@ -331,33 +384,7 @@ std::vector<int32_t> Tokenizer::encode_segments(const std::vector<TextSegment>& 
   for (size_t f = 0; f < fragments.size(); ++f) {
     std::vector<Fragment> cur = {fragments[f]};
     const std::vector<int32_t>& candidates = fragment_parse_special[f] ? special_ : user_defined_;
-    for (int32_t id : candidates) {
-      const std::string& needle = vocab_.tokens[id];
-      std::vector<Fragment> next;
-      bool split = false;
-      for (const Fragment& frag : cur) {
-        if (frag.token >= 0) {
-          next.push_back(frag);
-          continue;
-        }
-        const std::string_view hay(text.data() + frag.begin, frag.end - frag.begin);
-        size_t pos = hay.find(needle);
-        if (pos == std::string_view::npos) {
-          next.push_back(frag);
-          continue;
-        }
-        split = true;
-        size_t start = 0;
-        while (pos != std::string_view::npos) {
-          if (pos > start) next.push_back({-1, frag.begin + start, frag.begin + pos});
-          next.push_back({id, 0, 0});
-          start = pos + needle.size();
-          pos = hay.find(needle, start);
-        }
-        if (start < hay.size()) next.push_back({-1, frag.begin + start, frag.end});
-      }
-      if (split) cur = std::move(next);
-    }
+    for (int32_t id : candidates) split_at_token(text, id, vocab_.tokens[id], &cur);
     parts.insert(parts.end(), cur.begin(), cur.end());
   }
 

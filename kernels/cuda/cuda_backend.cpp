@@ -623,25 +623,6 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
-bool cuda_device_available() {
-  int n = 0;
-  const cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  return n > 0;
-}
-
-Result<CudaMemoryInfo> cuda_memory_info(int device) {
-  cudaError_t e = cudaSetDevice(device);
-  if (e != cudaSuccess) return cuda_status(e, "cudaSetDevice(" + std::to_string(device) + ")");
-  CudaMemoryInfo info;
-  e = cudaMemGetInfo(&info.free_bytes, &info.total_bytes);
-  if (e != cudaSuccess) return cuda_status(e, "cudaMemGetInfo");
-  return info;
-}
-
 Result<std::unique_ptr<Backend>> make_cuda_backend(int device) {
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);

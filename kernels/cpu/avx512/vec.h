@@ -1,6 +1,6 @@
 // The AVX-512 vector layer of the CPU kernels: 16 float lanes in a zmm, with
 // F16/BF16 conversions bit-identical to kernels/dtype.h and a vectorised exp.
-// Compiled twice (see kernels/cpu/CMakeLists.txt): with AVX512_BF16 as the
+// Compiled twice (see kernels/cpu/cpu_isa_sets.cmake): with AVX512_BF16 as the
 // `avx512bf16` set (kHasBf16Dot: vdpbf16ps) and without it as `avx512`.
 // Only kernels/cpu/avx512/kernels.cpp includes this file.
 #pragma once
