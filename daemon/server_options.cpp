@@ -210,7 +210,10 @@ Status ServerOptions::validate() {
   return Status();
 }
 
-void register_server_flags(CLI::App& app, ServerOptions& o) {
+namespace {
+
+// The listener's address, the model and the engine's sizes and limits.
+void add_engine_flags(CLI::App& app, ServerOptions& o) {
   app.add_option("--host", o.host, "address to listen on")->capture_default_str();
   app.add_option("--port", o.port, "TCP port (0 = any free port)")->capture_default_str();
   app.add_option("--model,-m", o.model,
@@ -245,6 +248,10 @@ void register_server_flags(CLI::App& app, ServerOptions& o) {
   app.add_option("--cache-ttl-scale", o.cache_ttl_scale,
                  "multiplies every pin TTL (5m, 1h, 24h); for tests, e.g. 0.01 makes 5m 3 s")
       ->capture_default_str();
+}
+
+// Connections, shutdown and who may call (keys, hosts, origins, TLS).
+void add_http_flags(CLI::App& app, ServerOptions& o) {
   app.add_option("--http-threads", o.http_threads,
                  "most HTTP connections served at once, a thread each, started on demand; more "
                  "wait for a thread (0 = the larger of 4096 and concurrent + queued + 8)")
@@ -288,6 +295,10 @@ void register_server_flags(CLI::App& app, ServerOptions& o) {
   app.add_option("--max-body-bytes", o.max_body_bytes, "largest accepted request body")
       ->capture_default_str();
   app.add_option("--chat-template", o.chat_template, "chat template name, overriding the model's");
+}
+
+// The host, disk and remote tiers, the deployment secret and the log level.
+void add_tier_flags(CLI::App& app, ServerOptions& o) {
   app.add_option("--host-cache-gb", o.host_cache_gb, "host-RAM tier capacity in GB (0 disables)")
       ->capture_default_str();
   app.add_option("--disk-cache-dir", o.disk_cache_dir,
@@ -313,6 +324,14 @@ void register_server_flags(CLI::App& app, ServerOptions& o) {
                  "sharing a cache must share (default: the disk directory's own, or random)");
   app.add_option("--log-level", o.log_level_name, "error, warn, info, debug")
       ->capture_default_str();
+}
+
+}  // namespace
+
+void register_server_flags(CLI::App& app, ServerOptions& o) {
+  add_engine_flags(app, o);
+  add_http_flags(app, o);
+  add_tier_flags(app, o);
 }
 
 }  // namespace prefixd
