@@ -33,136 +33,171 @@ Status check_cache_dirs(const std::string& cache_dir, const std::string& disk_ca
   return s.ok() ? check("--disk-cache-dir", disk_cache_dir) : s;
 }
 
-}  // namespace
-
-Status ServerOptions::validate() {
-  if (host.empty()) return Status::error("--host must not be empty");
-  if (port < 0 || port > 65535) return range_error("port", std::to_string(port), "0..65535");
-  if (max_body_bytes < 1024 || max_body_bytes > (1ll << 32)) {
-    return range_error("max-body-bytes", std::to_string(max_body_bytes), "1024..4294967296");
+// The listener's address and body limit, the model, the backend and the
+// engine's sizes and limits; resolves the CPU instruction set.
+Status check_engine_flags(ServerOptions& o) {
+  if (o.host.empty()) return Status::error("--host must not be empty");
+  if (o.port < 0 || o.port > 65535) return range_error("port", std::to_string(o.port), "0..65535");
+  if (o.max_body_bytes < 1024 || o.max_body_bytes > (1ll << 32)) {
+    return range_error("max-body-bytes", std::to_string(o.max_body_bytes), "1024..4294967296");
   }
-  if (model.empty()) return Status::error("--model must not be empty");
-  if (backend != "cpu" && backend != "cuda" && backend != "auto") {
-    return Status::error("--backend '" + backend + "' is not one of cpu, cuda, auto");
+  if (o.model.empty()) return Status::error("--model must not be empty");
+  if (o.backend != "cpu" && o.backend != "cuda" && o.backend != "auto") {
+    return Status::error("--backend '" + o.backend + "' is not one of cpu, cuda, auto");
   }
-  if (n_threads < 1 || n_threads > 256)
-    return range_error("threads", std::to_string(n_threads), "1..256");
-  Result<cpu::CpuIsa> isa = cpu_isa_option.choose();
+  if (o.n_threads < 1 || o.n_threads > 256)
+    return range_error("threads", std::to_string(o.n_threads), "1..256");
+  Result<cpu::CpuIsa> isa = o.cpu_isa_option.choose();
   if (!isa.ok()) return isa.status();
-  cpu_isa = isa.value();
-  if (kv_pool_mib < 1 || kv_pool_mib > (1ll << 22)) {
-    return range_error("kv-pool-mib", std::to_string(kv_pool_mib), "1..4194304");
+  o.cpu_isa = isa.value();
+  if (o.kv_pool_mib < 1 || o.kv_pool_mib > (1ll << 22)) {
+    return range_error("kv-pool-mib", std::to_string(o.kv_pool_mib), "1..4194304");
   }
-  if (block_size < 1 || block_size > 1024)
-    return range_error("block-size", std::to_string(block_size), "1..1024");
-  if (kv_dtype != "auto" && kv_dtype != "f32" && kv_dtype != "f16" && kv_dtype != "bf16") {
-    return Status::error("--kv-dtype '" + kv_dtype + "' is not one of auto, f32, f16, bf16");
+  if (o.block_size < 1 || o.block_size > 1024)
+    return range_error("block-size", std::to_string(o.block_size), "1..1024");
+  if (o.kv_dtype != "auto" && o.kv_dtype != "f32" && o.kv_dtype != "f16" && o.kv_dtype != "bf16") {
+    return Status::error("--kv-dtype '" + o.kv_dtype + "' is not one of auto, f32, f16, bf16");
   }
-  if (max_batch_tokens < 1 || max_batch_tokens > (1 << 20)) {
-    return range_error("max-batch-tokens", std::to_string(max_batch_tokens), "1..1048576");
+  if (o.max_batch_tokens < 1 || o.max_batch_tokens > (1 << 20)) {
+    return range_error("max-batch-tokens", std::to_string(o.max_batch_tokens), "1..1048576");
   }
-  if (max_concurrent_requests < 1 || max_concurrent_requests > 4096) {
-    return range_error("max-concurrent", std::to_string(max_concurrent_requests), "1..4096");
+  if (o.max_concurrent_requests < 1 || o.max_concurrent_requests > 4096) {
+    return range_error("max-concurrent", std::to_string(o.max_concurrent_requests), "1..4096");
   }
-  if (max_queued_requests < 0 || max_queued_requests > 65536) {
-    return range_error("max-queued", std::to_string(max_queued_requests), "0..65536");
+  if (o.max_queued_requests < 0 || o.max_queued_requests > 65536) {
+    return range_error("max-queued", std::to_string(o.max_queued_requests), "0..65536");
   }
-  if (max_pinned_blocks < 0)
-    return range_error("max-pinned-blocks", std::to_string(max_pinned_blocks), ">= 0");
-  if (min_cache_tokens < 0)
-    return range_error("min-cache-tokens", std::to_string(min_cache_tokens), ">= 0");
-  if (!(cache_ttl_scale > 0) || cache_ttl_scale > 1000)
-    return range_error("cache-ttl-scale", std::to_string(cache_ttl_scale), "in (0, 1000]");
-  if (http_threads < 0 || http_threads > 16384) {
-    return range_error("http-threads", std::to_string(http_threads), "0..16384");
+  if (o.max_pinned_blocks < 0)
+    return range_error("max-pinned-blocks", std::to_string(o.max_pinned_blocks), ">= 0");
+  if (o.min_cache_tokens < 0)
+    return range_error("min-cache-tokens", std::to_string(o.min_cache_tokens), ">= 0");
+  if (!(o.cache_ttl_scale > 0) || o.cache_ttl_scale > 1000)
+    return range_error("cache-ttl-scale", std::to_string(o.cache_ttl_scale), "in (0, 1000]");
+  return Status();
+}
+
+// The connection threads and time limits, and the shutdown bounds.
+Status check_http_flags(const ServerOptions& o) {
+  if (o.http_threads < 0 || o.http_threads > 16384) {
+    return range_error("http-threads", std::to_string(o.http_threads), "0..16384");
   }
-  for (auto [flag, value] : {std::pair{"http-idle-timeout-s", http_idle_timeout_s},
-                             std::pair{"http-head-timeout-s", http_head_timeout_s},
-                             std::pair{"http-body-timeout-s", http_body_timeout_s}}) {
+  for (auto [flag, value] : {std::pair{"http-idle-timeout-s", o.http_idle_timeout_s},
+                             std::pair{"http-head-timeout-s", o.http_head_timeout_s},
+                             std::pair{"http-body-timeout-s", o.http_body_timeout_s}}) {
     if (!std::isfinite(value) || value < 0.1 || value > 3600)
       return range_error(flag, std::to_string(value), "0.1..3600");
   }
-  if (!std::isfinite(shutdown_grace_s) || shutdown_grace_s < 0 || shutdown_grace_s > 3600) {
-    return range_error("shutdown-grace-s", std::to_string(shutdown_grace_s), "0..3600");
+  if (!std::isfinite(o.shutdown_grace_s) || o.shutdown_grace_s < 0 || o.shutdown_grace_s > 3600) {
+    return range_error("shutdown-grace-s", std::to_string(o.shutdown_grace_s), "0..3600");
   }
-  if (!std::isfinite(shutdown_flush_s) || shutdown_flush_s < 0 || shutdown_flush_s > 3600) {
-    return range_error("shutdown-flush-s", std::to_string(shutdown_flush_s), "0..3600");
+  if (!std::isfinite(o.shutdown_flush_s) || o.shutdown_flush_s < 0 || o.shutdown_flush_s > 3600) {
+    return range_error("shutdown-flush-s", std::to_string(o.shutdown_flush_s), "0..3600");
   }
-  if (!std::isfinite(host_cache_gb) || host_cache_gb < 0 || host_cache_gb > 1e5) {
-    return range_error("host-cache-gb", std::to_string(host_cache_gb), "0..100000");
+  return Status();
+}
+
+// The host and disk tiers' sizes and policies, the remote tier and the
+// deployment secret (read here).
+Status check_tier_flags(ServerOptions& o) {
+  if (!std::isfinite(o.host_cache_gb) || o.host_cache_gb < 0 || o.host_cache_gb > 1e5) {
+    return range_error("host-cache-gb", std::to_string(o.host_cache_gb), "0..100000");
   }
-  if (!std::isfinite(disk_cache_gb) || disk_cache_gb < 0 || disk_cache_gb > 1e6) {
-    return range_error("disk-cache-gb", std::to_string(disk_cache_gb), "0..1000000");
+  if (!std::isfinite(o.disk_cache_gb) || o.disk_cache_gb < 0 || o.disk_cache_gb > 1e6) {
+    return range_error("disk-cache-gb", std::to_string(o.disk_cache_gb), "0..1000000");
   }
-  if (write_policy != "write-through" && write_policy != "evict-only") {
-    return Status::error("--write-policy '" + write_policy +
+  if (o.write_policy != "write-through" && o.write_policy != "evict-only") {
+    return Status::error("--write-policy '" + o.write_policy +
                          "' is not one of write-through, evict-only");
   }
-  if (restore_policy != "auto" && restore_policy != "always" && restore_policy != "never") {
-    return Status::error("--restore-policy '" + restore_policy +
+  if (o.restore_policy != "auto" && o.restore_policy != "always" && o.restore_policy != "never") {
+    return Status::error("--restore-policy '" + o.restore_policy +
                          "' is not one of auto, always, never");
   }
-  if (!remote_cache.empty()) {
-    auto servers = parse_remote_cache_url(remote_cache);
+  if (!o.remote_cache.empty()) {
+    auto servers = parse_remote_cache_url(o.remote_cache);
     if (!servers.ok()) return Status::error("--remote-cache: " + servers.message());
-    remote_servers = std::move(servers).value();
-    if (cache_secret_file.empty()) {
+    o.remote_servers = std::move(servers).value();
+    if (o.cache_secret_file.empty()) {
       return Status::error(
           "--remote-cache needs --cache-secret-file FILE: replicas share blocks only under one "
           "deployment secret, and the remote tier's records are authenticated with it");
     }
   }
-  if (remote_cache_timeout_ms < 1 || remote_cache_timeout_ms > 60000) {
-    return range_error("remote-cache-timeout-ms", std::to_string(remote_cache_timeout_ms), "1..60000");
+  if (o.remote_cache_timeout_ms < 1 || o.remote_cache_timeout_ms > 60000) {
+    return range_error("remote-cache-timeout-ms", std::to_string(o.remote_cache_timeout_ms),
+                       "1..60000");
   }
-  if (!cache_secret_file.empty()) {
-    auto secret = read_deployment_secret(cache_secret_file);
+  if (!o.cache_secret_file.empty()) {
+    auto secret = read_deployment_secret(o.cache_secret_file);
     if (!secret.ok()) return secret.status();
-    deployment_secret = *secret;
+    o.deployment_secret = *secret;
   }
-  if (log_level_name == "error")
-    log_level = LogLevel::kError;
-  else if (log_level_name == "warn")
-    log_level = LogLevel::kWarn;
-  else if (log_level_name == "info")
-    log_level = LogLevel::kInfo;
-  else if (log_level_name == "debug")
-    log_level = LogLevel::kDebug;
-  else
-    return Status::error("--log-level '" + log_level_name +
-                         "' is not one of error, warn, info, debug");
-  // Every running or queued request holds its connection's thread; idle and
-  // slow connections hold one each until their timeout.
-  if (http_threads == 0)
-    http_threads = std::max(4096, max_concurrent_requests + max_queued_requests + 8);
+  return Status();
+}
 
-  if (!api_key.empty() && !api_key_file.empty())
+// --log-level into LogLevel.
+Status parse_log_level(ServerOptions& o) {
+  if (o.log_level_name == "error")
+    o.log_level = LogLevel::kError;
+  else if (o.log_level_name == "warn")
+    o.log_level = LogLevel::kWarn;
+  else if (o.log_level_name == "info")
+    o.log_level = LogLevel::kInfo;
+  else if (o.log_level_name == "debug")
+    o.log_level = LogLevel::kDebug;
+  else
+    return Status::error("--log-level '" + o.log_level_name +
+                         "' is not one of error, warn, info, debug");
+  return Status();
+}
+
+// The caller keys: --api-keys, --api-key, --api-key-file or
+// PREFIXD_API_KEY (one of them), loaded into o.api_keys.
+Status load_api_keys(ServerOptions& o) {
+  if (!o.api_key.empty() && !o.api_key_file.empty())
     return Status::error("--api-key and --api-key-file are both given: use one");
   const char* env_key = std::getenv("PREFIXD_API_KEY");
-  if (!api_keys_file.empty()) {
-    if (!api_key.empty() || !api_key_file.empty())
-      return Status::error(std::string(api_key.empty() ? "--api-key-file" : "--api-key") +
+  if (!o.api_keys_file.empty()) {
+    if (!o.api_key.empty() || !o.api_key_file.empty())
+      return Status::error(std::string(o.api_key.empty() ? "--api-key-file" : "--api-key") +
                            " and --api-keys are both given: use one (an admin entry of the "
                            "--api-keys file replaces the single key)");
     if (env_key != nullptr && *env_key != '\0')
       return Status::error("PREFIXD_API_KEY is set and --api-keys is given: use one (unset "
                            "PREFIXD_API_KEY, or add its key to the file as an admin entry)");
-    Result<ApiKeys> keys = ApiKeys::load_file(api_keys_file);
+    Result<ApiKeys> keys = ApiKeys::load_file(o.api_keys_file);
     if (!keys.ok()) return Status::error("--api-keys: " + keys.message());
-    api_keys = std::make_shared<const ApiKeys>(std::move(keys.value()));
-    api_key_source = api_keys_file;
-  } else if (!api_key.empty()) {
-    api_key_source = "--api-key";
-  } else if (!api_key_file.empty()) {
-    Result<std::string> key = read_secret_file(api_key_file);
+    o.api_keys = std::make_shared<const ApiKeys>(std::move(keys.value()));
+    o.api_key_source = o.api_keys_file;
+  } else if (!o.api_key.empty()) {
+    o.api_key_source = "--api-key";
+  } else if (!o.api_key_file.empty()) {
+    Result<std::string> key = read_secret_file(o.api_key_file);
     if (!key.ok()) return Status::error("--api-key-file: " + key.message());
-    api_key = key.value();
-    api_key_source = api_key_file;
+    o.api_key = key.value();
+    o.api_key_source = o.api_key_file;
   } else if (env_key != nullptr && *env_key != '\0') {
-    api_key = env_key;
-    api_key_source = "PREFIXD_API_KEY";
+    o.api_key = env_key;
+    o.api_key_source = "PREFIXD_API_KEY";
   }
-  if (!api_key.empty()) api_keys = std::make_shared<const ApiKeys>(ApiKeys::single_key(api_key));
+  if (!o.api_key.empty())
+    o.api_keys = std::make_shared<const ApiKeys>(ApiKeys::single_key(o.api_key));
+  return Status();
+}
+
+}  // namespace
+
+Status ServerOptions::validate() {
+  if (Status st = check_engine_flags(*this); !st.ok()) return st;
+  if (Status st = check_http_flags(*this); !st.ok()) return st;
+  if (Status st = check_tier_flags(*this); !st.ok()) return st;
+  if (Status st = parse_log_level(*this); !st.ok()) return st;
+  // Every running or queued request holds its connection's thread; idle and
+  // slow connections hold one each until their timeout.
+  if (http_threads == 0)
+    http_threads = std::max(4096, max_concurrent_requests + max_queued_requests + 8);
+
+  if (Status st = load_api_keys(*this); !st.ok()) return st;
   if (Status st = check_cache_dirs(cache_dir, disk_cache_dir); !st.ok()) return st;
   origin_policy = make_origin_policy(host, allowed_hosts, allowed_origins);
   if (tls_cert_path.empty() != tls_key_path.empty()) {
@@ -175,7 +210,10 @@ Status ServerOptions::validate() {
   return Status();
 }
 
-void register_server_flags(CLI::App& app, ServerOptions& o) {
+namespace {
+
+// The listener's address, the model and the engine's sizes and limits.
+void add_engine_flags(CLI::App& app, ServerOptions& o) {
   app.add_option("--host", o.host, "address to listen on")->capture_default_str();
   app.add_option("--port", o.port, "TCP port (0 = any free port)")->capture_default_str();
   app.add_option("--model,-m", o.model,
@@ -210,6 +248,10 @@ void register_server_flags(CLI::App& app, ServerOptions& o) {
   app.add_option("--cache-ttl-scale", o.cache_ttl_scale,
                  "multiplies every pin TTL (5m, 1h, 24h); for tests, e.g. 0.01 makes 5m 3 s")
       ->capture_default_str();
+}
+
+// Connections, shutdown and who may call (keys, hosts, origins, TLS).
+void add_http_flags(CLI::App& app, ServerOptions& o) {
   app.add_option("--http-threads", o.http_threads,
                  "most HTTP connections served at once, a thread each, started on demand; more "
                  "wait for a thread (0 = the larger of 4096 and concurrent + queued + 8)")
@@ -253,6 +295,10 @@ void register_server_flags(CLI::App& app, ServerOptions& o) {
   app.add_option("--max-body-bytes", o.max_body_bytes, "largest accepted request body")
       ->capture_default_str();
   app.add_option("--chat-template", o.chat_template, "chat template name, overriding the model's");
+}
+
+// The host, disk and remote tiers, the deployment secret and the log level.
+void add_tier_flags(CLI::App& app, ServerOptions& o) {
   app.add_option("--host-cache-gb", o.host_cache_gb, "host-RAM tier capacity in GB (0 disables)")
       ->capture_default_str();
   app.add_option("--disk-cache-dir", o.disk_cache_dir,
@@ -278,6 +324,14 @@ void register_server_flags(CLI::App& app, ServerOptions& o) {
                  "sharing a cache must share (default: the disk directory's own, or random)");
   app.add_option("--log-level", o.log_level_name, "error, warn, info, debug")
       ->capture_default_str();
+}
+
+}  // namespace
+
+void register_server_flags(CLI::App& app, ServerOptions& o) {
+  add_engine_flags(app, o);
+  add_http_flags(app, o);
+  add_tier_flags(app, o);
 }
 
 }  // namespace prefixd

@@ -102,10 +102,7 @@ json cache_stats_json(const StatsSnapshot& s, int32_t block_size) {
   out["block_size"] = block_size;
   out["tokens_saved"] = s.cached_tokens();
   out["prompt_tokens"] = s.prompt_tokens;
-  out["cached_tokens"] = {{"device", s.device.cached_tokens},
-                          {"host", s.host.cached_tokens},
-                          {"disk", s.disk.cached_tokens},
-                          {"remote", s.remote.cached_tokens}};
+  out["cached_tokens"] = cached_tokens_json(s);
   out["prefill_tokens"] = s.prefill_tokens;
   out["generated_tokens"] = s.generated_tokens;
   out["requests_running"] = s.running;

@@ -27,11 +27,7 @@ json opt_json(const std::optional<double>& v) { return v ? json(*v) : json(nullp
 json counters_json(const StatsSnapshot& c) {
   return json{
       {"prompt_tokens", c.prompt_tokens},
-      {"cached_tokens",
-       {{"device", c.device.cached_tokens},
-        {"host", c.host.cached_tokens},
-        {"disk", c.disk.cached_tokens},
-        {"remote", c.remote.cached_tokens}}},
+      {"cached_tokens", cached_tokens_json(c)},
       {"prefill_tokens", c.prefill_tokens},
       {"generated_tokens", c.generated_tokens},
       {"evictions",
@@ -57,16 +53,20 @@ std::string script_safe(std::string_view js) {
 
 }  // namespace
 
+json cached_tokens_json(const StatsSnapshot& s) {
+  return json{{"device", s.device.cached_tokens},
+              {"host", s.host.cached_tokens},
+              {"disk", s.disk.cached_tokens},
+              {"remote", s.remote.cached_tokens}};
+}
+
 json history_sample_json(const HistorySample& s) {
   const StatsSnapshot& d = s.delta;
   json j;
   j["t_ms"] = s.t_ms;
   j["interval_ms"] = s.interval_ms;
   j["prompt_tokens"] = d.prompt_tokens;
-  j["cached_tokens"] = {{"device", d.device.cached_tokens},
-                        {"host", d.host.cached_tokens},
-                        {"disk", d.disk.cached_tokens},
-                        {"remote", d.remote.cached_tokens}};
+  j["cached_tokens"] = cached_tokens_json(d);
   j["prefill_tokens"] = d.prefill_tokens;
   j["generated_tokens"] = d.generated_tokens;
   if (d.prompt_tokens > 0) {

@@ -80,6 +80,10 @@ class Dashboard {
   std::thread sampler_;
 };
 
+// {"device", "host", "disk", "remote"}: the prompt tokens `s` counts as
+// reused from each tier (/v1/cache/stats, the history's rows and totals).
+nlohmann::json cached_tokens_json(const StatsSnapshot& s);
+
 // JSON of one history sample (the rows of GET /v1/cache/history).
 nlohmann::json history_sample_json(const HistorySample& s);
 

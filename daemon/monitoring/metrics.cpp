@@ -38,6 +38,124 @@ std::vector<double> latency_buckets_s() {
   return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
 }
 
+// The build, and the token and eviction counters of the engine.
+void render_tokens(const StatsSnapshot& s, const BuildInfo& build, std::string* out) {
+  header(out, "prefixd_build_info", "gauge",
+         "Always 1; the labels say how this daemon runs (backend, CPU instruction set).");
+  sample(out, "prefixd_build_info",
+         "cpu_isa=\"" + build.cpu_isa_name + "\",backend=\"" + build.backend_name + "\"", 1);
+  header(out, "prefixd_prompt_tokens_total", "counter", "Prompt tokens of admitted requests.");
+  sample(out, "prefixd_prompt_tokens_total", "", s.prompt_tokens);
+  header(out, "prefixd_cached_tokens_total", "counter",
+         "Prompt tokens reused from the cache, by tier.");
+  sample(out, "prefixd_cached_tokens_total", "tier=\"device\"", s.device.cached_tokens);
+  sample(out, "prefixd_cached_tokens_total", "tier=\"host\"", s.host.cached_tokens);
+  sample(out, "prefixd_cached_tokens_total", "tier=\"disk\"", s.disk.cached_tokens);
+  if (s.has_remote_tier)
+    sample(out, "prefixd_cached_tokens_total", "tier=\"remote\"", s.remote.cached_tokens);
+  header(out, "prefixd_prefill_tokens_total", "counter", "Prompt tokens computed by prefill.");
+  sample(out, "prefixd_prefill_tokens_total", "", s.prefill_tokens);
+  header(out, "prefixd_generated_tokens_total", "counter", "Tokens generated.");
+  sample(out, "prefixd_generated_tokens_total", "", s.generated_tokens);
+  header(out, "prefixd_evictions_total", "counter", "Blocks evicted, by tier.");
+  sample(out, "prefixd_evictions_total", "tier=\"device\"", s.device.evictions);
+  if (s.has_host_tier) sample(out, "prefixd_evictions_total", "tier=\"host\"", s.host.evictions);
+  if (s.has_disk_tier) sample(out, "prefixd_evictions_total", "tier=\"disk\"", s.disk.evictions);
+}
+
+// What moves between the device and the tiers below it, and their sizes.
+void render_tier_movement(const StatsSnapshot& s, std::string* out) {
+  if (s.has_host_tier) {
+    header(out, "prefixd_offload_blocks_total", "counter",
+           "Blocks written down to a tier (host RAM, disk).");
+    sample(out, "prefixd_offload_blocks_total", "tier=\"host\"", s.host.offload_blocks);
+    if (s.has_disk_tier)
+      sample(out, "prefixd_offload_blocks_total", "tier=\"disk\"", s.disk.offload_blocks);
+    if (s.has_remote_tier)
+      sample(out, "prefixd_offload_blocks_total", "tier=\"remote\"", s.remote.offload_blocks);
+    header(out, "prefixd_onboard_blocks_total", "counter",
+           "Blocks restored from a tier into the device pool.");
+    sample(out, "prefixd_onboard_blocks_total", "tier=\"host\"", s.host.onboard_blocks);
+    if (s.has_disk_tier)
+      sample(out, "prefixd_onboard_blocks_total", "tier=\"disk\"", s.disk.onboard_blocks);
+    if (s.has_remote_tier)
+      sample(out, "prefixd_onboard_blocks_total", "tier=\"remote\"", s.remote.onboard_blocks);
+    header(out, "prefixd_tier_used_bytes", "gauge", "Bytes held by a tier below the device.");
+    sample(out, "prefixd_tier_used_bytes", "tier=\"host\"", s.host.used_bytes);
+    if (s.has_disk_tier) sample(out, "prefixd_tier_used_bytes", "tier=\"disk\"", s.disk.used_bytes);
+    header(out, "prefixd_tier_capacity_bytes", "gauge", "Capacity of a tier below the device.");
+    sample(out, "prefixd_tier_capacity_bytes", "tier=\"host\"", s.host.capacity_bytes);
+    if (s.has_disk_tier)
+      sample(out, "prefixd_tier_capacity_bytes", "tier=\"disk\"", s.disk.capacity_bytes);
+  }
+}
+
+// Records that failed a check on the disk and remote tiers.
+void render_record_checks(const StatsSnapshot& s, std::string* out) {
+  if (s.has_disk_tier || s.has_remote_tier) {
+    header(
+        out, "prefixd_corrupt_records_total", "counter",
+        "Records that failed a check (MAC, checksums, key, model): deleted and treated as misses.");
+    if (s.has_disk_tier)
+      sample(out, "prefixd_corrupt_records_total", "tier=\"disk\"", s.corrupt_records);
+    if (s.has_remote_tier)
+      sample(out, "prefixd_corrupt_records_total", "tier=\"remote\"", s.remote_io.corrupt_records);
+    header(out, "prefixd_unauthenticated_records_total", "counter",
+           "Of the corrupt records, those whose keyed MAC did not verify (forged or damaged).");
+    if (s.has_disk_tier)
+      sample(out, "prefixd_unauthenticated_records_total", "tier=\"disk\"",
+             s.unauthenticated_records);
+    if (s.has_remote_tier) {
+      sample(out, "prefixd_unauthenticated_records_total", "tier=\"remote\"",
+             s.remote_io.unauthenticated_records);
+    }
+  }
+}
+
+// The remote tier's I/O.
+void render_remote_tier(const StatsSnapshot& s, std::string* out) {
+  if (s.has_remote_tier) {
+    const RemoteFigures& r = s.remote_io;
+    header(out, "prefixd_tier_hits_total", "counter",
+           "Blocks a tier returned (remote: the memcached pool shared by replicas).");
+    sample(out, "prefixd_tier_hits_total", "tier=\"remote\"", s.remote.hits);
+    header(out, "prefixd_tier_misses_total", "counter",
+           "Blocks asked of a tier and not returned (absent, or failed a check).");
+    sample(out, "prefixd_tier_misses_total", "tier=\"remote\"", s.remote.misses);
+    header(out, "prefixd_tier_read_bytes_total", "counter", "Bytes read from a tier.");
+    sample(out, "prefixd_tier_read_bytes_total", "tier=\"remote\"", r.read_bytes);
+    header(out, "prefixd_tier_written_bytes_total", "counter", "Bytes written to a tier.");
+    sample(out, "prefixd_tier_written_bytes_total", "tier=\"remote\"", r.written_bytes);
+    header(out, "prefixd_tier_errors_total", "counter",
+           "Failed tier operations (remote: server down, protocol error), timeouts included.");
+    sample(out, "prefixd_tier_errors_total", "tier=\"remote\"", r.errors);
+    header(out, "prefixd_tier_timeouts_total", "counter", "Tier operations that timed out.");
+    sample(out, "prefixd_tier_timeouts_total", "tier=\"remote\"", r.timeouts);
+    header(out, "prefixd_tier_writes_dropped_total", "counter",
+           "Writes dropped because the tier's write queue was over its byte bound.");
+    sample(out, "prefixd_tier_writes_dropped_total", "tier=\"remote\"", r.writes_dropped);
+    header(out, "prefixd_remote_servers", "gauge",
+           "memcached servers configured for the remote tier.");
+    sample(out, "prefixd_remote_servers", "", r.servers);
+  }
+}
+
+// The disk tier's errors and its write stop.
+void render_disk_errors(const StatsSnapshot& s, std::string* out) {
+  if (s.has_disk_tier) {
+    header(out, "prefixd_disk_write_errors_total", "counter",
+           "Records not written to disk: the write failed (no space left, I/O error), or writes "
+           "were stopped after such a failure (retried every few seconds).");
+    sample(out, "prefixd_disk_write_errors_total", "", s.disk_write_errors);
+    header(out, "prefixd_disk_io_errors_total", "counter",
+           "RocksDB errors other than not-found, reads (treated as misses) and writes together.");
+    sample(out, "prefixd_disk_io_errors_total", "", s.disk_io_errors);
+    header(out, "prefixd_disk_writes_stopped", "gauge",
+           "1 while the disk tier refuses writes after a failed one (e.g. the disk is full).");
+    sample(out, "prefixd_disk_writes_stopped", "", s.disk_writes_stopped ? 1 : 0);
+  }
+}
+
 }  // namespace
 
 const char* request_outcome_name(RequestOutcome o) {
@@ -200,101 +318,11 @@ uint64_t Metrics::requests(RequestOutcome outcome) const {
 std::string Metrics::render(const StatsSnapshot& s, const BuildInfo& build) const {
   std::string out;
   out.reserve(8192);
-  header(&out, "prefixd_build_info", "gauge",
-         "Always 1; the labels say how this daemon runs (backend, CPU instruction set).");
-  sample(&out, "prefixd_build_info",
-         "cpu_isa=\"" + build.cpu_isa_name + "\",backend=\"" + build.backend_name + "\"", 1);
-  header(&out, "prefixd_prompt_tokens_total", "counter", "Prompt tokens of admitted requests.");
-  sample(&out, "prefixd_prompt_tokens_total", "", s.prompt_tokens);
-  header(&out, "prefixd_cached_tokens_total", "counter",
-         "Prompt tokens reused from the cache, by tier.");
-  sample(&out, "prefixd_cached_tokens_total", "tier=\"device\"", s.device.cached_tokens);
-  sample(&out, "prefixd_cached_tokens_total", "tier=\"host\"", s.host.cached_tokens);
-  sample(&out, "prefixd_cached_tokens_total", "tier=\"disk\"", s.disk.cached_tokens);
-  if (s.has_remote_tier)
-    sample(&out, "prefixd_cached_tokens_total", "tier=\"remote\"", s.remote.cached_tokens);
-  header(&out, "prefixd_prefill_tokens_total", "counter", "Prompt tokens computed by prefill.");
-  sample(&out, "prefixd_prefill_tokens_total", "", s.prefill_tokens);
-  header(&out, "prefixd_generated_tokens_total", "counter", "Tokens generated.");
-  sample(&out, "prefixd_generated_tokens_total", "", s.generated_tokens);
-  header(&out, "prefixd_evictions_total", "counter", "Blocks evicted, by tier.");
-  sample(&out, "prefixd_evictions_total", "tier=\"device\"", s.device.evictions);
-  if (s.has_host_tier) sample(&out, "prefixd_evictions_total", "tier=\"host\"", s.host.evictions);
-  if (s.has_disk_tier) sample(&out, "prefixd_evictions_total", "tier=\"disk\"", s.disk.evictions);
-  if (s.has_host_tier) {
-    header(&out, "prefixd_offload_blocks_total", "counter",
-           "Blocks written down to a tier (host RAM, disk).");
-    sample(&out, "prefixd_offload_blocks_total", "tier=\"host\"", s.host.offload_blocks);
-    if (s.has_disk_tier)
-      sample(&out, "prefixd_offload_blocks_total", "tier=\"disk\"", s.disk.offload_blocks);
-    if (s.has_remote_tier)
-      sample(&out, "prefixd_offload_blocks_total", "tier=\"remote\"", s.remote.offload_blocks);
-    header(&out, "prefixd_onboard_blocks_total", "counter",
-           "Blocks restored from a tier into the device pool.");
-    sample(&out, "prefixd_onboard_blocks_total", "tier=\"host\"", s.host.onboard_blocks);
-    if (s.has_disk_tier)
-      sample(&out, "prefixd_onboard_blocks_total", "tier=\"disk\"", s.disk.onboard_blocks);
-    if (s.has_remote_tier)
-      sample(&out, "prefixd_onboard_blocks_total", "tier=\"remote\"", s.remote.onboard_blocks);
-    header(&out, "prefixd_tier_used_bytes", "gauge", "Bytes held by a tier below the device.");
-    sample(&out, "prefixd_tier_used_bytes", "tier=\"host\"", s.host.used_bytes);
-    if (s.has_disk_tier)
-      sample(&out, "prefixd_tier_used_bytes", "tier=\"disk\"", s.disk.used_bytes);
-    header(&out, "prefixd_tier_capacity_bytes", "gauge", "Capacity of a tier below the device.");
-    sample(&out, "prefixd_tier_capacity_bytes", "tier=\"host\"", s.host.capacity_bytes);
-    if (s.has_disk_tier)
-      sample(&out, "prefixd_tier_capacity_bytes", "tier=\"disk\"", s.disk.capacity_bytes);
-  }
-  if (s.has_disk_tier || s.has_remote_tier) {
-    header(&out, "prefixd_corrupt_records_total", "counter",
-           "Records that failed a check (MAC, checksums, key, model): deleted and treated as misses.");
-    if (s.has_disk_tier) sample(&out, "prefixd_corrupt_records_total", "tier=\"disk\"", s.corrupt_records);
-    if (s.has_remote_tier)
-      sample(&out, "prefixd_corrupt_records_total", "tier=\"remote\"", s.remote_io.corrupt_records);
-    header(&out, "prefixd_unauthenticated_records_total", "counter",
-           "Of the corrupt records, those whose keyed MAC did not verify (forged or damaged).");
-    if (s.has_disk_tier)
-      sample(&out, "prefixd_unauthenticated_records_total", "tier=\"disk\"", s.unauthenticated_records);
-    if (s.has_remote_tier) {
-      sample(&out, "prefixd_unauthenticated_records_total", "tier=\"remote\"",
-             s.remote_io.unauthenticated_records);
-    }
-  }
-  if (s.has_remote_tier) {
-    const RemoteFigures& r = s.remote_io;
-    header(&out, "prefixd_tier_hits_total", "counter",
-           "Blocks a tier returned (remote: the memcached pool shared by replicas).");
-    sample(&out, "prefixd_tier_hits_total", "tier=\"remote\"", s.remote.hits);
-    header(&out, "prefixd_tier_misses_total", "counter",
-           "Blocks asked of a tier and not returned (absent, or failed a check).");
-    sample(&out, "prefixd_tier_misses_total", "tier=\"remote\"", s.remote.misses);
-    header(&out, "prefixd_tier_read_bytes_total", "counter", "Bytes read from a tier.");
-    sample(&out, "prefixd_tier_read_bytes_total", "tier=\"remote\"", r.read_bytes);
-    header(&out, "prefixd_tier_written_bytes_total", "counter", "Bytes written to a tier.");
-    sample(&out, "prefixd_tier_written_bytes_total", "tier=\"remote\"", r.written_bytes);
-    header(&out, "prefixd_tier_errors_total", "counter",
-           "Failed tier operations (remote: server down, protocol error), timeouts included.");
-    sample(&out, "prefixd_tier_errors_total", "tier=\"remote\"", r.errors);
-    header(&out, "prefixd_tier_timeouts_total", "counter", "Tier operations that timed out.");
-    sample(&out, "prefixd_tier_timeouts_total", "tier=\"remote\"", r.timeouts);
-    header(&out, "prefixd_tier_writes_dropped_total", "counter",
-           "Writes dropped because the tier's write queue was over its byte bound.");
-    sample(&out, "prefixd_tier_writes_dropped_total", "tier=\"remote\"", r.writes_dropped);
-    header(&out, "prefixd_remote_servers", "gauge", "memcached servers configured for the remote tier.");
-    sample(&out, "prefixd_remote_servers", "", r.servers);
-  }
-  if (s.has_disk_tier) {
-    header(&out, "prefixd_disk_write_errors_total", "counter",
-           "Records not written to disk: the write failed (no space left, I/O error), or writes "
-           "were stopped after such a failure (retried every few seconds).");
-    sample(&out, "prefixd_disk_write_errors_total", "", s.disk_write_errors);
-    header(&out, "prefixd_disk_io_errors_total", "counter",
-           "RocksDB errors other than not-found, reads (treated as misses) and writes together.");
-    sample(&out, "prefixd_disk_io_errors_total", "", s.disk_io_errors);
-    header(&out, "prefixd_disk_writes_stopped", "gauge",
-           "1 while the disk tier refuses writes after a failed one (e.g. the disk is full).");
-    sample(&out, "prefixd_disk_writes_stopped", "", s.disk_writes_stopped ? 1 : 0);
-  }
+  render_tokens(s, build, &out);
+  render_tier_movement(s, &out);
+  render_record_checks(s, &out);
+  render_remote_tier(s, &out);
+  render_disk_errors(s, &out);
 
   std::lock_guard<std::mutex> lock(mu_);
   header(&out, "prefixd_requests_total", "counter", "Generation requests by how they ended.");
