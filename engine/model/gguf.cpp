@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 #include <algorithm>
+#include <tuple>
 #include <limits>
 
 namespace prefixd {
@@ -282,16 +283,24 @@ Status read_header(Cursor& c, GgufHeader* h) {
   if (Status s = c.read(&h->n_tensors, "tensor count"); !s.ok()) return s;
   if (Status s = c.read(&h->n_kv, "metadata count"); !s.ok()) return s;
   // Each entry takes at least 8 bytes (a string length): bound the counts by the file size.
-  const size_t size = c.size();
-  if (h->n_tensors > size / 8) {
-    return Status::error("tensor count " + std::to_string(h->n_tensors) + " at byte offset 8 exceeds what a " +
-                         std::to_string(size) + "-byte file can hold");
-  }
-  if (h->n_kv > size / 8) {
-    return Status::error("metadata count " + std::to_string(h->n_kv) + " at byte offset 16 exceeds what a " +
-                         std::to_string(size) + "-byte file can hold");
+  for (const auto& [n, what, offset] : {std::tuple{h->n_tensors, "tensor count", 8},
+                                        std::tuple{h->n_kv, "metadata count", 16}}) {
+    if (n > c.size() / 8) {
+      return Status::error(std::string(what) + " " + std::to_string(n) + " at byte offset " +
+                           std::to_string(offset) + " exceeds what a " + std::to_string(c.size()) +
+                           "-byte file can hold");
+    }
   }
   return Status();
+}
+
+// Charges n entries of entry_bytes each to the cursor's budget before they
+// are allocated; the refusal names the count (`what`, read at byte `offset`).
+Status charge_entries(Cursor& c, uint64_t n, uint64_t entry_bytes, const char* what, int offset) {
+  if (c.budget().take(n, entry_bytes)) return Status();
+  return Status::error(std::string(what) + " " + std::to_string(n) + " at byte offset " +
+                       std::to_string(offset) + " needs " + std::to_string(n * entry_bytes) +
+                       " bytes in memory: the file's metadata would exceed its limit of " + limit_text());
 }
 
 using KeyValues = std::vector<std::pair<std::string, GgufValue>>;
@@ -299,12 +308,7 @@ using NameIndex = std::map<std::string, size_t, std::less<>>;
 
 // n_kv metadata entries (key, value type, value), charged to the cursor's budget first.
 Status read_key_values(Cursor& c, uint64_t n_kv, KeyValues* kv, NameIndex* index) {
-  if (!c.budget().take(n_kv, kKvEntryBytes)) {
-    return Status::error("metadata count " + std::to_string(n_kv) + " at byte offset 16 needs " +
-                         std::to_string(n_kv * kKvEntryBytes) +
-                         " bytes in memory: the file's metadata would exceed its limit of " +
-                         limit_text());
-  }
+  if (Status s = charge_entries(c, n_kv, kKvEntryBytes, "metadata count", 16); !s.ok()) return s;
   kv->reserve(n_kv);
   for (uint64_t k = 0; k < n_kv; ++k) {
     uint64_t key_off = c.pos();
@@ -379,12 +383,7 @@ Status read_tensor_type(Cursor& c, GgufTensorInfo* info) {
 // n_tensors tensor infos (name, dims, type, aligned data offset), charged to the budget first.
 Status read_tensor_infos(Cursor& c, uint64_t n_tensors, uint64_t alignment,
                          std::vector<GgufTensorInfo>* tensors, NameIndex* index) {
-  if (!c.budget().take(n_tensors, kTensorInfoBytes)) {
-    return Status::error("tensor count " + std::to_string(n_tensors) + " at byte offset 8 needs " +
-                         std::to_string(n_tensors * kTensorInfoBytes) +
-                         " bytes in memory: the file's metadata would exceed its limit of " +
-                         limit_text());
-  }
+  if (Status s = charge_entries(c, n_tensors, kTensorInfoBytes, "tensor count", 8); !s.ok()) return s;
   tensors->reserve(n_tensors);
   for (uint64_t t = 0; t < n_tensors; ++t) {
     GgufTensorInfo info;

@@ -201,7 +201,7 @@ std::vector<uint8_t> serialise_header(uint32_t version, uint64_t alignment,
 
 }  // namespace
 
-std::vector<uint8_t> GgufWriter::to_bytes() const {
+std::vector<uint8_t> GgufWriter::header_bytes() const {
   std::vector<std::string> names;
   std::vector<GgmlType> types;
   std::vector<const std::vector<int64_t>*> dims;
@@ -212,7 +212,11 @@ std::vector<uint8_t> GgufWriter::to_bytes() const {
     dims.push_back(&t.dims);
     sizes.push_back(t.data.size());
   }
-  std::vector<uint8_t> out = serialise_header(version_, alignment_, kv_, names, types, dims, sizes);
+  return serialise_header(version_, alignment_, kv_, names, types, dims, sizes);
+}
+
+std::vector<uint8_t> GgufWriter::to_bytes() const {
+  std::vector<uint8_t> out = header_bytes();
   // Each tensor is followed by zero padding up to the alignment (the last one too, as ggml does).
   for (const Tensor& t : tensors_) {
     out.insert(out.end(), t.data.begin(), t.data.end());
@@ -222,17 +226,7 @@ std::vector<uint8_t> GgufWriter::to_bytes() const {
 }
 
 Status GgufWriter::write_file(const std::string& path) const {
-  std::vector<std::string> names;
-  std::vector<GgmlType> types;
-  std::vector<const std::vector<int64_t>*> dims;
-  std::vector<uint64_t> sizes;
-  for (const Tensor& t : tensors_) {
-    names.push_back(t.name);
-    types.push_back(t.type);
-    dims.push_back(&t.dims);
-    sizes.push_back(t.data.size());
-  }
-  std::vector<uint8_t> header = serialise_header(version_, alignment_, kv_, names, types, dims, sizes);
+  const std::vector<uint8_t> header = header_bytes();
 
   // A random 0600 name next to `path` (mkstemp), renamed over it once synced;
   // removed again on any failure (PrivateTempFile's destructor).

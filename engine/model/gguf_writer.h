@@ -52,6 +52,10 @@ class GgufWriter {
     std::vector<int64_t> dims;
     std::vector<uint8_t> data;
   };
+  // Header, metadata and tensor infos, padded to the alignment (the bytes
+  // before the first tensor's data).
+  std::vector<uint8_t> header_bytes() const;
+
   uint32_t version_;
   uint64_t alignment_;
   std::vector<std::pair<std::string, GgufValue>> kv_;
