@@ -464,7 +464,7 @@ void Scheduler::trim_window(Sequence& s) {
   for (; s.window_first < first; ++s.window_first) {
     const size_t i = static_cast<size_t>(s.window_first);
     if (s.window_held[i]) {
-      window_->release(s.block_table[i]);
+      window_->release(s.block_table[i], /*passed=*/true);
       s.window_held[i] = 0;
     }
   }

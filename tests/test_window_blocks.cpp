@@ -157,3 +157,19 @@ TEST_CASE("usable_prefix: the longest chain whose last window of parts is presen
   w.attach(chain[0]);
   CHECK(w.usable_prefix(std::span<const int32_t>(chain.data(), 1), 100) == 1);
 }
+
+TEST_CASE("parts a sequence moved past are evicted before the parts of chains' ends") {
+  BlockManager bm = make_manager(8);
+  std::vector<int32_t> evicted;
+  WindowBlocks w(4, 8, bm, [&](int32_t logical) { evicted.push_back(logical); });  // 3 usable
+  std::vector<int32_t> chain = publish_chain(bm, 3, 100);
+  for (int32_t id : chain) w.attach(id);
+  w.release(chain[2]);                   // a chain's end: the new end of the LRU
+  w.release(chain[1]);                   // newer still
+  w.release(chain[0], /*passed=*/true);  // passed over: the old end, evicted first
+  std::vector<int32_t> fresh = bm.allocate(2);
+  w.attach(fresh[0]);
+  w.attach(fresh[1]);
+  CHECK(evicted == std::vector<int32_t>{chain[0], chain[2]});
+  CHECK(w.check_invariants().ok());
+}

@@ -56,12 +56,12 @@ void WindowBlocks::hold(int32_t logical) {
   part.ref++;
 }
 
-void WindowBlocks::release(int32_t logical) {
+void WindowBlocks::release(int32_t logical, bool passed) {
   const int32_t p = of(logical);
   PREFIXD_CHECK(p >= 0, "release: the logical block has no window part");
   Part& part = parts_[static_cast<size_t>(p)];
   PREFIXD_CHECK(part.ref > 0, "release: the window part is not referenced");
-  if (--part.ref == 0 && part.pinned == 0) settle(p);
+  if (--part.ref == 0 && part.pinned == 0) settle(p, passed);
 }
 
 void WindowBlocks::pin(int32_t logical) {
@@ -131,10 +131,14 @@ int32_t WindowBlocks::usable_prefix(std::span<const int32_t> chain, int32_t n_to
 
 // ---- internals --------------------------------------------------------------------
 
-void WindowBlocks::settle(int32_t p) {
+void WindowBlocks::settle(int32_t p, bool old_end) {
   Part& part = parts_[static_cast<size_t>(p)];
   if (blocks_.is_indexed(part.logical)) {
-    lru_push_front(p);
+    if (old_end) {
+      lru_push_back(p);
+    } else {
+      lru_push_front(p);
+    }
   } else {
     free_part(p);
   }
@@ -156,6 +160,17 @@ void WindowBlocks::lru_push_front(int32_t p) {
   if (lru_head_ >= 0) parts_[static_cast<size_t>(lru_head_)].lru_prev = p;
   lru_head_ = p;
   if (lru_tail_ < 0) lru_tail_ = p;
+  lru_size_++;
+}
+
+void WindowBlocks::lru_push_back(int32_t p) {
+  Part& part = parts_[static_cast<size_t>(p)];
+  part.in_lru = true;
+  part.lru_next = -1;
+  part.lru_prev = lru_tail_;
+  if (lru_tail_ >= 0) parts_[static_cast<size_t>(lru_tail_)].lru_next = p;
+  lru_tail_ = p;
+  if (lru_head_ < 0) lru_head_ = p;
   lru_size_++;
 }
 

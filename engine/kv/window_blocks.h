@@ -62,8 +62,12 @@ class WindowBlocks {
   // ref + 1 on the block's part (which must exist); a cached part leaves the LRU.
   void hold(int32_t logical);
   // ref - 1; at 0 (and no pin) the part is cached when the block is published,
-  // else freed.
-  void release(int32_t logical);
+  // else freed. `passed`: the releasing sequence moved on past the block (its
+  // window no longer reaches it), so the part enters the LRU at its old end,
+  // to be evicted before the parts of chains' ends (released when their
+  // sequences finish, at the new end): a long prompt then reuses its own
+  // passed parts rather than evicting the ends of earlier prefixes.
+  void release(int32_t logical, bool passed = false);
   // pin + 1 / - 1: a pinned part is never evicted (a pinned prefix's end).
   void pin(int32_t logical);
   void unpin(int32_t logical);
@@ -108,9 +112,10 @@ class WindowBlocks {
     int32_t lru_next = -1;  // towards the tail (older)
   };
   void lru_push_front(int32_t part);
+  void lru_push_back(int32_t part);
   void lru_remove(int32_t part);
   void free_part(int32_t part);  // unmaps it and puts it on the free list
-  void settle(int32_t part);     // ref 0 and unpinned: cache or free
+  void settle(int32_t part, bool old_end = false);  // ref 0 and unpinned: cache or free
 
   const BlockManager& blocks_;
   EvictFn on_evict_;
