@@ -63,8 +63,9 @@ Status EngineOptions::validate(const ModelConfig& model, bool window_group) cons
 
 int32_t EngineOptions::min_window_blocks(const ModelConfig& model) const {
   // From the window's first block to the end of a chunk, rounded out at both
-  // ends, plus the copy of a shared last block and the reserved block 0.
-  return (model.sliding_window - 1 + max_batch_tokens) / block_size + 2 + 1 + 1;
+  // ends, the block before it (Scheduler::trim_window keeps it), the copy of
+  // a shared last block and the reserved block 0.
+  return (model.sliding_window - 1 + max_batch_tokens) / block_size + 2 + 1 + 1 + 1;
 }
 
 KvGeometry EngineOptions::pool_geometry(const ModelConfig& model, bool window_group) const {

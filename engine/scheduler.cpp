@@ -459,8 +459,11 @@ void Scheduler::release_all(Sequence& s) {
 
 void Scheduler::trim_window(Sequence& s) {
   if (!window_) return;
-  const int32_t first =
-      std::min(window_->first_block(s.n_computed), static_cast<int32_t>(s.block_table.size()));
+  // One block further back than the next rows read: a later prompt that ends
+  // where this sequence's known tokens do resumes a block earlier (its last
+  // token is recomputed), and its hit needs those parts too.
+  const int32_t first = std::min(window_->first_block(std::max(0, s.n_computed - options_.block_size)),
+                                 static_cast<int32_t>(s.block_table.size()));
   for (; s.window_first < first; ++s.window_first) {
     const size_t i = static_cast<size_t>(s.window_first);
     if (s.window_held[i]) {

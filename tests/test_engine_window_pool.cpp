@@ -7,6 +7,7 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include "storage/tier_manager.h"
 #include "tests/engine_harness.h"
 
 using namespace prefixd;
@@ -56,7 +57,7 @@ TEST_CASE("the window space: the pool geometry and the smallest window space") {
   CHECK_FALSE(o.pool_geometry(c, false).has_window_group());
   CHECK_FALSE(options(16, 0).pool_geometry(c, true).has_window_group());
   // A window space smaller than one sequence's needs is refused, named.
-  CHECK(o.min_window_blocks(c) == (63 + 64) / 16 + 4);
+  CHECK(o.min_window_blocks(c) == (63 + 64) / 16 + 5);
   const Status s = options(o.min_window_blocks(c) - 1, 0.5).validate(c, true);
   REQUIRE_FALSE(s.ok());
   CHECK(s.message().find("window blocks") != std::string::npos);
@@ -143,4 +144,47 @@ TEST_CASE("answers equal an engine without a window space while window parts com
   CHECK(s.pool_window_evictions > 0);
   CHECK(s.pool_window_blocks_used == 0);
   CHECK(s.pool_blocks_used == 0);
+}
+
+TEST_CASE("evict-only tiers get a block whose window part goes first, whole, and restore it exactly") {
+  TierManagerOptions to;
+  to.n_io_threads = 1;
+  to.model_fingerprint = Hash128{0x1234, 0x5678};
+  to.geometry = f32_engine_options().record_geometry(model_config_of(model_path()));
+  to.host_capacity_bytes = 256ull << 20;
+  to.write_policy = WritePolicy::kEvictOnly;
+  auto tm = TierManager::create(to);
+  REQUIRE_MESSAGE(tm.ok(), tm.message());
+  std::unique_ptr<TierManager> tiers = std::move(tm).value();
+  EngineOptions o = options(14, 0.5);
+  o.model_fingerprint = tiers->model_fingerprint();
+  o.deployment_secret = tiers->deployment_secret();
+  o.restore_mode = EngineOptions::RestoreMode::kAlways;
+  EngineUnderTest windowed(model_path(), o, tiers.get());
+  EngineOptions ref_opts = f32_engine_options();
+  ref_opts.window_share = 0;
+  EngineUnderTest reference(model_path(), ref_opts);
+  const std::vector<int32_t> a = concat(tokens(11, 300), tokens(12, 20));
+  const std::vector<int32_t> b = tokens(13, 400);
+  Request ra = greedy_request(a, 6);
+  ra.return_logits = true;
+  const Collected want = reference.run(ra);
+  const Collected a1 = windowed.run(ra);
+  // Evict-only: nothing goes down on publish, only what the pool evicts: the
+  // window parts a long prompt moved past (its 20 blocks need more than the 13
+  // usable window blocks), each block sent whole as its part goes.
+  const EngineStats s1 = windowed.engine->stats();
+  CHECK(s1.pool_window_evictions > 0);
+  CHECK(s1.device_evictions == 0);
+  CHECK(tiers->stats().offload_host_blocks > 0);
+  CHECK(tiers->stats().offload_host_blocks <= static_cast<uint64_t>(s1.pool_window_evictions));
+  (void)windowed.run(greedy_request(b, 6));          // passes over its window parts
+  CHECK(windowed.engine->stats().pool_window_evictions > 0);
+  const Collected a2 = windowed.run(ra);
+  CHECK(a2.usage.cached_tokens == a2.usage.device_tokens + a2.usage.host_tokens);
+  CHECK(a2.usage.prefill_tokens == static_cast<int32_t>(a.size()) - a2.usage.cached_tokens);
+  CHECK(a1.ids == want.ids);
+  CHECK(a1.logits == want.logits);
+  CHECK(a2.ids == want.ids);
+  CHECK(a2.logits == want.logits);
 }
