@@ -18,9 +18,11 @@ class BatchBuilder {
   void clear() { batch_ = Batch(); }
   // Appends tokens at positions [pos0, pos0 + tokens.size()). `block_table`
   // maps logical blocks to pool blocks and must cover every position up to the
-  // last one. Returns the index of the sequence's first row.
+  // last one. `window_table` (window group pools; else empty, and empty for
+  // every sequence of the batch) maps them to window blocks, as long as
+  // block_table. Returns the index of the sequence's first row.
   int32_t add(std::span<const int32_t> tokens, int32_t pos0, std::span<const int32_t> block_table,
-              LogitsWanted logits);
+              LogitsWanted logits, std::span<const int32_t> window_table = {});
   const Batch& batch() const { return batch_; }
   int32_t n_tokens() const { return batch_.n_tokens(); }
 

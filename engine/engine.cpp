@@ -16,6 +16,7 @@
 #include "engine/batch_builder.h"
 #include "engine/kv/block_hash.h"
 #include "engine/kv/block_manager.h"
+#include "engine/kv/window_blocks.h"
 #include "engine/logprobs.h"
 #include "engine/model/forward.h"
 #include "engine/scheduler.h"
@@ -30,7 +31,7 @@ namespace prefixd {
 static_assert(static_cast<uint8_t>(DType::F32) == kKvDtypeF32 && static_cast<uint8_t>(DType::F16) == kKvDtypeF16 &&
               static_cast<uint8_t>(DType::BF16) == kKvDtypeBF16);
 
-Status EngineOptions::validate(const ModelConfig& model) const {
+Status EngineOptions::validate(const ModelConfig& model, bool window_group) const {
   if (block_size < 1 || block_size > 1024) {
     return Status::error("block size " + std::to_string(block_size) + " is out of range (1..1024)");
   }
@@ -40,24 +41,52 @@ Status EngineOptions::validate(const ModelConfig& model) const {
     return Status::error("max prompt logits rows " + std::to_string(max_prompt_logits_rows) +
                          " is out of range (1..4096)");
   }
-  const KvGeometry g = pool_geometry(model);
-  const size_t n_blocks = kv_pool_bytes / g.block_bytes();
-  if (n_blocks < 2) {
+  if (!(window_share >= 0.0 && window_share <= 0.95)) {
+    return Status::error("window share " + std::to_string(window_share) + " is out of range (0..0.95)");
+  }
+  const KvGeometry g = pool_geometry(model, window_group);
+  if (g.n_blocks < 2) {
     return Status::error("KV pool of " + std::to_string(kv_pool_bytes) + " bytes holds " +
-                         std::to_string(n_blocks) + " blocks of " + std::to_string(g.block_bytes()) +
+                         std::to_string(g.n_blocks) + " blocks of " + std::to_string(g.global_block_bytes()) +
                          " bytes; at least 2 are needed");
+  }
+  if (g.has_window_group() && g.n_window_blocks < min_window_blocks(model)) {
+    return Status::error("KV pool of " + std::to_string(kv_pool_bytes) + " bytes at window share " +
+                         std::to_string(window_share) + " holds " + std::to_string(g.n_window_blocks) +
+                         " window blocks of " + std::to_string(g.window_block_bytes()) + " bytes; one sequence needs " +
+                         std::to_string(min_window_blocks(model)) + " (window " +
+                         std::to_string(model.sliding_window) + ", max batch tokens " +
+                         std::to_string(max_batch_tokens) + ")");
   }
   return Status();
 }
 
-KvGeometry EngineOptions::pool_geometry(const ModelConfig& model) const {
+int32_t EngineOptions::min_window_blocks(const ModelConfig& model) const {
+  // From the window's first block to the end of a chunk, rounded out at both
+  // ends, the block before it (Scheduler::trim_window keeps it), the copy of
+  // a shared last block and the reserved block 0.
+  return (model.sliding_window - 1 + max_batch_tokens) / block_size + 2 + 1 + 1 + 1;
+}
+
+KvGeometry EngineOptions::pool_geometry(const ModelConfig& model, bool window_group) const {
   KvGeometry g;
   g.n_layers = model.n_layers;
   g.block_size = block_size;
   g.n_kv_heads = model.n_kv_heads;
   g.head_dim = model.head_dim;
   g.dtype = kv_dtype;
-  g.n_blocks = static_cast<int32_t>(std::min<size_t>(kv_pool_bytes / g.block_bytes(), 1u << 30));
+  size_t global_bytes = kv_pool_bytes;
+  const int32_t n_window_layers =
+      static_cast<int32_t>(std::count(model.layer_is_window.begin(), model.layer_is_window.end(), 1));
+  // (A model whose every layer is a window layer keeps one space: the
+  // logical blocks need a global space to be counted in.)
+  if (window_group && window_share > 0.0 && model.sliding_window > 0 && n_window_layers < model.n_layers) {
+    g.window_layers = model.layer_is_window;
+    g.n_window_blocks = static_cast<int32_t>(std::min<size_t>(
+        static_cast<size_t>(static_cast<double>(kv_pool_bytes) * window_share) / g.window_block_bytes(), 1u << 30));
+    global_bytes = kv_pool_bytes - static_cast<size_t>(g.n_window_blocks) * g.window_block_bytes();
+  }
+  g.n_blocks = static_cast<int32_t>(std::min<size_t>(global_bytes / g.global_block_bytes(), 1u << 30));
   return g;
 }
 
@@ -102,20 +131,37 @@ class Engine::Impl {
         blocks_(BlockManagerOptions{pool.geom.n_blocks, opts.block_size,
                                     opts.max_pinned_blocks > 0 ? opts.max_pinned_blocks
                                                                : std::max(1, pool.geom.n_blocks / 4)}),
+        window_(pool.geom.has_window_group()
+                    ? std::make_unique<WindowBlocks>(pool.geom.n_window_blocks, model.config().sliding_window, blocks_)
+                    : nullptr),
         scheduler_(SchedulerOptions{opts.block_size, opts.max_batch_tokens, opts.max_running,
                                     opts.max_prompt_logits_rows},
-                   blocks_, scheduler_hooks()),
+                   blocks_, scheduler_hooks(), window_.get()),
         // Logits rows: one per sequence that samples, plus the prompt-logprobs rows.
         fwd_(model, opts.max_batch_tokens, opts.max_running + opts.max_prompt_logits_rows),
         builder_(opts.block_size),
         restore_(RestorePolicyOptions{tiers ? tiers->record_bytes() : 1}) {
-    if (tiers_) {
+    if (tiers_ || window_) {
       blocks_.set_on_evict([this](int32_t block_id, const BlockMeta& meta) {
+        // A block that lost its window part went down when it did (below).
+        if (tiers_ && (!window_ || window_->of(block_id) >= 0)) {
+          offload_block(block_id, meta.namespace_seed, meta.hash, meta.parent_hash, meta.tokens,
+                        OffloadReason::kEvicted);
+        }
+        if (window_) window_->forget(block_id);
+      });
+    }
+    if (window_ && tiers_ && tiers_->write_policy() != WritePolicy::kWriteThrough) {
+      // Evict-only tiers get a block when it leaves the pool; a block whose
+      // window part goes first would never reach them whole: send it now.
+      window_->set_on_evict([this](int32_t block_id) {
+        if (!blocks_.is_indexed(block_id)) return;
+        const BlockMeta meta = blocks_.meta(block_id);
         offload_block(block_id, meta.namespace_seed, meta.hash, meta.parent_hash, meta.tokens,
                       OffloadReason::kEvicted);
       });
-      tiers_->set_completion_notifier([this] { cv_.notify_all(); });
     }
+    if (tiers_) tiers_->set_completion_notifier([this] { cv_.notify_all(); });
     thread_ = std::thread([this] { thread_main(); });
   }
 
@@ -170,7 +216,16 @@ class Engine::Impl {
     s.pool_blocks_cached = b.blocks_cached;
     s.pool_blocks_pinned = b.blocks_pinned;
     s.pool_used_bytes = static_cast<int64_t>(b.blocks_used + b.blocks_cached) *
-                        static_cast<int64_t>(pool_.geom.block_bytes());
+                        static_cast<int64_t>(pool_.geom.global_block_bytes());
+    if (window_) {
+      const WindowBlocksStats w = window_->stats();
+      s.pool_window_blocks_total = w.blocks_total;
+      s.pool_window_blocks_used = w.blocks_used;
+      s.pool_window_blocks_cached = w.blocks_cached;
+      s.pool_window_evictions = w.evictions;
+      s.pool_used_bytes += static_cast<int64_t>(w.blocks_used + w.blocks_cached) *
+                           static_cast<int64_t>(pool_.geom.window_block_bytes());
+    }
     s.device_hits = b.hits;
     s.device_misses = b.misses;
     s.device_evictions = b.evictions;
@@ -192,6 +247,7 @@ class Engine::Impl {
     const uint64_t ns_seed = namespace_seed_for(salt);
     std::vector<BlockHash> hashes = hash_blocks(prompt, opts_.block_size, ns_seed);
     MatchResult m = blocks_.match(ns_seed, hashes, prompt);
+    if (window_) m.block_ids.resize(static_cast<size_t>(window_->usable_prefix(m.block_ids, r.prompt_tokens)));
     r.device_tokens = m.n_ready() * opts_.block_size;
     if (tiers_ && m.n_ready() < static_cast<int32_t>(hashes.size())) {
       ChainLookup below = tiers_->lookup_chain(chain_query(ns_seed, hashes, prompt, m.n_ready(),
@@ -209,6 +265,25 @@ class Engine::Impl {
     PinResult r;
     Status s = pin ? blocks_.pin(m.block_ids) : blocks_.unpin(m.block_ids);
     if (!s.ok()) return s;
+    if (window_ && m.n_ready() > 0) {
+      // The window parts a hit at the chain's end reads are pinned with it.
+      const int32_t k = m.n_ready();
+      const int32_t first = window_->first_block(window_->resume_position(k, static_cast<int32_t>(prompt.size())));
+      bool whole = true;
+      for (int32_t i = first; i < k; ++i) whole = whole && window_->of(m.block_ids[static_cast<size_t>(i)]) >= 0;
+      if (pin && !whole) {
+        (void)blocks_.unpin(m.block_ids);
+        return Status::error("the window layers' K/V of the prefix's last " + std::to_string(window_->window_tokens()) +
+                             " tokens are no longer in the pool: send the prompt again, then pin it");
+      }
+      for (int32_t i = first; i < k; ++i) {
+        if (pin) {
+          window_->pin(m.block_ids[static_cast<size_t>(i)]);
+        } else {
+          window_->unpin(m.block_ids[static_cast<size_t>(i)]);
+        }
+      }
+    }
     r.pinned_blocks = m.n_ready();
     r.pinned_tokens = r.pinned_blocks * opts_.block_size;
     return r;
@@ -221,6 +296,7 @@ class Engine::Impl {
     if (tiers_) tiers_->wait_builds();
     release_copied_blocks();
     int32_t n = blocks_.clear();
+    if (window_) window_->clear();
     if (tiers_) (void)tiers_->clear();
     return n;
   }
@@ -284,7 +360,9 @@ class Engine::Impl {
     for (Sequence* s : plan.too_big) {
       fail(*s, "the request needs more KV blocks than the pool holds (" +
                    std::to_string(pool_.geom.n_blocks) + " blocks of " + std::to_string(opts_.block_size) +
-                   " tokens)");
+                   " tokens" +
+                   (window_ ? ", " + std::to_string(pool_.geom.n_window_blocks) + " window blocks" : std::string()) +
+                   ")");
     }
     for (Sequence* s : plan.completed) finish(*s, FinishReason::kStop);
     if (plan.chunks.empty()) {
@@ -297,8 +375,9 @@ class Engine::Impl {
       const LogitsWanted wanted = c.all_logits_row >= 0 ? LogitsWanted::kAll
                                   : c.logits_row >= 0   ? LogitsWanted::kLast
                                                         : LogitsWanted::kNone;
+      const std::vector<int32_t> window_table = scheduler_.window_table(s);
       builder_.add(std::span<const int32_t>(s.tokens.data() + s.n_computed, c.n_tokens), s.n_computed,
-                   s.block_table, wanted);
+                   s.block_table, wanted, window_table);
     }
     std::vector<float> logits;
     const auto t0 = Clock::now();
@@ -352,7 +431,7 @@ class Engine::Impl {
   // What the scheduler asks of the backend and the tiers.
   SchedulerHooks scheduler_hooks() {
     SchedulerHooks h;
-    h.copy_block = [this](int32_t src, int32_t dst) { backend_.copy_block(pool_, src, dst); };
+    h.copy_block = [this](int32_t src, int32_t dst) { backend_.copy_kv_block(pool_, kv_ids(src), kv_ids(dst)); };
     if (tiers_ == nullptr) return h;
     h.offer = [this](const Sequence& s, int32_t from, int32_t to) {
       TierOffer offer;
@@ -380,25 +459,36 @@ class Engine::Impl {
         const BlockHash& parent = i == 0 ? kRootParentHash : s.hashes[i - 1];
         const std::span<const int32_t> tokens(s.tokens.data() + i * B, B);
         const int32_t block_id = s.block_table[i];
+        // A block restored without its window part (older than the window
+        // of the restored chain's end) came from the tiers: they have it.
+        if (window_ && window_->of(block_id) < 0) return;
         // The copy and checksum run on the tiers' offload thread while this
         // one computes; the block is held (a reference) until its copy is
         // done. Published blocks are immutable, so reading them concurrently
         // is safe. When the tiers refuse (too many waiting), copy here.
         if (backend_.reads_blocks_concurrently()) {
           blocks_.acquire(std::span<const int32_t>(&block_id, 1));
+          if (window_) window_->hold(block_id);  // its window part too
+          const KvBlockIds ids = kv_ids(block_id);
           if (tiers_->offload_published_later(
                   s.namespace_seed, s.hashes[i], parent, tokens,
-                  [this, block_id](uint8_t* payload) { backend_.read_block(pool_, block_id, payload); },
+                  [this, ids](uint8_t* payload) { backend_.read_kv_block(pool_, ids, payload); },
                   [this, block_id] { copied(block_id); })) {
             ++n_copy_refs_;
             return;
           }
+          if (window_) window_->release(block_id);
           blocks_.release(std::span<const int32_t>(&block_id, 1));
         }
         offload_block(block_id, s.namespace_seed, s.hashes[i], parent, tokens, OffloadReason::kPublished);
       };
     }
     return h;
+  }
+
+  // A logical block's places in the pool (its window part, if any).
+  KvBlockIds kv_ids(int32_t block_id) const {
+    return KvBlockIds{block_id, window_ ? window_->of(block_id) : -1};
   }
 
   ChainQuery chain_query(uint64_t ns_seed, const std::vector<BlockHash>& hashes,
@@ -427,7 +517,8 @@ class Engine::Impl {
       std::vector<BlockWrite> writes(static_cast<size_t>(v));
       for (int32_t j = 0; j < v; ++j) {
         const RecordBuffer& rec = *c.records[j];
-        writes[j] = BlockWrite{s->block_table[k + j], rec.data() + rec.size() - tiers_->geometry().payload_bytes()};
+        const int32_t id = s->block_table[k + j];
+        writes[j] = BlockWrite{id, rec.data() + rec.size() - tiers_->geometry().payload_bytes(), kv_ids(id).window_block};
       }
       backend_.write_blocks(pool_, writes.data(), writes.size());
       s->usage.restore_ms = ms_between(s->t_loading_start, Clock::now());
@@ -454,6 +545,9 @@ class Engine::Impl {
       std::lock_guard<std::mutex> lock(mu_);
       ids.swap(copied_blocks_);
     }
+    if (window_) {
+      for (int32_t id : ids) window_->release(id);
+    }
     if (!ids.empty()) blocks_.release(ids);
     n_copy_refs_ -= static_cast<int32_t>(ids.size());
   }
@@ -463,7 +557,7 @@ class Engine::Impl {
                      std::span<const int32_t> tokens, OffloadReason reason) {
     std::shared_ptr<RecordBuffer> rec = tiers_->start_record(ns_seed, hash, parent, tokens);
     if (!rec) return;
-    backend_.read_block(pool_, block_id, block_record_payload(*rec));
+    backend_.read_kv_block(pool_, kv_ids(block_id), block_record_payload(*rec));
     seal_block_record(*rec);
     tiers_->offload(BlockKey{ns_seed, hash}, std::move(rec), reason);
   }
@@ -600,6 +694,7 @@ class Engine::Impl {
   Backend& backend_;
   KvPool pool_;
   BlockManager blocks_;
+  std::unique_ptr<WindowBlocks> window_;  // the window space (sliding-window models), or null
   Scheduler scheduler_;
   ForwardPass fwd_;
   BatchBuilder builder_;
@@ -626,12 +721,13 @@ Engine::~Engine() = default;
 
 Result<std::unique_ptr<Engine>> Engine::create(const Model& model, const Tokenizer* tokenizer,
                                                TierManager* tiers, const EngineOptions& options) {
-  if (Status s = options.validate(model.config()); !s.ok()) return s;
+  const bool window_group = model.backend().supports_window_group();
+  if (Status s = options.validate(model.config(), window_group); !s.ok()) return s;
   const ModelConfig& c = model.config();
   if (tiers != nullptr) {
     if (Status s = options.check_tiers(c, *tiers); !s.ok()) return s;
   }
-  Result<KvPool> pool = model.backend().allocate_kv_pool(options.pool_geometry(c));
+  Result<KvPool> pool = model.backend().allocate_kv_pool(options.pool_geometry(c, window_group));
   if (!pool.ok()) return pool.status();
   return std::unique_ptr<Engine>(new Engine(std::make_unique<Impl>(model, tokenizer, tiers, options, *pool)));
 }

@@ -32,6 +32,13 @@ struct EngineOptions {
   int32_t max_batch_tokens = 512;        // tokens per forward pass (chunked prefill budget)
   int32_t max_running = 64;              // sequences in one batch at most
   int32_t max_pinned_blocks = 0;         // 0 = a quarter of the pool
+  // Sliding-window models on a backend with supports_window_group(): the
+  // share of kv_pool_bytes that holds the window layers' K/V, in a space of
+  // its own (KvGeometry's window group, engine/kv/window_blocks.h); the rest
+  // holds the global layers of every block. A window part is kept only while
+  // a sequence's window, a pin or the window LRU needs it. 0: one space, every
+  // layer of every block kept (as for other models). In [0, 0.95].
+  double window_share = 0.5;
   // Logits rows per forward pass for prompt logprobs (completions with echo
   // and logprobs): bounds the pass's logits buffer ((max_running + this,
   // n_vocab) f32) and the log-softmax work per step; longer prompts take
@@ -51,9 +58,15 @@ struct EngineOptions {
   // with the violation when one fails.
   bool check_invariants_each_step = false;
 
-  Status validate(const ModelConfig& model) const;
-  // The device pool's geometry for `model` (n_blocks from kv_pool_bytes).
-  KvGeometry pool_geometry(const ModelConfig& model) const;
+  // `window_group`: whether the backend supports a window group (the pool of
+  // a sliding-window model then has one unless window_share is 0).
+  Status validate(const ModelConfig& model, bool window_group = false) const;
+  // The device pool's geometry for `model` (n_blocks, and n_window_blocks,
+  // from kv_pool_bytes and window_share).
+  KvGeometry pool_geometry(const ModelConfig& model, bool window_group = false) const;
+  // Window blocks one sequence can hold at once (the reserved block 0
+  // included): the smallest window space that serves a request.
+  int32_t min_window_blocks(const ModelConfig& model) const;
   // The geometry of the tier records of that pool (TierManagerOptions::geometry).
   BlockGeometry record_geometry(const ModelConfig& model) const;
   // Whether `tiers` can serve an engine with these options: the same record
@@ -70,6 +83,13 @@ struct EngineStats {
   int32_t pool_blocks_used = 0;      // referenced by a running sequence
   int32_t pool_blocks_cached = 0;    // unreferenced, findable
   int32_t pool_blocks_pinned = 0;
+  // Window space (sliding-window models; else 0): its blocks, those referenced
+  // or pinned, and the cached parts of published blocks. pool_capacity_bytes
+  // and pool_used_bytes count both spaces.
+  int32_t pool_window_blocks_total = 0;
+  int32_t pool_window_blocks_used = 0;
+  int32_t pool_window_blocks_cached = 0;
+  int64_t pool_window_evictions = 0;
   int64_t device_hits = 0;           // blocks matched in the pool
   int64_t device_misses = 0;         // blocks looked up and not found in the pool
   int64_t device_evictions = 0;

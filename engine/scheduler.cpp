@@ -7,8 +7,9 @@
 
 namespace prefixd {
 
-Scheduler::Scheduler(const SchedulerOptions& options, BlockManager& blocks, SchedulerHooks hooks)
-    : options_(options), blocks_(blocks), hooks_(std::move(hooks)) {
+Scheduler::Scheduler(const SchedulerOptions& options, BlockManager& blocks, SchedulerHooks hooks,
+                     WindowBlocks* window)
+    : options_(options), blocks_(blocks), window_(window), hooks_(std::move(hooks)) {
   PREFIXD_CHECK(options_.block_size == blocks_.block_size(),
                 "scheduler and block manager block sizes differ");
   PREFIXD_CHECK(options_.max_batch_tokens >= 1 && options_.max_running >= 1 &&
@@ -53,6 +54,10 @@ bool Scheduler::try_admit(Sequence& s, Clock::time_point now) {
   const bool whole_prompt = s.wants_prompt_logits();
   MatchResult m =
       whole_prompt ? MatchResult{} : blocks_.match(s.namespace_seed, s.hashes, s.tokens);
+  // A window model resumes only where the window layers' K/V it reads are here.
+  if (window_ && m.n_ready() > 0)
+    m.block_ids.resize(static_cast<size_t>(
+        window_->usable_prefix(m.block_ids, static_cast<int32_t>(s.tokens.size()))));
   const int32_t k = m.n_ready();
   // In-flight coalescing: another sequence is computing our next block.
   if (k < n_full && !whole_prompt) {
@@ -76,8 +81,19 @@ bool Scheduler::try_admit(Sequence& s, Clock::time_point now) {
   // Take the matched blocks first: acquiring them takes them off the LRU,
   // which shrinks what an allocation may evict.
   blocks_.acquire(m.block_ids);
-  if (n_below > 0 && !blocks_.can_allocate(n_below + 1)) n_below = 0;
   s.block_table = m.block_ids;
+  s.window_first = 0;
+  if (window_) {
+    s.window_held.assign(static_cast<size_t>(k), 0);
+    const int32_t first = k > 0 ? window_first_block(s, k) : 0;
+    for (int32_t i = first; i < k; ++i) hold_part(s, i);
+  }
+  // Restored blocks get window parts from the window before the chain's end
+  // on (the earlier ones are restored without: no row will read them).
+  const int32_t restore_first = n_below > 0 && window_ ? std::max(k, window_first_block(s, k + n_below)) : 0;
+  const int32_t restore_parts = n_below > 0 && window_ ? k + n_below - restore_first : 0;
+  if (n_below > 0 && (!blocks_.can_allocate(n_below + 1) || (window_ && !window_->can_allocate(restore_parts + 1))))
+    n_below = 0;
   s.n_published = k;
   s.admit_order = ++admit_counter_;
   s.t_admit = now;
@@ -91,6 +107,10 @@ bool Scheduler::try_admit(Sequence& s, Clock::time_point now) {
     // Reserve pool blocks for the chain and wait in `loading` for the tiers.
     std::vector<int32_t> reserved = blocks_.allocate(n_below);
     s.block_table.insert(s.block_table.end(), reserved.begin(), reserved.end());
+    if (window_) {
+      s.window_held.resize(s.block_table.size(), 0);
+      for (int32_t i = restore_first; i < k + n_below; ++i) attach_part(s, i);
+    }
     s.state = SeqState::kLoading;
     s.t_loading_start = now;
     hooks_.onboard(s, k, k + n_below);
@@ -104,13 +124,29 @@ void Scheduler::onboarded(Sequence& s, int32_t n_restored, int32_t n_from_host,
                           int32_t n_from_remote) {
   PREFIXD_CHECK(s.state == SeqState::kLoading, "onboarded: sequence is not loading");
   const int32_t k = s.cache.device_blocks;
-  const int32_t v = n_restored;
+  int32_t v = n_restored;
   PREFIXD_CHECK(v >= 0 && k + v <= static_cast<int32_t>(s.block_table.size()),
                 "onboarded: more blocks than were reserved");
   // Reserved blocks the tiers could not fill go back.
-  std::vector<int32_t> unused(s.block_table.begin() + k + v, s.block_table.end());
-  blocks_.release(unused);
-  s.block_table.resize(static_cast<size_t>(k + v));
+  int32_t n_keep = k + v;
+  if (window_) {
+    // Resume where the window parts the next rows read are here: short of
+    // a whole restore, those of the restored tail may be missing.
+    n_keep = window_->usable_prefix(std::span<const int32_t>(s.block_table.data(), static_cast<size_t>(k + v)),
+                                    static_cast<int32_t>(s.tokens.size()));
+    PREFIXD_CHECK(n_keep >= k, "onboarded: the device hit lost its window parts");
+    for (int32_t i = static_cast<int32_t>(s.block_table.size()) - 1; i >= n_keep; --i) release_block(s, i);
+    s.block_table.resize(static_cast<size_t>(n_keep));
+    s.window_held.resize(static_cast<size_t>(n_keep));
+    for (int32_t i = n_keep > 0 ? window_first_block(s, n_keep) : 0; i < n_keep; ++i) {
+      if (!s.window_held[static_cast<size_t>(i)]) hold_part(s, i);
+    }
+    v = n_keep - k;
+  } else {
+    std::vector<int32_t> unused(s.block_table.begin() + k + v, s.block_table.end());
+    blocks_.release(unused);
+    s.block_table.resize(static_cast<size_t>(k + v));
+  }
   s.n_computed = (k + v) * options_.block_size;
   s.cache.restored(v, n_from_host, n_from_remote);
   publish_full_blocks(s);
@@ -128,23 +164,26 @@ void Scheduler::start_running(Sequence& s, int32_t n_device, int32_t n_restored)
     // The last token is always computed. The shared last block is copied
     // into a private one, where it is recomputed: shared blocks are never written.
     cached = static_cast<int32_t>(s.tokens.size()) - 1;
-    if (blocks_.can_allocate(1)) {
+    if (can_allocate(1)) {
       int32_t shared = s.block_table[n_cached_blocks - 1];
       int32_t priv = blocks_.allocate(1).front();
+      if (window_) window_->attach(priv);
       hooks_.copy_block(shared, priv);
-      blocks_.release(std::span<const int32_t>(&shared, 1));
+      release_block(s, n_cached_blocks - 1);
       s.block_table[n_cached_blocks - 1] = priv;
+      if (window_) s.window_held[static_cast<size_t>(n_cached_blocks) - 1] = 1;
       s.n_published = n_cached_blocks - 1;
     } else {
       // No block to copy into: recompute the whole last block instead.
-      int32_t shared = s.block_table.back();
-      blocks_.release(std::span<const int32_t>(&shared, 1));
+      release_block(s, static_cast<int32_t>(s.block_table.size()) - 1);
       s.block_table.pop_back();
+      if (window_) s.window_held.pop_back();
       s.n_published = n_cached_blocks - 1;
       cached = (n_cached_blocks - 1) * B;
     }
   }
   s.n_computed = cached;
+  trim_window(s);
   s.cache.report(cached, B, s.usage);
   s.state = SeqState::kRunning;
   s.target_tokens = prefetch ? (s.n_prompt / B) * B : static_cast<int32_t>(s.tokens.size());
@@ -156,6 +195,7 @@ void Scheduler::advance(Sequence& s, int32_t n_tokens) {
   s.n_computed += n_tokens;
   if (s.recomputing && s.n_computed == static_cast<int32_t>(s.tokens.size())) s.recomputing = false;
   publish_full_blocks(s);
+  trim_window(s);
 }
 
 void Scheduler::publish_full_blocks(Sequence& s) {
@@ -179,6 +219,16 @@ void Scheduler::publish_full_blocks(Sequence& s) {
       // so the rest of our chain can be published under it.
       const int32_t mine = s.block_table[i];
       blocks_.acquire(std::span<const int32_t>(&r.existing_block, 1));
+      if (window_ && s.window_held[static_cast<size_t>(i)]) {
+        // Ours has a window part: share theirs, or give ours to the
+        // published block when it has lost its own.
+        if (window_->of(r.existing_block) >= 0) {
+          window_->hold(r.existing_block);
+          window_->release(mine);
+        } else {
+          window_->move(mine, r.existing_block);
+        }
+      }
       blocks_.release(std::span<const int32_t>(&mine, 1));
       s.block_table[i] = r.existing_block;
     }
@@ -239,14 +289,14 @@ int32_t Scheduler::grant_blocks(Sequence& s, int32_t n, StepPlan& plan) {
   const int32_t B = options_.block_size;
   // Blocks for the new positions; preempt newer sequences when short.
   int32_t need = (s.n_computed + n + B - 1) / B - static_cast<int32_t>(s.block_table.size());
-  while (need > 0 && !blocks_.can_allocate(need)) {
+  while (need > 0 && !can_allocate(need)) {
     Sequence* victim = preemption_victim(s, plan.chunks);
     if (victim == nullptr) break;
     preempt(*victim);
   }
-  if (need > 0 && !blocks_.can_allocate(need)) {
+  if (need > 0 && !can_allocate(need)) {
     // Shrink the chunk to the blocks we can get.
-    const int32_t avail = blocks_.n_allocatable();
+    const int32_t avail = n_allocatable();
     n = std::min(n, (static_cast<int32_t>(s.block_table.size()) + avail) * B - s.n_computed);
     if (n <= 0) {
       // Alone in the engine and still short, with no block on its way
@@ -264,8 +314,9 @@ int32_t Scheduler::grant_blocks(Sequence& s, int32_t n, StepPlan& plan) {
     need = (s.n_computed + n + B - 1) / B - static_cast<int32_t>(s.block_table.size());
   }
   if (need > 0) {
-    std::vector<int32_t> fresh = blocks_.allocate(need);
+    std::vector<int32_t> fresh = allocate(need);
     s.block_table.insert(s.block_table.end(), fresh.begin(), fresh.end());
+    if (window_) s.window_held.resize(s.block_table.size(), 1);
   }
   return n;
 }
@@ -305,8 +356,7 @@ Sequence* Scheduler::preemption_victim(const Sequence& s,
 // Frees a running sequence's blocks and queues it (first) for recomputation.
 void Scheduler::preempt(Sequence& s) {
   drop_inflight(s);
-  blocks_.release(s.block_table);
-  s.block_table.clear();
+  release_all(s);
   s.n_computed = 0;
   s.n_published = 0;
   s.recomputing = s.n_generated > 0;
@@ -331,8 +381,7 @@ void Scheduler::drop_inflight(const Sequence& s) {
 
 void Scheduler::remove(Sequence& s) {
   drop_inflight(s);
-  blocks_.release(s.block_table);
-  s.block_table.clear();
+  release_all(s);
   s.state = SeqState::kFinished;
   for (size_t i = 0; i < running_.size(); ++i) {
     if (running_[i].get() == &s) {
@@ -357,13 +406,99 @@ Sequence* Scheduler::find_loading(uint64_t id) const {
 
 Status Scheduler::check_invariants() const {
   std::vector<int32_t> refs(static_cast<size_t>(blocks_.n_blocks()), 0);
-  for (const auto& r : running_) {
-    for (int32_t id : r->block_table) refs[static_cast<size_t>(id)]++;
+  std::vector<int32_t> window_refs(refs.size(), 0);
+  auto count = [&](const Sequence& seq) {
+    for (size_t i = 0; i < seq.block_table.size(); ++i) {
+      refs[static_cast<size_t>(seq.block_table[i])]++;
+      if (i < seq.window_held.size() && seq.window_held[i]) window_refs[static_cast<size_t>(seq.block_table[i])]++;
+    }
+  };
+  for (const auto& r : running_) count(*r);
+  for (const auto& w : waiting_) count(*w);
+  if (Status st = blocks_.check_invariants(&refs); !st.ok()) return st;
+  return window_ ? window_->check_invariants(&window_refs) : Status();
+}
+
+// ---- the window space -------------------------------------------------------------------
+
+bool Scheduler::can_allocate(int32_t n) const {
+  return blocks_.can_allocate(n) && (window_ == nullptr || window_->can_allocate(n));
+}
+
+int32_t Scheduler::n_allocatable() const {
+  const int32_t n = blocks_.n_allocatable();
+  return window_ ? std::min(n, window_->n_allocatable()) : n;
+}
+
+std::vector<int32_t> Scheduler::allocate(int32_t n) {
+  std::vector<int32_t> ids = blocks_.allocate(n);
+  if (window_) {
+    for (int32_t id : ids) window_->attach(id);
   }
-  for (const auto& w : waiting_) {
-    for (int32_t id : w->block_table) refs[static_cast<size_t>(id)]++;
+  return ids;
+}
+
+void Scheduler::release_block(Sequence& s, int32_t i) {
+  const int32_t id = s.block_table[static_cast<size_t>(i)];
+  if (window_ && s.window_held[static_cast<size_t>(i)]) {
+    window_->release(id);
+    s.window_held[static_cast<size_t>(i)] = 0;
   }
-  return blocks_.check_invariants(&refs);
+  blocks_.release(std::span<const int32_t>(&id, 1));
+}
+
+void Scheduler::hold_part(Sequence& s, int32_t i) {
+  window_->hold(s.block_table[static_cast<size_t>(i)]);
+  s.window_held[static_cast<size_t>(i)] = 1;
+}
+
+void Scheduler::attach_part(Sequence& s, int32_t i) {
+  window_->attach(s.block_table[static_cast<size_t>(i)]);
+  s.window_held[static_cast<size_t>(i)] = 1;
+}
+
+int32_t Scheduler::window_first_block(const Sequence& s, int32_t n_blocks) const {
+  return window_->first_block(window_->resume_position(n_blocks, static_cast<int32_t>(s.tokens.size())));
+}
+
+void Scheduler::release_all(Sequence& s) {
+  if (window_) {
+    // Last to first, as BlockManager::release does with a list.
+    for (int32_t i = static_cast<int32_t>(s.block_table.size()) - 1; i >= 0; --i) release_block(s, i);
+  } else {
+    blocks_.release(s.block_table);
+  }
+  s.block_table.clear();
+  s.window_held.clear();
+  s.window_first = 0;
+}
+
+void Scheduler::trim_window(Sequence& s) {
+  if (!window_) return;
+  // One block further back than the next rows read: a later prompt that ends
+  // where this sequence's known tokens do resumes a block earlier (its last
+  // token is recomputed), and its hit needs those parts too.
+  const int32_t first = std::min(window_->first_block(std::max(0, s.n_computed - options_.block_size)),
+                                 static_cast<int32_t>(s.block_table.size()));
+  for (; s.window_first < first; ++s.window_first) {
+    const size_t i = static_cast<size_t>(s.window_first);
+    if (s.window_held[i]) {
+      window_->release(s.block_table[i], /*passed=*/true);
+      s.window_held[i] = 0;
+    }
+  }
+}
+
+std::vector<int32_t> Scheduler::window_table(const Sequence& s) const {
+  std::vector<int32_t> table;
+  if (!window_) return table;
+  table.assign(s.block_table.size(), 0);
+  const size_t first = static_cast<size_t>(window_->first_block(s.n_computed));
+  for (size_t i = 0; i < s.block_table.size(); ++i) {
+    if (s.window_held[i]) table[i] = window_->of(s.block_table[i]);
+    PREFIXD_CHECK(i < first || table[i] > 0, "a block within a sequence's window has no window part");
+  }
+  return table;
 }
 
 }  // namespace prefixd

@@ -21,6 +21,7 @@
 #include "common/hash128.h"
 #include "common/result.h"
 #include "engine/kv/block_manager.h"
+#include "engine/kv/window_blocks.h"
 #include "engine/sequence.h"
 
 namespace prefixd {
@@ -93,7 +94,15 @@ struct SchedulerStats {
 class Scheduler {
  public:
   // `blocks` must outlive the scheduler; its block size is options.block_size.
-  Scheduler(const SchedulerOptions& options, BlockManager& blocks, SchedulerHooks hooks);
+  // `window` (a sliding-window model's window space, over `blocks`; may be
+  // null) must outlive it too. With it, every block a sequence allocates
+  // gets a window part, a sequence keeps the parts of the blocks its next
+  // rows' windows reach (Sequence::window_first), and a prefix hit is only as
+  // long as WindowBlocks::usable_prefix() allows: blocks past it are
+  // recomputed (published again as duplicates, which gives the published
+  // block its window part back).
+  Scheduler(const SchedulerOptions& options, BlockManager& blocks, SchedulerHooks hooks,
+            WindowBlocks* window = nullptr);
 
   // Queues a new sequence at the back of the waiting queue. Its id (unique),
   // request and namespace_seed are set; the rest is the scheduler's to fill.
@@ -159,10 +168,32 @@ class Scheduler {
   const SchedulerStats& stats() const { return stats_; }
 
   // The BlockManager's own invariants, and that each block's ref count equals
-  // the references held by the sequences' block tables.
+  // the references held by the sequences' block tables (and the same of the
+  // window space's parts).
   Status check_invariants() const;
 
+  // The sequence's window table for a batch: the window block of each of its
+  // blocks from window_first on, block 0 (never written) before. Empty
+  // without a window space.
+  std::vector<int32_t> window_table(const Sequence& seq) const;
+
  private:
+  // Allocation over both spaces: each new block gets a window part.
+  bool can_allocate(int32_t n) const;
+  int32_t n_allocatable() const;
+  std::vector<int32_t> allocate(int32_t n);
+  // Drops the references of block_table[i] (its window part's too when it
+  // has one for the sequence).
+  void release_block(Sequence& seq, int32_t i);
+  void release_all(Sequence& seq);
+  // Drops the window parts the sequence's next rows no longer reach.
+  void trim_window(Sequence& seq);
+  // hold / attach block_table[i]'s window part for the sequence.
+  void hold_part(Sequence& seq, int32_t i);
+  void attach_part(Sequence& seq, int32_t i);
+  // The first block a sequence resuming after `n_blocks` of its blocks reads
+  // in a window layer.
+  int32_t window_first_block(const Sequence& seq, int32_t n_blocks) const;
   bool try_admit(Sequence& seq, Clock::time_point now);
   // Starts computing after the first n_device + n_restored blocks of the table.
   void start_running(Sequence& seq, int32_t n_device, int32_t n_restored);
@@ -180,6 +211,7 @@ class Scheduler {
 
   SchedulerOptions options_;
   BlockManager& blocks_;
+  WindowBlocks* window_;
   SchedulerHooks hooks_;
   std::deque<std::unique_ptr<Sequence>> waiting_;
   std::vector<std::unique_ptr<Sequence>> running_;

@@ -115,6 +115,12 @@ struct Sequence {
   int32_t n_prompt = 0;
   int32_t n_computed = 0;              // leading tokens whose K/V are in the pool
   std::vector<int32_t> block_table;    // logical block -> pool block id
+  // Window space (sliding-window models; else empty): whether the sequence
+  // references block_table[i]'s window part (parallel to block_table). It
+  // holds the parts of the blocks its next rows' windows reach and of the
+  // ones it writes; none before window_first.
+  std::vector<uint8_t> window_held;
+  int32_t window_first = 0;
   uint64_t namespace_seed = 0;         // of its blocks (includes cache_salt)
   std::vector<BlockHash> hashes;       // chain hashes of its full blocks, computed as they fill
   int32_t n_published = 0;             // leading blocks published (or shared from the index)

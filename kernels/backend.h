@@ -37,7 +37,15 @@ class Matrix {
 };
 
 // Shape of the paged KV pool. One K and one V allocation per layer, each of
-// shape (n_blocks, block_size, n_kv_heads, head_dim) in `dtype`.
+// shape (layer_blocks(layer), block_size, n_kv_heads, head_dim) in `dtype`.
+//
+// Window group (sliding-window models on a backend that supports it,
+// Backend::supports_window_group()): the layers marked in `window_layers`
+// keep their K/V in a second block space of n_window_blocks blocks, addressed
+// by the batch's window_block_tables / window_slots and by the window ids of
+// the block transfers; the other (global) layers use the n_blocks space. A
+// window layer needs only the blocks within its window of the positions it
+// computes, so its space can be smaller. Empty window_layers: one space.
 struct KvGeometry {
   int32_t n_layers = 0;
   int32_t n_blocks = 0;
@@ -45,21 +53,50 @@ struct KvGeometry {
   int32_t n_kv_heads = 0;
   int32_t head_dim = 0;
   DType dtype = DType::F16;
+  int32_t n_window_blocks = 0;         // blocks of the window group (0 without one)
+  std::vector<uint8_t> window_layers;  // [n_layers] 1: in the window group; or empty
 
+  bool has_window_group() const { return !window_layers.empty(); }
+  bool in_window_group(int32_t layer) const {
+    return has_window_group() && window_layers[static_cast<size_t>(layer)] != 0;
+  }
+  int32_t n_window_layers() const {
+    int32_t n = 0;
+    for (uint8_t w : window_layers) n += w != 0;
+    return n;
+  }
+  // Blocks of the space `layer` lives in.
+  int32_t layer_blocks(int32_t layer) const { return in_window_group(layer) ? n_window_blocks : n_blocks; }
   // Bytes of one block's K (or V) in one layer.
   size_t layer_block_bytes() const {
     return static_cast<size_t>(block_size) * n_kv_heads * head_dim * dtype_bytes(dtype);
   }
-  // Bytes of one block's K and V over all layers (a tier transfer payload).
+  // Bytes of one block's K and V over all layers (a tier transfer payload,
+  // whatever the groups).
   size_t block_bytes() const { return 2 * layer_block_bytes() * n_layers; }
-  size_t pool_bytes() const { return block_bytes() * static_cast<size_t>(n_blocks); }
+  // Bytes of one block of the global space (all layers without a window
+  // group) and of the window space.
+  size_t global_block_bytes() const { return 2 * layer_block_bytes() * (n_layers - n_window_layers()); }
+  size_t window_block_bytes() const { return 2 * layer_block_bytes() * n_window_layers(); }
+  size_t pool_bytes() const {
+    return global_block_bytes() * static_cast<size_t>(n_blocks) +
+           window_block_bytes() * static_cast<size_t>(n_window_blocks);
+  }
 };
 
 // The pool's buffers; owned by the backend that allocated them.
 struct KvPool {
   KvGeometry geom;
-  std::vector<void*> k;  // [n_layers] -> (n_blocks, block_size, n_kv_heads, head_dim) dtype
+  std::vector<void*> k;  // [n_layers] -> (layer_blocks(l), block_size, n_kv_heads, head_dim) dtype
   std::vector<void*> v;  // [n_layers] -> same shape
+};
+
+// A logical block's places in the pool: `block` in the global space and
+// `window_block` in the window space (-1: no window group, or the block has
+// no window part).
+struct KvBlockIds {
+  int32_t block = -1;
+  int32_t window_block = -1;
 };
 
 // One sequence in a varlen batch.
@@ -80,18 +117,29 @@ struct Batch {
   std::vector<BatchSeq> seqs;         // sequences, rows contiguous and in order
   std::vector<int32_t> block_tables;  // concatenated per-sequence block tables
   std::vector<int32_t> output_rows;   // rows whose logits are wanted, ascending
+  // Window group pools only (else empty): the same tables and slots in the
+  // window space, for the window layers. An entry for a block older than
+  // every row's window is never attended to but may be read (kernels round
+  // down to their key chunks): it must name a block of finite values (the
+  // engine puts window block 0, which it never writes).
+  std::vector<int32_t> window_block_tables;  // parallel to block_tables
+  std::vector<int32_t> window_slots;         // [n_tokens] window_block * block_size + pos % block_size
   int32_t n_tokens() const { return static_cast<int32_t>(tokens.size()); }
 };
 
 // One block of a batched transfer (Backend::write_blocks / read_blocks): pool
-// block `block_id` and a host buffer of KvGeometry::block_bytes() bytes.
+// block `block_id` and a host buffer of KvGeometry::block_bytes() bytes; in a
+// window group pool also `window_block_id` (write: -1 leaves the window
+// layers' bytes of the buffer unstored).
 struct BlockWrite {
   int32_t block_id = -1;
   const void* host_src = nullptr;
+  int32_t window_block_id = -1;
 };
 struct BlockRead {
   int32_t block_id = -1;
   void* host_dst = nullptr;
+  int32_t window_block_id = -1;
 };
 
 class Backend {
@@ -119,7 +167,10 @@ class Backend {
                                                 const void* host_data,
                                                 bool host_data_outlives) = 0;
 
+  // A pool with a window group (KvGeometry::window_layers set) only where
+  // supports_window_group(); the CPU backend does, CUDA not yet.
   virtual Result<KvPool> allocate_kv_pool(const KvGeometry& geom) = 0;
+  virtual bool supports_window_group() const { return false; }
   virtual void free_kv_pool(KvPool& pool) = 0;
 
   // --- one forward pass -----------------------------------------------------
@@ -182,6 +233,24 @@ class Backend {
   virtual bool reads_blocks_concurrently() const { return false; }
   virtual void write_block(KvPool& pool, int32_t block_id, const void* host_src) = 0;
 
+  // The same on a logical block's places (KvBlockIds): the global layers at
+  // .block, the window layers at .window_block. In a pool without a window
+  // group these are the calls above (window ids ignored); with one, copy and
+  // read need both ids, and a write with window_block -1 stores the global
+  // layers only. A backend with supports_window_group() overrides them.
+  virtual void copy_kv_block(KvPool& pool, KvBlockIds src, KvBlockIds dst) {
+    check_single_group(pool);
+    copy_block(pool, src.block, dst.block);
+  }
+  virtual void read_kv_block(const KvPool& pool, KvBlockIds ids, void* host_dst) {
+    check_single_group(pool);
+    read_block(pool, ids.block, host_dst);
+  }
+  virtual void write_kv_block(KvPool& pool, KvBlockIds ids, const void* host_src) {
+    check_single_group(pool);
+    write_block(pool, ids.block, host_src);
+  }
+
   // Many blocks in one call (a chain restored from, or saved to, the tiers):
   // the same bytes as write_block / read_block on each listed block in list
   // order, each host buffer in read_block's layout. Block ids must be distinct
@@ -190,10 +259,18 @@ class Backend {
   // default, which the CPU backend keeps, calls write_block / read_block on each.
   // (Pointer and count, not std::span: the .cu files include this header as C++17.)
   virtual void write_blocks(KvPool& pool, const BlockWrite* blocks, size_t n_blocks) {
-    for (size_t i = 0; i < n_blocks; ++i) write_block(pool, blocks[i].block_id, blocks[i].host_src);
+    for (size_t i = 0; i < n_blocks; ++i)
+      write_kv_block(pool, KvBlockIds{blocks[i].block_id, blocks[i].window_block_id}, blocks[i].host_src);
   }
   virtual void read_blocks(const KvPool& pool, const BlockRead* blocks, size_t n_blocks) {
-    for (size_t i = 0; i < n_blocks; ++i) read_block(pool, blocks[i].block_id, blocks[i].host_dst);
+    for (size_t i = 0; i < n_blocks; ++i)
+      read_kv_block(pool, KvBlockIds{blocks[i].block_id, blocks[i].window_block_id}, blocks[i].host_dst);
+  }
+
+ protected:
+  static void check_single_group(const KvPool& pool) {
+    PREFIXD_CHECK(!pool.geom.has_window_group(),
+                  "this backend's block transfers have no window group (supports_window_group())");
   }
 };
 

@@ -37,6 +37,7 @@ ForwardPass::~ForwardPass() {
 Batch ForwardPass::output_batch(const Batch& batch) {
   Batch out;
   out.block_tables = batch.block_tables;
+  out.window_block_tables = batch.window_block_tables;
   size_t s = 0;
   for (int32_t row : batch.output_rows) {
     while (batch.seqs[s].q_start + batch.seqs[s].n_q <= row) ++s;  // rows are ascending
@@ -45,6 +46,7 @@ Batch ForwardPass::output_batch(const Batch& batch) {
     out.tokens.push_back(batch.tokens[row]);
     out.positions.push_back(batch.positions[row]);
     out.slots.push_back(batch.slots[row]);
+    if (!batch.window_slots.empty()) out.window_slots.push_back(batch.window_slots[row]);
     out.seqs.push_back(BatchSeq{i, 1, batch.positions[row], seq.table_start, seq.n_table});
     out.output_rows.push_back(i);
   }

@@ -73,10 +73,14 @@ Result<KvPool> CpuBackend::allocate_kv_pool(const KvGeometry& geom) {
       geom.head_dim <= 0) {
     return Status::error("invalid KV geometry");
   }
-  const size_t layer_bytes = geom.layer_block_bytes() * static_cast<size_t>(geom.n_blocks);
+  if (geom.has_window_group() &&
+      (static_cast<int32_t>(geom.window_layers.size()) != geom.n_layers || geom.n_window_blocks <= 0)) {
+    return Status::error("invalid KV geometry: window_layers needs one flag per layer and n_window_blocks > 0");
+  }
   KvPool pool;
   pool.geom = geom;
   for (int32_t l = 0; l < geom.n_layers; ++l) {
+    const size_t layer_bytes = geom.layer_block_bytes() * static_cast<size_t>(geom.layer_blocks(l));
     for (std::vector<void*>* side : {&pool.k, &pool.v}) {
       void* p = std::aligned_alloc(64, (layer_bytes + 63) / 64 * 64);
       if (p == nullptr) {
@@ -110,6 +114,25 @@ void CpuBackend::prepare_batch(const Batch& batch, int32_t block_size) {
   batch_.output_rows = batch.output_rows;
   batch_.block_size = block_size;
   batch_.rope_dim = -1;  // invalidates the RoPE tables
+  // The window layers' view: the same rows and sequences in the window space.
+  has_window_view_ = !batch.window_slots.empty();
+  if (has_window_view_) {
+    PREFIXD_CHECK(batch.window_slots.size() == batch.tokens.size() &&
+                      batch.window_block_tables.size() == batch.block_tables.size(),
+                  "window slots per token and window tables parallel to the block tables");
+    window_batch_.tokens = batch.tokens;
+    window_batch_.positions = batch.positions;
+    window_batch_.seqs = batch.seqs;
+    window_batch_.slots = batch.window_slots;
+    window_batch_.block_tables = batch.window_block_tables;
+    window_batch_.block_size = block_size;
+  }
+}
+
+const CpuBatch& CpuBackend::batch_of(const KvPool& pool, int32_t layer) const {
+  if (!pool.geom.in_window_group(layer)) return batch_;
+  PREFIXD_CHECK(has_window_view_, "a window group layer needs the batch's window slots and tables");
+  return window_batch_;
 }
 
 void CpuBackend::embed(const Matrix& table, float* out) {
@@ -160,12 +183,12 @@ void CpuBackend::rope(float* x, int32_t n_heads, int32_t head_dim, int32_t rope_
 }
 
 void CpuBackend::kv_store(KvPool& pool, int32_t layer, const float* k, const float* v) {
-  cpu::kv_store(k_, batch_, pool, layer, k, v);
+  cpu::kv_store(k_, batch_of(pool, layer), pool, layer, k, v);
 }
 
 void CpuBackend::attention(const KvPool& pool, int32_t layer, const float* q, float* out,
                            int32_t n_heads, float scale, int32_t window_tokens) {
-  cpu::attention(k_, pool_, batch_, pool, layer, q, out, n_heads, scale, window_tokens);
+  cpu::attention(k_, pool_, batch_of(pool, layer), pool, layer, q, out, n_heads, scale, window_tokens);
 }
 
 void CpuBackend::gather_output_rows(const float* x, float* out, int64_t dim) {
@@ -178,39 +201,66 @@ void CpuBackend::gather_output_rows(const float* x, float* out, int64_t dim) {
 }
 
 void CpuBackend::copy_block(KvPool& pool, int32_t src, int32_t dst) {
-  PREFIXD_CHECK(src >= 0 && src < pool.geom.n_blocks && dst >= 0 && dst < pool.geom.n_blocks,
-                "block id out of range");
-  if (src == dst) return;
+  copy_kv_block(pool, KvBlockIds{src, -1}, KvBlockIds{dst, -1});
+}
+
+void CpuBackend::read_block(const KvPool& pool, int32_t block_id, void* host_dst) {
+  read_kv_block(pool, KvBlockIds{block_id, -1}, host_dst);
+}
+
+void CpuBackend::write_block(KvPool& pool, int32_t block_id, const void* host_src) {
+  write_kv_block(pool, KvBlockIds{block_id, -1}, host_src);
+}
+
+namespace {
+
+// The block of `ids` that layer `layer` lives in; -1 when it is a window
+// layer and ids has no window part (allowed only where `may_lack` is set).
+int32_t layer_block_id(const KvGeometry& g, int32_t layer, KvBlockIds ids, bool may_lack) {
+  const bool window = g.in_window_group(layer);
+  const int32_t id = window ? ids.window_block : ids.block;
+  if (window && id < 0 && may_lack) return -1;
+  PREFIXD_CHECK(id >= 0 && id < g.layer_blocks(layer),
+                window ? "window block id out of range" : "block id out of range");
+  return id;
+}
+
+}  // namespace
+
+void CpuBackend::copy_kv_block(KvPool& pool, KvBlockIds src, KvBlockIds dst) {
   const size_t bytes = pool.geom.layer_block_bytes();
   for (int32_t l = 0; l < pool.geom.n_layers; ++l) {
+    const int32_t s = layer_block_id(pool.geom, l, src, false);
+    const int32_t d = layer_block_id(pool.geom, l, dst, false);
+    if (s == d) continue;
     for (void* base : {pool.k[l], pool.v[l]}) {
       auto* b = static_cast<uint8_t*>(base);
-      std::memcpy(b + dst * bytes, b + src * bytes, bytes);
+      std::memcpy(b + d * bytes, b + s * bytes, bytes);
     }
   }
 }
 
-void CpuBackend::read_block(const KvPool& pool, int32_t block_id, void* host_dst) {
-  PREFIXD_CHECK(block_id >= 0 && block_id < pool.geom.n_blocks, "block id out of range");
+void CpuBackend::read_kv_block(const KvPool& pool, KvBlockIds ids, void* host_dst) {
   const size_t bytes = pool.geom.layer_block_bytes();
   auto* dst = static_cast<uint8_t*>(host_dst);
   for (int32_t l = 0; l < pool.geom.n_layers; ++l) {
-    std::memcpy(dst, static_cast<const uint8_t*>(pool.k[l]) + block_id * bytes, bytes);
+    const size_t off = static_cast<size_t>(layer_block_id(pool.geom, l, ids, false)) * bytes;
+    std::memcpy(dst, static_cast<const uint8_t*>(pool.k[l]) + off, bytes);
     dst += bytes;
-    std::memcpy(dst, static_cast<const uint8_t*>(pool.v[l]) + block_id * bytes, bytes);
+    std::memcpy(dst, static_cast<const uint8_t*>(pool.v[l]) + off, bytes);
     dst += bytes;
   }
 }
 
-void CpuBackend::write_block(KvPool& pool, int32_t block_id, const void* host_src) {
-  PREFIXD_CHECK(block_id >= 0 && block_id < pool.geom.n_blocks, "block id out of range");
+void CpuBackend::write_kv_block(KvPool& pool, KvBlockIds ids, const void* host_src) {
   const size_t bytes = pool.geom.layer_block_bytes();
   const auto* src = static_cast<const uint8_t*>(host_src);
-  for (int32_t l = 0; l < pool.geom.n_layers; ++l) {
-    std::memcpy(static_cast<uint8_t*>(pool.k[l]) + block_id * bytes, src, bytes);
-    src += bytes;
-    std::memcpy(static_cast<uint8_t*>(pool.v[l]) + block_id * bytes, src, bytes);
-    src += bytes;
+  for (int32_t l = 0; l < pool.geom.n_layers; ++l, src += 2 * bytes) {
+    const int32_t id = layer_block_id(pool.geom, l, ids, true);
+    if (id < 0) continue;  // a window layer of a block without a window part
+    const size_t off = static_cast<size_t>(id) * bytes;
+    std::memcpy(static_cast<uint8_t*>(pool.k[l]) + off, src, bytes);
+    std::memcpy(static_cast<uint8_t*>(pool.v[l]) + off, src + bytes, bytes);
   }
 }
 

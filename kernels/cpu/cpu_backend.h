@@ -115,6 +115,7 @@ class CpuBackend : public Backend {
   std::unique_ptr<Matrix> upload_matrix(WeightType type, int64_t rows, int64_t cols,
                                         const void* host_data, bool host_data_outlives) override;
   Result<KvPool> allocate_kv_pool(const KvGeometry& geom) override;
+  bool supports_window_group() const override { return true; }
   void free_kv_pool(KvPool& pool) override;
 
   void prepare_batch(const Batch& batch, int32_t block_size) override;
@@ -140,11 +141,20 @@ class CpuBackend : public Backend {
   void read_block(const KvPool& pool, int32_t block_id, void* host_dst) override;
   bool reads_blocks_concurrently() const override { return true; }
   void write_block(KvPool& pool, int32_t block_id, const void* host_src) override;
+  void copy_kv_block(KvPool& pool, KvBlockIds src, KvBlockIds dst) override;
+  void read_kv_block(const KvPool& pool, KvBlockIds ids, void* host_dst) override;
+  void write_kv_block(KvPool& pool, KvBlockIds ids, const void* host_src) override;
 
  private:
+  // The batch as layer `layer` of `pool` addresses it: the window view for a
+  // window group layer.
+  const CpuBatch& batch_of(const KvPool& pool, int32_t layer) const;
+
   const CpuKernels& k_;
   ThreadPool pool_;
   CpuBatch batch_;
+  CpuBatch window_batch_;          // batch_'s rows in the window space (window group pools)
+  bool has_window_view_ = false;
 };
 
 }  // namespace prefixd::cpu

@@ -32,7 +32,7 @@ void kv_store(const CpuKernels& k, const CpuBatch& batch, KvPool& kv, int32_t la
   PREFIXD_CHECK(layer >= 0 && layer < g.n_layers, "layer out of range");
   const int64_t row = static_cast<int64_t>(g.n_kv_heads) * g.head_dim;
   const size_t row_bytes = row * dtype_bytes(g.dtype);
-  const int64_t n_slots = static_cast<int64_t>(g.n_blocks) * g.block_size;
+  const int64_t n_slots = static_cast<int64_t>(g.layer_blocks(layer)) * g.block_size;
   auto* k_base = static_cast<uint8_t*>(kv.k[layer]);
   auto* v_base = static_cast<uint8_t*>(kv.v[layer]);
   for (int32_t t = 0; t < batch.n_tokens(); ++t) {

@@ -219,6 +219,8 @@ class CudaBackend final : public Backend {
     if (geom.n_layers <= 0 || geom.n_blocks <= 0 || geom.block_size <= 0 || geom.n_kv_heads <= 0 ||
         geom.head_dim <= 0)
       return Status::error("KV geometry has a non-positive dimension");
+    if (geom.has_window_group())  // supports_window_group() is false: one block space for all layers
+      return Status::error("the CUDA backend has no KV window group (KvGeometry::window_layers must be empty)");
     if (int64_t(geom.n_blocks) * geom.block_size > INT_MAX)
       return Status::error("KV pool has more than 2^31 slots");  // kernels index slots in int32
     if (cuda::attention_dims_per_lane(geom.head_dim) == 0)
