@@ -279,7 +279,9 @@ enum class CpuIsa : int;  // kernels/cpu/cpu_isa.h
 }
 
 // Backends available in this build. The CPU backend runs the kernels of `isa`
-// (which this CPU must support), or of the best set the CPU has.
+// (which this CPU must support) for every kernel family when `isa` was named
+// to cpu::choose_cpu_isa (forced), or else, for the best set this CPU has
+// (`auto`), each family on the set cpu::auto_plan() timed fastest.
 std::unique_ptr<Backend> make_cpu_backend(int n_threads);
 std::unique_ptr<Backend> make_cpu_backend(int n_threads, cpu::CpuIsa isa);
 #if defined(PREFIXD_HAVE_CUDA)

@@ -28,6 +28,7 @@
 #include "engine/model/model.h"
 #include "engine/model/model_presets.h"
 #include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/isa_plan.h"
 #include "tests/bench_backend.h"
 
 using namespace prefixd;
@@ -219,6 +220,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::unique_ptr<Backend> backend = std::move(made.value());
+  if (a.backend_name == "cpu" && (a.isa_name.empty() || a.isa_name == "auto"))
+    std::printf("auto: %s\n", cpu::auto_plan().describe().c_str());
   std::printf("%-24s %-8s %10s %10s %10s %9s %9s   (backend %s, threads %d, kv %s, chunk %d, cpu_isa %s)\n",
               "model", "type", "pp512", "pp2048", "tg128", "file_MB", "load_MB", backend->name().c_str(), a.threads,
               a.kv_name.c_str(), a.chunk, cpu::cpu_isa_name(isa.value()));

@@ -252,7 +252,7 @@ TEST_CASE("integer matmul rows do not depend on the batch: n rows at once equal 
   }
 }
 
-TEST_CASE("matmul_same_x gives each output exactly as matmul does, for one type or mixed types") {
+TEST_CASE("matmul_same_x gives each output exactly as matmul does, for one type or mixed types, panels or rows") {
   auto be = make_cpu_backend(2, testing::isa_under_test());
   std::mt19937 rng(6);
   const int64_t cols = 256;
@@ -263,6 +263,13 @@ TEST_CASE("matmul_same_x gives each output exactly as matmul does, for one type 
       {WeightType::F32, WeightType::F32},
       {WeightType::BF16, WeightType::F32, WeightType::Q8_0},
       std::vector<WeightType>(cpu::kMaxSameX + 1, WeightType::BF16),
+      // Rows-layout matrices run as one task list too: integer products
+      // (n < 16) and dequantized panels, K and 32-value formats mixed.
+      {WeightType::Q8_0, WeightType::Q8_0, WeightType::Q8_0},
+      {WeightType::Q4_K, WeightType::Q4_K, WeightType::Q6_K},
+      {WeightType::Q5_0, WeightType::Q8_0, WeightType::Q4_K},
+      {WeightType::F16, WeightType::Q4_K},
+      {WeightType::Q2_K, WeightType::Q5_1, WeightType::IQ4_NL},
   };
   const std::vector<int64_t> rows = {96, 40, 33, 64, 32};
   for (const auto& types : sets) {

@@ -108,23 +108,42 @@ TEST_CASE("PREFIXD_CPU_ISA=bogus exits 2 with one line naming the variable and t
   CHECK_MESSAGE(contains(e.output, cpu::cpu_isa_choices()), e.output);
 }
 
-TEST_CASE("a set this CPU lacks (avx512bf16 on AVX2 machines) exits 2 naming the CPU's features") {
-  int n_unsupported = 0;
-  for (cpu::CpuIsa isa : cpu::all_cpu_isas()) {
-    if (cpu::cpu_supports(isa)) continue;
-    ++n_unsupported;
+// The features whose absence makes each x86 set unusable.
+const std::vector<std::pair<cpu::CpuIsa, std::string>> kSetFeature = {
+    {cpu::CpuIsa::kAvx2, "avx2"},
+    {cpu::CpuIsa::kAvx512, "avx512f"},
+    {cpu::CpuIsa::kAvx512Bf16, "avx512_bf16"},
+};
+
+TEST_CASE("a set this CPU lacks, or whose feature PREFIXD_CPU_HIDE_FEATURES hides, exits 2 naming the features") {
+  for (const auto& [isa, feature] : kSetFeature) {
     const std::string name = cpu::cpu_isa_name(isa);
     CAPTURE(name);
-    ProcessExit e = run_serve_expecting_failure({"--cpu-isa", name}, {kUnsetIsaEnv});
+    // On a CPU that has the set, its feature is hidden; on one that lacks it, nothing is.
+    const bool hide = cpu::cpu_supports(isa);
+    const std::vector<std::string> env = {kUnsetIsaEnv, hide ? "PREFIXD_CPU_HIDE_FEATURES=" + feature
+                                                             : std::string("PREFIXD_CPU_HIDE_FEATURES")};
+    ProcessExit e = run_serve_expecting_failure({"--cpu-isa", name}, env);
     CHECK(e.code == 2);
     check_one_line(e.output, "prefixd: --cpu-isa: ");
-    CHECK_MESSAGE(contains(e.output, "'" + name + "'"), e.output);
-    CHECK_MESSAGE(contains(e.output, cpu::cpu_feature_string()), e.output);
+    CHECK_MESSAGE(contains(e.output, "'" + name + "' is not supported by this CPU"), e.output);
+    if (hide) {
+      CHECK_MESSAGE(contains(e.output, "(hidden by PREFIXD_CPU_HIDE_FEATURES: " + feature + ")"), e.output);
+    } else {
+      CHECK_MESSAGE(contains(e.output, cpu::cpu_feature_string()), e.output);
+    }
   }
-  if (cpu::cpu_supports(cpu::CpuIsa::kAvx512Bf16)) {
-    MESSAGE("this CPU has avx512bf16: no unsupported set to refuse for it");
+}
+
+TEST_CASE("PREFIXD_CPU_HIDE_FEATURES: auto runs the best set left; an unknown feature name exits 2") {
+  if (cpu::cpu_supports(cpu::CpuIsa::kAvx512)) {
+    Reported r = start_and_read({}, {kUnsetIsaEnv, "PREFIXD_CPU_HIDE_FEATURES=avx512f"});
+    CHECK(r.health_cpu_isa == "avx2");
+    CHECK(r.build_info);
   }
-  if (n_unsupported == 0) MESSAGE("this CPU supports every set: nothing to refuse");
+  ProcessExit e = run_serve_expecting_failure({}, {kUnsetIsaEnv, "PREFIXD_CPU_HIDE_FEATURES=avx512f,sse9"});
+  CHECK(e.code == 2);
+  check_one_line(e.output, "prefixd: auto: PREFIXD_CPU_HIDE_FEATURES names unknown features 'sse9'");
 }
 
 TEST_CASE("--cpu-isa portable: /health and /metrics report portable") {

@@ -34,7 +34,15 @@ CpuMatrix::~CpuMatrix() {
   free_aligned(rows_data);
 }
 
-CpuBackend::CpuBackend(int n_threads, CpuIsa isa) : k_(cpu_kernels(isa)), pool_(n_threads) {}
+CpuBackend::CpuBackend(int n_threads, const CpuIsaPlan& plan)
+    : plan_(plan), k_(cpu_kernels(plan.base)), pool_(n_threads) {
+  for (int f = 0; f < kKernelFamilies; ++f) family_[f] = &cpu_kernels(plan.family[f]);
+}
+
+const CpuKernels& CpuBackend::matrix_kernels(const CpuMatrix& w) const {
+  if (!w.has_panels()) return kernels(KernelFamily::kBlockFormats);
+  return kernels(w.dtype == DType::F32 ? KernelFamily::kF32Tiles : KernelFamily::kBf16Tiles);
+}
 
 void CpuBackend::upload(void* dst, const void* src_host, size_t n_bytes) {
   std::memcpy(dst, src_host, n_bytes);
@@ -145,7 +153,8 @@ void CpuBackend::rmsnorm(const float* x, const float* weight, float* out, int64_
 }
 
 void CpuBackend::matmul(const Matrix& w, const float* x, float* y, int64_t n) {
-  cpu::matmul(k_, pool_, static_cast<const CpuMatrix&>(w), x, y, n);
+  const auto& m = static_cast<const CpuMatrix&>(w);
+  cpu::matmul(matrix_kernels(m), pool_, m, x, y, n);
 }
 
 void CpuBackend::matmul_same_x(const Matrix* const* ws, const float* x, float* const* ys, int count,
@@ -156,8 +165,13 @@ void CpuBackend::matmul_same_x(const Matrix* const* ws, const float* x, float* c
   }
   std::array<const CpuMatrix*, cpu::kMaxSameX> cpu_ws;
   for (int i = 0; i < count; ++i) cpu_ws[i] = static_cast<const CpuMatrix*>(ws[i]);
+  for (int i = 1; i < count; ++i) {
+    if (&matrix_kernels(*cpu_ws[i]) == &matrix_kernels(*cpu_ws[0])) continue;
+    for (int j = 0; j < count; ++j) matmul(*ws[j], x, ys[j], n);  // families on different sets
+    return;
+  }
   const auto n_ws = static_cast<size_t>(count);
-  cpu::matmul_same_x(k_, pool_, std::span<const CpuMatrix* const>(cpu_ws.data(), n_ws), x,
+  cpu::matmul_same_x(matrix_kernels(*cpu_ws[0]), pool_, std::span<const CpuMatrix* const>(cpu_ws.data(), n_ws), x,
                      std::span<float* const>(ys, n_ws), n);
 }
 
@@ -188,7 +202,7 @@ void CpuBackend::kv_store(KvPool& pool, int32_t layer, const float* k, const flo
 
 void CpuBackend::attention(const KvPool& pool, int32_t layer, const float* q, float* out,
                            int32_t n_heads, float scale, int32_t window_tokens) {
-  cpu::attention(k_, pool_, batch_of(pool, layer), pool, layer, q, out, n_heads, scale, window_tokens);
+  cpu::attention(kernels(KernelFamily::kAttention), pool_, batch_of(pool, layer), pool, layer, q, out, n_heads, scale, window_tokens);
 }
 
 void CpuBackend::gather_output_rows(const float* x, float* out, int64_t dim) {
@@ -273,7 +287,9 @@ std::unique_ptr<Backend> make_cpu_backend(int n_threads) {
 }
 
 std::unique_ptr<Backend> make_cpu_backend(int n_threads, cpu::CpuIsa isa) {
-  return std::make_unique<cpu::CpuBackend>(n_threads <= 0 ? 2 : n_threads, isa);
+  const bool automatic = isa == cpu::best_cpu_isa() && !cpu::cpu_isa_forced(isa);
+  return std::make_unique<cpu::CpuBackend>(n_threads <= 0 ? 2 : n_threads,
+                                           automatic ? cpu::auto_plan() : cpu::forced_plan(isa));
 }
 
 }  // namespace prefixd

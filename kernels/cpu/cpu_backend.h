@@ -1,8 +1,10 @@
 // The CPU backend: host memory, packed-panel matrix products, paged attention
 // and elementwise ops, parallelised on a small persistent pool. The vector
-// kernels are those of one instruction set (cpu_kernels.h), chosen at creation.
+// kernels are those of one instruction set per kernel family (cpu_kernels.h,
+// isa_plan.h), chosen at creation.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -12,6 +14,7 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/isa_plan.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace prefixd::cpu {
@@ -97,14 +100,17 @@ void kv_store(const CpuKernels& k, const CpuBatch& batch, KvPool& kv, int32_t la
 
 class CpuBackend : public Backend {
  public:
-  // isa must be supported by this CPU (see choose_cpu_isa).
-  CpuBackend(int n_threads, CpuIsa isa);
+  // Every set in the plan must be supported by this CPU (see choose_cpu_isa).
+  CpuBackend(int n_threads, const CpuIsaPlan& plan);
   ~CpuBackend() override = default;
 
   std::string name() const override { return "cpu"; }
   int n_threads() const override { return pool_.n_threads(); }
+  // The plan's base set: the rows and elementwise ops', the one reported.
   CpuIsa isa() const { return k_.isa; }
+  const CpuIsaPlan& plan() const { return plan_; }
   const CpuKernels& kernels() const { return k_; }
+  const CpuKernels& kernels(KernelFamily f) const { return *family_[static_cast<int>(f)]; }
 
   void* alloc(size_t n_bytes) override { return alloc_aligned(n_bytes); }
   void free(void* ptr) override { free_aligned(ptr); }
@@ -150,7 +156,12 @@ class CpuBackend : public Backend {
   // window group layer.
   const CpuBatch& batch_of(const KvPool& pool, int32_t layer) const;
 
+  // The kernels of a matrix's family (F32 panels, BF16 panels, rows).
+  const CpuKernels& matrix_kernels(const CpuMatrix& w) const;
+
+  CpuIsaPlan plan_;
   const CpuKernels& k_;
+  std::array<const CpuKernels*, kKernelFamilies> family_;
   ThreadPool pool_;
   CpuBatch batch_;
   CpuBatch window_batch_;          // batch_'s rows in the window space (window group pools)

@@ -2,6 +2,10 @@
 // checks that the OS saves the AVX/AVX-512 registers) and the ISA choice.
 #include "kernels/cpu/cpu_isa.h"
 
+#include <array>
+#include <atomic>
+#include <cstdlib>
+
 namespace prefixd::cpu {
 
 namespace {
@@ -32,10 +36,62 @@ Features detect() {
   return f;
 }
 
-const Features& features() {
-  static const Features f = detect();
+// The features by the names cpu_feature_string() prints.
+struct NamedFeature {
+  const char* name;
+  bool Features::*flag;
+};
+constexpr std::array<NamedFeature, 9> kNamedFeatures = {{
+    {"avx2", &Features::avx2},
+    {"fma", &Features::fma},
+    {"f16c", &Features::f16c},
+    {"avx512f", &Features::avx512f},
+    {"avx512bw", &Features::avx512bw},
+    {"avx512vl", &Features::avx512vl},
+    {"avx512dq", &Features::avx512dq},
+    {"avx512_bf16", &Features::avx512bf16},
+    {"avx512_vnni", &Features::avx512vnni},
+}};
+
+// What PREFIXD_CPU_HIDE_FEATURES did: the names it hid, and those it named
+// that are not features of this list.
+struct Hidden {
+  std::string hidden, unknown;
+};
+
+Features detect_less_hidden(Hidden* h) {
+  Features f = detect();
+  const char* env = std::getenv(kHideFeaturesEnvVar);
+  std::string_view list = env != nullptr ? env : "";
+  while (!list.empty()) {
+    const size_t comma = list.find_first_of(", ");
+    const std::string_view name = list.substr(0, comma);
+    list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
+    if (name.empty()) continue;
+    bool known = false;
+    for (const NamedFeature& nf : kNamedFeatures) {
+      if (name != nf.name) continue;
+      known = true;
+      f.*nf.flag = false;
+    }
+    std::string& out = known ? h->hidden : h->unknown;
+    out += (out.empty() ? "" : " ") + std::string(name);
+  }
   return f;
 }
+
+Hidden& hidden() {
+  static Hidden h;
+  return h;
+}
+
+const Features& features() {
+  static const Features f = detect_less_hidden(&hidden());
+  return f;
+}
+
+// Sets named to choose_cpu_isa (bit per CpuIsa).
+std::atomic<unsigned> g_forced{0};
 
 }  // namespace
 
@@ -101,16 +157,10 @@ std::string cpu_feature_string() {
     if (!s.empty()) s += ' ';
     s += name;
   };
-  add(f.avx2, "avx2");
-  add(f.fma, "fma");
-  add(f.f16c, "f16c");
-  add(f.avx512f, "avx512f");
-  add(f.avx512bw, "avx512bw");
-  add(f.avx512vl, "avx512vl");
-  add(f.avx512dq, "avx512dq");
-  add(f.avx512bf16, "avx512_bf16");
-  add(f.avx512vnni, "avx512_vnni");
-  return s.empty() ? "none of avx2, fma, f16c, avx512*" : s;
+  for (const NamedFeature& nf : kNamedFeatures) add(f.*nf.flag, nf.name);
+  if (s.empty()) s = "none of avx2, fma, f16c, avx512*";
+  if (!hidden().hidden.empty()) s += std::string(" (hidden by ") + kHideFeaturesEnvVar + ": " + hidden().hidden + ")";
+  return s;
 #elif defined(__aarch64__)
   return "aarch64 (only the portable set is built for this architecture)";
 #else
@@ -119,10 +169,20 @@ std::string cpu_feature_string() {
 }
 
 Result<CpuIsa> choose_cpu_isa(std::string_view requested) {
+  features();
+  if (!hidden().unknown.empty()) {
+    std::string known;
+    for (const NamedFeature& nf : kNamedFeatures) known += (known.empty() ? "" : ", ") + std::string(nf.name);
+    return Status::error(std::string(kHideFeaturesEnvVar) + " names unknown features '" + hidden().unknown +
+                         "' (known: " + known + ")");
+  }
   if (requested.empty() || requested == "auto") return best_cpu_isa();
   for (CpuIsa isa : all_cpu_isas()) {
     if (requested != cpu_isa_name(isa)) continue;
-    if (cpu_supports(isa)) return isa;
+    if (cpu_supports(isa)) {
+      g_forced.fetch_or(1u << static_cast<int>(isa));
+      return isa;
+    }
     std::string usable;
     for (CpuIsa s : supported_cpu_isas()) usable += (usable.empty() ? "" : ", ") + std::string(cpu_isa_name(s));
     return Status::error("CPU instruction set '" + std::string(requested) +
@@ -132,5 +192,7 @@ Result<CpuIsa> choose_cpu_isa(std::string_view requested) {
   return Status::error("unknown CPU instruction set '" + std::string(requested) + "' (accepted: " +
                        cpu_isa_choices() + "; this CPU reports: " + cpu_feature_string() + ")");
 }
+
+bool cpu_isa_forced(CpuIsa isa) { return (g_forced.load() >> static_cast<int>(isa)) & 1u; }
 
 }  // namespace prefixd::cpu

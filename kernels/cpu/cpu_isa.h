@@ -1,6 +1,9 @@
 // Instruction sets of the CPU backend: which ones this CPU has, their names,
 // and the choice between them (best available, or one the caller forces).
 // Detection runs cpuid (x86-64); other architectures have `portable` only.
+// PREFIXD_CPU_HIDE_FEATURES (tests only), e.g. "avx512f,avx512_bf16": those
+// features count as absent, so that a refusal of a set can be tested on a CPU
+// that has it.
 #pragma once
 
 #include <string>
@@ -18,6 +21,8 @@ enum class CpuIsa : int {
   kAvx512 = 2,      // AVX-512 F/BW/VL/DQ (Skylake-SP, Ice Lake)
   kAvx512Bf16 = 3,  // the above + AVX512_BF16 + AVX512_VNNI (Zen 4/5, Cooper Lake, Sapphire Rapids)
 };
+constexpr int kCpuIsaCount = 4;
+inline constexpr const char* kHideFeaturesEnvVar = "PREFIXD_CPU_HIDE_FEATURES";
 
 // "portable", "avx2", "avx512", "avx512bf16".
 const char* cpu_isa_name(CpuIsa isa);
@@ -31,12 +36,21 @@ bool cpu_supports(CpuIsa isa);
 CpuIsa best_cpu_isa();
 // Sets this CPU supports, most portable first.
 std::vector<CpuIsa> supported_cpu_isas();
-// The CPU's relevant features as cpuid reports them, e.g. "avx2 fma f16c".
+// The CPU's relevant features as cpuid reports them, e.g. "avx2 fma f16c",
+// less those PREFIXD_CPU_HIDE_FEATURES hides (then followed by
+// " (hidden by PREFIXD_CPU_HIDE_FEATURES: avx512f)").
 std::string cpu_feature_string();
 
 // Resolves a requested name: "" or "auto" gives best_cpu_isa(); a known name
 // the CPU supports gives that set. An unknown name, or a set this CPU lacks,
-// is an error naming the value, the accepted values and the CPU's features.
+// is an error naming the value, the accepted values and the CPU's features;
+// so is a PREFIXD_CPU_HIDE_FEATURES naming a feature this file does not know.
+// A named set is remembered as forced (cpu_isa_forced).
 Result<CpuIsa> choose_cpu_isa(std::string_view requested);
+
+// Whether choose_cpu_isa was given `isa` by name in this process: backends
+// made for it then run it for every kernel family (make_cpu_backend), where
+// the best set reached through `auto` runs each family on its fastest set.
+bool cpu_isa_forced(CpuIsa isa);
 
 }  // namespace prefixd::cpu

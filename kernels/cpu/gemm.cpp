@@ -3,8 +3,9 @@
 // panels (ceil(cols/2), 32, 2) with column pairs interleaved; F16 and block
 // types stay rows in their own bits. This file packs and splits the work into
 // tasks; the kernels are the instruction set's (generic/gemm_tiles.h,
-// generic/quant_gemm.h). Panel matrices that multiply the same x (q/k/v,
-// gate/up) run as one set of tasks over all their panels, x converted once.
+// generic/quant_gemm.h, generic/int8_gemm.h). Matrices that multiply the same
+// x (q/k/v, gate/up) run as one set of tasks over all their panels or row
+// groups, x converted (or quantized) once: one pass, one wait.
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -116,6 +117,103 @@ void panel_matmul(const CpuKernels& k, ThreadPool& pool, std::span<const CpuMatr
   });
 }
 
+// The x operands of rows-layout matrices, each made once per call on the
+// caller thread's buffers (shared with the workers by pointer): quantized
+// per 32 and per 256 for the integer products, or BF16 for the panels.
+struct RowsX {
+  const XQ8Block* xq = nullptr;
+  const XQ8KBlock* xqk = nullptr;
+  const uint16_t* xb = nullptr;
+};
+
+// Whether rows-layout matrix w multiplies n x rows in 8-bit integers.
+bool int8_products(const CpuMatrix& w, int64_t n) {
+  return int8_weight_type(w.source_type) && n < kInt8MaxRows;
+}
+
+RowsX prepare_rows_x(const CpuKernels& k, ThreadPool& pool, std::span<const CpuMatrix* const> ws,
+                     const float* x, int64_t n) {
+  const int64_t cols = ws[0]->cols;
+  bool want_q8 = false, want_q8k = false, want_bf16 = false;
+  for (const CpuMatrix* w : ws) {
+    if (int8_products(*w, n)) {
+      (k_weight_type(w->source_type) ? want_q8k : want_q8) = true;
+    } else if (k.gemm_bf16_x && w->source_type != WeightType::F16 && n >= kInt8MaxRows) {
+      want_bf16 = true;  // block formats dequantize to BF16 panels in these sets (quant_gemm.h)
+    }
+  }
+  RowsX r;
+  // n < kInt8MaxRows: quantizing x is not worth a split.
+  if (want_q8k) {
+    static thread_local std::vector<XQ8KBlock> xqk_buffer;
+    const int64_t blocks = n * (cols / 256);
+    if (xqk_buffer.size() < static_cast<size_t>(blocks)) xqk_buffer.resize(blocks);
+    k.quantize_x_q8k(x, 0, n, cols, xqk_buffer.data());
+    r.xqk = xqk_buffer.data();
+  }
+  if (want_q8) {
+    static thread_local std::vector<XQ8Block> xq_buffer;
+    const int64_t blocks = n * (cols / 32);
+    if (xq_buffer.size() < static_cast<size_t>(blocks)) xq_buffer.resize(blocks);
+    k.quantize_x_q8(x, 0, n, cols, xq_buffer.data());
+    r.xq = xq_buffer.data();
+  }
+  if (want_bf16) r.xb = x_bf16(k, pool, x, n, cols);
+  return r;
+}
+
+// ys[i] (n, ws[i]->rows) = x (n, cols) · Wᵢᵀ for rows-layout matrices of one
+// cols (F16 and block types; q/k/v and gate/up come as one call): x prepared
+// once (prepare_rows_x), then one task list over every matrix's 32-row groups,
+// about 8 tasks per thread in all. Every task takes all x rows, so each group
+// is unpacked or dequantized once per call; int8_products matrices run the
+// integer products, the others gemm_rows. Each output is computed as a call on
+// its matrix alone computes it.
+void rows_matmul(const CpuKernels& k, ThreadPool& pool, std::span<const CpuMatrix* const> ws,
+                 const float* x, std::span<float* const> ys, int64_t n) {
+  const int64_t cols = ws[0]->cols;
+  const RowsX rx = prepare_rows_x(k, pool, ws, x, n);
+  std::array<GemmArgs, kMaxSameX> args;
+  std::array<int64_t, kMaxSameX + 1> first_task{};  // matrix i's tasks start at first_task[i]
+  int64_t all_panels = 0;
+  for (const CpuMatrix* w : ws) all_panels += (w->rows + kPanel - 1) / kPanel;
+  const int64_t per = std::max<int64_t>(1, (all_panels + 8 * pool.n_threads() - 1) / (8 * pool.n_threads()));
+  for (size_t i = 0; i < ws.size(); ++i) {
+    GemmArgs& a = args[i];
+    a.rows = ws[i]->rows;
+    a.cols = cols;
+    a.x = x;
+    a.y = ys[i];
+    a.rows_data = ws[i]->rows_data;
+    a.row_bytes = ws[i]->row_bytes;
+    a.row_type = ws[i]->source_type;
+    if (int8_products(*ws[i], n)) {
+      a.xq = rx.xq;
+      a.xqk = rx.xqk;
+    } else if (a.row_type != WeightType::F16) {
+      a.xb = rx.xb;
+      a.xb_stride = bf16_stride(cols);
+    }
+    const int64_t n_panels = (a.rows + kPanel - 1) / kPanel;
+    first_task[i + 1] = first_task[i] + (n_panels + per - 1) / per;
+  }
+  const size_t scratch_floats = k.gemm_scratch_floats(cols);
+  pool.parallel_for(first_task[ws.size()], [&](int64_t t, int) {
+    size_t i = 0;
+    while (t >= first_task[i + 1]) ++i;
+    const GemmArgs& a = args[i];
+    const int64_t n_panels = (a.rows + kPanel - 1) / kPanel;
+    const int64_t p0 = (t - first_task[i]) * per, p1 = std::min(n_panels, p0 + per);
+    if (a.xq != nullptr || a.xqk != nullptr) {
+      k.gemm_int8_rows(a, p0, p1, 0, n);
+      return;
+    }
+    static thread_local std::vector<float> scratch;  // the set's per-thread scratch
+    if (scratch.size() < scratch_floats) scratch.resize(scratch_floats);
+    k.gemm_rows(a, p0, p1, 0, n, scratch.data());
+  });
+}
+
 }  // namespace
 
 void pack_matrix(CpuMatrix& m, DType dtype, const void* row_major) {
@@ -162,90 +260,34 @@ void matrix_row(const CpuMatrix& m, int64_t r, float* out) {
 
 void matmul(const CpuKernels& k, ThreadPool& pool, const CpuMatrix& w, const float* x, float* y,
             int64_t n) {
-  const int64_t rows = w.rows, cols = w.cols;
   if (n <= 0) return;
-  const int64_t n_panels = (rows + kPanel - 1) / kPanel;
-  GemmArgs a;
-  a.rows = rows;
-  a.cols = cols;
-  a.x = x;
-  a.y = y;
-  const size_t scratch_floats = k.gemm_scratch_floats(cols);
-  const int64_t want_tasks = 8 * pool.n_threads();  // about 8 tasks per thread in all
-
-  if (!w.has_panels() && int8_weight_type(w.source_type) && n < kInt8MaxRows) {
-    // Block weights with integer products: x quantized once (the caller
-    // thread's buffer, shared with the workers by pointer), then tasks over
-    // (32-row groups) x (x chunks).
-    // n < kInt8MaxRows: quantizing x is not worth a split.
-    if (k_weight_type(w.source_type)) {
-      static thread_local std::vector<XQ8KBlock> xqk_buffer;
-      const int64_t blocks = n * (cols / 256);
-      if (xqk_buffer.size() < static_cast<size_t>(blocks)) xqk_buffer.resize(blocks);
-      k.quantize_x_q8k(x, 0, n, cols, xqk_buffer.data());
-      a.xqk = xqk_buffer.data();
-    } else {
-      static thread_local std::vector<XQ8Block> xq_buffer;
-      const int64_t blocks = n * (cols / 32);
-      if (xq_buffer.size() < static_cast<size_t>(blocks)) xq_buffer.resize(blocks);
-      k.quantize_x_q8(x, 0, n, cols, xq_buffer.data());
-      a.xq = xq_buffer.data();
-    }
-    a.rows_data = w.rows_data;
-    a.row_bytes = w.row_bytes;
-    a.row_type = w.source_type;
-    const int64_t x_chunk = x_chunk_rows(n);
-    const int64_t x_tasks = (n + x_chunk - 1) / x_chunk;
-    const int64_t per = std::clamp<int64_t>((n_panels * x_tasks + want_tasks - 1) / want_tasks, 1, n_panels);
-    const int64_t p_tasks = (n_panels + per - 1) / per;
-    pool.parallel_for(p_tasks * x_tasks, [&](int64_t t, int) {
-      const int64_t pt = t % p_tasks, xt = t / p_tasks;
-      const int64_t i0 = xt * x_chunk, i1 = std::min(n, i0 + x_chunk);
-      k.gemm_int8_rows(a, pt * per, std::min(n_panels, (pt + 1) * per), i0, i1);
-    });
-    return;
-  }
-
+  const CpuMatrix* one[] = {&w};
+  float* one_y[] = {y};
   if (w.has_panels()) {
-    const CpuMatrix* one[] = {&w};
-    float* one_y[] = {y};
     panel_matmul(k, pool, one, x, one_y, n);
-    return;
+  } else {
+    rows_matmul(k, pool, one, x, one_y, n);
   }
-
-  // Rows layout: every task takes all x rows, so each group of 32 weight rows
-  // is dequantized once per call.
-  a.rows_data = w.rows_data;
-  a.row_bytes = w.row_bytes;
-  a.row_type = w.source_type;
-  if (k.gemm_bf16_x && w.source_type != WeightType::F16 && n >= kInt8MaxRows) {
-    // Block formats dequantize to BF16 panels in these sets (quant_gemm.h).
-    a.xb = x_bf16(k, pool, x, n, cols);
-    a.xb_stride = bf16_stride(cols);
-  }
-  const int64_t per = std::clamp<int64_t>((n_panels + want_tasks - 1) / want_tasks, 1, n_panels);
-  pool.parallel_for((n_panels + per - 1) / per, [&](int64_t t, int) {
-    static thread_local std::vector<float> scratch;  // the set's per-thread scratch
-    if (scratch.size() < scratch_floats) scratch.resize(scratch_floats);
-    k.gemm_rows(a, t * per, std::min(n_panels, (t + 1) * per), 0, n, scratch.data());
-  });
 }
 
 void matmul_same_x(const CpuKernels& k, ThreadPool& pool, std::span<const CpuMatrix* const> ws,
                    const float* x, std::span<float* const> ys, int64_t n) {
   PREFIXD_CHECK(ws.size() == ys.size() && !ws.empty() && ws.size() <= kMaxSameX,
                 "matmul_same_x: 1 to kMaxSameX matrices, one output each");
-  bool same_panels = true;
+  bool same_panels = true, all_rows = true;
   for (const CpuMatrix* w : ws) {
     same_panels =
         same_panels && w->has_panels() && w->dtype == ws[0]->dtype && w->cols == ws[0]->cols;
+    all_rows = all_rows && !w->has_panels() && w->cols == ws[0]->cols;
   }
   if (n <= 0) return;
-  if (!same_panels) {
+  if (same_panels) {
+    panel_matmul(k, pool, ws, x, ys, n);
+  } else if (all_rows) {
+    rows_matmul(k, pool, ws, x, ys, n);
+  } else {
     for (size_t i = 0; i < ws.size(); ++i) matmul(k, pool, *ws[i], x, ys[i], n);
-    return;
   }
-  panel_matmul(k, pool, ws, x, ys, n);
 }
 
 }  // namespace prefixd::cpu

@@ -1,0 +1,70 @@
+// Which instruction set runs each kernel family of the CPU backend: one set
+// for all (a set the user forced), or per family the fastest on this CPU
+// (`auto`), chosen from a short calibration timed once per process.
+#pragma once
+
+#include <array>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/cpu_isa.h"
+
+namespace prefixd::cpu {
+
+// The kernel families that may run on different sets.
+enum class KernelFamily : int {
+  kF32Tiles = 0,      // matmul over F32 weight panels
+  kBf16Tiles = 1,     // matmul over BF16 weight panels
+  kBlockFormats = 2,  // matmul over F16 and block-format rows (dequantized panels, int8 products)
+  kAttention = 3,     // paged attention
+};
+constexpr int kKernelFamilies = 4;
+// "f32_tiles", "bf16_tiles", "block_formats", "attention".
+const char* kernel_family_name(KernelFamily f);
+
+// Seconds one calibration workload took per family and set; 0 = not measured
+// (a set this CPU lacks, or one left out).
+struct IsaTimings {
+  std::array<std::array<double, kCpuIsaCount>, kKernelFamilies> seconds{};
+  double& at(KernelFamily f, CpuIsa isa) { return seconds[static_cast<int>(f)][static_cast<int>(isa)]; }
+  double at(KernelFamily f, CpuIsa isa) const { return seconds[static_cast<int>(f)][static_cast<int>(isa)]; }
+};
+
+struct CpuIsaPlan {
+  // The set reported (/health, logs) and used by the rows and elementwise ops:
+  // the forced set, or with `auto` the best-ranked one this CPU has.
+  CpuIsa base = CpuIsa::kPortable;
+  std::array<CpuIsa, kKernelFamilies> family{};  // the set of each KernelFamily
+  bool automatic = false;  // chosen by calibration (`auto`), not forced
+  IsaTimings timings;      // the calibration figures when automatic
+
+  CpuIsa of(KernelFamily f) const { return family[static_cast<int>(f)]; }
+  // e.g. "f32_tiles=avx512 (avx2 1.92 ms, avx512 0.81 ms, avx512bf16 0.83 ms); bf16_tiles=...".
+  std::string describe() const;
+};
+
+// Every family on `isa` (which this CPU must support).
+CpuIsaPlan forced_plan(CpuIsa isa);
+
+// A set other than the base runs a family only when it took at most
+// (1 - kSwitchMargin) of the base's time: sets whose kernels are the same
+// code (avx512 and avx512bf16 on F32 panels) then stay on the base whatever
+// the noise, and the choice does not flip between starts on a small margin.
+constexpr double kSwitchMargin = 0.05;
+
+// Per family, the fastest of `candidates` with a measured time (> 0), the base
+// set's time counted (1 - kSwitchMargin) lower; a family with none measured
+// takes `base`. Deterministic: ties go to the higher-ranked set.
+CpuIsaPlan plan_from_timings(const IsaTimings& timings, const std::vector<CpuIsa>& candidates, CpuIsa base);
+
+// Times each family's calibration workload (isa_calibration.cpp) on every set
+// in `candidates`, one thread, best of 9 alternating rounds: about 15 ms.
+IsaTimings measure_isa_timings(const std::vector<CpuIsa>& candidates);
+
+// The plan of `auto` on this CPU: the sets this CPU supports (without
+// `portable` where an x86 set exists), calibrated on the first call and kept
+// for the life of the process. (Not cached on disk: a few ms per start, and a
+// VM may start on another host CPU the next time.)
+const CpuIsaPlan& auto_plan();
+
+}  // namespace prefixd::cpu
