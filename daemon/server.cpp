@@ -31,6 +31,8 @@
 #include "engine/text/chat_template.h"
 #include "engine/text/tokenizer.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/isa_plan.h"
 #include "storage/tier_manager.h"
 
 namespace prefixd {
@@ -101,6 +103,8 @@ Status load_model(Server::State& s, const std::string& path, std::string* backen
   log_line(o, LogLevel::kInfo, o.cpu_isa_option.describe(o.cpu_isa));
   auto backend = make_backend(o, backend_name);
   if (!backend.ok()) return backend.status();
+  if (*backend_name == "cpu" && !cpu::cpu_isa_forced(o.cpu_isa))
+    log_line(o, LogLevel::kInfo, "CPU kernel families (auto): " + cpu::auto_plan().describe());
   s.backend = std::move(backend.value());
   auto model = Model::load(s.file, *s.backend);
   if (!model.ok()) return Status::error("cannot load model '" + path + "': " + model.message());
