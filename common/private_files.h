@@ -224,6 +224,10 @@ inline Result<std::string> read_private_file(const std::string& path, size_t max
   const std::string name = what + " " + path;
   const int no_follow = access == FileAccess::kPublic ? 0 : O_NOFOLLOW;
   const int fd = ::open(path.c_str(), O_RDONLY | no_follow | O_CLOEXEC);
+  if (fd < 0 && errno == ELOOP && no_follow != 0) {
+    return Status::error(name + " is a symbolic link, which is refused for a private file: "
+                                "name the file it points to");
+  }
   if (fd < 0) return Status::error(name + ": cannot open: " + std::strerror(errno));
   struct stat st {};
   auto refuse = [&](std::string message) {

@@ -404,3 +404,22 @@ TEST_CASE("with only XDG_RUNTIME_DIR set, generated models go under $XDG_RUNTIME
   CHECK(mode_of(t.path + "/prefixd/models/tiny-f32.gguf") == 0600);
   CHECK(names_in(t.path + "/prefixd/models") == std::vector<std::string>{"tiny-f32.gguf"});
 }
+
+TEST_CASE("read_private_file refuses a symbolic link by name and follows one only for a public file") {
+  TempDir t;
+  const std::string secret = t.path + "/secret";
+  write_text(secret, "s3cret");
+  REQUIRE(::chmod(secret.c_str(), 0600) == 0);
+  const std::string link = t.path + "/link";
+  REQUIRE(::symlink(secret.c_str(), link.c_str()) == 0);
+  Result<std::string> direct = read_private_file(secret, 64, "--tls-key", FileAccess::kOwnerOrGroupShared);
+  REQUIRE(direct.ok());
+  CHECK(direct.value() == "s3cret");
+  Result<std::string> linked = read_private_file(link, 64, "--tls-key", FileAccess::kOwnerOrGroupShared);
+  REQUIRE_FALSE(linked.ok());
+  CHECK(linked.message() == "--tls-key " + link +
+                                " is a symbolic link, which is refused for a private file: name the file it points to");
+  Result<std::string> cert = read_private_file(link, 64, "--tls-cert", FileAccess::kPublic);
+  REQUIRE(cert.ok());
+  CHECK(cert.value() == "s3cret");
+}
