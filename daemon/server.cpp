@@ -148,6 +148,7 @@ EngineOptions engine_options(const ServerOptions& o, const Model& model, const H
                 : o.kv_dtype == "bf16" ? DType::BF16
                                        : DType::F16;
   eo.kv_pool_bytes = o.kv_pool_bytes();
+  eo.window_share = o.kv_window_share;
   eo.max_batch_tokens = o.max_batch_tokens;
   eo.max_running = o.max_concurrent_requests;
   eo.max_pinned_blocks = o.max_pinned_blocks;

@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 
@@ -52,6 +53,11 @@ Status check_engine_flags(ServerOptions& o) {
   o.cpu_isa = isa.value();
   if (o.kv_pool_mib < 1 || o.kv_pool_mib > (1ll << 22)) {
     return range_error("kv-pool-mib", std::to_string(o.kv_pool_mib), "1..4194304");
+  }
+  if (!(o.kv_window_share >= 0.0 && o.kv_window_share <= 0.95)) {
+    char value[32];
+    std::snprintf(value, sizeof value, "%g", o.kv_window_share);
+    return range_error("kv-window-share", value, "0..0.95");
   }
   if (o.block_size < 1 || o.block_size > 1024)
     return range_error("block-size", std::to_string(o.block_size), "1..1024");
@@ -226,6 +232,9 @@ void add_engine_flags(CLI::App& app, ServerOptions& o) {
   app.add_option("--threads,-t", o.n_threads, "compute threads")->capture_default_str();
   add_cpu_isa_flag(app, o.cpu_isa_option);
   app.add_option("--kv-pool-mib", o.kv_pool_mib, "device KV pool size in MiB")
+      ->capture_default_str();
+  app.add_option("--kv-window-share", o.kv_window_share,
+                 "share of the KV pool for a sliding-window model's window layers (0: one space)")
       ->capture_default_str();
   app.add_option("--block-size", o.block_size, "tokens per KV block")->capture_default_str();
   app.add_option("--kv-dtype", o.kv_dtype,

@@ -57,6 +57,9 @@ struct ServerOptions {
   CpuIsaOption cpu_isa_option;           // --cpu-isa / PREFIXD_CPU_ISA, as given
   cpu::CpuIsa cpu_isa{};                 // the set it resolves to (filled by validate)
   int64_t kv_pool_mib = 256;             // device KV pool budget, MiB
+  // Share of the pool that holds a sliding-window model's window layers in a
+  // space of their own (EngineOptions::window_share); 0: one space. [0, 0.95]
+  double kv_window_share = 0.5;
   int32_t block_size = 16;               // tokens per KV block
   std::string kv_dtype = "auto";         // auto | f32 | f16 | bf16 (auto: Model::auto_kv_dtype)
   int32_t max_batch_tokens = 512;        // tokens per forward pass (chunked prefill budget)

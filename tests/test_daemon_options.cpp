@@ -42,6 +42,11 @@ TEST_CASE("ServerOptions::validate checks every range and name") {
   CHECK(bad([](ServerOptions& x) { x.disk_cache_gb = -1; }));
   CHECK(bad([](ServerOptions& x) { x.host.clear(); }));
   CHECK(bad([](ServerOptions& x) { x.cpu_isa_option.requested = "bogus"; }));
+  ServerOptions w;
+  w.kv_window_share = 0.97;
+  CHECK(w.validate().message() == "--kv-window-share 0.97 is out of range (0..0.95)");
+  w.kv_window_share = 0;
+  CHECK(w.validate().ok());
   ServerOptions d;
   d.log_level_name = "debug";
   REQUIRE(d.validate().ok());
