@@ -6,7 +6,7 @@
 //
 // Usage: bench_forward [--threads N] [--models smol-135m:f32,smol-135m:bf16,tiny:f32,tiny:bf16]
 //                      [--model FILE.gguf ...] (any GGUF; with --model, presets only if --models given)
-//                      [--reps R] [--chunk 512] [--kv f16]
+//                      [--reps R] [--chunk 512] [--kv f16] [--prefill 0 (decode only, for profiling; pp prints 0)]
 //                      [--cpu-isa auto|avx512bf16|avx512|avx2|portable (default $PREFIXD_CPU_ISA)]
 //                      [--backend cpu|cuda (cuda: device 0, builds with the CUDA backend only)]
 // Presets are written on first use to $TMPDIR/prefixd-bench-models/PRESET-TYPE.gguf
@@ -69,6 +69,7 @@ struct Args {
   std::string isa_name = "auto", isa_source = "PREFIXD_CPU_ISA";
   std::vector<std::string> files;  // --model FILE: any GGUF, in addition to the presets
   bool models_given = false;
+  bool prefill = true;  // --prefill 0: only tg128 (a decode profile without the prefill in it)
 };
 
 Args parse_args(int argc, char** argv) {
@@ -82,6 +83,7 @@ Args parse_args(int argc, char** argv) {
       a.models = argv[i + 1];
       a.models_given = true;
     }
+    else if (f == "--prefill") a.prefill = std::atoi(argv[i + 1]) != 0;
     else if (f == "--reps") a.reps = std::atoi(argv[i + 1]);
     else if (f == "--chunk") a.chunk = std::atoi(argv[i + 1]);
     else if (f == "--kv") a.kv_name = argv[i + 1];
@@ -188,7 +190,8 @@ int bench_model(Backend& backend, const Args& a, DType kv, const std::string& la
   for (int32_t i = 0; i < g.n_blocks; ++i) table[i] = i;
   ForwardPass fwd(*model, a.chunk, 1);
   std::vector<double> results;
-  for (int n_prompt : {512, 2048}) results.push_back(prefill_tps(fwd, pool, table, c.n_vocab, n_prompt, a.chunk, a.reps));
+  for (int n_prompt : {512, 2048})
+    results.push_back(a.prefill ? prefill_tps(fwd, pool, table, c.n_vocab, n_prompt, a.chunk, a.reps) : 0.0);
   results.push_back(decode_tps(fwd, pool, table, a.reps));
   std::printf("%-24s %-8s %10.1f %10.1f %10.1f %9.1f %9.1f\n", label.c_str(), type.c_str(), results[0],
               results[1], results[2], file_mb, load_mb);

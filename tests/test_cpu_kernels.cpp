@@ -196,14 +196,18 @@ TEST_CASE("matmul matches a double reference for every weight type and batch siz
           std::vector<float> xr = x;
           if (type == WeightType::BF16 && cpu::cpu_kernels(testing::isa_under_test()).gemm_bf16_x)
             for (auto& v : xr) v = bf16_to_f32(f32_to_bf16(v));
-          // Block types with integer products multiply x quantized to 8 bits.
+          // Block types with integer products multiply x quantized to 8 bits:
+          // per 256 (K formats) or 32 in decode calls, per 32 on int8 panels.
+          const cpu::CpuKernels& set = cpu::cpu_kernels(testing::isa_under_test());
+          const bool int8_panels = set.gemm_int8_panels != nullptr && cpu::int8_panel_type(type);
           if (cpu::int8_weight_type(type) && n < cpu::kInt8MaxRows)
             xr = quantize_x_q8_reference(x, cpu::k_weight_type(type) ? 256 : 32);
-          // In sets with a BF16 dot product, longer calls on block types
-          // round the dequantized weights and x to BF16 (BF16 panels).
+          if (int8_panels && n >= cpu::kInt8MaxRows) xr = quantize_x_q8_reference(x, 32);
+          // In sets with a BF16 dot product, longer calls on the other block
+          // types round the dequantized weights and x to BF16 (BF16 panels).
           std::vector<float> wv = hw.values;
           const bool block = type != WeightType::F32 && type != WeightType::F16 && type != WeightType::BF16;
-          if (block && n >= cpu::kInt8MaxRows && cpu::cpu_kernels(testing::isa_under_test()).gemm_bf16_x) {
+          if (block && !int8_panels && n >= cpu::kInt8MaxRows && set.gemm_bf16_x) {
             for (auto& v : xr) v = bf16_to_f32(f32_to_bf16(v));
             for (auto& v : wv) v = bf16_to_f32(f32_to_bf16(v));
           }

@@ -126,9 +126,24 @@ struct RowsX {
   const uint16_t* xb = nullptr;
 };
 
-// Whether rows-layout matrix w multiplies n x rows in 8-bit integers.
-bool int8_products(const CpuMatrix& w, int64_t n) {
-  return int8_weight_type(w.source_type) && n < kInt8MaxRows;
+// Whether rows-layout matrix w multiplies n x rows in 8-bit integers: the
+// decode shape on every int8_weight_type, the prefill shape on int8 panels
+// where the set has them.
+bool int8_products(const CpuKernels& k, const CpuMatrix& w, int64_t n) {
+  if (n < kInt8MaxRows) return int8_weight_type(w.source_type);
+  return k.gemm_int8_panels != nullptr && int8_panel_type(w.source_type);
+}
+
+// x rows [0, n) of (n, cols) -> xq (n, cols / 32): in parallel for long calls.
+void quantize_x_q8(const CpuKernels& k, ThreadPool& pool, const float* x, int64_t n, int64_t cols,
+                   XQ8Block* xq) {
+  if (n < 64) {
+    k.quantize_x_q8(x, 0, n, cols, xq);
+    return;
+  }
+  const int64_t per = (n + 2 * pool.n_threads() - 1) / (2 * pool.n_threads());
+  pool.parallel_for((n + per - 1) / per,
+                    [&](int64_t t, int) { k.quantize_x_q8(x, t * per, std::min(n, (t + 1) * per), cols, xq); });
 }
 
 RowsX prepare_rows_x(const CpuKernels& k, ThreadPool& pool, std::span<const CpuMatrix* const> ws,
@@ -136,14 +151,14 @@ RowsX prepare_rows_x(const CpuKernels& k, ThreadPool& pool, std::span<const CpuM
   const int64_t cols = ws[0]->cols;
   bool want_q8 = false, want_q8k = false, want_bf16 = false;
   for (const CpuMatrix* w : ws) {
-    if (int8_products(*w, n)) {
-      (k_weight_type(w->source_type) ? want_q8k : want_q8) = true;
+    if (int8_products(k, *w, n)) {
+      // The K formats' decode tiles take x per 256; the int8 panels take every format per 32.
+      (k_weight_type(w->source_type) && n < kInt8MaxRows ? want_q8k : want_q8) = true;
     } else if (k.gemm_bf16_x && w->source_type != WeightType::F16 && n >= kInt8MaxRows) {
       want_bf16 = true;  // block formats dequantize to BF16 panels in these sets (quant_gemm.h)
     }
   }
   RowsX r;
-  // n < kInt8MaxRows: quantizing x is not worth a split.
   if (want_q8k) {
     static thread_local std::vector<XQ8KBlock> xqk_buffer;
     const int64_t blocks = n * (cols / 256);
@@ -155,7 +170,7 @@ RowsX prepare_rows_x(const CpuKernels& k, ThreadPool& pool, std::span<const CpuM
     static thread_local std::vector<XQ8Block> xq_buffer;
     const int64_t blocks = n * (cols / 32);
     if (xq_buffer.size() < static_cast<size_t>(blocks)) xq_buffer.resize(blocks);
-    k.quantize_x_q8(x, 0, n, cols, xq_buffer.data());
+    quantize_x_q8(k, pool, x, n, cols, xq_buffer.data());
     r.xq = xq_buffer.data();
   }
   if (want_bf16) r.xb = x_bf16(k, pool, x, n, cols);
@@ -187,7 +202,7 @@ void rows_matmul(const CpuKernels& k, ThreadPool& pool, std::span<const CpuMatri
     a.rows_data = ws[i]->rows_data;
     a.row_bytes = ws[i]->row_bytes;
     a.row_type = ws[i]->source_type;
-    if (int8_products(*ws[i], n)) {
+    if (int8_products(k, *ws[i], n)) {
       a.xq = rx.xq;
       a.xqk = rx.xqk;
     } else if (a.row_type != WeightType::F16) {
@@ -204,12 +219,16 @@ void rows_matmul(const CpuKernels& k, ThreadPool& pool, std::span<const CpuMatri
     const GemmArgs& a = args[i];
     const int64_t n_panels = (a.rows + kPanel - 1) / kPanel;
     const int64_t p0 = (t - first_task[i]) * per, p1 = std::min(n_panels, p0 + per);
-    if (a.xq != nullptr || a.xqk != nullptr) {
+    if ((a.xq != nullptr || a.xqk != nullptr) && n < kInt8MaxRows) {
       k.gemm_int8_rows(a, p0, p1, 0, n);
       return;
     }
     static thread_local std::vector<float> scratch;  // the set's per-thread scratch
     if (scratch.size() < scratch_floats) scratch.resize(scratch_floats);
+    if (a.xq != nullptr) {
+      k.gemm_int8_panels(a, p0, p1, 0, n, scratch.data());
+      return;
+    }
     k.gemm_rows(a, p0, p1, 0, n, scratch.data());
   });
 }

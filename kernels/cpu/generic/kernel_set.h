@@ -20,6 +20,11 @@ const CpuKernels kKernelSet = {
       gemm::panels,
       qgemm::rows,
       i8gemm::rows,
+#if defined(PREFIXD_HAS_INT8_PANELS)  // the set's kernels.cpp included its int8 panels
+      i8panel::rows,
+#else
+      nullptr,
+#endif
       i8gemm::quantize_x,
       i8gemm::quantize_x_k,
       attn::kGroups * attn::kLanes,
