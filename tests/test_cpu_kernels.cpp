@@ -199,7 +199,7 @@ TEST_CASE("matmul matches a double reference for every weight type and batch siz
           // Block types with integer products multiply x quantized to 8 bits:
           // per 256 (K formats) or 32 in decode calls, per 32 on int8 panels.
           const cpu::CpuKernels& set = cpu::cpu_kernels(testing::isa_under_test());
-          const bool int8_panels = set.gemm_int8_panels != nullptr && cpu::int8_panel_type(type);
+          const bool int8_panels = set.int8_panel_type != nullptr && set.int8_panel_type(type);
           if (cpu::int8_weight_type(type) && n < cpu::kInt8MaxRows)
             xr = quantize_x_q8_reference(x, cpu::k_weight_type(type) ? 256 : 32);
           if (int8_panels && n >= cpu::kInt8MaxRows) xr = quantize_x_q8_reference(x, 32);

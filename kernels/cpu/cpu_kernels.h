@@ -55,22 +55,9 @@ inline bool int8_weight_type(WeightType t) {
   }
 }
 
-// Block types that sets with int8 panels (CpuKernels::gemm_int8_panels)
-// multiply in 8-bit integers in prefill too: the 32-value groups with one
-// scale each (Q6_K's 16-value groups stay on the dequantized panels).
-inline bool int8_panel_type(WeightType t) {
-  switch (t) {
-    case WeightType::Q4_0: case WeightType::Q4_1: case WeightType::Q5_0: case WeightType::Q5_1:
-    case WeightType::Q8_0: case WeightType::Q4_K: case WeightType::Q5_K:
-      return true;
-    default:
-      return false;
-  }
-}
-
 // Calls with fewer x rows than this (decode, short suffixes) use the integer
 // products on int8_weight_type rows; longer ones unpack 32 weight rows at a
-// time to int8 panels (sets with gemm_int8_panels, int8_panel_type rows) or
+// time to int8 panels (sets with gemm_int8_panels, the types it takes) or
 // dequantize them to F32 or BF16 panels for the float tiles. Measured on Zen 3 (AVX2, 2 threads,
 // smol-135m Q4_K_M): prefill 543 t/s dequantizing against 358 in integers,
 // decode 117 t/s in integers against 47 dequantizing.
@@ -144,10 +131,12 @@ struct CpuKernels {
                     float* scratch);
   // The same for int8_weight_type rows, from a.xq: 8-bit integer products.
   void (*gemm_int8_rows)(const GemmArgs& a, int64_t p0, int64_t p1, int64_t i0, int64_t i1);
-  // The same for calls of kInt8MaxRows x rows or more on int8_panel_type rows,
-  // from a.xq (XQ8Block): each group of 32 rows unpacked once to an int8 panel
-  // for the set's integer tiles (avx512/int8_panels.h). nullptr in sets
-  // without one (they dequantize: gemm_rows).
+  // The block types this set multiplies in 8-bit integers in calls of
+  // kInt8MaxRows x rows or more too (gemm_int8_panels); nullptr: none.
+  bool (*int8_panel_type)(WeightType t);
+  // The same for those calls, from a.xq (XQ8Block): each group of 32 rows
+  // unpacked once to an int8 panel (generic/int8_panel_layout.h) for the set's
+  // integer tiles (<isa>/int8_panels.h). nullptr in sets without one.
   void (*gemm_int8_panels)(const GemmArgs& a, int64_t p0, int64_t p1, int64_t i0, int64_t i1,
                            float* scratch);
   // x rows [r0, r1) of (., cols) -> (., cols / 32) XQ8Blocks; cols a multiple of 32.

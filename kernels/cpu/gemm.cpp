@@ -131,7 +131,7 @@ struct RowsX {
 // where the set has them.
 bool int8_products(const CpuKernels& k, const CpuMatrix& w, int64_t n) {
   if (n < kInt8MaxRows) return int8_weight_type(w.source_type);
-  return k.gemm_int8_panels != nullptr && int8_panel_type(w.source_type);
+  return k.int8_panel_type != nullptr && k.int8_panel_type(w.source_type);
 }
 
 // x rows [0, n) of (n, cols) -> xq (n, cols / 32): in parallel for long calls.

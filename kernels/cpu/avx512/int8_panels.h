@@ -1,18 +1,11 @@
 // Prefill products of block-format weights in 8-bit integers with AVX512_VNNI
 // (vpdpbusd: 64 byte products summed into 16 int32 lanes per instruction, twice
-// the multiply-adds of vdpbf16ps at the same rate). A group of 32 weight rows
-// is unpacked once per call into an int8 panel, then every x row (quantized per
-// 32 to XQ8Block, as decode does) runs over it in register tiles of 6 x rows
-// by 32 weight rows. Only the avx512bf16 set (built with AVX512_VNNI) includes
-// this file; gemm.cpp sends it calls of kInt8MaxRows x rows or more on
-// int8_panel_type rows (cpu_kernels.h). Measured on a Zen 5 core, L1-resident:
-// 395 GMAC/s against 225 for the BF16 tiles.
-//
-// Panel layout, per 32-value group g of the weight rows (kGroupBytes each):
-//   q[8][32][4] u8  -- q[t][r][b] is value 4t + b of row r in the group
-//   s[32]  f32      -- row r's value = s[r] * q + m[r]
-//   m[32]  f32
-// Formats with signed values (Q8_0) store q + 128 and m = -128 s.
+// the multiply-adds of vdpbf16ps at the same rate): every x row (quantized per
+// 32 to XQ8Block, as decode does) runs over an int8 panel (generic/
+// int8_panel_layout.h) in register tiles of 6 x rows by 32 weight rows. Only
+// the avx512bf16 set (built with AVX512_VNNI) includes this file; gemm.cpp
+// sends it calls of kInt8MaxRows x rows or more. Measured on a Zen 5 core,
+// L1-resident: 395 GMAC/s against 225 for the BF16 tiles.
 // Each output sums its groups in order, whatever the tile or call it is in.
 #pragma once
 
@@ -24,9 +17,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "kernels/cpu/cpu_kernels.h"
-#include "kernels/cpu/generic/int8_gemm.h"
-#include "kernels/quant/quant_blocks.h"
+#include "kernels/cpu/generic/int8_panel_layout.h"
 
 #define PREFIXD_HAS_INT8_PANELS 1
 
@@ -34,73 +25,11 @@ namespace prefixd::cpu::PREFIXD_ISA_NS {
 
 namespace i8panel {
 
-using i8gemm::B;
-using i8gemm::KUnpacked;
-using i8gemm::scales_mins_k4;
-
-constexpr int64_t kRows = kGemmPanel;  // weight rows per panel (32: two 16-lane vectors)
-constexpr int64_t kGroupBytes = 8 * kRows * 4 + 2 * kRows * sizeof(float);
 constexpr int kTileX = 6;  // x rows per register tile: 12 int32 + 12 f32 accumulators
 
-// Panel bytes for `cols` columns (a multiple of 32), plus 64 for alignment.
-inline size_t panel_bytes(int64_t cols) { return static_cast<size_t>(cols / 32) * kGroupBytes + 64; }
-
-// One 32-value group of one weight row as unsigned bytes q and w = s * q + m.
-struct Group {
-  __m256i q;
-  float s, m;
-};
-
-// The groups of block b of a row: 1 for the 32-value formats, 8 for Q4_K/Q5_K.
-template <class Fmt>
-PREFIXD_VEC_INLINE int unpack_block(const typename Fmt::Block& b, Group* g) {
-  if constexpr (Fmt::kSuper) {
-    KUnpacked u;
-    Fmt::unpack(b, u);
-    uint8_t sc[8], mn[8];
-    scales_mins_k4(b.scales, sc, mn);
-    for (int k = 0; k < 8; ++k) g[k] = {u.q[k], u.d * sc[k], -u.dmin * mn[k]};
-    return 8;
-  } else {
-    B q[1];
-    float sc[1], mn[1] = {0.0f};
-    Fmt::unpack(b, q, sc, mn);
-    if constexpr (Fmt::kSigned) {
-      g[0] = {_mm256_xor_si256(q[0], _mm256_set1_epi8(static_cast<char>(0x80))), sc[0], -128.0f * sc[0]};
-    } else {
-      g[0] = {q[0], sc[0], mn[0]};
-    }
-    return 1;
-  }
-}
-
-// Weight rows [r0, r0 + valid) -> panel (layout above); rows past `valid` zero.
-template <class Fmt>
-void build_panel(const GemmArgs& a, int64_t r0, int64_t valid, uint8_t* panel) {
-  using Block = typename Fmt::Block;
-  const int64_t n_groups = a.cols / 32;
-  constexpr int kPerBlock = Fmt::kSuper ? 8 : 1;
-  const int64_t n_blocks = n_groups / kPerBlock;
-  if (valid < kRows) {
-    for (int64_t g = 0; g < n_groups; ++g) std::memset(panel + g * kGroupBytes, 0, kGroupBytes);
-  }
-  for (int64_t r = 0; r < valid; ++r) {
-    const auto* blocks = reinterpret_cast<const Block*>(a.rows_data + (r0 + r) * a.row_bytes);
-    for (int64_t b = 0; b < n_blocks; ++b) {
-      Group groups[8];
-      const int n = unpack_block<Fmt>(blocks[b], groups);
-      for (int k = 0; k < n; ++k) {
-        uint8_t* pg = panel + (b * kPerBlock + k) * kGroupBytes;
-        alignas(32) uint32_t words[8];
-        _mm256_store_si256(reinterpret_cast<__m256i*>(words), groups[k].q);
-        auto* q = reinterpret_cast<uint32_t*>(pg);
-        for (int t = 0; t < 8; ++t) q[t * kRows + r] = words[t];
-        auto* s = reinterpret_cast<float*>(pg + 8 * kRows * 4);
-        s[r] = groups[k].s;
-        s[kRows + r] = groups[k].m;
-      }
-    }
-  }
+// Every int8 panel format: the unsigned operand of vpdpbusd is the weights'.
+inline bool takes(WeightType t) {
+  return with_format(t, []<class>() {});
 }
 
 // y[i * ldy + j] for R x rows (XQ8Block rows x_stride apart) and the panel's
@@ -128,7 +57,7 @@ PREFIXD_VEC_INLINE void tile(const uint8_t* panel, int64_t n_groups, const XQ8Bl
         acc[i][1] = _mm512_dpbusd_epi32(acc[i][1], w1, xv);
       }
     }
-    const auto* sm = reinterpret_cast<const float*>(pg + 8 * kRows * 4);
+    const auto* sm = reinterpret_cast<const float*>(pg + kQBytes);
     const __m512 s0 = _mm512_load_ps(sm), s1 = _mm512_load_ps(sm + 16);
     const __m512 m0 = _mm512_load_ps(sm + kRows), m1 = _mm512_load_ps(sm + kRows + 16);
 #pragma GCC unroll 6
@@ -167,31 +96,20 @@ inline void panel_rows(const uint8_t* panel, int64_t n_groups, const XQ8Block* x
   }
 }
 
-template <class Fmt>
-void rows_fmt(const GemmArgs& a, int64_t p0, int64_t p1, int64_t i0, int64_t i1, uint8_t* panel) {
-  const int64_t n_groups = a.cols / 32;
-  for (int64_t p = p0; p < p1; ++p) {
-    const int64_t r_begin = p * kRows;
-    const int64_t valid = std::min(kRows, a.rows - r_begin);
-    build_panel<Fmt>(a, r_begin, valid, panel);
-    panel_rows(panel, n_groups, a.xq, i0, i1, a.y + r_begin, a.rows, valid);
-  }
-}
-
 // y rows [i0, i1) x output columns of the row groups [p0, p1), from a.xq;
-// a.row_type is int8_panel_type. scratch: gemm_scratch_floats(cols) floats.
+// takes(a.row_type). scratch: gemm_scratch_floats(cols) floats.
 inline void rows(const GemmArgs& a, int64_t p0, int64_t p1, int64_t i0, int64_t i1, float* scratch) {
-  auto* panel = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(scratch) + 63) & ~uintptr_t{63});
-  switch (a.row_type) {
-    case WeightType::Q4_0: rows_fmt<i8gemm::FmtQ4_0>(a, p0, p1, i0, i1, panel); return;
-    case WeightType::Q4_1: rows_fmt<i8gemm::FmtQ4_1>(a, p0, p1, i0, i1, panel); return;
-    case WeightType::Q5_0: rows_fmt<i8gemm::FmtQ5_0>(a, p0, p1, i0, i1, panel); return;
-    case WeightType::Q5_1: rows_fmt<i8gemm::FmtQ5_1>(a, p0, p1, i0, i1, panel); return;
-    case WeightType::Q8_0: rows_fmt<i8gemm::FmtQ8_0>(a, p0, p1, i0, i1, panel); return;
-    case WeightType::Q4_K: rows_fmt<i8gemm::FmtQ4_K>(a, p0, p1, i0, i1, panel); return;
-    case WeightType::Q5_K: rows_fmt<i8gemm::FmtQ5_K>(a, p0, p1, i0, i1, panel); return;
-    default: PREFIXD_CHECK(false, "int8 panels: not an int8_panel_type");
-  }
+  uint8_t* panel = panel_in(scratch);
+  const int64_t n_groups = a.cols / 32;
+  const bool known = with_format(a.row_type, [&]<class Fmt>() {
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t r_begin = p * kRows;
+      const int64_t valid = std::min(kRows, a.rows - r_begin);
+      build_panel<Fmt>(a, r_begin, valid, panel);
+      panel_rows(panel, n_groups, a.xq, i0, i1, a.y + r_begin, a.rows, valid);
+    }
+  });
+  PREFIXD_CHECK(known, "int8 panels: a type without one");
 }
 
 }  // namespace i8panel

@@ -21,8 +21,10 @@ const CpuKernels kKernelSet = {
       qgemm::rows,
       i8gemm::rows,
 #if defined(PREFIXD_HAS_INT8_PANELS)  // the set's kernels.cpp included its int8 panels
+      i8panel::takes,
       i8panel::rows,
 #else
+      nullptr,
       nullptr,
 #endif
       i8gemm::quantize_x,

@@ -10,6 +10,8 @@
 // In sets with a BF16 dot product (avx512bf16) the block formats' panel is
 // rounded to BF16 instead and runs through the BF16 tiles, with x in BF16
 // (GemmArgs::xb), as BF16 weights do: twice the products per instruction.
+// Block types the set's int8 panels take (CpuKernels::int8_panel_type) never
+// reach the many-rows shape here: gemm.cpp sends those to gemm_int8_panels.
 // Per-thread scratch: cols * (32 + 4) floats.
 // Included by kernels/cpu/<isa>/kernels.cpp only (through kernel_set.h).
 #pragma once
