@@ -180,7 +180,7 @@ TEST_CASE("matmul matches a double reference for every weight type and batch siz
         CHECK(w->rows == s.rows);
         CHECK(w->cols == s.cols);
         CHECK(w->source_type == type);
-        for (int64_t n : {1, 2, 7, 12, 15, 64, 300}) {
+        for (int64_t n : {1, 2, 7, 12, 15, 16, 17, 64, 300}) {
           CAPTURE(type_name(type));
           CAPTURE(s.rows);
           CAPTURE(s.cols);
