@@ -13,7 +13,6 @@
 
 #include <immintrin.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -108,16 +107,10 @@ inline void half_rows(const uint8_t* panel, int64_t n_groups, const XQ8Block* x,
 // y rows [i0, i1) x output columns of the row groups [p0, p1), from a.xq;
 // takes(a.row_type). scratch: gemm_scratch_floats(cols) floats.
 inline void rows(const GemmArgs& a, int64_t p0, int64_t p1, int64_t i0, int64_t i1, float* scratch) {
-  uint8_t* panel = panel_in(scratch);
   const int64_t n_groups = a.cols / 32;
-  const bool known = with_format(a.row_type, [&]<class Fmt>() {
-    for (int64_t p = p0; p < p1; ++p) {
-      const int64_t r_begin = p * kRows;
-      const int64_t valid = std::min(kRows, a.rows - r_begin);
-      build_panel<Fmt>(a, r_begin, valid, panel);
-      for (int h = 0; h < 2 && 16 * h < valid; ++h)
-        half_rows(panel, n_groups, a.xq, i0, i1, h, a.y + r_begin + 16 * h, a.rows, valid - 16 * h);
-    }
+  const bool known = each_panel(a, p0, p1, scratch, [&](const uint8_t* panel, int64_t r_begin, int64_t valid) {
+    for (int h = 0; h < 2 && 16 * h < valid; ++h)
+      half_rows(panel, n_groups, a.xq, i0, i1, h, a.y + r_begin + 16 * h, a.rows, valid - 16 * h);
   });
   PREFIXD_CHECK(known, "int8 panels: a type without one");
 }

@@ -13,7 +13,6 @@
 
 #include <immintrin.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -99,15 +98,9 @@ inline void panel_rows(const uint8_t* panel, int64_t n_groups, const XQ8Block* x
 // y rows [i0, i1) x output columns of the row groups [p0, p1), from a.xq;
 // takes(a.row_type). scratch: gemm_scratch_floats(cols) floats.
 inline void rows(const GemmArgs& a, int64_t p0, int64_t p1, int64_t i0, int64_t i1, float* scratch) {
-  uint8_t* panel = panel_in(scratch);
   const int64_t n_groups = a.cols / 32;
-  const bool known = with_format(a.row_type, [&]<class Fmt>() {
-    for (int64_t p = p0; p < p1; ++p) {
-      const int64_t r_begin = p * kRows;
-      const int64_t valid = std::min(kRows, a.rows - r_begin);
-      build_panel<Fmt>(a, r_begin, valid, panel);
-      panel_rows(panel, n_groups, a.xq, i0, i1, a.y + r_begin, a.rows, valid);
-    }
+  const bool known = each_panel(a, p0, p1, scratch, [&](const uint8_t* panel, int64_t r_begin, int64_t valid) {
+    panel_rows(panel, n_groups, a.xq, i0, i1, a.y + r_begin, a.rows, valid);
   });
   PREFIXD_CHECK(known, "int8 panels: a type without one");
 }

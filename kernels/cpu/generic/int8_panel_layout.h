@@ -113,6 +113,21 @@ bool with_format(WeightType t, Body&& body) {
   }
 }
 
+// For each row group p in [p0, p1) of a: its panel built in `scratch`, then
+// tiles(panel, first weight row, valid rows). False for a type without one.
+template <class Tiles>
+bool each_panel(const GemmArgs& a, int64_t p0, int64_t p1, float* scratch, Tiles&& tiles) {
+  uint8_t* panel = panel_in(scratch);
+  return with_format(a.row_type, [&]<class Fmt>() {
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t r_begin = p * kRows;
+      const int64_t valid = a.rows - r_begin < kRows ? a.rows - r_begin : kRows;
+      build_panel<Fmt>(a, r_begin, valid, panel);
+      tiles(static_cast<const uint8_t*>(panel), r_begin, valid);
+    }
+  });
+}
+
 }  // namespace i8panel
 
 }  // namespace prefixd::cpu::PREFIXD_ISA_NS
