@@ -28,6 +28,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
+: >"$work/out"  # exists before the loop reads it (see start_prefixd in tests/scripts/lib)
 "$build_dir/prefixd" --port 0 --model "${SOAK_MODEL:-demo}" --threads 2 \
   --cache-dir "$build_dir/test-cache" --host-cache-gb 0.25 --disk-cache-dir "$work/disk" \
   --disk-cache-gb 1 --max-concurrent 64 "$@" >"$work/out" 2>"$work/err" &

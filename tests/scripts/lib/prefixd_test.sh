@@ -56,6 +56,12 @@ require_node20() {
 start_prefixd() {
   local build_dir=$1 log=$2
   shift 2
+  # The logs exist before the loop reads them: the background shell opens its
+  # redirections only when it is scheduled, and under `set -euo pipefail` a
+  # sed on a missing file would end the calling test at once (a flake seen
+  # on a loaded machine: test_prometheus_hit_ratio failed after 0.04 s).
+  : >"$log.out"
+  : >"$log.err"
   "$build_dir/prefixd" --port 0 "$@" >"$log.out" 2>"$log.err" &
   PREFIXD_PID=$!
   PREFIXD_PORT=""
