@@ -111,9 +111,9 @@ PrefixCacheInfo prefix_cache_from(const json& p) {
   info.disk_tokens = int_field(p, "disk_tokens", 0);
   info.remote_tokens = int_field(p, "remote_tokens", 0);
   info.prefill_tokens = int_field(p, "prefill_tokens", 0);
-  info.restore_path = string_field(p, "restore_path");
+  info.onboard_path = string_field(p, "restore_path");
   info.queue_ms = double_field(p, "queue_ms", 0);
-  info.restore_ms = double_field(p, "restore_ms", 0);
+  info.onboard_ms = double_field(p, "restore_ms", 0);
   info.prefill_ms = double_field(p, "prefill_ms", 0);
   info.ttft_ms = double_field(p, "ttft_ms", 0);
   info.decode_ms = double_field(p, "decode_ms", 0);

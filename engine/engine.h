@@ -50,9 +50,9 @@ struct EngineOptions {
   // refuses a mismatch.
   Hash128 model_fingerprint;
   std::array<uint8_t, 16> deployment_secret{};
-  // Chains found below the device: kAuto restores when the estimated restore
-  // time beats recomputing (RestorePolicy); kAlways / kNever force a path.
-  enum class RestoreMode : uint8_t { kAuto, kAlways, kNever } restore_mode = RestoreMode::kAuto;
+  // Chains found below the device: kAuto onboards when the estimated onboard
+  // time beats recomputing (OnboardPolicy); kAlways / kNever force a path.
+  enum class OnboardMode : uint8_t { kAuto, kAlways, kNever } onboard_mode = OnboardMode::kAuto;
   // Tests: after every step, check the block manager's invariants and that
   // each block's ref count equals the references in live block tables; abort
   // with the violation when one fails.

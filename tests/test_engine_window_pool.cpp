@@ -159,7 +159,7 @@ TEST_CASE("evict-only tiers get a block whose window part goes first, whole, and
   EngineOptions o = options(14, 0.5);
   o.model_fingerprint = tiers->model_fingerprint();
   o.deployment_secret = tiers->deployment_secret();
-  o.restore_mode = EngineOptions::RestoreMode::kAlways;
+  o.onboard_mode = EngineOptions::OnboardMode::kAlways;
   EngineUnderTest windowed(model_path(), o, tiers.get());
   EngineOptions ref_opts = f32_engine_options();
   ref_opts.window_share = 0;

@@ -24,7 +24,7 @@ struct TierFigures {
   int64_t cached_tokens = 0;   // prompt tokens reused from this tier
   int64_t offload_blocks = 0;  // host, disk: blocks newly written down into this tier
   int64_t offload_bytes = 0;
-  int64_t onboard_blocks = 0;  // host, disk: blocks restored from this tier into the pool
+  int64_t onboard_blocks = 0;  // host, disk: blocks onboarded from this tier into the pool
 };
 
 // The remote tier's own figures (memcached pool), beside its TierFigures.
@@ -60,7 +60,7 @@ struct StatsSnapshot {
   int64_t prompt_tokens = 0;   // prompt tokens of admitted requests
   int64_t prefill_tokens = 0;  // prompt tokens computed by prefill
   int64_t generated_tokens = 0;
-  int64_t onboard_bytes = 0;    // bytes restored from host, disk and remote together
+  int64_t onboard_bytes = 0;    // bytes onboarded from host, disk and remote together
   int64_t corrupt_records = 0;  // disk records that failed a check (deleted, a miss)
   int64_t unauthenticated_records = 0;  // of those, the ones whose MAC did not verify
   int64_t disk_write_errors = 0;  // disk records not written: a failed write, or writes stopped
