@@ -212,18 +212,18 @@ class Engine::Impl {
     BlockManagerStats b = blocks_.stats();
     s.pool_blocks_total = pool_.geom.n_blocks;
     s.pool_capacity_bytes = static_cast<int64_t>(pool_.geom.pool_bytes());
-    s.pool_blocks_used = b.blocks_used;
+    s.pool_blocks_referenced = b.blocks_referenced;
     s.pool_blocks_cached = b.blocks_cached;
     s.pool_blocks_pinned = b.blocks_pinned;
-    s.pool_used_bytes = static_cast<int64_t>(b.blocks_used + b.blocks_cached) *
+    s.pool_used_bytes = static_cast<int64_t>(b.blocks_referenced + b.blocks_cached) *
                         static_cast<int64_t>(pool_.geom.global_block_bytes());
     if (window_) {
       const WindowBlocksStats w = window_->stats();
       s.pool_window_blocks_total = w.blocks_total;
-      s.pool_window_blocks_used = w.blocks_used;
+      s.pool_window_blocks_referenced_or_pinned = w.blocks_referenced_or_pinned;
       s.pool_window_blocks_cached = w.blocks_cached;
       s.pool_window_evictions = w.evictions;
-      s.pool_used_bytes += static_cast<int64_t>(w.blocks_used + w.blocks_cached) *
+      s.pool_used_bytes += static_cast<int64_t>(w.blocks_referenced_or_pinned + w.blocks_cached) *
                            static_cast<int64_t>(pool_.geom.window_block_bytes());
     }
     s.device_hits = b.hits;

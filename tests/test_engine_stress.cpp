@@ -118,7 +118,7 @@ void run_stress(TierManager* tiers, uint32_t seed, int n_rounds) {
     }
   }
   EngineStats s = e.engine->stats();
-  CHECK(s.pool_blocks_used == 0);  // no leaks: nothing referenced once all requests ended
+  CHECK(s.pool_blocks_referenced == 0);  // no leaks: nothing referenced once all requests ended
   CHECK(s.running == 0);
   CHECK(s.waiting == 0);
   CHECK(s.device_evictions > 0);   // the pool really was too small

@@ -99,7 +99,7 @@ TEST_CASE("the same budget serves and caches a long prompt with a window space, 
   // Windowed: every block's global layers, and the last window's parts.
   CHECK(windowed.engine->lookup(prompt, "").device_tokens == 62 * 16);
   CHECK(sb.pool_blocks_cached == 62);
-  CHECK(sb.pool_window_blocks_used == 0);
+  CHECK(sb.pool_window_blocks_referenced_or_pinned == 0);
   // 15 usable window blocks: the last, partial block's part was freed (never
   // published); the other 14 hold the newest published blocks' parts.
   CHECK(sb.pool_window_blocks_cached == 14);
@@ -142,8 +142,8 @@ TEST_CASE("answers equal an engine without a window space while window parts com
   const EngineStats s = windowed.engine->stats();
   CHECK(n_cached > 0);
   CHECK(s.pool_window_evictions > 0);
-  CHECK(s.pool_window_blocks_used == 0);
-  CHECK(s.pool_blocks_used == 0);
+  CHECK(s.pool_window_blocks_referenced_or_pinned == 0);
+  CHECK(s.pool_blocks_referenced == 0);
 }
 
 TEST_CASE("evict-only tiers get a block whose window part goes first, whole, and restore it exactly") {

@@ -279,10 +279,10 @@ TEST_CASE("tiers that fill only part of the reserved blocks, and a choice to rec
   h.sched.admit(h.now);
   REQUIRE(a->state == SeqState::kLoading);
   CHECK(a->block_table.size() == 3);
-  CHECK(h.blocks.stats().blocks_used == 3);
+  CHECK(h.blocks.stats().blocks_referenced == 3);
   h.sched.onboarded(*a, 1, 0, 0);  // one block, from disk; the other two reserved blocks go back
   CHECK(a->block_table.size() == 1);
-  CHECK(h.blocks.stats().blocks_used == 1);
+  CHECK(h.blocks.stats().blocks_referenced == 1);
   CHECK(a->usage.disk_tokens == 4);
   CHECK(a->usage.host_tokens == 0);
   CHECK(a->usage.cached_tokens == 4);
@@ -353,7 +353,7 @@ TEST_CASE("a sequence alone that needs more blocks than the pool holds is report
   CHECK(second.chunks.empty());
   CHECK(second.too_big == std::vector<Sequence*>{a});
   h.sched.remove(*a);
-  CHECK(h.blocks.stats().blocks_used == 0);
+  CHECK(h.blocks.stats().blocks_referenced == 0);
   CHECK(h.sched.check_invariants().ok());
 }
 

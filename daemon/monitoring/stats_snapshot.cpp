@@ -43,12 +43,12 @@ StatsSnapshot read_stats(Engine& engine, const TierManager* tiers) {
   StatsSnapshot s;
   s.device.capacity_bytes = es.pool_capacity_bytes;
   s.device.used_bytes = es.pool_used_bytes;
-  s.device.blocks = es.pool_blocks_used + es.pool_blocks_cached;
+  s.device.blocks = es.pool_blocks_referenced + es.pool_blocks_cached;
   s.device.hits = es.device_hits;
   s.device.misses = es.device_misses;
   s.device.evictions = es.device_evictions;
   s.pool_blocks_total = es.pool_blocks_total;
-  s.pool_blocks_referenced = es.pool_blocks_used;
+  s.pool_blocks_referenced = es.pool_blocks_referenced;
   s.pool_blocks_cached = es.pool_blocks_cached;
   s.pool_blocks_pinned = es.pool_blocks_pinned;
   s.prompt_tokens = es.prompt_tokens;

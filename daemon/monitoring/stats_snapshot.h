@@ -15,7 +15,7 @@ class TierManager;
 struct TierFigures {
   // Gauges.
   int64_t capacity_bytes = 0;
-  int64_t used_bytes = 0;  // device: blocks referenced or cached
+  int64_t used_bytes = 0;  // bytes held (device: blocks referenced or cached, EngineStats::pool_used_bytes)
   int64_t blocks = 0;      // blocks held (device: referenced + cached)
   // Counters (monotonic).
   int64_t hits = 0;            // block lookups that found the block in this tier
@@ -52,8 +52,8 @@ struct StatsSnapshot {
 
   // The device pool in blocks (gauges).
   int32_t pool_blocks_total = 0;
-  int32_t pool_blocks_referenced = 0;  // referenced by a running sequence
-  int32_t pool_blocks_cached = 0;      // unreferenced, findable
+  int32_t pool_blocks_referenced = 0;  // ref > 0: held by a live sequence
+  int32_t pool_blocks_cached = 0;      // ref 0, findable (holding cached data)
   int32_t pool_blocks_pinned = 0;
 
   // Counters.
