@@ -69,7 +69,7 @@ RequestOutcome CompletionFold::outcome() const {
   return RequestOutcome::kCompleted;
 }
 
-std::optional<ApiError> completion_error(const CompletionFold& fold, Delivery delivery) {
+ApiResult<void> completion_error(const CompletionFold& fold, Delivery delivery) {
   switch (fold.outcome()) {
     case RequestOutcome::kError:
       return ApiError::internal_error("the engine failed this request" +
@@ -78,7 +78,7 @@ std::optional<ApiError> completion_error(const CompletionFold& fold, Delivery de
       return ApiError::service_unavailable("the request was cancelled (server shutting down)",
                                            delivery == Delivery::kStream ? "" : "shutting_down");
     default:
-      return std::nullopt;
+      return {};
   }
 }
 
