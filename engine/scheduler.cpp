@@ -116,7 +116,7 @@ bool Scheduler::try_admit(Sequence& s, Clock::time_point now) {
     hooks_.onboard(s, k, k + n_below);
     return true;
   }
-  start_running(s, k, /*n_restored=*/0);
+  start_running(s, k, /*n_onboarded=*/0);
   return true;
 }
 

@@ -28,11 +28,11 @@ OnboardPolicy::OnboardPolicy(const OnboardPolicyOptions& options)
       remote_bytes_per_s_(options.remote_bytes_per_s),
       remote_round_trip_s_(options.remote_round_trip_s),
       prefill_tokens_per_s_(options.prefill_tokens_per_s) {
-  PREFIXD_CHECK(options.block_bytes > 0, "RestorePolicy needs block_bytes");
+  PREFIXD_CHECK(options.block_bytes > 0, "OnboardPolicy needs block_bytes");
   PREFIXD_CHECK(options.host_bytes_per_s > 0 && options.disk_bytes_per_s > 0 &&
                     options.remote_bytes_per_s > 0 && options.remote_round_trip_s >= 0 &&
                     options.prefill_tokens_per_s > 0,
-                "RestorePolicy seeds must be positive");
+                "OnboardPolicy seeds must be positive");
   PREFIXD_CHECK(options.ema_weight > 0 && options.ema_weight <= 1, "ema_weight in (0, 1]");
 }
 

@@ -362,7 +362,7 @@ TEST_CASE("a truncated MANIFEST opens at an older state and never gives a wrong 
     onboarded_tokens += disk_tokens;
     CHECK(a.body["choices"][0]["token_ids"] == first[static_cast<size_t>(i)]);
   }
-  MESSAGE(onboarded_tokens << " prompt tokens restored from the older state");
+  MESSAGE(onboarded_tokens << " prompt tokens onboarded from the older state");
   // Opened, not refused or stopped: at the older state the disk tier takes
   // the three prompts' blocks again and reports no error.
   REQUIRE(wait_disk_blocks(*c, 3 * (180 / 16)));

@@ -133,7 +133,7 @@ void run_stress(TierManager* tiers, uint32_t seed, int n_rounds) {
                         << ", evictions " << s.device_evictions << ", preemptions " << s.preemptions
                         << ", cached tokens device " << s.cached_tokens_device << ", host "
                         << s.cached_tokens_host << ", disk " << s.cached_tokens_disk
-                        << "; restored in checked outputs: host " << n_host_tokens << ", disk "
+                        << "; onboarded in checked outputs: host " << n_host_tokens << ", disk "
                         << n_disk_tokens);
 }
 

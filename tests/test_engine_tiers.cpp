@@ -110,7 +110,7 @@ TEST_CASE("write-through blocks come back from host, then from disk, with the co
   }
 }
 
-TEST_CASE("a pool too small for the working set evicts to host and restores from there") {
+TEST_CASE("a pool too small for the working set evicts to host and onboards from there") {
   GoldenModel g = load_golden("rand-mqa-f16", 2e-2f);
   const GoldenCase& c = longest_case(g);
   auto tiers = make_tiers(g.model_file, nullptr, WritePolicy::kEvictOnly);
@@ -182,7 +182,7 @@ TEST_CASE("corrupt disk records are counted misses and the answer stays correct"
   CHECK(tiers->stats().disk.corrupt_records == n_corrupt);
 }
 
-TEST_CASE("restore_mode never recomputes and says so; another fingerprint finds nothing") {
+TEST_CASE("onboard_mode never recomputes and says so; another fingerprint finds nothing") {
   GoldenModel g = load_golden("stories260K", 1e-3f);
   const GoldenCase& c = longest_case(g);
   const int32_t n = static_cast<int32_t>(c.ids.size());

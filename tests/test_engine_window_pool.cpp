@@ -146,7 +146,7 @@ TEST_CASE("answers equal an engine without a window space while window parts com
   CHECK(s.pool_blocks_referenced == 0);
 }
 
-TEST_CASE("evict-only tiers get a block whose window part goes first, whole, and restore it exactly") {
+TEST_CASE("evict-only tiers get a block whose window part goes first, whole, and onboard it exactly") {
   TierManagerOptions to;
   to.n_io_threads = 1;
   to.model_fingerprint = Hash128{0x1234, 0x5678};

@@ -24,7 +24,7 @@ OnboardPolicyOptions round_options() {
 }
 }  // namespace
 
-TEST_CASE("restore_from_host_beats_recompute_for_a_long_prefix") {
+TEST_CASE("onboard_from_host_beats_recompute_for_a_long_prefix") {
   const OnboardPolicy policy(round_options());
   // 125 blocks of 16 tokens: 0.125 s onboard vs 2 s prefill.
   const OnboardDecision d = policy.choose(125, StorageTier::kHost, 2000);

@@ -234,7 +234,7 @@ TEST_CASE("a batch is decode steps first, then the oldest prefill chunks, within
   CHECK(h.step() == "1:1d@0 2:1d@1 3:1d@2");
 }
 
-TEST_CASE("a newer decoder goes before an older prefill; restored blocks report host and disk") {
+TEST_CASE("a newer decoder goes before an older prefill; onboarded blocks report host and disk") {
   Harness h(32, 6, 4, /*with_tiers=*/true);
   h.offer = [](const Sequence& s, int32_t from, int32_t to) {
     CHECK(from == 0);
