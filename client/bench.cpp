@@ -111,10 +111,10 @@ void record_completion(const Completion& c, const BenchPlanEntry& entry,
     rec->disk_tokens = p.disk_tokens;
     rec->remote_tokens = p.remote_tokens;
     rec->prefill_tokens = p.prefill_tokens;
-    rec->restore_path = p.restore_path;
+    rec->onboard_path = p.onboard_path;
     rec->server_ttft_ms = p.ttft_ms;
     rec->server_queue_ms = p.queue_ms;
-    rec->server_restore_ms = p.restore_ms;
+    rec->server_onboard_ms = p.onboard_ms;
     rec->server_prefill_ms = p.prefill_ms;
     rec->server_decode_ms = p.decode_ms;
   }
@@ -483,12 +483,12 @@ json record_json(const BenchRecord& r) {
           {"disk_tokens", r.disk_tokens},
           {"remote_tokens", r.remote_tokens},
           {"prefill_tokens", r.prefill_tokens},
-          {"restore_path", r.restore_path},
+          {"restore_path", r.onboard_path},
           {"finish_reason", r.finish_reason},
           {"cache_hit", r.cache_hit()},
           {"server_ttft_ms", or_null(r.server_ttft_ms)},
           {"server_queue_ms", or_null(r.server_queue_ms)},
-          {"server_restore_ms", or_null(r.server_restore_ms)},
+          {"server_restore_ms", or_null(r.server_onboard_ms)},
           {"server_prefill_ms", or_null(r.server_prefill_ms)},
           {"server_decode_ms", or_null(r.server_decode_ms)}};
 }

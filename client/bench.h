@@ -85,11 +85,11 @@ struct BenchRecord {
   int64_t disk_tokens = 0;
   int64_t remote_tokens = 0;
   int64_t prefill_tokens = 0;
-  std::string restore_path;
+  std::string onboard_path;  // prefix_cache.restore_path (written as restore_path)
   std::string finish_reason;
   double server_ttft_ms = -1;  // prefix_cache.ttft_ms
   double server_queue_ms = -1;
-  double server_restore_ms = -1;
+  double server_onboard_ms = -1;  // prefix_cache.restore_ms (written as server_restore_ms)
   double server_prefill_ms = -1;
   double server_decode_ms = -1;
   bool cache_hit() const { return cached_tokens > 0; }

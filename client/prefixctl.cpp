@@ -117,7 +117,7 @@ void print_completion_footer(const Completion& c) {
                  static_cast<long long>(p.device_tokens), static_cast<long long>(p.host_tokens),
                  static_cast<long long>(p.disk_tokens), static_cast<long long>(p.remote_tokens),
                  static_cast<long long>(p.prefill_tokens),
-                 p.restore_path.c_str(), p.ttft_ms);
+                 p.onboard_path.c_str(), p.ttft_ms);
   }
   std::fprintf(stderr, " total_ms=%.2f]\n", c.total_ms);
 }

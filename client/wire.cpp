@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <initializer_list>
+#include <utility>
 
 namespace prefixd::client {
 
@@ -17,45 +19,48 @@ struct FieldError {
   std::string message;
 };
 
-int64_t int_field(const json& obj, const char* key, int64_t fallback) {
-  if (!obj.is_object()) return fallback;
+// The value of `key` in `obj`: nullptr when `obj` is not an object or the
+// field is absent or null (each reader below then returns its fallback).
+const json* present_field(const json& obj, const char* key) {
+  if (!obj.is_object()) return nullptr;
   auto it = obj.find(key);
-  if (it == obj.end() || it->is_null()) return fallback;
+  return it == obj.end() || it->is_null() ? nullptr : &*it;
+}
+
+int64_t int_field(const json& obj, const char* key, int64_t fallback) {
+  const json* it = present_field(obj, key);
+  if (!it) return fallback;
   if (!it->is_number()) throw FieldError{std::string("field '") + key + "' is not a number"};
   if (it->is_number_float()) return static_cast<int64_t>(std::llround(it->get<double>()));
   return it->get<int64_t>();
 }
 
 double double_field(const json& obj, const char* key, double fallback) {
-  if (!obj.is_object()) return fallback;
-  auto it = obj.find(key);
-  if (it == obj.end() || it->is_null()) return fallback;
+  const json* it = present_field(obj, key);
+  if (!it) return fallback;
   if (!it->is_number()) throw FieldError{std::string("field '") + key + "' is not a number"};
   return it->get<double>();
 }
 
 std::string string_field(const json& obj, const char* key) {
-  if (!obj.is_object()) return "";
-  auto it = obj.find(key);
-  if (it == obj.end() || it->is_null()) return "";
+  const json* it = present_field(obj, key);
+  if (!it) return "";
   if (!it->is_string()) throw FieldError{std::string("field '") + key + "' is not a string"};
   return it->get<std::string>();
 }
 
 const json& object_field(const json& obj, const char* key) {
   static const json kNull;
-  if (!obj.is_object()) return kNull;
-  auto it = obj.find(key);
-  if (it == obj.end() || it->is_null()) return kNull;
+  const json* it = present_field(obj, key);
+  if (!it) return kNull;
   if (!it->is_object()) throw FieldError{std::string("field '") + key + "' is not an object"};
   return *it;
 }
 
 std::vector<int32_t> ids_field(const json& obj, const char* key) {
   std::vector<int32_t> ids;
-  if (!obj.is_object()) return ids;
-  auto it = obj.find(key);
-  if (it == obj.end() || it->is_null()) return ids;
+  const json* it = present_field(obj, key);
+  if (!it) return ids;
   if (!it->is_array()) throw FieldError{std::string("field '") + key + "' is not an array"};
   ids.reserve(it->size());
   for (const json& v : *it) {
@@ -64,6 +69,13 @@ std::vector<int32_t> ids_field(const json& obj, const char* key) {
     ids.push_back(v.get<int32_t>());
   }
   return ids;
+}
+
+// Reads each named integer field of `obj` (absent or null: 0) into its member of `out`.
+template <typename T>
+void read_int_fields(const json& obj, T* out,
+                     std::initializer_list<std::pair<const char*, int64_t T::*>> fields) {
+  for (const auto& [key, member] : fields) out->*member = int_field(obj, key, 0);
 }
 
 json prompt_json(const Prompt& prompt) {
@@ -111,9 +123,9 @@ PrefixCacheInfo prefix_cache_from(const json& p) {
   info.disk_tokens = int_field(p, "disk_tokens", 0);
   info.remote_tokens = int_field(p, "remote_tokens", 0);
   info.prefill_tokens = int_field(p, "prefill_tokens", 0);
-  info.restore_path = string_field(p, "restore_path");
+  info.onboard_path = string_field(p, "restore_path");
   info.queue_ms = double_field(p, "queue_ms", 0);
-  info.restore_ms = double_field(p, "restore_ms", 0);
+  info.onboard_ms = double_field(p, "restore_ms", 0);
   info.prefill_ms = double_field(p, "prefill_ms", 0);
   info.ttft_ms = double_field(p, "ttft_ms", 0);
   info.decode_ms = double_field(p, "decode_ms", 0);
@@ -122,12 +134,13 @@ PrefixCacheInfo prefix_cache_from(const json& p) {
 
 TierStats tier_from(const json& t) {
   TierStats s;
-  s.capacity_bytes = int_field(t, "capacity_bytes", 0);
-  s.used_bytes = int_field(t, "used_bytes", 0);
-  s.blocks = int_field(t, "blocks", 0);
-  s.hits = int_field(t, "hits", 0);
-  s.misses = int_field(t, "misses", 0);
-  s.evictions = int_field(t, "evictions", 0);
+  read_int_fields(t, &s,
+                  {{"capacity_bytes", &TierStats::capacity_bytes},
+                   {"used_bytes", &TierStats::used_bytes},
+                   {"blocks", &TierStats::blocks},
+                   {"hits", &TierStats::hits},
+                   {"misses", &TierStats::misses},
+                   {"evictions", &TierStats::evictions}});
   return s;
 }
 
@@ -235,18 +248,34 @@ json cache_query_body(const CacheQuery& query) {
   return body;
 }
 
-Result<Usage> parse_usage(const json& usage) {
-  return guarded<Usage>("usage", [&]() -> Result<Usage> {
-    if (!usage.is_object()) return Status::error("malformed usage: not an object");
-    return usage_from(usage);
+namespace {
+
+// `j` converted by `from`; an error naming `what` when it is not an object.
+template <typename T>
+Result<T> parse_object(const char* what, const json& j, T (*from)(const json&)) {
+  return guarded<T>(what, [&]() -> Result<T> {
+    if (!j.is_object()) return Status::error(std::string("malformed ") + what + ": not an object");
+    return from(j);
   });
 }
 
-Result<PrefixCacheInfo> parse_prefix_cache(const json& prefix_cache) {
-  return guarded<PrefixCacheInfo>("prefix_cache", [&]() -> Result<PrefixCacheInfo> {
-    if (!prefix_cache.is_object()) return Status::error("malformed prefix_cache: not an object");
-    return prefix_cache_from(prefix_cache);
+// An answer of integer fields only (absent or null: 0).
+template <typename T>
+Result<T> parse_int_answer(const char* what, const json& answer,
+                           std::initializer_list<std::pair<const char*, int64_t T::*>> fields) {
+  return guarded<T>(what, [&]() -> Result<T> {
+    T out;
+    read_int_fields(answer, &out, fields);
+    return out;
   });
+}
+
+}  // namespace
+
+Result<Usage> parse_usage(const json& usage) { return parse_object("usage", usage, usage_from); }
+
+Result<PrefixCacheInfo> parse_prefix_cache(const json& prefix_cache) {
+  return parse_object("prefix_cache", prefix_cache, prefix_cache_from);
 }
 
 Result<Completion> parse_completion(const json& response) {
@@ -294,35 +323,26 @@ Result<CacheStats> parse_cache_stats(const json& stats) {
 }
 
 Result<LookupResult> parse_lookup(const json& answer) {
-  return guarded<LookupResult>("lookup answer", [&]() -> Result<LookupResult> {
-    LookupResult l;
-    l.prompt_tokens = int_field(answer, "prompt_tokens", 0);
-    l.cached_tokens = int_field(answer, "cached_tokens", 0);
-    l.device_tokens = int_field(answer, "device_tokens", 0);
-    l.host_tokens = int_field(answer, "host_tokens", 0);
-    l.disk_tokens = int_field(answer, "disk_tokens", 0);
-    return l;
-  });
+  return parse_int_answer<LookupResult>("lookup answer", answer,
+                                        {{"prompt_tokens", &LookupResult::prompt_tokens},
+                                         {"cached_tokens", &LookupResult::cached_tokens},
+                                         {"device_tokens", &LookupResult::device_tokens},
+                                         {"host_tokens", &LookupResult::host_tokens},
+                                         {"disk_tokens", &LookupResult::disk_tokens}});
 }
 
 Result<PrefetchResult> parse_prefetch(const json& answer) {
-  return guarded<PrefetchResult>("prefetch answer", [&]() -> Result<PrefetchResult> {
-    PrefetchResult p;
-    p.prompt_tokens = int_field(answer, "prompt_tokens", 0);
-    p.cached_tokens = int_field(answer, "cached_tokens", 0);
-    p.prefill_tokens = int_field(answer, "prefill_tokens", 0);
-    p.blocks = int_field(answer, "blocks", 0);
-    return p;
-  });
+  return parse_int_answer<PrefetchResult>("prefetch answer", answer,
+                                          {{"prompt_tokens", &PrefetchResult::prompt_tokens},
+                                           {"cached_tokens", &PrefetchResult::cached_tokens},
+                                           {"prefill_tokens", &PrefetchResult::prefill_tokens},
+                                           {"blocks", &PrefetchResult::blocks}});
 }
 
 Result<PinResult> parse_pin(const json& answer) {
-  return guarded<PinResult>("pin answer", [&]() -> Result<PinResult> {
-    PinResult p;
-    p.pinned_blocks = int_field(answer, "pinned_blocks", 0);
-    p.pinned_tokens = int_field(answer, "pinned_tokens", 0);
-    return p;
-  });
+  return parse_int_answer<PinResult>(
+      "pin answer", answer,
+      {{"pinned_blocks", &PinResult::pinned_blocks}, {"pinned_tokens", &PinResult::pinned_tokens}});
 }
 
 Result<int64_t> parse_cleared_blocks(const json& answer) {

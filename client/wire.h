@@ -77,9 +77,9 @@ struct PrefixCacheInfo {
   int64_t disk_tokens = 0;
   int64_t remote_tokens = 0;  // from the remote tier (a memcached pool shared by replicas)
   int64_t prefill_tokens = 0;
-  std::string restore_path;  // "none" | "restore" | "recompute"
+  std::string onboard_path;  // JSON restore_path: "none" | "restore" | "recompute"
   double queue_ms = 0;
-  double restore_ms = 0;
+  double onboard_ms = 0;  // JSON restore_ms
   double prefill_ms = 0;
   double ttft_ms = 0;
   double decode_ms = 0;

@@ -15,7 +15,7 @@
 #   engine/         common/ kernels/ storage/ engine/ (every subfolder)
 #   daemon/http/        common/ daemon/http/  (knows nothing of the engine)
 #   daemon/auth/        common/ daemon/auth/
-#   daemon/validation/  common/ engine/ daemon/http/api_error.h daemon/validation/
+#   daemon/validation/  common/ engine/ daemon/http/api_error.h daemon/http/api_result.h daemon/validation/
 #   daemon/monitoring/  common/ storage/ engine/ daemon/monitoring/
 #   daemon/api/         common/ storage/ engine/ daemon/http/ daemon/auth/
 #                       daemon/validation/ daemon/monitoring/ daemon/api/
@@ -41,7 +41,7 @@ set(RULES
   "engine/|common/ kernels/ storage/ engine/"
   "daemon/http/|common/ daemon/http/"
   "daemon/auth/|common/ daemon/auth/"
-  "daemon/validation/|common/ engine/ daemon/http/api_error.h daemon/validation/"
+  "daemon/validation/|common/ engine/ daemon/http/api_error.h daemon/http/api_result.h daemon/validation/"
   "daemon/monitoring/|common/ storage/ engine/ daemon/monitoring/"
   "daemon/api/|common/ storage/ engine/ daemon/http/ daemon/auth/ daemon/validation/ daemon/monitoring/ daemon/api/"
   "daemon/commands/|common/ kernels/ engine/ daemon/commands/ daemon/model_source.h daemon/cpu_isa_option.h"

@@ -152,9 +152,9 @@ EngineOptions engine_options(const ServerOptions& o, const Model& model, const H
   eo.max_batch_tokens = o.max_batch_tokens;
   eo.max_running = o.max_concurrent_requests;
   eo.max_pinned_blocks = o.max_pinned_blocks;
-  eo.restore_mode = o.restore_policy == "always"  ? EngineOptions::RestoreMode::kAlways
-                    : o.restore_policy == "never" ? EngineOptions::RestoreMode::kNever
-                                                  : EngineOptions::RestoreMode::kAuto;
+  eo.onboard_mode = o.onboard_policy == "always"  ? EngineOptions::OnboardMode::kAlways
+                    : o.onboard_policy == "never" ? EngineOptions::OnboardMode::kNever
+                                                  : EngineOptions::OnboardMode::kAuto;
   eo.model_fingerprint = fingerprint;
   return eo;
 }

@@ -115,8 +115,8 @@ Status check_tier_flags(ServerOptions& o) {
     return Status::error("--write-policy '" + o.write_policy +
                          "' is not one of write-through, evict-only");
   }
-  if (o.restore_policy != "auto" && o.restore_policy != "always" && o.restore_policy != "never") {
-    return Status::error("--restore-policy '" + o.restore_policy +
+  if (o.onboard_policy != "auto" && o.onboard_policy != "always" && o.onboard_policy != "never") {
+    return Status::error("--restore-policy '" + o.onboard_policy +
                          "' is not one of auto, always, never");
   }
   if (!o.remote_cache.empty()) {
@@ -319,7 +319,7 @@ void add_tier_flags(CLI::App& app, ServerOptions& o) {
                "DIR.corrupt-<time> and start with an empty one (default: refuse to start)");
   app.add_option("--write-policy", o.write_policy, "write-through or evict-only")
       ->capture_default_str();
-  app.add_option("--restore-policy", o.restore_policy,
+  app.add_option("--restore-policy", o.onboard_policy,
                  "blocks found in host/disk: auto (restore when faster than recompute), always, never")
       ->capture_default_str();
   app.add_option("--remote-cache", o.remote_cache,

@@ -22,7 +22,7 @@
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
 #include "engine/text/tokenizer.h"
-#include "storage/restore_policy.h"
+#include "storage/onboard_policy.h"
 #include "storage/tier_manager.h"
 
 namespace prefixd {
@@ -140,7 +140,7 @@ class Engine::Impl {
         // Logits rows: one per sequence that samples, plus the prompt-logprobs rows.
         fwd_(model, opts.max_batch_tokens, opts.max_running + opts.max_prompt_logits_rows),
         builder_(opts.block_size),
-        restore_(RestorePolicyOptions{tiers ? tiers->record_bytes() : 1}) {
+        onboard_policy_(OnboardPolicyOptions{tiers ? tiers->record_bytes() : 1}) {
     if (tiers_ || window_) {
       blocks_.set_on_evict([this](int32_t block_id, const BlockMeta& meta) {
         // A block that lost its window part went down when it did (below).
@@ -212,18 +212,18 @@ class Engine::Impl {
     BlockManagerStats b = blocks_.stats();
     s.pool_blocks_total = pool_.geom.n_blocks;
     s.pool_capacity_bytes = static_cast<int64_t>(pool_.geom.pool_bytes());
-    s.pool_blocks_used = b.blocks_used;
+    s.pool_blocks_referenced = b.blocks_referenced;
     s.pool_blocks_cached = b.blocks_cached;
     s.pool_blocks_pinned = b.blocks_pinned;
-    s.pool_used_bytes = static_cast<int64_t>(b.blocks_used + b.blocks_cached) *
+    s.pool_used_bytes = static_cast<int64_t>(b.blocks_referenced + b.blocks_cached) *
                         static_cast<int64_t>(pool_.geom.global_block_bytes());
     if (window_) {
       const WindowBlocksStats w = window_->stats();
       s.pool_window_blocks_total = w.blocks_total;
-      s.pool_window_blocks_used = w.blocks_used;
+      s.pool_window_blocks_referenced_or_pinned = w.blocks_referenced_or_pinned;
       s.pool_window_blocks_cached = w.blocks_cached;
       s.pool_window_evictions = w.evictions;
-      s.pool_used_bytes += static_cast<int64_t>(w.blocks_used + w.blocks_cached) *
+      s.pool_used_bytes += static_cast<int64_t>(w.blocks_referenced_or_pinned + w.blocks_cached) *
                            static_cast<int64_t>(pool_.geom.window_block_bytes());
     }
     s.device_hits = b.hits;
@@ -387,7 +387,7 @@ class Engine::Impl {
     counters_.forward_tokens += builder_.n_tokens();
     int64_t prefill_rows = 0;
     for (const ScheduledChunk& c : plan.chunks) prefill_rows += c.is_decode ? 0 : c.n_tokens;
-    if (prefill_rows == builder_.n_tokens()) restore_.observe_prefill(prefill_rows, pass_s);
+    if (prefill_rows == builder_.n_tokens()) onboard_policy_.observe_prefill(prefill_rows, pass_s);
     for (const ScheduledChunk& c : plan.chunks) complete(c, logits);
     if (opts_.check_invariants_each_step) check_invariants();
     return true;
@@ -440,14 +440,14 @@ class Engine::Impl {
       // one round trip, and a miss only means computing them after all.
       const int32_t n_offered = below.n_blocks + below.n_remote_candidates;
       if (n_offered == 0) return offer;
-      RestoreDecision d = restore_.choose_chain(ChainTiers{below.n_host, below.n_disk, below.n_remote_candidates},
+      OnboardDecision d = onboard_policy_.choose_chain(ChainTiers{below.n_host, below.n_disk, below.n_remote_candidates},
                                                 static_cast<int64_t>(n_offered) * opts_.block_size);
-      if (opts_.restore_mode == EngineOptions::RestoreMode::kAlways) d.choice = RestoreChoice::kRestore;
-      if (opts_.restore_mode == EngineOptions::RestoreMode::kNever) d.choice = RestoreChoice::kRecompute;
+      if (opts_.onboard_mode == EngineOptions::OnboardMode::kAlways) d.choice = OnboardChoice::kOnboard;
+      if (opts_.onboard_mode == EngineOptions::OnboardMode::kNever) d.choice = OnboardChoice::kRecompute;
       // Recomputing blocks nobody is known to hold is just a cold prompt.
-      if (d.choice == RestoreChoice::kRecompute && below.n_blocks == 0) return offer;
+      if (d.choice == OnboardChoice::kRecompute && below.n_blocks == 0) return offer;
       offer.n_blocks = n_offered;
-      offer.restore = d.choice == RestoreChoice::kRestore;
+      offer.onboard = d.choice == OnboardChoice::kOnboard;
       return offer;
     };
     h.onboard = [this](const Sequence& s, int32_t from, int32_t to) {
@@ -459,8 +459,8 @@ class Engine::Impl {
         const BlockHash& parent = i == 0 ? kRootParentHash : s.hashes[i - 1];
         const std::span<const int32_t> tokens(s.tokens.data() + i * B, B);
         const int32_t block_id = s.block_table[i];
-        // A block restored without its window part (older than the window
-        // of the restored chain's end) came from the tiers: they have it.
+        // A block onboarded without its window part (older than the window
+        // of the onboarded chain's end) came from the tiers: they have it.
         if (window_ && window_->of(block_id) < 0) return;
         // The copy and checksum run on the tiers' offload thread while this
         // one computes; the block is held (a reference) until its copy is
@@ -521,11 +521,11 @@ class Engine::Impl {
         writes[j] = BlockWrite{id, rec.data() + rec.size() - tiers_->geometry().payload_bytes(), kv_ids(id).window_block};
       }
       backend_.write_blocks(pool_, writes.data(), writes.size());
-      s->usage.restore_ms = ms_between(s->t_loading_start, Clock::now());
-      if (c.host_bytes > 0) restore_.observe_restore(StorageTier::kHost, c.host_bytes, c.host_seconds);
-      if (c.disk_bytes > 0) restore_.observe_restore(StorageTier::kDisk, c.disk_bytes, c.disk_seconds);
-      if (c.remote_bytes > 0) restore_.observe_restore(StorageTier::kRemote, c.remote_bytes, c.remote_seconds);
-      if (c.remote_miss_seconds > 0) restore_.observe_remote_round_trip(c.remote_miss_seconds);
+      s->usage.onboard_ms = ms_between(s->t_loading_start, Clock::now());
+      if (c.host_bytes > 0) onboard_policy_.observe_onboard(StorageTier::kHost, c.host_bytes, c.host_seconds);
+      if (c.disk_bytes > 0) onboard_policy_.observe_onboard(StorageTier::kDisk, c.disk_bytes, c.disk_seconds);
+      if (c.remote_bytes > 0) onboard_policy_.observe_onboard(StorageTier::kRemote, c.remote_bytes, c.remote_seconds);
+      if (c.remote_miss_seconds > 0) onboard_policy_.observe_remote_round_trip(c.remote_miss_seconds);
       scheduler_.onboarded(*s, v, c.n_from_host, c.n_from_remote);
     }
   }
@@ -698,7 +698,7 @@ class Engine::Impl {
   Scheduler scheduler_;
   ForwardPass fwd_;
   BatchBuilder builder_;
-  RestorePolicy restore_;
+  OnboardPolicy onboard_policy_;
 
   // Shared with other threads, guarded by mu_.
   std::mutex mu_;

@@ -50,9 +50,9 @@ struct EngineOptions {
   // refuses a mismatch.
   Hash128 model_fingerprint;
   std::array<uint8_t, 16> deployment_secret{};
-  // Chains found below the device: kAuto restores when the estimated restore
-  // time beats recomputing (RestorePolicy); kAlways / kNever force a path.
-  enum class RestoreMode : uint8_t { kAuto, kAlways, kNever } restore_mode = RestoreMode::kAuto;
+  // Chains found below the device: kAuto onboards when the estimated onboard
+  // time beats recomputing (OnboardPolicy); kAlways / kNever force a path.
+  enum class OnboardMode : uint8_t { kAuto, kAlways, kNever } onboard_mode = OnboardMode::kAuto;
   // Tests: after every step, check the block manager's invariants and that
   // each block's ref count equals the references in live block tables; abort
   // with the violation when one fails.
@@ -78,16 +78,19 @@ struct EngineOptions {
 // Figures for /v1/cache/stats and /metrics (a consistent snapshot).
 struct EngineStats {
   int64_t pool_capacity_bytes = 0;
-  int64_t pool_used_bytes = 0;       // blocks referenced or cached
+  // Bytes of the blocks that hold data: referenced plus cached (not free), in
+  // both spaces. The same figure as TierFigures::used_bytes of the device,
+  // /v1/cache/stats tiers.device.used_bytes and /metrics prefixd_pool_used_bytes.
+  int64_t pool_used_bytes = 0;
   int32_t pool_blocks_total = 0;
-  int32_t pool_blocks_used = 0;      // referenced by a running sequence
-  int32_t pool_blocks_cached = 0;    // unreferenced, findable
-  int32_t pool_blocks_pinned = 0;
+  int32_t pool_blocks_referenced = 0;  // ref > 0: held by a live sequence
+  int32_t pool_blocks_cached = 0;      // ref 0, findable (holding cached data)
+  int32_t pool_blocks_pinned = 0;      // pin > 0 (also counted as referenced or cached)
   // Window space (sliding-window models; else 0): its blocks, those referenced
   // or pinned, and the cached parts of published blocks. pool_capacity_bytes
   // and pool_used_bytes count both spaces.
   int32_t pool_window_blocks_total = 0;
-  int32_t pool_window_blocks_used = 0;
+  int32_t pool_window_blocks_referenced_or_pinned = 0;
   int32_t pool_window_blocks_cached = 0;
   int64_t pool_window_evictions = 0;
   int64_t device_hits = 0;           // blocks matched in the pool

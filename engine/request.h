@@ -20,7 +20,7 @@ namespace prefixd {
 
 enum class RequestKind : uint8_t {
   kGenerate,  // prefill then decode
-  kPrefetch,  // compute (or restore) the prompt's full blocks, generate nothing
+  kPrefetch,  // compute (or onboard) the prompt's full blocks, generate nothing
 };
 
 struct Request {
@@ -48,10 +48,10 @@ struct Usage {
   int32_t disk_tokens = 0;       // onboarded from disk
   int32_t remote_tokens = 0;     // onboarded from the remote tier (memcached)
   int32_t prefill_tokens = 0;    // prompt tokens computed (prompt_tokens - cached_tokens, plus recompute after preemption)
-  std::string restore_path = "none";  // "none", "restore" or "recompute"
+  std::string onboard_path = "none";  // "none", "restore" or "recompute" (JSON: prefix_cache.restore_path)
   double queue_ms = 0;           // submit -> admitted
-  double restore_ms = 0;         // waiting for tier onboarding
-  double prefill_ms = 0;         // admitted -> first token sampled (excluding restore)
+  double onboard_ms = 0;         // waiting for tier onboarding (JSON: prefix_cache.restore_ms)
+  double prefill_ms = 0;         // admitted -> first token sampled (excluding onboard)
   double ttft_ms = 0;            // submit -> first token
   double decode_ms = 0;          // first token -> finish
 };

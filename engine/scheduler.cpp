@@ -70,7 +70,7 @@ bool Scheduler::try_admit(Sequence& s, Clock::time_point now) {
   if (hooks_.offer && k < n_full && !whole_prompt) {
     const TierOffer offer = hooks_.offer(s, k, n_full);
     if (offer.n_blocks > 0) {
-      if (offer.restore) {
+      if (offer.onboard) {
         n_below = offer.n_blocks;
       } else {
         path = "recompute";
@@ -88,11 +88,11 @@ bool Scheduler::try_admit(Sequence& s, Clock::time_point now) {
     const int32_t first = k > 0 ? window_first_block(s, k) : 0;
     for (int32_t i = first; i < k; ++i) hold_part(s, i);
   }
-  // Restored blocks get window parts from the window before the chain's end
-  // on (the earlier ones are restored without: no row will read them).
-  const int32_t restore_first = n_below > 0 && window_ ? std::max(k, window_first_block(s, k + n_below)) : 0;
-  const int32_t restore_parts = n_below > 0 && window_ ? k + n_below - restore_first : 0;
-  if (n_below > 0 && (!blocks_.can_allocate(n_below + 1) || (window_ && !window_->can_allocate(restore_parts + 1))))
+  // Onboarded blocks get window parts from the window before the chain's end
+  // on (the earlier ones are onboarded without: no row will read them).
+  const int32_t onboard_first = n_below > 0 && window_ ? std::max(k, window_first_block(s, k + n_below)) : 0;
+  const int32_t onboard_parts = n_below > 0 && window_ ? k + n_below - onboard_first : 0;
+  if (n_below > 0 && (!blocks_.can_allocate(n_below + 1) || (window_ && !window_->can_allocate(onboard_parts + 1))))
     n_below = 0;
   s.n_published = k;
   s.admit_order = ++admit_counter_;
@@ -109,29 +109,29 @@ bool Scheduler::try_admit(Sequence& s, Clock::time_point now) {
     s.block_table.insert(s.block_table.end(), reserved.begin(), reserved.end());
     if (window_) {
       s.window_held.resize(s.block_table.size(), 0);
-      for (int32_t i = restore_first; i < k + n_below; ++i) attach_part(s, i);
+      for (int32_t i = onboard_first; i < k + n_below; ++i) attach_part(s, i);
     }
     s.state = SeqState::kLoading;
     s.t_loading_start = now;
     hooks_.onboard(s, k, k + n_below);
     return true;
   }
-  start_running(s, k, /*n_restored=*/0);
+  start_running(s, k, /*n_onboarded=*/0);
   return true;
 }
 
-void Scheduler::onboarded(Sequence& s, int32_t n_restored, int32_t n_from_host,
+void Scheduler::onboarded(Sequence& s, int32_t n_onboarded, int32_t n_from_host,
                           int32_t n_from_remote) {
   PREFIXD_CHECK(s.state == SeqState::kLoading, "onboarded: sequence is not loading");
   const int32_t k = s.cache.device_blocks;
-  int32_t v = n_restored;
+  int32_t v = n_onboarded;
   PREFIXD_CHECK(v >= 0 && k + v <= static_cast<int32_t>(s.block_table.size()),
                 "onboarded: more blocks than were reserved");
   // Reserved blocks the tiers could not fill go back.
   int32_t n_keep = k + v;
   if (window_) {
     // Resume where the window parts the next rows read are here: short of
-    // a whole restore, those of the restored tail may be missing.
+    // a whole onboard, those of the onboarded tail may be missing.
     n_keep = window_->usable_prefix(std::span<const int32_t>(s.block_table.data(), static_cast<size_t>(k + v)),
                                     static_cast<int32_t>(s.tokens.size()));
     PREFIXD_CHECK(n_keep >= k, "onboarded: the device hit lost its window parts");
@@ -148,17 +148,17 @@ void Scheduler::onboarded(Sequence& s, int32_t n_restored, int32_t n_from_host,
     s.block_table.resize(static_cast<size_t>(k + v));
   }
   s.n_computed = (k + v) * options_.block_size;
-  s.cache.restored(v, n_from_host, n_from_remote);
+  s.cache.onboarded(v, n_from_host, n_from_remote);
   publish_full_blocks(s);
   start_running(s, k, v);
 }
 
-// The sequence's first n_device + n_restored blocks (device matched, then
-// restored) are in its block table and published: it computes from there.
-void Scheduler::start_running(Sequence& s, int32_t n_device, int32_t n_restored) {
+// The sequence's first n_device + n_onboarded blocks (device matched, then
+// onboarded) are in its block table and published: it computes from there.
+void Scheduler::start_running(Sequence& s, int32_t n_device, int32_t n_onboarded) {
   const int32_t B = options_.block_size;
   const bool prefetch = s.request.kind == RequestKind::kPrefetch;
-  const int32_t n_cached_blocks = n_device + n_restored;
+  const int32_t n_cached_blocks = n_device + n_onboarded;
   int32_t cached = n_cached_blocks * B;
   if (!prefetch && cached >= static_cast<int32_t>(s.tokens.size())) {
     // The last token is always computed. The shared last block is copied

@@ -37,10 +37,10 @@ struct SchedulerOptions {
 };
 
 // What the tiers below the pool hold of blocks [from, to) of a sequence's
-// chain, and whether restoring them beats recomputing them.
+// chain, and whether onboarding them beats recomputing them.
 struct TierOffer {
   int32_t n_blocks = 0;  // leading blocks of the range the tiers hold
-  bool restore = false;  // restore them (else they are recomputed)
+  bool onboard = false;  // onboard them (else they are recomputed)
 };
 
 // What the scheduler asks of its owner (the engine: the backend and the
@@ -110,7 +110,7 @@ class Scheduler {
 
   // Admits waiting sequences, in queue order, while fewer than max_running
   // are admitted. An admitted sequence takes the leading blocks of its chain
-  // found in the pool; when the tiers offer to restore the rest of the chain
+  // found in the pool; when the tiers offer to onboard the rest of the chain
   // (and the pool has room), it reserves blocks for them, goes kLoading and
   // hooks.onboard is called; otherwise it runs from its pool blocks. A
   // sequence that wants every prompt position's logits (prompt logprobs)
@@ -126,12 +126,12 @@ class Scheduler {
   // index only ever holds complete blocks.
   void admit(Clock::time_point now);
 
-  // The tiers wrote `n_restored` leading blocks of a loading sequence's
+  // The tiers wrote `n_onboarded` leading blocks of a loading sequence's
   // offered range into its reserved blocks, `n_from_host` of them from host
   // RAM and `n_from_remote` from the remote tier (the rest from disk):
-  // returns the reserved blocks left unfilled, publishes the restored ones
+  // returns the reserved blocks left unfilled, publishes the onboarded ones
   // and starts the sequence running after them.
-  void onboarded(Sequence& seq, int32_t n_restored, int32_t n_from_host, int32_t n_from_remote);
+  void onboarded(Sequence& seq, int32_t n_onboarded, int32_t n_from_host, int32_t n_from_remote);
 
   // Plans the next forward pass: decode steps first, then prefill chunks of
   // the oldest sequences, within max_batch_tokens (and, for sequences that
@@ -195,8 +195,8 @@ class Scheduler {
   // in a window layer.
   int32_t window_first_block(const Sequence& seq, int32_t n_blocks) const;
   bool try_admit(Sequence& seq, Clock::time_point now);
-  // Starts computing after the first n_device + n_restored blocks of the table.
-  void start_running(Sequence& seq, int32_t n_device, int32_t n_restored);
+  // Starts computing after the first n_device + n_onboarded blocks of the table.
+  void start_running(Sequence& seq, int32_t n_device, int32_t n_onboarded);
   void publish_full_blocks(Sequence& seq);
   // plan_step()'s parts: the running sequences in step order; blocks for
   // n new positions of s (preempting newer sequences when short; returns the

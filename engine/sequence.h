@@ -41,7 +41,7 @@ struct CachedTokenTotals {
 };
 
 // The cache split of a sequence's latest admission: how many of its prompt
-// tokens were matched in the device pool and how many were restored from host
+// tokens were matched in the device pool and how many were onboarded from host
 // RAM, from disk or from the remote tier. The one place where those figures are worked out: the
 // scheduler records each admission and onboarding here, report() writes the
 // split into the request's Usage when it starts computing, and commit() adds
@@ -53,9 +53,9 @@ struct CacheSplit {
   bool admitted = false;              // admitted at least once
   bool committed = false;             // added to the totals; usage final
   int32_t device_blocks = 0;          // matched in the pool at this admission
-  int32_t restored_blocks = 0;        // onboarded from the tiers at this admission
-  int32_t restored_host_blocks = 0;   // of which from host RAM
-  int32_t restored_remote_blocks = 0;  // of which from the remote tier (the rest from disk)
+  int32_t onboarded_blocks = 0;        // onboarded from the tiers at this admission
+  int32_t onboarded_host_blocks = 0;   // of which from host RAM
+  int32_t onboarded_remote_blocks = 0;  // of which from the remote tier (the rest from disk)
   const char* admission_path = "none";  // "none", or "recompute" when the tiers held
                                         // blocks and recomputing them was chosen
 
@@ -63,35 +63,35 @@ struct CacheSplit {
   void admit(int32_t n_device_blocks, const char* path) {
     admitted = true;
     device_blocks = n_device_blocks;
-    restored_blocks = restored_host_blocks = restored_remote_blocks = 0;
+    onboarded_blocks = onboarded_host_blocks = onboarded_remote_blocks = 0;
     admission_path = path;
   }
   // The tiers brought `n_blocks` leading blocks: up to `n_from_host` from host
   // RAM, up to `n_from_remote` (the chain's tail) from the remote tier, the
   // rest from disk.
-  void restored(int32_t n_blocks, int32_t n_from_host, int32_t n_from_remote) {
-    restored_blocks = n_blocks;
-    restored_host_blocks = std::min(n_from_host, n_blocks);
-    restored_remote_blocks = std::min(n_from_remote, n_blocks - restored_host_blocks);
+  void onboarded(int32_t n_blocks, int32_t n_from_host, int32_t n_from_remote) {
+    onboarded_blocks = n_blocks;
+    onboarded_host_blocks = std::min(n_from_host, n_blocks);
+    onboarded_remote_blocks = std::min(n_from_remote, n_blocks - onboarded_host_blocks);
   }
-  // The sequence starts computing at `cached_tokens` (its device and restored
+  // The sequence starts computing at `cached_tokens` (its device and onboarded
   // blocks, less a last block or token it recomputes): writes the split into
   // `usage`, unless the usage is already final.
   void report(int32_t cached_tokens, int32_t block_size, Usage& usage) const {
     if (committed) return;
     const int32_t device = std::min(cached_tokens, device_blocks * block_size);
     const int32_t below = cached_tokens - device;
-    // Restored tokens keep their tier split. What is recomputed of them (the
+    // Onboarded tokens keep their tier split. What is recomputed of them (the
     // last block or token) comes off the chain's tail: remote, then disk.
-    const int32_t host = std::min(restored_host_blocks * block_size, below);
-    const int32_t disk_blocks = restored_blocks - restored_host_blocks - restored_remote_blocks;
+    const int32_t host = std::min(onboarded_host_blocks * block_size, below);
+    const int32_t disk_blocks = onboarded_blocks - onboarded_host_blocks - onboarded_remote_blocks;
     const int32_t disk = std::min(disk_blocks * block_size, below - host);
     usage.device_tokens = device;
     usage.host_tokens = host;
     usage.disk_tokens = disk;
     usage.remote_tokens = below - host - disk;
     usage.cached_tokens = cached_tokens;
-    usage.restore_path = restored_blocks > 0 ? "restore" : admission_path;
+    usage.onboard_path = onboarded_blocks > 0 ? "restore" : admission_path;
   }
   // Adds the usage's split to `totals`, once, if the sequence was admitted.
   void commit(const Usage& usage, CachedTokenTotals& totals) {

@@ -251,7 +251,7 @@ class Backend {
     write_block(pool, ids.block, host_src);
   }
 
-  // Many blocks in one call (a chain restored from, or saved to, the tiers):
+  // Many blocks in one call (a chain onboarded from, or saved to, the tiers):
   // the same bytes as write_block / read_block on each listed block in list
   // order, each host buffer in read_block's layout. Block ids must be distinct
   // and in range. A backend may move the whole list in a few large copies

@@ -17,7 +17,7 @@ namespace prefixd {
 // trailer stored after the record is nonce || tag. A fresh nonce per record
 // keeps each Poly1305 key single-use (its requirement); Poly1305 runs at about
 // 6 GB/s per core where HMAC-SHA256 or keyed BLAKE2b over the whole record
-// would run at 0.7-1.5, and the restore path reads every byte through it.
+// would run at 0.7-1.5, and the onboard path reads every byte through it.
 class RecordMac {
  public:
   static constexpr size_t kNonceBytes = 16;

@@ -27,7 +27,7 @@
 #include "storage/host_tier.h"
 #include "storage/record_slab_allocator.h"
 #include "storage/remote_tier.h"
-#include "storage/restore_policy.h"
+#include "storage/onboard_policy.h"
 
 namespace prefixd {
 

@@ -8,7 +8,7 @@
 //
 // With --tiers DIR it also measures TTFT when the system prompt comes back
 // from the host tier, from the disk tier, and from disk after the tiers are
-// reopened (a restart), with the restore bandwidth of each.
+// reopened (a restart), with the onboard bandwidth of each.
 //
 // Usage: bench_engine [--model smol-135m:bf16] [--threads 2] [--system 2000]
 //                     [--question 100] [--out 16] [--reps 3] [--suffix-only 1] [--kv auto] [--tiers DIR]
@@ -263,7 +263,7 @@ void prefault(TierManager& tiers) {
 }
 
 // An engine on `tiers` (their fingerprint and secret), its pool touched once
-// (and the restore policy's prefill estimate warmed); with `settle`, the
+// (and the onboard policy's prefill estimate warmed); with `settle`, the
 // tiers' writes of that first request are waited for.
 std::unique_ptr<EngineUnderTest> engine_on(const Bench& b, TierManager& tiers, int32_t warm_salt,
                                            bool settle) {
@@ -311,7 +311,7 @@ void write_through_overhead(const Bench& b, EngineUnderTest& no_tiers, TierManag
   std::printf("  (deferred builds %llu, refused %llu)\n",
               static_cast<unsigned long long>(tiers.stats().builds_deferred),
               static_cast<unsigned long long>(tiers.stats().builds_refused));
-  // The system prompt the restore cases restore.
+  // The system prompt the onboard cases onboard.
   first->run(greedy_request(system_prompt, b.args.n_out));
   tiers.wait_idle();
 }
@@ -329,27 +329,27 @@ void tier_benchmarks(const Bench& b, EngineUnderTest& e, double cold_ms) {
   int question_salt = 9100;
   auto prompt = [&]() { return b.prompt(9000, question_salt++, c.n_vocab); };
   // Each case runs `reps` times on a fresh engine (empty pool) after
-  // `prepare`; the median TTFT and restore time are printed.
+  // `prepare`; the median TTFT and onboard time are printed.
   auto run_on_new_engine = [&](const char* what, const std::function<void()>& prepare) {
-    std::vector<double> ttft, restore;
+    std::vector<double> ttft, onboard;
     Collected r;
     for (int rep = 0; rep < b.args.reps; ++rep) {
       prepare();
-      // Warm the restore policy's prefill estimate as a running daemon would have.
+      // Warm the onboard policy's prefill estimate as a running daemon would have.
       std::unique_ptr<EngineUnderTest> fresh = engine_on(b, *tiers, 77, /*settle=*/false);
       r = fresh->run(greedy_request(prompt(), b.args.n_out));
       ttft.push_back(r.usage.ttft_ms);
-      restore.push_back(r.usage.restore_ms);
+      onboard.push_back(r.usage.onboard_ms);
       tiers->wait_idle();
     }
-    const int32_t restored = r.usage.host_tokens + r.usage.disk_tokens;
-    const double restore_ms = median(restore), ttft_ms = median(ttft);
+    const int32_t onboarded = r.usage.host_tokens + r.usage.disk_tokens;
+    const double onboard_ms = median(onboard), ttft_ms = median(ttft);
     const double gbps =
-        restore_ms > 0 ? (restored / b.opts.block_size) * record_bytes / (restore_ms / 1e3) / 1e9 : 0;
+        onboard_ms > 0 ? (onboarded / b.opts.block_size) * record_bytes / (onboard_ms / 1e3) / 1e9 : 0;
     std::printf("  %-40s TTFT %8.2f ms (%5.2f %% of cold)  cached %d (device %d, host %d, disk %d) path %s,"
                 " restore %.2f ms, %.2f GB/s\n",
                 what, ttft_ms, 100.0 * ttft_ms / cold_ms, r.usage.cached_tokens, r.usage.device_tokens,
-                r.usage.host_tokens, r.usage.disk_tokens, r.usage.restore_path.c_str(), restore_ms, gbps);
+                r.usage.host_tokens, r.usage.disk_tokens, r.usage.onboard_path.c_str(), onboard_ms, gbps);
   };
   write_through_overhead(b, e, *tiers, prompt());
   // The system prompt's blocks are in host and disk now; each question is new.

@@ -320,11 +320,11 @@ inline SseAnswer post_sse(httplib::Client& c, const std::string& path, const nlo
   return a;
 }
 
-// The arguments of a daemon whose answers are bit-stable and whose restores
+// The arguments of a daemon whose answers are bit-stable and whose onboards
 // are forced: `model` with F32 KV on one thread, --restore-policy always (on
 // so small a model recompute would often win) and, with `disk_dir`, a disk
 // tier there.
-inline std::vector<std::string> forced_restore_args(const std::string& model,
+inline std::vector<std::string> forced_onboard_args(const std::string& model,
                                                     const std::string& disk_dir) {
   std::vector<std::string> a = {"--model",    model, "--threads",        "1",
                                 "--kv-dtype", "f32", "--restore-policy", "always"};

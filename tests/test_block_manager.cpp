@@ -91,13 +91,13 @@ TEST_CASE("allocate hands out private blocks and release returns them to the fre
   CHECK(ids == std::vector<int32_t>{0, 1, 2});
   for (int32_t id : ids) CHECK(bm.ref_count(id) == 1);
   auto s = bm.stats();
-  CHECK(s.blocks_used == 3);
+  CHECK(s.blocks_referenced == 3);
   CHECK(s.blocks_free == 5);
   CHECK(s.blocks_cached == 0);
   CHECK(bm.check_invariants().ok());
   bm.release(ids);
   s = bm.stats();
-  CHECK(s.blocks_used == 0);
+  CHECK(s.blocks_referenced == 0);
   CHECK(s.blocks_free == 8);
   CHECK(bm.check_invariants().ok());
 }
@@ -485,7 +485,7 @@ class Simulation {
     }
     check_all();
     auto s = bm_.stats();
-    CHECK(s.blocks_used == 0);
+    CHECK(s.blocks_referenced == 0);
     CHECK(s.blocks_pinned == 0);
     CHECK(s.blocks_free + s.blocks_cached == s.blocks_total);
     bm_.clear();

@@ -246,9 +246,9 @@ TEST_CASE("complete parses every documented field and sends the bearer token") {
   CHECK(p.host_tokens == 8);
   CHECK(p.disk_tokens == 8);
   CHECK(p.prefill_tokens == 8);
-  CHECK(p.restore_path == "restore");
+  CHECK(p.onboard_path == "restore");
   CHECK(p.queue_ms == 0.25);
-  CHECK(p.restore_ms == 1.5);
+  CHECK(p.onboard_ms == 1.5);
   CHECK(p.prefill_ms == 3.0);
   CHECK(p.ttft_ms == 5.5);
   CHECK(p.decode_ms == 7.0);
@@ -321,7 +321,7 @@ TEST_CASE("complete_stream parses SSE chunks split at odd boundaries, LF and CRL
     CHECK(r->usage->cached_tokens == 0);
     REQUIRE(r->prefix_cache.has_value());
     CHECK(r->prefix_cache->prefill_tokens == 5);
-    CHECK(r->prefix_cache->restore_path == "none");
+    CHECK(r->prefix_cache->onboard_path == "none");
     CHECK(r->prefix_cache->ttft_ms == 3.25);
     CHECK(r->raw["choices"].empty());
   }

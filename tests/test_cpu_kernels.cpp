@@ -708,7 +708,7 @@ Batch one_sequence(const std::vector<int32_t>& table, int32_t block_size, int32_
 
 TEST_CASE("paged attention rows do not depend on the batch: prefill, suffix and decode agree bit for bit") {
   // What the prefix cache relies on: a row's output is the same whether its
-  // prompt ran whole, as an uncached suffix after restored blocks, or one
+  // prompt ran whole, as an uncached suffix after onboarded blocks, or one
   // token at a time (every KV dtype, so also with BF16 operands; with and
   // without a sliding window, where a task starts at its first row's window).
   auto be = make_cpu_backend(2, testing::isa_under_test());

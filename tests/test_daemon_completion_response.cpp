@@ -47,8 +47,8 @@ TEST_CASE("one fold for both deliveries: a stream's chunks add up to the whole a
     CHECK(whole.text == "Once upon a");
     CHECK(whole.token_ids == std::vector<int32_t>{5, 6, 7});
     CHECK(whole.outcome() == RequestOutcome::kCompleted);
-    CHECK_FALSE(completion_error(whole, Delivery::kWhole).has_value());
-    CHECK_FALSE(completion_error(whole, Delivery::kStream).has_value());
+    CHECK(completion_error(whole, Delivery::kWhole).ok());
+    CHECK(completion_error(whole, Delivery::kStream).ok());
 
     const json w = completion_json(head, whole);
     CHECK(w["id"] == "id-1");
@@ -100,27 +100,27 @@ TEST_CASE("a failed request answers 500 and a cancelled one 503 (no code inside 
   CHECK(failed.failed);
   CHECK(failed.outcome() == RequestOutcome::kError);
   for (const Delivery d : {Delivery::kWhole, Delivery::kStream}) {
-    std::optional<ApiError> e = completion_error(failed, d);
-    REQUIRE(e.has_value());
-    CHECK(e->status == 500);
-    CHECK(e->type == "server_error");
-    CHECK(e->message == "the engine failed this request: out of blocks");
+    ApiResult<void> e = completion_error(failed, d);
+    REQUIRE(!e.ok());
+    CHECK(e.error().status == 500);
+    CHECK(e.error().type == "server_error");
+    CHECK(e.error().message == "the engine failed this request: out of blocks");
   }
   CompletionFold engine_error;
   engine_error.add(std::vector<EngineEvent>{finished_event(FinishReason::kError)});
-  CHECK(completion_error(engine_error, Delivery::kWhole)->message ==
+  CHECK(completion_error(engine_error, Delivery::kWhole).error().message ==
         "the engine failed this request");
 
   CompletionFold cancelled;
   cancelled.add(std::vector<EngineEvent>{finished_event(FinishReason::kCancelled)});
   CHECK(cancelled.outcome() == RequestOutcome::kCancelled);
-  std::optional<ApiError> whole = completion_error(cancelled, Delivery::kWhole);
-  std::optional<ApiError> stream = completion_error(cancelled, Delivery::kStream);
-  REQUIRE(whole.has_value());
-  REQUIRE(stream.has_value());
-  CHECK(whole->status == 503);
-  CHECK(whole->code == "shutting_down");
-  CHECK(stream->status == 503);
-  CHECK(stream->code.empty());
-  CHECK(stream->message == "the request was cancelled (server shutting down)");
+  ApiResult<void> whole = completion_error(cancelled, Delivery::kWhole);
+  ApiResult<void> stream = completion_error(cancelled, Delivery::kStream);
+  REQUIRE(!whole.ok());
+  REQUIRE(!stream.ok());
+  CHECK(whole.error().status == 503);
+  CHECK(whole.error().code == "shutting_down");
+  CHECK(stream.error().status == 503);
+  CHECK(stream.error().code.empty());
+  CHECK(stream.error().message == "the request was cancelled (server shutting down)");
 }

@@ -211,19 +211,19 @@ void check_prompts_are_disk_hits(const std::vector<std::string>& args, const Sig
 
 TEST_CASE("SIGTERM with 64 streams open: every stream ends properly, exit 0, disk blocks kept") {
   TempDir dir, logs;
-  std::vector<std::string> args = forced_restore_args(stories_model_path(), dir.path);
+  std::vector<std::string> args = forced_onboard_args(stories_model_path(), dir.path);
   constexpr double kGraceS = 2;
   args.insert(args.end(), {"--shutdown-grace-s", "2"});
   const SigtermOutcome o = sigterm_with_open_streams(args, logs.path + "/prefixd.log");
   CHECK(o.exit_code == 0);
   // The grace period, then at most a few seconds of cancelling, draining and closing.
   CHECK(o.exit_after_s < kGraceS + 8);
-  check_prompts_are_disk_hits(forced_restore_args(stories_model_path(), dir.path), o);
+  check_prompts_are_disk_hits(forced_onboard_args(stories_model_path(), dir.path), o);
 }
 
 TEST_CASE("SIGTERM beside two busy loops: the stop stays within grace + flush bound, prefixes kept") {
   TempDir dir, logs;
-  std::vector<std::string> args = forced_restore_args(stories_model_path(), dir.path);
+  std::vector<std::string> args = forced_onboard_args(stories_model_path(), dir.path);
   constexpr double kGraceS = 2, kFlushS = 3;
   args.insert(args.end(), {"--shutdown-grace-s", "2", "--shutdown-flush-s", "3"});
   SigtermOutcome o;
@@ -234,7 +234,7 @@ TEST_CASE("SIGTERM beside two busy loops: the stop stays within grace + flush bo
   }
   CHECK(o.exit_code == 0);
   CHECK(o.exit_after_s < kGraceS + kFlushS + 2);
-  check_prompts_are_disk_hits(forced_restore_args(stories_model_path(), dir.path), o);
+  check_prompts_are_disk_hits(forced_onboard_args(stories_model_path(), dir.path), o);
 }
 
 namespace {
@@ -243,7 +243,7 @@ namespace {
 // disk), stops it, and returns its answers.
 std::vector<json> fill_disk_cache(const std::string& dir, int n_prompts) {
   std::vector<json> answers;
-  auto d = start_or_fail(forced_restore_args(stories_model_path(), dir));
+  auto d = start_or_fail(forced_onboard_args(stories_model_path(), dir));
   auto c = d->client();
   for (int i = 0; i < n_prompts; ++i) {
     HttpAnswer a = post_json(*c, "/v1/completions", completion(prompt_for(i), 8));
@@ -308,7 +308,7 @@ TEST_CASE("a damaged disk cache directory is refused, or moved aside with --disk
     damage.apply(dir);
 
     // Refused, with a message naming the directory and what to do.
-    std::vector<std::string> args = forced_restore_args(stories_model_path(), dir);
+    std::vector<std::string> args = forced_onboard_args(stories_model_path(), dir);
     args.insert(args.end(), {"--port", "0", "--cache-dir", test_cache_dir()});
     ProcessExit refused = run_prefixd(args, {}, std::chrono::seconds(60));
     CAPTURE(refused.output);
@@ -318,7 +318,7 @@ TEST_CASE("a damaged disk cache directory is refused, or moved aside with --disk
     CHECK(moved_aside(dir).empty());
 
     // With the flag: moved aside (0700), an empty tier, the same answers.
-    std::vector<std::string> reset = forced_restore_args(stories_model_path(), dir);
+    std::vector<std::string> reset = forced_onboard_args(stories_model_path(), dir);
     reset.push_back("--disk-cache-reset-on-corruption");
     auto d = start_or_fail(reset);
     const auto aside = moved_aside(dir);
@@ -348,21 +348,21 @@ TEST_CASE("a truncated MANIFEST opens at an older state and never gives a wrong 
   auto m = files_named(dir, "MANIFEST-", "");
   REQUIRE(!m.empty());
   for (const auto& p : m) truncate_to_half(p);
-  auto d = start_or_fail(forced_restore_args(stories_model_path(), dir));
+  auto d = start_or_fail(forced_onboard_args(stories_model_path(), dir));
   auto c = d->client();
-  int64_t restored_tokens = 0;
+  int64_t onboarded_tokens = 0;
   for (int i = 0; i < 3; ++i) {
     HttpAnswer a = post_json(*c, "/v1/completions", completion(prompt_for(i), 8));
     REQUIRE(a.status == 200);
-    // What the older state restores is whole blocks of the prompt's cached
+    // What the older state onboards is whole blocks of the prompt's cached
     // prefix (11 full blocks of 16 in 180 tokens), never more.
     const int64_t disk_tokens = a.body["prefix_cache"]["disk_tokens"].get<int64_t>();
     CHECK(disk_tokens % 16 == 0);
     CHECK(disk_tokens <= (180 / 16) * 16);
-    restored_tokens += disk_tokens;
+    onboarded_tokens += disk_tokens;
     CHECK(a.body["choices"][0]["token_ids"] == first[static_cast<size_t>(i)]);
   }
-  MESSAGE(restored_tokens << " prompt tokens restored from the older state");
+  MESSAGE(onboarded_tokens << " prompt tokens onboarded from the older state");
   // Opened, not refused or stopped: at the older state the disk tier takes
   // the three prompts' blocks again and reports no error.
   REQUIRE(wait_disk_blocks(*c, 3 * (180 / 16)));
@@ -409,7 +409,7 @@ TEST_CASE("a table block that fails its checksum on read is a counted miss, neve
     f.write(bytes, sizeof(bytes));
     REQUIRE(f.good());
   }
-  auto d = start_or_fail(forced_restore_args(stories_model_path(), dir.path));
+  auto d = start_or_fail(forced_onboard_args(stories_model_path(), dir.path));
   auto c = d->client();
   for (int round = 0; round < 2; ++round) {
     for (int i = 0; i < n_prompts; ++i) {

@@ -23,24 +23,24 @@ ModelInfo ids_only_model() {
 
 // The ApiError of a failed validation (fails the test when it succeeded).
 ApiError error_of(const ApiResult<GenerationRequest>& r) {
-  REQUIRE(std::holds_alternative<ApiError>(r));
-  return std::get<ApiError>(r);
+  REQUIRE(!r.ok());
+  return r.error();
 }
 
 }  // namespace
 
 TEST_CASE("parse_json_body refuses malformed JSON and non-objects") {
-  CHECK(std::holds_alternative<json>(parse_json_body("{\"a\": 1}")));
+  CHECK(parse_json_body("{\"a\": 1}").ok());
   auto bad = parse_json_body("{\"a\": ");
-  REQUIRE(std::holds_alternative<ApiError>(bad));
-  CHECK(std::get<ApiError>(bad).status == 400);
-  CHECK(std::get<ApiError>(bad).code == "invalid_json");
-  CHECK(std::holds_alternative<ApiError>(parse_json_body("[1]")));
-  CHECK(std::holds_alternative<ApiError>(parse_json_body("")));
+  REQUIRE(!bad.ok());
+  CHECK(bad.error().status == 400);
+  CHECK(bad.error().code == "invalid_json");
+  CHECK(!parse_json_body("[1]").ok());
+  CHECK(!parse_json_body("").ok());
   // A number beyond double range is malformed input, not an exception (found by fuzzing).
   auto overflow = parse_json_body("{\"top_p\": 1e400}");
-  REQUIRE(std::holds_alternative<ApiError>(overflow));
-  CHECK(std::get<ApiError>(overflow).code == "invalid_json");
+  REQUIRE(!overflow.ok());
+  CHECK(overflow.error().code == "invalid_json");
 }
 
 namespace {
@@ -48,8 +48,8 @@ namespace {
 // The ApiError of a body that parse_json_body refuses.
 ApiError body_error(const std::string& body) {
   auto r = parse_json_body(body);
-  REQUIRE(std::holds_alternative<ApiError>(r));
-  return std::get<ApiError>(r);
+  REQUIRE(!r.ok());
+  return r.error();
 }
 
 // `{"a": ` + levels - 1 arrays, closed: `levels` containers deep in all.
@@ -83,7 +83,7 @@ TEST_CASE("parse_json_body refuses an 8 MiB deeply nested body once it is 64 lev
 
 TEST_CASE("parse_json_body accepts 64 levels of nesting and refuses 65") {
   static_assert(kMaxJsonDepth == 64);
-  CHECK(std::holds_alternative<json>(parse_json_body(nested_body(64))));
+  CHECK(parse_json_body(nested_body(64)).ok());
   ApiError e = body_error(nested_body(65));
   CHECK(e.status == 400);
   CHECK(e.message == "the body has JSON nesting deeper than 64 levels");
@@ -97,8 +97,8 @@ TEST_CASE("parse_json_body accepts 64 levels of nesting and refuses 65") {
 TEST_CASE("parse_json_body accepts 1,000,000 values and refuses one more") {
   static_assert(kMaxJsonValues == 1000000);
   auto ok = parse_json_body(zeros_body(kMaxJsonValues - 2));
-  REQUIRE(std::holds_alternative<json>(ok));
-  CHECK(std::get<json>(ok)["p"].size() == static_cast<size_t>(kMaxJsonValues - 2));
+  REQUIRE(ok.ok());
+  CHECK(ok.value()["p"].size() == static_cast<size_t>(kMaxJsonValues - 2));
   ApiError e = body_error(zeros_body(kMaxJsonValues - 1));
   CHECK(e.status == 400);
   CHECK(e.code == "json_too_many_values");
@@ -126,12 +126,12 @@ TEST_CASE("cache_salt is at most 256 bytes") {
   // Through the body parser, as the handlers call it.
   auto generation = [](const std::string& salt) {
     auto body = parse_json_body("{\"prompt\": [1, 2], \"cache_salt\": \"" + salt + "\"}");
-    REQUIRE(std::holds_alternative<json>(body));
-    return validate_generation(std::get<json>(body), ids_only_model(), false);
+    REQUIRE(body.ok());
+    return validate_generation(body.value(), ids_only_model(), false);
   };
   auto ok = generation(salt_256);
-  REQUIRE(std::holds_alternative<GenerationRequest>(ok));
-  CHECK(std::get<GenerationRequest>(ok).request.cache_salt == salt_256);
+  REQUIRE(ok.ok());
+  CHECK(ok.value().request.cache_salt == salt_256);
   ApiError e = error_of(generation(salt_1m));
   CHECK(e.status == 400);
   CHECK(e.code == "invalid_value");
@@ -143,15 +143,14 @@ TEST_CASE("cache_salt is at most 256 bytes") {
   // The cache endpoints' bodies too.
   auto p =
       validate_prompt_body(json{{"prompt", {1, 2}}, {"cache_salt", salt_256}}, ids_only_model());
-  REQUIRE(std::holds_alternative<PromptRequest>(p));
-  CHECK(std::get<PromptRequest>(p).cache_salt == salt_256);
+  REQUIRE(p.ok());
+  CHECK(p.value().cache_salt == salt_256);
   auto big =
       validate_prompt_body(json{{"prompt", {1, 2}}, {"cache_salt", salt_1m}}, ids_only_model());
-  REQUIRE(std::holds_alternative<ApiError>(big));
-  CHECK(std::get<ApiError>(big).status == 400);
-  CHECK(std::get<ApiError>(big).param == "cache_salt");
-  CHECK(std::get<ApiError>(big).message ==
-        "'cache_salt' is 1048576 bytes; at most 256 bytes are accepted");
+  REQUIRE(!big.ok());
+  CHECK(big.error().status == 400);
+  CHECK(big.error().param == "cache_salt");
+  CHECK(big.error().message == "'cache_salt' is 1048576 bytes; at most 256 bytes are accepted");
 }
 
 TEST_CASE("validate_generation maps OpenAI fields onto the engine Request") {
@@ -163,8 +162,8 @@ TEST_CASE("validate_generation maps OpenAI fields onto the engine Request") {
                {"cache_salt", "t1"},  {"repetition_penalty", 1.1},
                {"user", "u"},         {"n", 1}};
   auto r = validate_generation(body, ids_only_model(), false);
-  REQUIRE(std::holds_alternative<GenerationRequest>(r));
-  const GenerationRequest& g = std::get<GenerationRequest>(r);
+  REQUIRE(r.ok());
+  const GenerationRequest& g = r.value();
   CHECK(g.request.prompt == std::vector<int32_t>{1, 2, 3});
   CHECK(g.request.max_tokens == 7);
   CHECK(g.request.sampling.temperature == doctest::Approx(0.5));
@@ -184,14 +183,14 @@ TEST_CASE("validate_generation maps OpenAI fields onto the engine Request") {
 
 TEST_CASE("validate_generation defaults: 16 tokens, capped by the context") {
   auto r = validate_generation(json{{"prompt", {1, 2}}}, ids_only_model(), false);
-  REQUIRE(std::holds_alternative<GenerationRequest>(r));
-  CHECK(std::get<GenerationRequest>(r).request.max_tokens == 16);
-  CHECK(std::get<GenerationRequest>(r).request.sampling.temperature == doctest::Approx(1.0));
-  CHECK(!std::get<GenerationRequest>(r).request.sampling.has_seed);
+  REQUIRE(r.ok());
+  CHECK(r.value().request.max_tokens == 16);
+  CHECK(r.value().request.sampling.temperature == doctest::Approx(1.0));
+  CHECK(!r.value().request.sampling.has_seed);
   std::vector<int32_t> ids(505, 7);
   auto near_end = validate_generation(json{{"prompt", ids}}, ids_only_model(), false);
-  REQUIRE(std::holds_alternative<GenerationRequest>(near_end));
-  CHECK(std::get<GenerationRequest>(near_end).request.max_tokens == 7);
+  REQUIRE(near_end.ok());
+  CHECK(near_end.value().request.max_tokens == 7);
 }
 
 TEST_CASE("validate_generation errors name the field, with the right status and code") {
@@ -236,8 +235,8 @@ TEST_CASE("validate_generation errors name the field, with the right status and 
   e = error_of(validate_generation(json{{"prompt", {1}}, {"stop", std::string(100000, 'x')}}, m, false));
   CHECK(e.param == "stop");
   CHECK(e.message == "a stop string is 100000 bytes; at most 1024 bytes are accepted");
-  CHECK(std::holds_alternative<GenerationRequest>(
-      validate_generation(json{{"prompt", {1}}, {"stop", std::string(1024, 'x')}}, m, false)));
+  CHECK(
+      validate_generation(json{{"prompt", {1}}, {"stop", std::string(1024, 'x')}}, m, false).ok());
   e = error_of(validate_generation(json{{"prompt", {1}}, {"stop", std::vector<std::string>(17, "a")}}, m, false));
   CHECK(e.message == "at most 16 stop strings are supported; got 17");
   e = error_of(validate_generation(json{{"prompt", {{1}, {2}}}}, m, false));
@@ -268,17 +267,16 @@ TEST_CASE("text prompts are tokenized with BOS (stories260K tokenizer)") {
   ModelInfo m = ids_only_model();
   m.tokenizer = tok.value().get();
   auto r = validate_generation(json{{"prompt", "Once upon a time"}}, m, false);
-  REQUIRE(std::holds_alternative<GenerationRequest>(r));
-  CHECK(std::get<GenerationRequest>(r).request.prompt ==
-        std::vector<int32_t>{1, 403, 407, 261, 378});
+  REQUIRE(r.ok());
+  CHECK(r.value().request.prompt == std::vector<int32_t>{1, 403, 407, 261, 378});
   auto p = validate_prompt_body(json{{"prompt", "Once upon a time"}, {"cache_salt", "s"}}, m);
-  REQUIRE(std::holds_alternative<PromptRequest>(p));
-  CHECK(std::get<PromptRequest>(p).prompt.size() == 5);
-  CHECK(std::get<PromptRequest>(p).cache_salt == "s");
+  REQUIRE(p.ok());
+  CHECK(p.value().prompt.size() == 5);
+  CHECK(p.value().cache_salt == "s");
   auto t = validate_tokenize(json{{"content", "Once upon a time"}}, m);
-  REQUIRE(std::holds_alternative<std::vector<int32_t>>(t));
-  CHECK(std::get<std::vector<int32_t>>(t) == std::vector<int32_t>{403, 407, 261, 378});
-  CHECK(std::holds_alternative<ApiError>(validate_prompt_body(
-      json{{"prompt", "a"}, {"messages", json::array({json{{"role", "user"}, {"content", "x"}}})}},
-      m)));
+  REQUIRE(t.ok());
+  CHECK(t.value() == std::vector<int32_t>{403, 407, 261, 378});
+  const json both =
+      json{{"prompt", "a"}, {"messages", json::array({json{{"role", "user"}, {"content", "x"}}})}};
+  CHECK(!validate_prompt_body(both, m).ok());
 }

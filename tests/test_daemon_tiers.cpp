@@ -33,7 +33,7 @@ TEST_CASE("disk blocks survive a graceful restart and give the same answers") {
   const int n_prompts = 3;
   std::vector<json> first;
   {
-    auto d = start_or_fail(forced_restore_args(model, dir.path));
+    auto d = start_or_fail(forced_onboard_args(model, dir.path));
     auto c = d->client();
     for (int i = 0; i < n_prompts; ++i) {
       HttpAnswer a = post_json(*c, "/v1/completions", completion(prompt_for(i), 24));
@@ -44,7 +44,7 @@ TEST_CASE("disk blocks survive a graceful restart and give the same answers") {
     CHECK(wait_disk_blocks(*c, n_prompts * (180 / 16)));
     CHECK(d->stop() == 0);
   }
-  auto d = start_or_fail(forced_restore_args(model, dir.path));
+  auto d = start_or_fail(forced_onboard_args(model, dir.path));
   auto c = d->client();
   // The router's view before any request: the chain is on disk.
   HttpAnswer l = post_json(*c, "/v1/cache/lookup", json{{"prompt", prompt_for(0)}});
@@ -88,7 +88,7 @@ TEST_CASE("after kill -9 during a burst of writes the daemon reopens its cache a
     CHECK(d->stop() == 0);
   }
   {
-    auto d = start_or_fail(forced_restore_args(model, dir.path));
+    auto d = start_or_fail(forced_onboard_args(model, dir.path));
     std::vector<std::thread> clients;
     for (int i = 0; i < n_prompts; ++i) {
       clients.emplace_back([&d, i] {
@@ -106,7 +106,7 @@ TEST_CASE("after kill -9 during a burst of writes the daemon reopens its cache a
     kill(d->pid(), SIGKILL);
     for (auto& t : clients) t.join();
   }
-  auto d = start_or_fail(forced_restore_args(model, dir.path));
+  auto d = start_or_fail(forced_onboard_args(model, dir.path));
   auto c = d->client();
   for (int i = 0; i < n_prompts; ++i) {
     CAPTURE(i);
@@ -120,13 +120,13 @@ TEST_CASE("after kill -9 during a burst of writes the daemon reopens its cache a
 TEST_CASE("another model on the same cache directory gets zero hits") {
   TempDir dir;
   {
-    auto d = start_or_fail(forced_restore_args(stories_model_path(), dir.path));
+    auto d = start_or_fail(forced_onboard_args(stories_model_path(), dir.path));
     auto c = d->client();
     REQUIRE(post_json(*c, "/v1/completions", completion(prompt_for(7), 4)).status == 200);
     CHECK(wait_disk_blocks(*c, 180 / 16));
     CHECK(d->stop() == 0);
   }
-  auto d = start_or_fail(forced_restore_args(shared_path("models/rand-mqa-f16.gguf"), dir.path));
+  auto d = start_or_fail(forced_onboard_args(shared_path("models/rand-mqa-f16.gguf"), dir.path));
   auto c = d->client();
   HttpAnswer l = post_json(*c, "/v1/cache/lookup", json{{"prompt", prompt_for(7)}});
   REQUIRE(l.status == 200);
@@ -141,8 +141,8 @@ TEST_CASE("another model on the same cache directory gets zero hits") {
 TEST_CASE("a second daemon on the same disk cache directory refuses to start and names the first") {
   TempDir dir;
   const std::string model = stories_model_path();
-  auto first = start_or_fail(forced_restore_args(model, dir.path));
-  std::vector<std::string> args = forced_restore_args(model, dir.path);
+  auto first = start_or_fail(forced_onboard_args(model, dir.path));
+  std::vector<std::string> args = forced_onboard_args(model, dir.path);
   args.insert(args.end(), {"--port", "0", "--cache-dir", test_cache_dir()});
   ProcessExit second = run_prefixd(args);
   CAPTURE(second.output);

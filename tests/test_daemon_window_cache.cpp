@@ -48,7 +48,7 @@ json completion(const std::vector<int32_t>& prompt) {
               {"logprobs", 5},     {"return_tokens_as_token_ids", true}};
 }
 
-// F32 KV (bit-stable outputs), one thread, restores forced (recompute would
+// F32 KV (bit-stable outputs), one thread, onboards forced (recompute would
 // often win on so small a model), blocks written through to host and disk.
 std::vector<std::string> daemon_args(const std::string& disk_dir) {
   std::vector<std::string> a = {"--model",       model_path(), "--threads",       "1",

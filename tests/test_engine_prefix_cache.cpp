@@ -152,7 +152,7 @@ TEST_CASE("cancel frees every block the request held") {
   Collected rest = collect(ch);
   CHECK(rest.finish == FinishReason::kCancelled);
   EngineStats s = e.engine->stats();
-  CHECK(s.pool_blocks_used == 0);
+  CHECK(s.pool_blocks_referenced == 0);
   CHECK(s.running == 0);
   CHECK(s.pool_blocks_cached > 0);  // its full blocks stay findable
 }
@@ -206,5 +206,5 @@ TEST_CASE("a pool too small for all requests preempts and still completes correc
     CHECK(r.finish == FinishReason::kLength);
     CHECK(r.ids == refs[i]);
   }
-  CHECK(e.engine->stats().pool_blocks_used == 0);
+  CHECK(e.engine->stats().pool_blocks_referenced == 0);
 }

@@ -65,13 +65,13 @@ void run_stress(TierManager* tiers, uint32_t seed, int n_rounds) {
   if (tiers != nullptr) {
     small.model_fingerprint = tiers->model_fingerprint();
     small.deployment_secret = tiers->deployment_secret();
-    small.restore_mode = EngineOptions::RestoreMode::kAlways;
+    small.onboard_mode = EngineOptions::OnboardMode::kAlways;
   }
   EngineUnderTest e(g.model_file, small, tiers);
 
   std::mt19937 rng(seed * 7 + 1);
   int64_t n_ops = 0, n_checked = 0, n_cancelled = 0;
-  int64_t n_host_tokens = 0, n_disk_tokens = 0;  // restored, over the checked requests
+  int64_t n_host_tokens = 0, n_disk_tokens = 0;  // onboarded, over the checked requests
   for (int round = 0; round < n_rounds; ++round) {
     struct Live {
       size_t prompt;
@@ -110,7 +110,7 @@ void run_stress(TierManager* tiers, uint32_t seed, int n_rounds) {
                     "prompt " << l.prompt << " (" << prompts[l.prompt].size() << " tokens): cached "
                               << c.usage.cached_tokens << " (device " << c.usage.device_tokens << ", host "
                               << c.usage.host_tokens << ", disk " << c.usage.disk_tokens << "), prefilled "
-                              << c.usage.prefill_tokens << ", path " << c.usage.restore_path);
+                              << c.usage.prefill_tokens << ", path " << c.usage.onboard_path);
       CHECK(c.usage.prefill_tokens + c.usage.cached_tokens >= static_cast<int32_t>(prompts[l.prompt].size()));
       n_host_tokens += c.usage.host_tokens;
       n_disk_tokens += c.usage.disk_tokens;
@@ -118,12 +118,12 @@ void run_stress(TierManager* tiers, uint32_t seed, int n_rounds) {
     }
   }
   EngineStats s = e.engine->stats();
-  CHECK(s.pool_blocks_used == 0);  // no leaks: nothing referenced once all requests ended
+  CHECK(s.pool_blocks_referenced == 0);  // no leaks: nothing referenced once all requests ended
   CHECK(s.running == 0);
   CHECK(s.waiting == 0);
   CHECK(s.device_evictions > 0);   // the pool really was too small
   if (tiers != nullptr) {
-    // The tiers were exercised: outputs were checked with blocks restored from them.
+    // The tiers were exercised: outputs were checked with blocks onboarded from them.
     CHECK(n_host_tokens + n_disk_tokens > 0);
     CHECK(s.cached_tokens_host + s.cached_tokens_disk >= n_host_tokens + n_disk_tokens);
   } else {
@@ -133,7 +133,7 @@ void run_stress(TierManager* tiers, uint32_t seed, int n_rounds) {
                         << ", evictions " << s.device_evictions << ", preemptions " << s.preemptions
                         << ", cached tokens device " << s.cached_tokens_device << ", host "
                         << s.cached_tokens_host << ", disk " << s.cached_tokens_disk
-                        << "; restored in checked outputs: host " << n_host_tokens << ", disk "
+                        << "; onboarded in checked outputs: host " << n_host_tokens << ", disk "
                         << n_disk_tokens);
 }
 

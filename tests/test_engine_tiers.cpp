@@ -1,7 +1,7 @@
 // The engine with the host and disk tiers below its pool: blocks offloaded on
 // publish (write-through) and on eviction (evict-only) come back from host RAM
 // and from disk with outputs equal to a cold run; corrupt disk records are a
-// counted miss, never a wrong answer; restore-vs-recompute is reported.
+// counted miss, never a wrong answer; onboard-vs-recompute is reported.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
@@ -26,7 +26,7 @@ EngineOptions engine_options(const TierManager& tm, size_t pool_bytes = 64ull <<
   EngineOptions o = f32_engine_options(pool_bytes);
   o.model_fingerprint = tm.model_fingerprint();
   o.deployment_secret = tm.deployment_secret();
-  o.restore_mode = EngineOptions::RestoreMode::kAlways;
+  o.onboard_mode = EngineOptions::OnboardMode::kAlways;
   return o;
 }
 
@@ -85,7 +85,7 @@ TEST_CASE("write-through blocks come back from host, then from disk, with the co
       CHECK(warm.usage.disk_tokens == 0);
       CHECK(warm.usage.device_tokens == 0);
       CHECK(warm.usage.prefill_tokens == n - expect);
-      CHECK(warm.usage.restore_path == "restore");
+      CHECK(warm.usage.onboard_path == "restore");
       const AnswerDiff d = compare_answers(warm, cold, g.n_vocab, tol);
       CAPTURE(d.compared_steps);
       CHECK(d.ids_agree);
@@ -110,7 +110,7 @@ TEST_CASE("write-through blocks come back from host, then from disk, with the co
   }
 }
 
-TEST_CASE("a pool too small for the working set evicts to host and restores from there") {
+TEST_CASE("a pool too small for the working set evicts to host and onboards from there") {
   GoldenModel g = load_golden("rand-mqa-f16", 2e-2f);
   const GoldenCase& c = longest_case(g);
   auto tiers = make_tiers(g.model_file, nullptr, WritePolicy::kEvictOnly);
@@ -172,7 +172,7 @@ TEST_CASE("corrupt disk records are counted misses and the answer stays correct"
   CHECK(tiers->stats().disk.corrupt_records == n_corrupt);
   // The walk stopped at block 2, so this request recomputed every later
   // block: the tier dropped their disk copies and write-through stored the
-  // recomputed ones. The next engine restores the whole chain.
+  // recomputed ones. The next engine onboards the whole chain.
   tiers->wait_idle();
   tiers->host().clear();
   EngineUnderTest e2(g.model_file, o, tiers.get());
@@ -182,7 +182,7 @@ TEST_CASE("corrupt disk records are counted misses and the answer stays correct"
   CHECK(tiers->stats().disk.corrupt_records == n_corrupt);
 }
 
-TEST_CASE("restore_mode never recomputes and says so; another fingerprint finds nothing") {
+TEST_CASE("onboard_mode never recomputes and says so; another fingerprint finds nothing") {
   GoldenModel g = load_golden("stories260K", 1e-3f);
   const GoldenCase& c = longest_case(g);
   const int32_t n = static_cast<int32_t>(c.ids.size());
@@ -197,12 +197,12 @@ TEST_CASE("restore_mode never recomputes and says so; another fingerprint finds 
   tiers->wait_idle();
   {
     EngineOptions o = engine_options(*tiers);
-    o.restore_mode = EngineOptions::RestoreMode::kNever;
+    o.onboard_mode = EngineOptions::OnboardMode::kNever;
     EngineUnderTest e(g.model_file, o, tiers.get());
     Collected r = e.run(req);
     CHECK(r.usage.cached_tokens == 0);
     CHECK(r.usage.prefill_tokens == n);
-    CHECK(r.usage.restore_path == "recompute");
+    CHECK(r.usage.onboard_path == "recompute");
     CHECK(r.ids == cold.ids);
   }
   {

@@ -99,7 +99,7 @@ TEST_CASE("the same budget serves and caches a long prompt with a window space, 
   // Windowed: every block's global layers, and the last window's parts.
   CHECK(windowed.engine->lookup(prompt, "").device_tokens == 62 * 16);
   CHECK(sb.pool_blocks_cached == 62);
-  CHECK(sb.pool_window_blocks_used == 0);
+  CHECK(sb.pool_window_blocks_referenced_or_pinned == 0);
   // 15 usable window blocks: the last, partial block's part was freed (never
   // published); the other 14 hold the newest published blocks' parts.
   CHECK(sb.pool_window_blocks_cached == 14);
@@ -142,11 +142,11 @@ TEST_CASE("answers equal an engine without a window space while window parts com
   const EngineStats s = windowed.engine->stats();
   CHECK(n_cached > 0);
   CHECK(s.pool_window_evictions > 0);
-  CHECK(s.pool_window_blocks_used == 0);
-  CHECK(s.pool_blocks_used == 0);
+  CHECK(s.pool_window_blocks_referenced_or_pinned == 0);
+  CHECK(s.pool_blocks_referenced == 0);
 }
 
-TEST_CASE("evict-only tiers get a block whose window part goes first, whole, and restore it exactly") {
+TEST_CASE("evict-only tiers get a block whose window part goes first, whole, and onboard it exactly") {
   TierManagerOptions to;
   to.n_io_threads = 1;
   to.model_fingerprint = Hash128{0x1234, 0x5678};
@@ -159,7 +159,7 @@ TEST_CASE("evict-only tiers get a block whose window part goes first, whole, and
   EngineOptions o = options(14, 0.5);
   o.model_fingerprint = tiers->model_fingerprint();
   o.deployment_secret = tiers->deployment_secret();
-  o.restore_mode = EngineOptions::RestoreMode::kAlways;
+  o.onboard_mode = EngineOptions::OnboardMode::kAlways;
   EngineUnderTest windowed(model_path(), o, tiers.get());
   EngineOptions ref_opts = f32_engine_options();
   ref_opts.window_share = 0;

@@ -354,13 +354,13 @@ TEST_CASE("validate_generation: logprobs, top_logprobs, echo and max_tokens 0") 
   const json messages = json::array({{{"role", "user"}, {"content", "hi"}}});
   auto ok = [&](json body, bool chat) {
     auto r = validate_generation(body, m, chat);
-    if (auto* e = std::get_if<ApiError>(&r)) FAIL(e->message);
-    return std::get<GenerationRequest>(r);
+    if (!r.ok()) FAIL(r.error().message);
+    return r.value();
   };
   auto error = [&](json body, bool chat) {
     auto r = validate_generation(body, m, chat);
-    REQUIRE(std::holds_alternative<ApiError>(r));
-    return std::get<ApiError>(r);
+    REQUIRE(!r.ok());
+    return r.error();
   };
   const json prompt = {1, 2, 3};
   GenerationRequest g = ok(json{{"prompt", prompt}, {"logprobs", 3}, {"echo", true}}, false);

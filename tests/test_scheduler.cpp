@@ -170,7 +170,7 @@ TEST_CASE("a prompt whose prefix is in the pool starts after its matched blocks"
   CHECK(b->usage.device_tokens == 8);
   CHECK(b->usage.cached_tokens == 8);
   CHECK(b->usage.host_tokens == 0);
-  CHECK(b->usage.restore_path == "none");
+  CHECK(b->usage.onboard_path == "none");
   CHECK(h.step() == "2:5@0");
   CHECK(h.blocks.stats().hits == 2);
   CHECK(h.blocks.stats().misses == 3 + 1);  // the first prompt's 3 blocks, then block 2 of this one
@@ -234,7 +234,7 @@ TEST_CASE("a batch is decode steps first, then the oldest prefill chunks, within
   CHECK(h.step() == "1:1d@0 2:1d@1 3:1d@2");
 }
 
-TEST_CASE("a newer decoder goes before an older prefill; restored blocks report host and disk") {
+TEST_CASE("a newer decoder goes before an older prefill; onboarded blocks report host and disk") {
   Harness h(32, 6, 4, /*with_tiers=*/true);
   h.offer = [](const Sequence& s, int32_t from, int32_t to) {
     CHECK(from == 0);
@@ -246,7 +246,7 @@ TEST_CASE("a newer decoder goes before an older prefill; restored blocks report 
   h.now += std::chrono::milliseconds(1);
   h.sched.admit(h.now);
   CHECK(a->state == SeqState::kLoading);
-  CHECK(a->block_table.size() == 2);  // reserved for the restored blocks
+  CHECK(a->block_table.size() == 2);  // reserved for the onboarded blocks
   CHECK(a->t_loading_start == h.now);
   CHECK(h.onboards == std::vector<std::array<int64_t, 3>>{{1, 0, 2}});
   CHECK(h.sched.find_loading(1) == a);
@@ -263,7 +263,7 @@ TEST_CASE("a newer decoder goes before an older prefill; restored blocks report 
   CHECK(a->usage.device_tokens == 0);
   CHECK(a->usage.host_tokens == 4);
   CHECK(a->usage.disk_tokens == 4);
-  CHECK(a->usage.restore_path == "restore");
+  CHECK(a->usage.onboard_path == "restore");
   CHECK(h.step() == "2:1d@0 1:5@1");  // decode first, although the decoder is newer
   CHECK(h.totals.device == 0);
   CHECK(h.totals.host == 4);
@@ -279,10 +279,10 @@ TEST_CASE("tiers that fill only part of the reserved blocks, and a choice to rec
   h.sched.admit(h.now);
   REQUIRE(a->state == SeqState::kLoading);
   CHECK(a->block_table.size() == 3);
-  CHECK(h.blocks.stats().blocks_used == 3);
+  CHECK(h.blocks.stats().blocks_referenced == 3);
   h.sched.onboarded(*a, 1, 0, 0);  // one block, from disk; the other two reserved blocks go back
   CHECK(a->block_table.size() == 1);
-  CHECK(h.blocks.stats().blocks_used == 1);
+  CHECK(h.blocks.stats().blocks_referenced == 1);
   CHECK(a->usage.disk_tokens == 4);
   CHECK(a->usage.host_tokens == 0);
   CHECK(a->usage.cached_tokens == 4);
@@ -292,7 +292,7 @@ TEST_CASE("tiers that fill only part of the reserved blocks, and a choice to rec
   h.sched.admit(h.now);
   CHECK(b->state == SeqState::kRunning);  // offered, but recomputing was chosen
   CHECK(b->usage.cached_tokens == 0);
-  CHECK(b->usage.restore_path == "recompute");
+  CHECK(b->usage.onboard_path == "recompute");
   CHECK(h.onboards.size() == 1);
 }
 
@@ -353,7 +353,7 @@ TEST_CASE("a sequence alone that needs more blocks than the pool holds is report
   CHECK(second.chunks.empty());
   CHECK(second.too_big == std::vector<Sequence*>{a});
   h.sched.remove(*a);
-  CHECK(h.blocks.stats().blocks_used == 0);
+  CHECK(h.blocks.stats().blocks_referenced == 0);
   CHECK(h.sched.check_invariants().ok());
 }
 
@@ -407,13 +407,13 @@ TEST_CASE("the cache split is committed once, and only for an admitted sequence"
 
   CacheSplit split;
   split.admit(2, "none");
-  split.restored(3, 2, 0);
-  split.report(19, 4, u);  // 2 device blocks, 3 restored (2 from host), last token recomputed
+  split.onboarded(3, 2, 0);
+  split.report(19, 4, u);  // 2 device blocks, 3 onboarded (2 from host), last token recomputed
   CHECK(u.device_tokens == 8);
   CHECK(u.host_tokens == 8);
   CHECK(u.disk_tokens == 3);
   CHECK(u.cached_tokens == 19);
-  CHECK(u.restore_path == "restore");
+  CHECK(u.onboard_path == "restore");
   split.commit(u, totals);
   split.commit(u, totals);
   CHECK(totals.device == 8);
@@ -429,7 +429,7 @@ TEST_CASE("the cache split takes recomputed tokens off the remote tail first") {
   Usage u;
   CacheSplit split;
   split.admit(1, "none");
-  split.restored(5, 1, 2);  // 1 host, 2 disk, 2 remote blocks of 4 tokens
+  split.onboarded(5, 1, 2);  // 1 host, 2 disk, 2 remote blocks of 4 tokens
   split.report(4 + 20 - 1, 4, u);  // the last token is recomputed
   CHECK(u.device_tokens == 4);
   CHECK(u.host_tokens == 4);
@@ -437,7 +437,7 @@ TEST_CASE("the cache split takes recomputed tokens off the remote tail first") {
   CHECK(u.remote_tokens == 7);
   CacheSplit whole_block;
   whole_block.admit(0, "none");
-  whole_block.restored(3, 0, 1);  // 2 disk, 1 remote block
+  whole_block.onboarded(3, 0, 1);  // 2 disk, 1 remote block
   Usage w;
   whole_block.report(8, 4, w);  // the last block is recomputed whole
   CHECK(w.disk_tokens == 8);

@@ -59,7 +59,7 @@ TEST_CASE("a published block's part is cached when released, a private one's fre
   CHECK(w.of(chain[1]) == 2);
   CHECK(w.of(priv[0]) == 3);
   CHECK(w.n_allocatable() == 0);
-  CHECK(w.stats().blocks_used == 3);
+  CHECK(w.stats().blocks_referenced_or_pinned == 3);
   w.release(priv[0]);
   CHECK(w.of(priv[0]) == -1);  // not published: freed
   w.release(chain[1]);

@@ -164,8 +164,8 @@ struct MessageStream {
   // (the breakpoints are pinned first), or an error event.
   void render_end(const EngineEvent& e, std::string* out) {
     render_text(e.text, out);
-    if (std::optional<ApiError> err = completion_error(call.fold, Delivery::kStream)) {
-      append_event(out, "error", anthropic(*err).to_json());
+    if (ApiResult<void> err = completion_error(call.fold, Delivery::kStream); !err.ok()) {
+      append_event(out, "error", anthropic(err.error()).to_json());
       return;
     }
     const std::vector<BreakpointOutcome> outcomes =
@@ -222,8 +222,8 @@ void answer_whole(MessageCall& call, Reply& res) {
     fold_wakeup(call.fold, call.timing, *ctx.metrics, call.channel->wait(kChannelPoll));
   }
   record_end(ctx, call.m.request, call.fold, call.timing, Delivery::kWhole, *call.count);
-  if (std::optional<ApiError> err = completion_error(call.fold, Delivery::kWhole))
-    return res.error(anthropic(*err));
+  if (ApiResult<void> err = completion_error(call.fold, Delivery::kWhole); !err.ok())
+    return res.error(anthropic(err.error()));
   const std::vector<BreakpointOutcome> outcomes =
       settle_breakpoints(ctx, call.m, call.fold.usage.cached_tokens, call.tenant);
   const StopInfo stop = stop_info(call.fold, call.m.request, ctx.model.tokenizer);
@@ -254,8 +254,8 @@ void handle_messages(DaemonContext& ctx, const Call& http_call, Reply& res) {
     res.error(anthropic(e));
   };
   auto parsed = validate_messages(*http_call.body, ctx.model, /*count_only=*/false);
-  if (auto* e = std::get_if<ApiError>(&parsed)) return refuse(*e, RequestOutcome::kInvalid);
-  call->m = std::move(std::get<MessagesRequest>(parsed));
+  if (!parsed.ok()) return refuse(parsed.error(), RequestOutcome::kInvalid);
+  call->m = std::move(parsed.value());
   // The tenant's namespace goes into the salt its blocks are hashed under.
   call->m.request.cache_salt = engine_salt(http_call.caller.tenant, "");
   if (std::optional<Refusal> r = admit_generation(ctx, http_call.caller.tenant, res, &call->slots))
@@ -268,8 +268,8 @@ void handle_messages(DaemonContext& ctx, const Call& http_call, Reply& res) {
 
 void handle_count_tokens(DaemonContext& ctx, const Call& call, Reply& res) {
   auto parsed = validate_messages(*call.body, ctx.model, /*count_only=*/true);
-  if (auto* e = std::get_if<ApiError>(&parsed)) return res.error(anthropic(*e));
-  res.json(json{{"input_tokens", std::get<MessagesRequest>(parsed).request.prompt.size()}});
+  if (!parsed.ok()) return res.error(anthropic(parsed.error()));
+  res.json(json{{"input_tokens", parsed.value().request.prompt.size()}});
 }
 
 }  // namespace prefixd

@@ -30,11 +30,11 @@ json tier_json(const TierFigures& t) {
 // (engine_salt); answers the error itself and returns false on failure.
 bool parse_prompt(DaemonContext& ctx, const Call& call, Reply& res, PromptRequest* out) {
   auto p = validate_prompt_body(*call.body, ctx.model);
-  if (auto* e = std::get_if<ApiError>(&p)) {
-    res.error(*e);
+  if (!p.ok()) {
+    res.error(p.error());
     return false;
   }
-  *out = std::move(std::get<PromptRequest>(p));
+  *out = std::move(p.value());
   out->cache_salt = engine_salt(call.caller.tenant, out->cache_salt);
   return true;
 }

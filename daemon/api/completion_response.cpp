@@ -69,7 +69,7 @@ RequestOutcome CompletionFold::outcome() const {
   return RequestOutcome::kCompleted;
 }
 
-std::optional<ApiError> completion_error(const CompletionFold& fold, Delivery delivery) {
+ApiResult<void> completion_error(const CompletionFold& fold, Delivery delivery) {
   switch (fold.outcome()) {
     case RequestOutcome::kError:
       return ApiError::internal_error("the engine failed this request" +
@@ -78,7 +78,7 @@ std::optional<ApiError> completion_error(const CompletionFold& fold, Delivery de
       return ApiError::service_unavailable("the request was cancelled (server shutting down)",
                                            delivery == Delivery::kStream ? "" : "shutting_down");
     default:
-      return std::nullopt;
+      return {};
   }
 }
 
@@ -200,9 +200,9 @@ json prefix_cache_json(const Usage& u) {
   j["disk_tokens"] = u.disk_tokens;
   j["remote_tokens"] = u.remote_tokens;
   j["prefill_tokens"] = u.prefill_tokens;
-  j["restore_path"] = u.restore_path;
+  j["restore_path"] = u.onboard_path;
   j["queue_ms"] = u.queue_ms;
-  j["restore_ms"] = u.restore_ms;
+  j["restore_ms"] = u.onboard_ms;
   j["prefill_ms"] = u.prefill_ms;
   j["ttft_ms"] = u.ttft_ms;
   j["decode_ms"] = u.decode_ms;

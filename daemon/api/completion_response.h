@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "daemon/api/logprobs_json.h"
-#include "daemon/http/api_error.h"
+#include "daemon/http/api_result.h"
 #include "daemon/monitoring/metrics.h"
 #include "engine/request.h"
 
@@ -48,10 +48,10 @@ struct CompletionFold {
 enum class Delivery : uint8_t { kWhole, kStream };
 
 // The error a finished request that did not complete answers with: 500 when
-// the engine failed it, 503 when shutdown cancelled it; nullopt when it
+// the engine failed it, 503 when shutdown cancelled it; ok when it
 // completed (stop or length). In a stream it goes out as an event, and there
 // the cancellation has always carried no code.
-std::optional<ApiError> completion_error(const CompletionFold& fold, Delivery delivery);
+ApiResult<void> completion_error(const CompletionFold& fold, Delivery delivery);
 
 // The fields every document of one answer repeats, and how it is rendered.
 struct CompletionHead {

@@ -118,8 +118,8 @@ struct StreamState {
     const bool pending = logprobs_sent < n_tokens_rendered;
     if (e.type == EngineEvent::Type::kFinished && (!e.text.empty() || pending))
       append_event(out, chunk_json(head, e.text, {}, std::nullopt, take_pending_logprobs()));
-    if (std::optional<ApiError> err = completion_error(fold, Delivery::kStream)) {
-      append_event(out, err->to_json());
+    if (ApiResult<void> err = completion_error(fold, Delivery::kStream); !err.ok()) {
+      append_event(out, err.error().to_json());
     } else {
       append_event(out, chunk_json(head, "", {}, fold.finish));
       json retained = retain_prompt(*ctx, meta.request, retention, fold.usage.cached_tokens, tenant);
@@ -168,8 +168,8 @@ void answer_whole(DaemonContext& ctx, const GenerationRequest& g, const Completi
     fold_wakeup(fold, timing, *ctx.metrics, channel.wait(kChannelPoll));
   }
   record_end(ctx, g.request, fold, timing, Delivery::kWhole, count);
-  if (std::optional<ApiError> err = completion_error(fold, Delivery::kWhole))
-    return res.error(*err);
+  if (ApiResult<void> err = completion_error(fold, Delivery::kWhole); !err.ok())
+    return res.error(err.error());
   json out = completion_json(head, fold);
   json retained = retain_prompt(ctx, g.request, retention, fold.usage.cached_tokens, tenant);
   if (!retained.is_null()) out["prefix_cache"]["retention"] = std::move(retained);
@@ -206,11 +206,11 @@ void handle_generation(DaemonContext& ctx, const Call& call, Reply& res, bool ch
     res.error(e);
   };
   auto parsed = validate_generation(*call.body, ctx.model, chat);
-  if (auto* e = std::get_if<ApiError>(&parsed)) return refuse(*e, RequestOutcome::kInvalid);
-  GenerationRequest g = std::move(std::get<GenerationRequest>(parsed));
+  if (!parsed.ok()) return refuse(parsed.error(), RequestOutcome::kInvalid);
+  GenerationRequest g = std::move(parsed.value());
   auto cache_fields = read_prompt_cache_fields(*call.body);
-  if (auto* e = std::get_if<ApiError>(&cache_fields)) return refuse(*e, RequestOutcome::kInvalid);
-  const std::optional<CacheTtl> retention = std::get<PromptCacheFields>(cache_fields).retention;
+  if (!cache_fields.ok()) return refuse(cache_fields.error(), RequestOutcome::kInvalid);
+  const std::optional<CacheTtl> retention = cache_fields.value().retention;
   // The tenant's namespace goes into the salt its blocks are hashed under.
   g.request.cache_salt = engine_salt(tenant, g.request.cache_salt);
 
@@ -256,14 +256,14 @@ void handle_models(DaemonContext& ctx, const Call&, Reply& res) {
 
 void handle_tokenize(DaemonContext& ctx, const Call& call, Reply& res) {
   auto ids = validate_tokenize(*call.body, ctx.model);
-  if (auto* e = std::get_if<ApiError>(&ids)) return res.error(*e);
-  res.json(json{{"tokens", std::get<std::vector<int32_t>>(ids)}});
+  if (!ids.ok()) return res.error(ids.error());
+  res.json(json{{"tokens", ids.value()}});
 }
 
 void handle_detokenize(DaemonContext& ctx, const Call& call, Reply& res) {
   auto ids = validate_detokenize(*call.body, ctx.model);
-  if (auto* e = std::get_if<ApiError>(&ids)) return res.error(*e);
-  res.json(json{{"content", ctx.model.tokenizer->decode(std::get<std::vector<int32_t>>(ids))}});
+  if (!ids.ok()) return res.error(ids.error());
+  res.json(json{{"content", ctx.model.tokenizer->decode(ids.value())}});
 }
 
 }  // namespace prefixd

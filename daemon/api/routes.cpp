@@ -175,11 +175,13 @@ HandlerResponse check_request(DaemonContext& ctx, const RouteOptions& o,
   }
   const bool needs_key = ctx.api_keys && !is_public(req.path);
   if (needs_key) t_caller.tenant = find_caller(*ctx.api_keys, req);
-  if (auto refusal = check_request_bounds(req, body_use(req.method, req.path), o.max_body_bytes)) {
-    if (refusal->status == 405) res.set_header("Allow", "GET, HEAD");
+  if (ApiResult<void> refusal =
+          check_request_bounds(req, body_use(req.method, req.path), o.max_body_bytes);
+      !refusal.ok()) {
+    if (refusal.error().status == 405) res.set_header("Allow", "GET, HEAD");
     // As when read_body refuses a generation request's body.
     count_refused(ctx, req.path, t_caller, RequestOutcome::kInvalid);
-    refuse(req, res, *refusal);
+    refuse(req, res, refusal.error());
     return HandlerResponse::Handled;
   }
   if (!needs_key) return HandlerResponse::Unhandled;
@@ -251,16 +253,16 @@ void answer_exception(const httplib::Request& req, httplib::Response& res, std::
   send_error(res, ApiError::internal_error("internal error").in_dialect_of(req.path));
 }
 
-// nullopt when the request says its body is JSON: `application/json`, with
+// Ok when the request says its body is JSON: `application/json`, with
 // or without parameters. Anything else gets 415, which also makes every
 // cross-site "simple" POST (text/plain, forms) fail: a browser must preflight
 // a JSON one, and the preflight is refused.
-std::optional<ApiError> check_json_content_type(const httplib::Request& req) {
+ApiResult<void> check_json_content_type(const httplib::Request& req) {
   std::string type = req.get_header_value("Content-Type");
   type = type.substr(0, type.find(';'));
   while (!type.empty() && type.back() == ' ') type.pop_back();
   for (char& ch : type) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  if (type == "application/json") return std::nullopt;
+  if (type == "application/json") return {};
   return ApiError::unsupported_media_type("Content-Type '" + req.get_header_value("Content-Type") +
                                           "' is not accepted: send the body as application/json "
                                           "(curl: -H 'Content-Type: application/json')");
@@ -273,8 +275,8 @@ std::optional<ApiError> check_json_content_type(const httplib::Request& req) {
 std::optional<std::string> read_body(const httplib::Request& req,
                                      const httplib::ContentReader& reader, int64_t max_body_bytes,
                                      httplib::Response& res) {
-  if (auto refusal = check_json_content_type(req)) {
-    send_error_closing(res, refusal->in_dialect_of(req.path));
+  if (ApiResult<void> refusal = check_json_content_type(req); !refusal.ok()) {
+    send_error_closing(res, refusal.error().in_dialect_of(req.path));
     return std::nullopt;
   }
   std::string body;
@@ -349,8 +351,8 @@ void run_route(DaemonContext& ctx, const Route& route, const httplib::Request& r
   ApiResult<json> body = json(nullptr);
   if (body_text) {
     body = parse_json_body(*body_text);
-    if (auto* e = std::get_if<ApiError>(&body)) return refuse_call(*e, RequestOutcome::kInvalid);
-    call.body = &std::get<json>(body);
+    if (!body.ok()) return refuse_call(body.error(), RequestOutcome::kInvalid);
+    call.body = &body.value();
   }
   Reply reply(res);
   route.handler(ctx, call, reply);
@@ -372,8 +374,8 @@ void install_route(httplib::Server& h, DaemonContext& ctx, const RouteOptions& o
     case kPost:
       if ((route.flags & kHttplibBody) != 0) {
         h.Post(route.path, [c, &route](const httplib::Request& req, httplib::Response& res) {
-          if (auto refusal = check_json_content_type(req)) {
-            send_error(res, *refusal);  // the body was read (within its Content-Length)
+          if (ApiResult<void> refusal = check_json_content_type(req); !refusal.ok()) {
+            send_error(res, refusal.error());  // the body was read (within its Content-Length)
             return;
           }
           run_route(*c, route, req, &req.body, res);

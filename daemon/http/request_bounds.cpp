@@ -58,8 +58,8 @@ std::optional<int64_t> content_length(const httplib::Request& req) {
 
 }  // namespace
 
-std::optional<ApiError> check_request_bounds(const httplib::Request& req, BodyUse use,
-                                             int64_t max_body_bytes) {
+ApiResult<void> check_request_bounds(const httplib::Request& req, BodyUse use,
+                                     int64_t max_body_bytes) {
   const std::string endpoint = req.method + " " + req.path;
   // httplib inflates gzip, deflate and br bodies before any reader sees them.
   for (size_t i = 0; i < req.get_header_value_count("Content-Encoding"); ++i) {
@@ -99,7 +99,7 @@ std::optional<ApiError> check_request_bounds(const httplib::Request& req, BodyUs
                                  "conflicting_body_length");
   }
 
-  if (!carries_body(req)) return std::nullopt;
+  if (!carries_body(req)) return {};
   switch (use) {
     case BodyUse::kNoRoute:
     case BodyUse::kGetOnly:  // (GET and HEAD on its path are kNone)
@@ -120,7 +120,7 @@ std::optional<ApiError> check_request_bounds(const httplib::Request& req, BodyUs
       break;
   }
   if (length && *length > max_body_bytes) return ApiError::payload_too_large(max_body_bytes);
-  return std::nullopt;
+  return {};
 }
 
 bool carries_body(const httplib::Request& req) {

@@ -21,7 +21,7 @@
 #include <cstdint>
 #include <optional>
 
-#include "daemon/http/api_error.h"
+#include "daemon/http/api_result.h"
 
 namespace prefixd {
 
@@ -34,7 +34,7 @@ enum class BodyUse : uint8_t {
   kStreamed,  // read through read_body, which stops at --max-body-bytes
 };
 
-// nullopt when the request may go on (to the key check and its route), else
+// Ok when the request may go on (to the key check and its route), else
 // its refusal, checked in this order:
 //   - a Content-Encoding other than `identity`: 415 (the API takes none);
 //   - kGetOnly and a method other than GET or HEAD: 405;
@@ -45,8 +45,8 @@ enum class BodyUse : uint8_t {
 //     `max_body_bytes`: 413.
 // A refusal leaves the body unread: when carries_body(req), send it with
 // send_error_closing.
-std::optional<ApiError> check_request_bounds(const httplib::Request& req, BodyUse use,
-                                             int64_t max_body_bytes);
+ApiResult<void> check_request_bounds(const httplib::Request& req, BodyUse use,
+                                     int64_t max_body_bytes);
 
 // Whether `req` has a body httplib would read, or leave on the connection: a
 // Content-Length other than 0, any Transfer-Encoding, or a POST, PUT, PATCH

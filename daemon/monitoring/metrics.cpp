@@ -34,6 +34,22 @@ void sample(std::string* out, const std::string& name, const std::string& labels
   *out += '\n';
 }
 
+// The tiers a per-tier family samples (a bit set).
+enum TierBit : unsigned { kDeviceTier = 1, kHostTier = 2, kDiskTier = 4, kRemoteTier = 8 };
+
+// A family with one sample of `field` per tier, labelled tier="...": each of
+// `tiers` that is configured (the device always is), in the order device,
+// host, disk, remote.
+void tier_family(std::string* out, const char* name, const char* type, const char* help,
+                 const StatsSnapshot& s, int64_t TierFigures::*field, unsigned tiers) {
+  header(out, name, type, help);
+  if (tiers & kDeviceTier) sample(out, name, "tier=\"device\"", s.device.*field);
+  if ((tiers & kHostTier) && s.has_host_tier) sample(out, name, "tier=\"host\"", s.host.*field);
+  if ((tiers & kDiskTier) && s.has_disk_tier) sample(out, name, "tier=\"disk\"", s.disk.*field);
+  if ((tiers & kRemoteTier) && s.has_remote_tier)
+    sample(out, name, "tier=\"remote\"", s.remote.*field);
+}
+
 std::vector<double> latency_buckets_s() {
   return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
 }
@@ -57,36 +73,25 @@ void render_tokens(const StatsSnapshot& s, const BuildInfo& build, std::string* 
   sample(out, "prefixd_prefill_tokens_total", "", s.prefill_tokens);
   header(out, "prefixd_generated_tokens_total", "counter", "Tokens generated.");
   sample(out, "prefixd_generated_tokens_total", "", s.generated_tokens);
-  header(out, "prefixd_evictions_total", "counter", "Blocks evicted, by tier.");
-  sample(out, "prefixd_evictions_total", "tier=\"device\"", s.device.evictions);
-  if (s.has_host_tier) sample(out, "prefixd_evictions_total", "tier=\"host\"", s.host.evictions);
-  if (s.has_disk_tier) sample(out, "prefixd_evictions_total", "tier=\"disk\"", s.disk.evictions);
+  tier_family(out, "prefixd_evictions_total", "counter", "Blocks evicted, by tier.", s,
+              &TierFigures::evictions, kDeviceTier | kHostTier | kDiskTier);
 }
 
 // What moves between the device and the tiers below it, and their sizes.
 void render_tier_movement(const StatsSnapshot& s, std::string* out) {
   if (s.has_host_tier) {
-    header(out, "prefixd_offload_blocks_total", "counter",
-           "Blocks written down to a tier (host RAM, disk).");
-    sample(out, "prefixd_offload_blocks_total", "tier=\"host\"", s.host.offload_blocks);
-    if (s.has_disk_tier)
-      sample(out, "prefixd_offload_blocks_total", "tier=\"disk\"", s.disk.offload_blocks);
-    if (s.has_remote_tier)
-      sample(out, "prefixd_offload_blocks_total", "tier=\"remote\"", s.remote.offload_blocks);
-    header(out, "prefixd_onboard_blocks_total", "counter",
-           "Blocks restored from a tier into the device pool.");
-    sample(out, "prefixd_onboard_blocks_total", "tier=\"host\"", s.host.onboard_blocks);
-    if (s.has_disk_tier)
-      sample(out, "prefixd_onboard_blocks_total", "tier=\"disk\"", s.disk.onboard_blocks);
-    if (s.has_remote_tier)
-      sample(out, "prefixd_onboard_blocks_total", "tier=\"remote\"", s.remote.onboard_blocks);
-    header(out, "prefixd_tier_used_bytes", "gauge", "Bytes held by a tier below the device.");
-    sample(out, "prefixd_tier_used_bytes", "tier=\"host\"", s.host.used_bytes);
-    if (s.has_disk_tier) sample(out, "prefixd_tier_used_bytes", "tier=\"disk\"", s.disk.used_bytes);
-    header(out, "prefixd_tier_capacity_bytes", "gauge", "Capacity of a tier below the device.");
-    sample(out, "prefixd_tier_capacity_bytes", "tier=\"host\"", s.host.capacity_bytes);
-    if (s.has_disk_tier)
-      sample(out, "prefixd_tier_capacity_bytes", "tier=\"disk\"", s.disk.capacity_bytes);
+    const unsigned below = kHostTier | kDiskTier | kRemoteTier;
+    tier_family(out, "prefixd_offload_blocks_total", "counter",
+                "Blocks written down to a tier (host RAM, disk).", s, &TierFigures::offload_blocks,
+                below);
+    // "restored": the help text /metrics has always published, kept as it is.
+    tier_family(out, "prefixd_onboard_blocks_total", "counter",
+                "Blocks restored from a tier into the device pool.", s,
+                &TierFigures::onboard_blocks, below);
+    tier_family(out, "prefixd_tier_used_bytes", "gauge", "Bytes held by a tier below the device.",
+                s, &TierFigures::used_bytes, kHostTier | kDiskTier);
+    tier_family(out, "prefixd_tier_capacity_bytes", "gauge", "Capacity of a tier below the device.",
+                s, &TierFigures::capacity_bytes, kHostTier | kDiskTier);
   }
 }
 

@@ -21,18 +21,19 @@ TierFigures store_figures(const StoreStats& t) {
   return f;
 }
 
-int64_t increase(int64_t now, int64_t before) { return now > before ? now - before : 0; }
+// Sets each named counter of `d` to its increase from `before` to `now` (0
+// when it went down: the daemon restarted or a tier was reset).
+template <typename Figures, typename... Counters>
+void take_increases(Figures& d, const Figures& now, const Figures& before, Counters... counters) {
+  ((d.*counters = now.*counters > before.*counters ? now.*counters - before.*counters : 0), ...);
+}
 
 // Counters of one tier become increases; its gauges stay those of `now`.
 TierFigures tier_delta(const TierFigures& now, const TierFigures& before) {
   TierFigures d = now;
-  d.hits = increase(now.hits, before.hits);
-  d.misses = increase(now.misses, before.misses);
-  d.evictions = increase(now.evictions, before.evictions);
-  d.cached_tokens = increase(now.cached_tokens, before.cached_tokens);
-  d.offload_blocks = increase(now.offload_blocks, before.offload_blocks);
-  d.offload_bytes = increase(now.offload_bytes, before.offload_bytes);
-  d.onboard_blocks = increase(now.onboard_blocks, before.onboard_blocks);
+  take_increases(d, now, before, &TierFigures::hits, &TierFigures::misses, &TierFigures::evictions,
+                 &TierFigures::cached_tokens, &TierFigures::offload_blocks,
+                 &TierFigures::offload_bytes, &TierFigures::onboard_blocks);
   return d;
 }
 
@@ -43,12 +44,12 @@ StatsSnapshot read_stats(Engine& engine, const TierManager* tiers) {
   StatsSnapshot s;
   s.device.capacity_bytes = es.pool_capacity_bytes;
   s.device.used_bytes = es.pool_used_bytes;
-  s.device.blocks = es.pool_blocks_used + es.pool_blocks_cached;
+  s.device.blocks = es.pool_blocks_referenced + es.pool_blocks_cached;
   s.device.hits = es.device_hits;
   s.device.misses = es.device_misses;
   s.device.evictions = es.device_evictions;
   s.pool_blocks_total = es.pool_blocks_total;
-  s.pool_blocks_referenced = es.pool_blocks_used;
+  s.pool_blocks_referenced = es.pool_blocks_referenced;
   s.pool_blocks_cached = es.pool_blocks_cached;
   s.pool_blocks_pinned = es.pool_blocks_pinned;
   s.prompt_tokens = es.prompt_tokens;
@@ -109,23 +110,15 @@ StatsSnapshot stats_delta(const StatsSnapshot& now, const StatsSnapshot& before)
   d.host = tier_delta(now.host, before.host);
   d.disk = tier_delta(now.disk, before.disk);
   d.remote = tier_delta(now.remote, before.remote);
-  const RemoteFigures& rn = now.remote_io;
-  const RemoteFigures& rb = before.remote_io;
-  d.remote_io.read_bytes = increase(rn.read_bytes, rb.read_bytes);
-  d.remote_io.written_bytes = increase(rn.written_bytes, rb.written_bytes);
-  d.remote_io.writes_dropped = increase(rn.writes_dropped, rb.writes_dropped);
-  d.remote_io.errors = increase(rn.errors, rb.errors);
-  d.remote_io.timeouts = increase(rn.timeouts, rb.timeouts);
-  d.remote_io.corrupt_records = increase(rn.corrupt_records, rb.corrupt_records);
-  d.remote_io.unauthenticated_records = increase(rn.unauthenticated_records, rb.unauthenticated_records);
-  d.prompt_tokens = increase(now.prompt_tokens, before.prompt_tokens);
-  d.prefill_tokens = increase(now.prefill_tokens, before.prefill_tokens);
-  d.generated_tokens = increase(now.generated_tokens, before.generated_tokens);
-  d.onboard_bytes = increase(now.onboard_bytes, before.onboard_bytes);
-  d.corrupt_records = increase(now.corrupt_records, before.corrupt_records);
-  d.unauthenticated_records = increase(now.unauthenticated_records, before.unauthenticated_records);
-  d.disk_write_errors = increase(now.disk_write_errors, before.disk_write_errors);
-  d.disk_io_errors = increase(now.disk_io_errors, before.disk_io_errors);
+  // servers and pending_write_bytes are gauges.
+  take_increases(d.remote_io, now.remote_io, before.remote_io, &RemoteFigures::read_bytes,
+                 &RemoteFigures::written_bytes, &RemoteFigures::writes_dropped,
+                 &RemoteFigures::errors, &RemoteFigures::timeouts, &RemoteFigures::corrupt_records,
+                 &RemoteFigures::unauthenticated_records);
+  take_increases(d, now, before, &StatsSnapshot::prompt_tokens, &StatsSnapshot::prefill_tokens,
+                 &StatsSnapshot::generated_tokens, &StatsSnapshot::onboard_bytes,
+                 &StatsSnapshot::corrupt_records, &StatsSnapshot::unauthenticated_records,
+                 &StatsSnapshot::disk_write_errors, &StatsSnapshot::disk_io_errors);
   return d;
 }
 

@@ -15,7 +15,7 @@ class TierManager;
 struct TierFigures {
   // Gauges.
   int64_t capacity_bytes = 0;
-  int64_t used_bytes = 0;  // device: blocks referenced or cached
+  int64_t used_bytes = 0;  // bytes held (device: blocks referenced or cached, EngineStats::pool_used_bytes)
   int64_t blocks = 0;      // blocks held (device: referenced + cached)
   // Counters (monotonic).
   int64_t hits = 0;            // block lookups that found the block in this tier
@@ -24,7 +24,7 @@ struct TierFigures {
   int64_t cached_tokens = 0;   // prompt tokens reused from this tier
   int64_t offload_blocks = 0;  // host, disk: blocks newly written down into this tier
   int64_t offload_bytes = 0;
-  int64_t onboard_blocks = 0;  // host, disk: blocks restored from this tier into the pool
+  int64_t onboard_blocks = 0;  // host, disk: blocks onboarded from this tier into the pool
 };
 
 // The remote tier's own figures (memcached pool), beside its TierFigures.
@@ -52,15 +52,15 @@ struct StatsSnapshot {
 
   // The device pool in blocks (gauges).
   int32_t pool_blocks_total = 0;
-  int32_t pool_blocks_referenced = 0;  // referenced by a running sequence
-  int32_t pool_blocks_cached = 0;      // unreferenced, findable
+  int32_t pool_blocks_referenced = 0;  // ref > 0: held by a live sequence
+  int32_t pool_blocks_cached = 0;      // ref 0, findable (holding cached data)
   int32_t pool_blocks_pinned = 0;
 
   // Counters.
   int64_t prompt_tokens = 0;   // prompt tokens of admitted requests
   int64_t prefill_tokens = 0;  // prompt tokens computed by prefill
   int64_t generated_tokens = 0;
-  int64_t onboard_bytes = 0;    // bytes restored from host, disk and remote together
+  int64_t onboard_bytes = 0;    // bytes onboarded from host, disk and remote together
   int64_t corrupt_records = 0;  // disk records that failed a check (deleted, a miss)
   int64_t unauthenticated_records = 0;  // of those, the ones whose MAC did not verify
   int64_t disk_write_errors = 0;  // disk records not written: a failed write, or writes stopped

@@ -29,10 +29,10 @@ struct Conversation {
 
 // `cache_control` of one block at `where` (its path, without the
 // ".cache_control"): {"type": "ephemeral", "ttl": "5m" | "1h"}.
-std::optional<ApiError> read_cache_control(const json& block, const std::string& where,
-                                           size_t message, size_t n_blocks, Conversation* conv) {
+ApiResult<void> read_cache_control(const json& block, const std::string& where, size_t message,
+                                   size_t n_blocks, Conversation* conv) {
   auto it = block.find("cache_control");
-  if (it == block.end() || it->is_null()) return std::nullopt;
+  if (it == block.end() || it->is_null()) return {};
   const std::string field = where + ".cache_control";
   if (!it->is_object()) return field_error(field, "must be an object", "invalid_type");
   auto type = it->find("type");
@@ -61,19 +61,19 @@ std::optional<ApiError> read_cache_control(const json& block, const std::string&
                                            conv->marks.back().field +
                                            "): longer TTLs must come before shorter ones");
   conv->marks.push_back(BreakpointMark{field, message, n_blocks, ttl});
-  return std::nullopt;
+  return {};
 }
 
 // A content value at `where`: a string, or an array of text blocks
 // {"type": "text", "text": str, "cache_control"?}. Appends the message.
-std::optional<ApiError> read_content(const json& content, const std::string& role,
-                                     const std::string& where, Conversation* conv) {
+ApiResult<void> read_content(const json& content, const std::string& role, const std::string& where,
+                             Conversation* conv) {
   MessageBlocks m{role, {}};
   const size_t index = conv->messages.size();
   if (content.is_string()) {
     m.blocks.push_back(content.get<std::string>());
     conv->messages.push_back(std::move(m));
-    return std::nullopt;
+    return {};
   }
   if (!content.is_array())
     return field_error(where, "must be a string or an array of content blocks", "invalid_type");
@@ -94,16 +94,17 @@ std::optional<ApiError> read_content(const json& content, const std::string& rol
     if (text == block.end() || !text->is_string())
       return field_error(bw + ".text", "is required (a string)", "missing_field");
     m.blocks.push_back(text->get<std::string>());
-    if (auto e = read_cache_control(block, bw, index, m.blocks.size(), conv)) return e;
+    if (auto e = read_cache_control(block, bw, index, m.blocks.size(), conv); !e.ok())
+      return e.error();
   }
   conv->messages.push_back(std::move(m));
-  return std::nullopt;
+  return {};
 }
 
 // `system` (optional) then `messages` (required, user/assistant turns).
-std::optional<ApiError> read_conversation(const json& body, Conversation* conv) {
+ApiResult<void> read_conversation(const json& body, Conversation* conv) {
   if (auto s = body.find("system"); s != body.end() && !s->is_null()) {
-    if (auto e = read_content(*s, "system", "system", conv)) return e;
+    if (auto e = read_content(*s, "system", "system", conv); !e.ok()) return e.error();
   }
   auto it = body.find("messages");
   if (it == body.end() || it->is_null())
@@ -123,14 +124,15 @@ std::optional<ApiError> read_conversation(const json& body, Conversation* conv) 
     auto content = msg.find("content");
     if (content == msg.end() || content->is_null())
       return field_error(where + ".content", "is required", "missing_field");
-    if (auto e = read_content(*content, role->get<std::string>(), where + ".content", conv))
+    if (auto e = read_content(*content, role->get<std::string>(), where + ".content", conv);
+        !e.ok())
       return e;
   }
-  return std::nullopt;
+  return {};
 }
 
 // Fields of the Messages API that ask for what prefixd does not serve.
-std::optional<ApiError> refuse_unsupported(const json& body) {
+ApiResult<void> refuse_unsupported(const json& body) {
   for (const char* field : {"tools", "tool_choice", "mcp_servers", "container"}) {
     auto it = body.find(field);
     if (it == body.end() || it->is_null() || (it->is_array() && it->empty())) continue;
@@ -142,21 +144,20 @@ std::optional<ApiError> refuse_unsupported(const json& body) {
       return field_error("thinking.type", "'enabled' is not supported (extended thinking)",
                          "unsupported_value");
   }
-  return std::nullopt;
+  return {};
 }
 
-std::optional<ApiError> read_number(const json& body, const char* field, float* out) {
+ApiResult<void> read_number(const json& body, const char* field, float* out) {
   auto it = body.find(field);
-  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (it == body.end() || it->is_null()) return {};
   if (!it->is_number() || !std::isfinite(it->get<double>()))
     return field_error(field, "must be a finite number", "invalid_type");
   *out = static_cast<float>(it->get<double>());
-  return std::nullopt;
+  return {};
 }
 
 // temperature, top_p, top_k, stop_sequences, max_tokens, stream, metadata.
-std::optional<ApiError> read_generation_fields(const json& body, MessagesRequest* m,
-                                               int64_t* max_tokens) {
+ApiResult<void> read_generation_fields(const json& body, MessagesRequest* m, int64_t* max_tokens) {
   auto mt = body.find("max_tokens");
   if (mt == body.end() || mt->is_null())
     return field_error("max_tokens", "is required", "missing_field");
@@ -169,8 +170,8 @@ std::optional<ApiError> read_generation_fields(const json& body, MessagesRequest
                                          mt->dump() + ")");
   *max_tokens = mt->get<int64_t>();
   SamplingParams& s = m->request.sampling;
-  if (auto e = read_number(body, "temperature", &s.temperature)) return e;
-  if (auto e = read_number(body, "top_p", &s.top_p)) return e;
+  if (auto e = read_number(body, "temperature", &s.temperature); !e.ok()) return e.error();
+  if (auto e = read_number(body, "top_p", &s.top_p); !e.ok()) return e.error();
   if (auto it = body.find("top_k"); it != body.end() && !it->is_null()) {
     if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > INT32_MAX)
       return field_error("top_k", "must be an integer >= 0 (got " + it->dump() + ")");
@@ -203,7 +204,7 @@ std::optional<ApiError> read_generation_fields(const json& body, MessagesRequest
     if (auto u = it->find("user_id"); u != it->end() && !u->is_null() && !u->is_string())
       return field_error("metadata.user_id", "must be a string", "invalid_type");
   }
-  return std::nullopt;
+  return {};
 }
 
 }  // namespace
@@ -222,13 +223,13 @@ ApiResult<MessagesRequest> validate_messages(const json& body, const ModelInfo& 
                                "model: '" + mod->get<std::string>() +
                                    "' does not exist; this server serves '" + model.id + "'",
                                "model_not_found");
-  if (auto e = refuse_unsupported(body)) return *e;
+  if (auto e = refuse_unsupported(body); !e.ok()) return e.error();
   int64_t max_tokens = 0;
   if (!count_only) {
-    if (auto e = read_generation_fields(body, &m, &max_tokens)) return *e;
+    if (auto e = read_generation_fields(body, &m, &max_tokens); !e.ok()) return e.error();
   }
   Conversation conv;
-  if (auto e = read_conversation(body, &conv)) return *e;
+  if (auto e = read_conversation(body, &conv); !e.ok()) return e.error();
   if (!model.tokenizer || !model.chat_template)
     return field_error("messages", "the model has no tokenizer or chat template",
                        "no_chat_template");

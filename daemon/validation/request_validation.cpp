@@ -23,49 +23,49 @@ ApiError value_error(const std::string& field, const std::string& message) {
 }
 
 // Reads an optional number field (null counts as absent).
-std::optional<ApiError> get_number(const json& body, const char* field, double* out) {
+ApiResult<void> get_number(const json& body, const char* field, double* out) {
   auto it = body.find(field);
-  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (it == body.end() || it->is_null()) return {};
   if (!it->is_number()) return type_error(field, "a number");
   *out = it->get<double>();
   if (!std::isfinite(*out))
     return value_error(field, std::string("'") + field + "' must be finite");
-  return std::nullopt;
+  return {};
 }
 
-std::optional<ApiError> get_int(const json& body, const char* field, int64_t* out,
-                                bool* present = nullptr) {
+ApiResult<void> get_int(const json& body, const char* field, int64_t* out,
+                        bool* present = nullptr) {
   auto it = body.find(field);
-  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (it == body.end() || it->is_null()) return {};
   if (!it->is_number_integer()) return type_error(field, "an integer");
   if (it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
     return value_error(field, std::string("'") + field + "' is too large");
   }
   *out = it->get<int64_t>();
   if (present) *present = true;
-  return std::nullopt;
+  return {};
 }
 
-std::optional<ApiError> get_bool(const json& body, const char* field, bool* out) {
+ApiResult<void> get_bool(const json& body, const char* field, bool* out) {
   auto it = body.find(field);
-  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (it == body.end() || it->is_null()) return {};
   if (!it->is_boolean()) return type_error(field, "a boolean");
   *out = it->get<bool>();
-  return std::nullopt;
+  return {};
 }
 
-std::optional<ApiError> get_string(const json& body, const char* field, std::string* out) {
+ApiResult<void> get_string(const json& body, const char* field, std::string* out) {
   auto it = body.find(field);
-  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (it == body.end() || it->is_null()) return {};
   if (!it->is_string()) return type_error(field, "a string");
   *out = it->get<std::string>();
-  return std::nullopt;
+  return {};
 }
 
 // `cache_salt`: an optional string of at most kMaxCacheSaltBytes bytes.
-std::optional<ApiError> get_cache_salt(const json& body, std::string* out) {
+ApiResult<void> get_cache_salt(const json& body, std::string* out) {
   auto it = body.find("cache_salt");
-  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (it == body.end() || it->is_null()) return {};
   if (!it->is_string()) return type_error("cache_salt", "a string");
   const std::string& salt = it->get_ref<const std::string&>();
   if (salt.size() > kMaxCacheSaltBytes) {
@@ -74,11 +74,11 @@ std::optional<ApiError> get_cache_salt(const json& body, std::string* out) {
                                          " bytes are accepted");
   }
   *out = salt;
-  return std::nullopt;
+  return {};
 }
 
-std::optional<ApiError> check_ids(const std::vector<int32_t>& ids, const ModelInfo& m,
-                                  const std::string& field) {
+ApiResult<void> check_ids(const std::vector<int32_t>& ids, const ModelInfo& m,
+                          const std::string& field) {
   for (size_t i = 0; i < ids.size(); ++i) {
     if (ids[i] < 0 || ids[i] >= m.n_vocab) {
       return ApiError::bad_request(field,
@@ -88,12 +88,12 @@ std::optional<ApiError> check_ids(const std::vector<int32_t>& ids, const ModelIn
                                    "invalid_token_id");
     }
   }
-  return std::nullopt;
+  return {};
 }
 
 // A JSON array of integers -> ids; refuses non-integers and values beyond int32.
-std::optional<ApiError> parse_id_array(const json& arr, const ModelInfo& m,
-                                       const std::string& field, std::vector<int32_t>* out) {
+ApiResult<void> parse_id_array(const json& arr, const ModelInfo& m, const std::string& field,
+                               std::vector<int32_t>* out) {
   out->clear();
   out->reserve(arr.size());
   for (size_t i = 0; i < arr.size(); ++i) {
@@ -116,8 +116,7 @@ std::optional<ApiError> parse_id_array(const json& arr, const ModelInfo& m,
 }
 
 // `prompt`: a string, an array of ids, or a one-element array of either.
-std::optional<ApiError> parse_prompt(const json& body, const ModelInfo& m,
-                                     std::vector<int32_t>* out) {
+ApiResult<void> parse_prompt(const json& body, const ModelInfo& m, std::vector<int32_t>* out) {
   auto it = body.find("prompt");
   if (it == body.end() || it->is_null())
     return ApiError::bad_request("prompt", "'prompt' is required", "missing_field");
@@ -148,8 +147,7 @@ std::optional<ApiError> parse_prompt(const json& body, const ModelInfo& m,
 }
 
 // `messages` -> rendered and tokenized with the generation prompt.
-std::optional<ApiError> parse_messages(const json& body, const ModelInfo& m,
-                                       std::vector<int32_t>* out) {
+ApiResult<void> parse_messages(const json& body, const ModelInfo& m, std::vector<int32_t>* out) {
   auto it = body.find("messages");
   if (it == body.end() || it->is_null()) {
     return ApiError::bad_request("messages", "'messages' is required", "missing_field");
@@ -207,10 +205,9 @@ std::optional<ApiError> parse_messages(const json& body, const ModelInfo& m,
 }
 
 // An optional integer field in [0, kMaxTopLogprobs]; *present tells whether it was given.
-std::optional<ApiError> get_top_count(const json& body, const char* field, int32_t* out,
-                                      bool* present) {
+ApiResult<void> get_top_count(const json& body, const char* field, int32_t* out, bool* present) {
   auto it = body.find(field);
-  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (it == body.end() || it->is_null()) return {};
   const std::string range = "an integer from 0 to " + std::to_string(kMaxTopLogprobs);
   if (!it->is_number_integer()) return type_error(field, range);
   const bool in_range = it->is_number_unsigned()
@@ -221,29 +218,31 @@ std::optional<ApiError> get_top_count(const json& body, const char* field, int32
                                   it->dump() + ")");
   *out = static_cast<int32_t>(it->get<int64_t>());
   *present = true;
-  return std::nullopt;
+  return {};
 }
 
 // logprobs, top_logprobs, echo and return_tokens_as_token_ids. Completions:
 // `logprobs` is the number of alternatives (0..20) and `echo` puts the
 // prompt first; chat: `logprobs` is a boolean and `top_logprobs` (0..20, only
 // with it) the number of alternatives.
-std::optional<ApiError> parse_logprobs(const json& body, bool chat, GenerationRequest* g) {
+ApiResult<void> parse_logprobs(const json& body, bool chat, GenerationRequest* g) {
   LogprobsOptions& lp = g->request.logprobs;
-  if (auto e = get_bool(body, "return_tokens_as_token_ids", &g->tokens_as_ids)) return e;
+  if (auto e = get_bool(body, "return_tokens_as_token_ids", &g->tokens_as_ids); !e.ok())
+    return e.error();
   if (chat) {
-    if (auto e = get_bool(body, "logprobs", &lp.sampled)) return e;
+    if (auto e = get_bool(body, "logprobs", &lp.sampled); !e.ok()) return e.error();
     bool has_top = false;
-    if (auto e = get_top_count(body, "top_logprobs", &lp.top_n, &has_top)) return e;
+    if (auto e = get_top_count(body, "top_logprobs", &lp.top_n, &has_top); !e.ok())
+      return e.error();
     if (has_top && !lp.sampled)
       return ApiError::bad_request("top_logprobs", "'top_logprobs' needs 'logprobs': true",
                                    "invalid_value");
     bool echo = false;
-    if (auto e = get_bool(body, "echo", &echo)) return e;
+    if (auto e = get_bool(body, "echo", &echo); !e.ok()) return e.error();
     if (echo)
       return ApiError::bad_request("echo", "'echo' is only supported on /v1/completions",
                                    "unsupported_value");
-    return std::nullopt;
+    return {};
   }
   if (body.contains("top_logprobs") && !body["top_logprobs"].is_null()) {
     return ApiError::bad_request(
@@ -252,27 +251,27 @@ std::optional<ApiError> parse_logprobs(const json& body, bool chat, GenerationRe
             std::to_string(kMaxTopLogprobs) + ") is the number of alternatives",
         "unsupported_value");
   }
-  if (auto e = get_top_count(body, "logprobs", &lp.top_n, &lp.sampled)) return e;
-  if (auto e = get_bool(body, "echo", &g->echo)) return e;
+  if (auto e = get_top_count(body, "logprobs", &lp.top_n, &lp.sampled); !e.ok()) return e.error();
+  if (auto e = get_bool(body, "echo", &g->echo); !e.ok()) return e.error();
   lp.prompt = lp.sampled && g->echo;
-  return std::nullopt;
+  return {};
 }
 
-std::optional<ApiError> check_model(const json& body, const ModelInfo& m) {
+ApiResult<void> check_model(const json& body, const ModelInfo& m) {
   std::string model;
-  if (auto e = get_string(body, "model", &model)) return e;
+  if (auto e = get_string(body, "model", &model); !e.ok()) return e.error();
   if (!model.empty() && model != m.id) {
     return ApiError::not_found(
         "model", "the model '" + model + "' does not exist; this server serves '" + m.id + "'",
         "model_not_found");
   }
-  return std::nullopt;
+  return {};
 }
 
 // A prompt must leave room for one generated token, unless nothing is
 // generated (max_tokens 0: echo scoring).
-std::optional<ApiError> check_prompt_fits(size_t n_prompt, const ModelInfo& m,
-                                          const std::string& param, bool generates) {
+ApiResult<void> check_prompt_fits(size_t n_prompt, const ModelInfo& m, const std::string& param,
+                                  bool generates) {
   if (static_cast<int64_t>(n_prompt) > m.n_ctx ||
       (generates && static_cast<int64_t>(n_prompt) == m.n_ctx)) {
     return ApiError::bad_request(param,
@@ -282,7 +281,7 @@ std::optional<ApiError> check_prompt_fits(size_t n_prompt, const ModelInfo& m,
                                                 : " tokens"),
                                  "context_length_exceeded");
   }
-  return std::nullopt;
+  return {};
 }
 
 // Builds the DOM of a request body from nlohmann's SAX events, refusing it
@@ -294,7 +293,7 @@ class JsonBodyBuilder final : public json::json_sax_t {
  public:
   explicit JsonBodyBuilder(json* root) : root_(root) {}
 
-  std::optional<ApiError> error;  // why parsing stopped, once it has
+  ApiResult<void> failure;  // why parsing stopped, once it has (ok until then)
 
   bool null() override { return add(nullptr) != nullptr; }
   bool boolean(bool v) override { return add(v) != nullptr; }
@@ -319,8 +318,8 @@ class JsonBodyBuilder final : public json::json_sax_t {
   }
   // Syntax errors carry their position; number overflow (1e400) is an out_of_range.
   bool parse_error(std::size_t, const std::string&, const json::exception& e) override {
-    error = ApiError::bad_request("", std::string("the body is not valid JSON: ") + e.what(),
-                                  "invalid_json");
+    failure = ApiError::bad_request("", std::string("the body is not valid JSON: ") + e.what(),
+                                    "invalid_json");
     return false;
   }
 
@@ -330,7 +329,7 @@ class JsonBodyBuilder final : public json::json_sax_t {
   // Null when v is one value too many.
   json* add(json&& v) {
     if (++n_values_ > kMaxJsonValues) {
-      error = ApiError::bad_request(
+      failure = ApiError::bad_request(
           "", "the body is JSON with more than " + std::to_string(kMaxJsonValues) + " values",
           "json_too_many_values");
       return nullptr;
@@ -352,7 +351,7 @@ class JsonBodyBuilder final : public json::json_sax_t {
   // containers stay valid: only the innermost one grows.
   bool open(json::value_t type) {
     if (open_.size() >= static_cast<size_t>(kMaxJsonDepth)) {
-      error = ApiError::bad_request(
+      failure = ApiError::bad_request(
           "", "the body has JSON nesting deeper than " + std::to_string(kMaxJsonDepth) + " levels",
           "json_too_deep");
       return false;
@@ -375,7 +374,7 @@ ApiResult<json> parse_json_body(const std::string& body) {
   json j;
   JsonBodyBuilder builder(&j);
   if (!json::sax_parse(body, &builder)) {
-    if (builder.error) return *builder.error;
+    if (!builder.failure.ok()) return builder.failure.error();
     return ApiError::bad_request("", "the body is not valid JSON", "invalid_json");
   }
   if (!j.is_object())
@@ -394,56 +393,57 @@ struct MaxTokens {
 };
 
 // n, stream, stream_options, max_tokens and the logprobs fields.
-std::optional<ApiError> parse_output_fields(const json& body, bool chat, GenerationRequest* g,
-                                            MaxTokens* max) {
+ApiResult<void> parse_output_fields(const json& body, bool chat, GenerationRequest* g,
+                                    MaxTokens* max) {
   int64_t n = 1;
-  if (auto e = get_int(body, "n", &n)) return e;
+  if (auto e = get_int(body, "n", &n); !e.ok()) return e.error();
   if (n != 1)
     return ApiError::bad_request("n", "only n = 1 is supported (got " + std::to_string(n) + ")",
                                  "unsupported_value");
-  if (auto e = get_bool(body, "stream", &g->stream)) return e;
+  if (auto e = get_bool(body, "stream", &g->stream); !e.ok()) return e.error();
   if (auto it = body.find("stream_options"); it != body.end() && !it->is_null()) {
     if (!it->is_object()) return type_error("stream_options", "an object");
-    if (auto e = get_bool(*it, "include_usage", &g->include_usage)) {
-      e->param = "stream_options.include_usage";
+    if (auto e = get_bool(*it, "include_usage", &g->include_usage); !e.ok()) {
+      e.error().param = "stream_options.include_usage";
       return e;
     }
   }
-  if (auto e = get_int(body, "max_tokens", &max->value, &max->given)) return e;
+  if (auto e = get_int(body, "max_tokens", &max->value, &max->given); !e.ok()) return e.error();
   if (!max->given && chat) {
     max->field = "max_completion_tokens";
-    if (auto e = get_int(body, "max_completion_tokens", &max->value, &max->given)) return e;
+    if (auto e = get_int(body, "max_completion_tokens", &max->value, &max->given); !e.ok())
+      return e.error();
   }
-  if (auto e = parse_logprobs(body, chat, g)) return e;
+  if (auto e = parse_logprobs(body, chat, g); !e.ok()) return e.error();
   // max_tokens 0 with echo scores the prompt (its logprobs) and generates nothing.
   if (max->given && max->value < (g->echo ? 0 : 1)) {
     return value_error(max->field, std::string("'") + max->field + "' must be at least " +
                                        (g->echo ? "0" : chat ? "1" : "1 (0 only with echo: true)") +
                                        " (got " + std::to_string(max->value) + ")");
   }
-  return std::nullopt;
+  return {};
 }
 
 // temperature, top_p, min_p, repetition_penalty, top_k, the unsupported
 // frequency and presence penalties, and seed.
-std::optional<ApiError> parse_sampling_fields(const json& body, SamplingParams* s) {
+ApiResult<void> parse_sampling_fields(const json& body, SamplingParams* s) {
   const std::pair<const char*, float*> fields[] = {{"temperature", &s->temperature},
                                                    {"top_p", &s->top_p},
                                                    {"min_p", &s->min_p},
                                                    {"repetition_penalty", &s->repetition_penalty}};
   for (auto [field, value] : fields) {
     double v = *value;
-    if (auto e = get_number(body, field, &v)) return e;
+    if (auto e = get_number(body, field, &v); !e.ok()) return e.error();
     *value = static_cast<float>(v);
   }
   int64_t top_k = s->top_k;
-  if (auto e = get_int(body, "top_k", &top_k)) return e;
+  if (auto e = get_int(body, "top_k", &top_k); !e.ok()) return e.error();
   if (top_k == -1) top_k = 0;  // llama.cpp's "off"
   if (top_k < 0 || top_k > INT32_MAX) return value_error("top_k", "'top_k' must be >= 0 (0 = off)");
   s->top_k = static_cast<int32_t>(top_k);
   for (const char* field : {"frequency_penalty", "presence_penalty"}) {
     double p = 0;
-    if (auto e = get_number(body, field, &p)) return e;
+    if (auto e = get_number(body, field, &p); !e.ok()) return e.error();
     if (p != 0)
       return ApiError::bad_request(
           field, std::string("'") + field + "' is not supported (use repetition_penalty)",
@@ -458,13 +458,13 @@ std::optional<ApiError> parse_sampling_fields(const json& body, SamplingParams* 
   if (Status st = validate_sampling_params(*s); !st.ok()) {
     return ApiError::bad_request("", st.message(), "invalid_value");
   }
-  return std::nullopt;
+  return {};
 }
 
 // `stop`: a string or an array of strings, bounded in number and length.
-std::optional<ApiError> parse_stop(const json& body, std::vector<std::string>* stop) {
+ApiResult<void> parse_stop(const json& body, std::vector<std::string>* stop) {
   auto it = body.find("stop");
-  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (it == body.end() || it->is_null()) return {};
   if (it->is_string()) {
     stop->push_back(it->get<std::string>());
   } else if (it->is_array()) {
@@ -488,21 +488,22 @@ std::optional<ApiError> parse_stop(const json& body, std::vector<std::string>* s
                                      " bytes are accepted");
     }
   }
-  return std::nullopt;
+  return {};
 }
 
 // The prompt (`messages` rendered for chat, else `prompt`), checked against
 // the context with the answer's length; sets r->prompt and r->max_tokens.
-std::optional<ApiError> parse_prompt_and_length(const json& body, const ModelInfo& m, bool chat,
-                                                MaxTokens max, Request* r) {
+ApiResult<void> parse_prompt_and_length(const json& body, const ModelInfo& m, bool chat,
+                                        MaxTokens max, Request* r) {
   if (chat) {
-    if (auto e = parse_messages(body, m, &r->prompt)) return e;
+    if (auto e = parse_messages(body, m, &r->prompt); !e.ok()) return e.error();
   } else {
-    if (auto e = parse_prompt(body, m, &r->prompt)) return e;
+    if (auto e = parse_prompt(body, m, &r->prompt); !e.ok()) return e.error();
   }
   const std::string prompt_param = chat ? "messages" : "prompt";
   if (auto e = check_prompt_fits(r->prompt.size(), m, prompt_param,
-                                 /*generates=*/!(max.given && max.value == 0)))
+                                 /*generates=*/!(max.given && max.value == 0));
+      !e.ok())
     return e;
   const int64_t n_prompt = static_cast<int64_t>(r->prompt.size());
   if (!max.given) {
@@ -517,7 +518,7 @@ std::optional<ApiError> parse_prompt_and_length(const json& body, const ModelInf
         "context_length_exceeded");
   }
   r->max_tokens = static_cast<int32_t>(max.value);
-  return std::nullopt;
+  return {};
 }
 
 }  // namespace
@@ -528,24 +529,24 @@ ApiResult<GenerationRequest> validate_generation(const json& body, const ModelIn
   g.model = m.id;
   Request& r = g.request;
   r.kind = RequestKind::kGenerate;
-  if (auto e = check_model(body, m)) return *e;
+  if (auto e = check_model(body, m); !e.ok()) return e.error();
   // Output and sampling fields first (cheap), then the prompt (tokenizes).
   MaxTokens max;
-  if (auto e = parse_output_fields(body, chat, &g, &max)) return *e;
-  if (auto e = parse_sampling_fields(body, &r.sampling)) return *e;
-  if (auto e = parse_stop(body, &r.stop)) return *e;
+  if (auto e = parse_output_fields(body, chat, &g, &max); !e.ok()) return e.error();
+  if (auto e = parse_sampling_fields(body, &r.sampling); !e.ok()) return e.error();
+  if (auto e = parse_stop(body, &r.stop); !e.ok()) return e.error();
   std::string user;
-  if (auto e = get_string(body, "user", &user)) return *e;
-  if (auto e = get_cache_salt(body, &r.cache_salt)) return *e;
-  if (auto e = get_bool(body, "ignore_eos", &r.ignore_eos)) return *e;
-  if (auto e = parse_prompt_and_length(body, m, chat, max, &r)) return *e;
+  if (auto e = get_string(body, "user", &user); !e.ok()) return e.error();
+  if (auto e = get_cache_salt(body, &r.cache_salt); !e.ok()) return e.error();
+  if (auto e = get_bool(body, "ignore_eos", &r.ignore_eos); !e.ok()) return e.error();
+  if (auto e = parse_prompt_and_length(body, m, chat, max, &r); !e.ok()) return e.error();
   return g;
 }
 
 ApiResult<PromptRequest> validate_prompt_body(const json& body, const ModelInfo& m) {
   PromptRequest p;
-  if (auto e = check_model(body, m)) return *e;
-  if (auto e = get_cache_salt(body, &p.cache_salt)) return *e;
+  if (auto e = check_model(body, m); !e.ok()) return e.error();
+  if (auto e = get_cache_salt(body, &p.cache_salt); !e.ok()) return e.error();
   const bool has_messages = body.contains("messages") && !body["messages"].is_null();
   const bool has_prompt = body.contains("prompt") && !body["prompt"].is_null();
   if (has_messages == has_prompt) {
@@ -553,9 +554,9 @@ ApiResult<PromptRequest> validate_prompt_body(const json& body, const ModelInfo&
                                  "give exactly one of 'prompt' and 'messages'", "missing_field");
   }
   if (has_messages) {
-    if (auto e = parse_messages(body, m, &p.prompt)) return *e;
+    if (auto e = parse_messages(body, m, &p.prompt); !e.ok()) return e.error();
   } else {
-    if (auto e = parse_prompt(body, m, &p.prompt)) return *e;
+    if (auto e = parse_prompt(body, m, &p.prompt); !e.ok()) return e.error();
   }
   if (static_cast<int64_t>(p.prompt.size()) > m.n_ctx) {
     return ApiError::bad_request(has_messages ? "messages" : "prompt",
@@ -573,8 +574,8 @@ ApiResult<std::vector<int32_t>> validate_tokenize(const json& body, const ModelI
     return ApiError::bad_request("content", "'content' is required", "missing_field");
   if (!it->is_string()) return type_error("content", "a string");
   bool add_special = false, parse_special = true;
-  if (auto e = get_bool(body, "add_special", &add_special)) return *e;
-  if (auto e = get_bool(body, "parse_special", &parse_special)) return *e;
+  if (auto e = get_bool(body, "add_special", &add_special); !e.ok()) return e.error();
+  if (auto e = get_bool(body, "parse_special", &parse_special); !e.ok()) return e.error();
   if (!m.tokenizer)
     return ApiError::bad_request("content", "the model has no tokenizer", "no_tokenizer");
   return m.tokenizer->encode(it->get<std::string>(), add_special, parse_special);
@@ -586,7 +587,7 @@ ApiResult<std::vector<int32_t>> validate_detokenize(const json& body, const Mode
     return ApiError::bad_request("tokens", "'tokens' is required", "missing_field");
   if (!it->is_array()) return type_error("tokens", "an array of integer token ids");
   std::vector<int32_t> ids;
-  if (auto e = parse_id_array(*it, m, "tokens", &ids)) return *e;
+  if (auto e = parse_id_array(*it, m, "tokens", &ids); !e.ok()) return e.error();
   if (!m.tokenizer)
     return ApiError::bad_request("tokens", "the model has no tokenizer", "no_tokenizer");
   return ids;

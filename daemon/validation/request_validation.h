@@ -8,17 +8,13 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-#include <variant>
 #include <vector>
 
-#include "daemon/http/api_error.h"
+#include "daemon/http/api_result.h"
 #include "daemon/validation/model_info.h"
 #include "engine/request.h"
 
 namespace prefixd {
-
-template <typename T>
-using ApiResult = std::variant<T, ApiError>;
 
 // A validated /v1/completions or /v1/chat/completions request.
 struct GenerationRequest {

@@ -371,9 +371,9 @@ BlockMeta BlockManager::meta(int32_t block_id) const {
 BlockManagerStats BlockManager::stats() const {
   BlockManagerStats s = counters_;
   s.blocks_total = options_.n_blocks;
-  s.blocks_used = s.blocks_cached = s.blocks_pinned = 0;
+  s.blocks_referenced = s.blocks_cached = s.blocks_pinned = 0;
   for (const Block& b : blocks_) {
-    if (b.ref > 0) ++s.blocks_used;
+    if (b.ref > 0) ++s.blocks_referenced;
     if (b.ref == 0 && indexed(b)) ++s.blocks_cached;
     if (b.pinned > 0) ++s.blocks_pinned;
   }

@@ -58,7 +58,7 @@ struct BlockManagerOptions {
 // Counters and a snapshot of the block states.
 struct BlockManagerStats {
   int32_t blocks_total = 0;
-  int32_t blocks_used = 0;     // ref > 0 (private or ready)
+  int32_t blocks_referenced = 0;  // ref > 0 (private or ready)
   int32_t blocks_cached = 0;   // ref 0 and indexed (pinned ones included)
   int32_t blocks_free = 0;     // on the free list
   int32_t blocks_pinned = 0;   // pin > 0

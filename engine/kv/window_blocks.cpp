@@ -198,7 +198,7 @@ WindowBlocksStats WindowBlocks::stats() const {
   s.blocks_total = static_cast<int32_t>(parts_.size());
   s.blocks_cached = lru_size_;
   s.blocks_free = static_cast<int32_t>(free_.size());
-  s.blocks_used = s.blocks_total - 1 - s.blocks_cached - s.blocks_free;
+  s.blocks_referenced_or_pinned = s.blocks_total - 1 - s.blocks_cached - s.blocks_free;
   s.evictions = evictions_;
   return s;
 }

@@ -26,7 +26,7 @@ namespace prefixd {
 
 struct WindowBlocksStats {
   int32_t blocks_total = 0;   // window blocks, the reserved block 0 included
-  int32_t blocks_used = 0;    // parts referenced or pinned
+  int32_t blocks_referenced_or_pinned = 0;  // parts not free and not in the LRU
   int32_t blocks_cached = 0;  // unreferenced, unpinned parts of published blocks (LRU)
   int32_t blocks_free = 0;
   int64_t evictions = 0;      // cached parts reclaimed for reuse

@@ -66,17 +66,19 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto body = parse_json_body(std::string(reinterpret_cast<const char*>(data), size));
-  if (auto* e = std::get_if<ApiError>(&body)) {
+  if (!body.ok()) {
+    const ApiError* e = &body.error();
     check_error(*e);
     return 0;
   }
-  const nlohmann::json& j = std::get<nlohmann::json>(body);
+  const nlohmann::json& j = body.value();
   for (bool chat : {false, true}) {
     auto g = validate_generation(j, g_model, chat);
-    if (auto* e = std::get_if<ApiError>(&g)) {
+    if (!g.ok()) {
+      const ApiError* e = &g.error();
       check_error(*e);
     } else {
-      const GenerationRequest& gr = std::get<GenerationRequest>(g);
+      const GenerationRequest& gr = g.value();
       const Request& r = gr.request;
       require(!r.prompt.empty(), "prompt not empty");
       check_ids(r.prompt);
@@ -89,19 +91,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   }
   auto p = validate_prompt_body(j, g_model);
-  if (auto* e = std::get_if<ApiError>(&p)) {
+  if (!p.ok()) {
+    const ApiError* e = &p.error();
     check_error(*e);
   } else {
-    check_ids(std::get<PromptRequest>(p).prompt);
+    check_ids(p.value().prompt);
   }
   for (bool count_only : {false, true}) {
     auto m = validate_messages(j, g_model, count_only);
-    if (auto* e = std::get_if<ApiError>(&m)) {
+    if (!m.ok()) {
+      const ApiError* e = &m.error();
       require(e->status == 400 || e->status == 404, "messages error is 400 or 404");
       require(!e->message.empty(), "error has a message");
       continue;
     }
-    const MessagesRequest& mr = std::get<MessagesRequest>(m);
+    const MessagesRequest& mr = m.value();
     require(!mr.request.prompt.empty(), "messages prompt not empty");
     check_ids(mr.request.prompt);
     require(count_only || mr.request.max_tokens >= 1, "messages max_tokens >= 1");
@@ -118,13 +122,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   }
   auto t = validate_tokenize(j, g_model);
-  if (auto* e = std::get_if<ApiError>(&t)) check_error(*e);
+  if (!t.ok()) check_error(t.error());
   auto d = validate_detokenize(j, g_model);
-  if (auto* e = std::get_if<ApiError>(&d)) {
+  if (!d.ok()) {
+    const ApiError* e = &d.error();
     check_error(*e);
   } else {
-    check_ids(std::get<std::vector<int32_t>>(d));
-    (void)g_tokenizer->decode(std::get<std::vector<int32_t>>(d));
+    check_ids(d.value());
+    (void)g_tokenizer->decode(d.value());
   }
   return 0;
 }

@@ -25,7 +25,7 @@ using json = nlohmann::json;
 
 namespace {
 
-// stories260K, F32 KV, a disk tier in `dir`, restores forced (the model is so
+// stories260K, F32 KV, a disk tier in `dir`, onboards forced (the model is so
 // small that the policy would often recompute instead).
 std::vector<std::string> args_for(const std::string& dir) {
   return {"--model", stories_model_path(), "--threads", "1", "--kv-dtype", "f32",
