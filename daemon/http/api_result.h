@@ -18,22 +18,41 @@
 
 namespace prefixd {
 
+// Reading the alternative a result does not hold is a broken invariant: it
+// aborts with a message (STYLE.md rule 5), as ApiResult<void>::error() does.
+inline void api_result_check(bool holds, const char* what) {
+  if (!holds) {
+    std::fprintf(stderr, "ApiResult: %s called on the other alternative\n", what);
+    std::abort();
+  }
+}
+
 template <typename T>
 class ApiResult {
  public:
   ApiResult(T value) : v_(std::move(value)) {}         // NOLINT: implicit by design
   ApiResult(ApiError error) : v_(std::move(error)) {}  // NOLINT: implicit by design
   bool ok() const { return std::holds_alternative<T>(v_); }
-  // value() and error() abort when called on the other alternative.
-  T& value() & { return std::get<T>(v_); }
-  const T& value() const& { return std::get<T>(v_); }
-  T&& value() && { return std::get<T>(std::move(v_)); }
-  const ApiError& error() const { return std::get<ApiError>(v_); }
-  ApiError& error() { return std::get<ApiError>(v_); }
-  T* operator->() { return &value(); }
-  const T* operator->() const { return &value(); }
+  T& value() & { return *value_of(*this); }
+  const T& value() const& { return *value_of(*this); }
+  T&& value() && { return std::move(*value_of(*this)); }
+  ApiError& error() { return *error_of(*this); }
+  const ApiError& error() const { return *error_of(*this); }
+  T* operator->() { return value_of(*this); }
+  const T* operator->() const { return value_of(*this); }
 
  private:
+  // The held alternative of a const or non-const result (aborts on the other).
+  template <class Self>
+  static auto* value_of(Self& self) {
+    api_result_check(self.ok(), "value()");
+    return std::get_if<T>(&self.v_);
+  }
+  template <class Self>
+  static auto* error_of(Self& self) {
+    api_result_check(!self.ok(), "error()");
+    return std::get_if<ApiError>(&self.v_);
+  }
   std::variant<T, ApiError> v_;
 };
 
@@ -44,17 +63,16 @@ class ApiResult<void> {
   ApiResult() = default;
   ApiResult(ApiError error) : ok_(false), error_(std::move(error)) {}  // NOLINT: implicit by design
   bool ok() const { return ok_; }
-  const ApiError& error() const { return checked_error(); }
-  ApiError& error() { return const_cast<ApiError&>(checked_error()); }
-
- private:
-  const ApiError& checked_error() const {
-    if (ok_) {
-      std::fprintf(stderr, "ApiResult<void>::error() called on an ok result\n");
-      std::abort();
-    }
+  const ApiError& error() const {
+    api_result_check(!ok_, "error()");
     return error_;
   }
+  ApiError& error() {
+    api_result_check(!ok_, "error()");
+    return error_;
+  }
+
+ private:
   bool ok_ = true;
   ApiError error_;
 };
