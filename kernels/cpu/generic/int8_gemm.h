@@ -254,8 +254,16 @@ struct Scale16 {
   static PREFIXD_VEC_INLINE B scale(const KUnpacked& u, int k) { return I8::shuffle(u.scales[k / 4], kPick.pair[k % 4]); }
 };
 
+// Eight 6-bit values (bytes 0..63) minus 32 each, as signed bytes, without a
+// borrow crossing bytes: (x | 0x80) - 32 = x + 0x60, then bit 7 flipped.
+PREFIXD_VEC_INLINE uint64_t minus32_bytes(uint64_t v) {
+  const uint64_t top = 0x8080808080808080ull;
+  return ((v | top) - 0x2020202020202020ull) ^ top;
+}
+
 // Q2_K and Q3_K's low 2 bits: value 128h + 32j + l is bits 2j..2j+1 of qs[32h + l] (group 4h + j).
 PREFIXD_VEC_INLINE void two_bit_groups(const uint8_t* qs, B* q) {
+#pragma GCC unroll 2
   for (int h = 0; h < 2; ++h) {
     const B v = I8::load(qs + 32 * h);
     q[4 * h] = I8::and_c(v, 3);
@@ -292,14 +300,24 @@ struct FmtQ3_K : Scale16 {
     u.d = I8::half(b.d);
     two_bit_groups(b.qs, u.q);
     const B h = I8::load(b.hmask);
+#pragma GCC unroll 8
     for (int k = 0; k < 8; ++k) u.q[k] = I8::or_(u.q[k], I8::test(h, static_cast<uint8_t>(1u << k), 4));
     int8_t scales[16];
-    quant::q3_k_scales(b.scales, scales);
-    for (int j = 0; j < 16; ++j) {
-      scales[j] = static_cast<int8_t>(scales[j] - 32);
-      u.aux[j] = scales[j];
-    }
+    scale_bytes(b.scales, scales);
+    for (int j = 0; j < 16; ++j) u.aux[j] = scales[j];
     set_scales(scales, u);
+  }
+  // The 16 scales, signed: quant::q3_k_scales in 64-bit words (scale j in
+  // byte j), the bias of 32 taken off bytewise.
+  static PREFIXD_VEC_INLINE void scale_bytes(const uint8_t* packed, int8_t* out) {
+    uint32_t a[3];
+    std::memcpy(a, packed, 12);
+    const uint32_t low4 = 0x0f0f0f0fu, low2 = 0x03030303u;
+    const uint64_t w0 = (a[0] & low4) | ((a[2] & low2) << 4), w1 = (a[1] & low4) | (((a[2] >> 2) & low2) << 4);
+    const uint64_t w2 = ((a[0] >> 4) & low4) | (((a[2] >> 4) & low2) << 4);
+    const uint64_t w3 = ((a[1] >> 4) & low4) | (((a[2] >> 6) & low2) << 4);
+    const uint64_t words[2] = {minus32_bytes(w0 | (w1 << 32)), minus32_bytes(w2 | (w3 << 32))};
+    std::memcpy(out, words, 16);
   }
   static PREFIXD_VEC_INLINE float extra(const KUnpacked& u, const XQ8KBlock& x) {
     return -4.0f * u.d * static_cast<float>(I8::dot_i16x16(u.aux, x.bsums));
@@ -335,14 +353,28 @@ struct FmtIQ4_XS {
   static constexpr bool kSuper = true, kSigned = true, kExtra = false;
   static PREFIXD_VEC_INLINE void unpack(const Block& b, KUnpacked& u) {
     u.d = I8::half(b.d);
+#pragma GCC unroll 8
     for (int k = 0; k < 8; ++k) {
       u.signs[k] = I8::lut16(kIq4nlValues, I8::nibbles16(b.qs + 16 * k));
       u.q[k] = I8::abs(u.signs[k]);
     }
-    int8_t scales[8];
-    for (int k = 0; k < 8; ++k)
-      scales[k] = static_cast<int8_t>((((b.scales_l[k / 2] >> 4 * (k % 2)) & 0xF) | (((b.scales_h >> 2 * k) & 3) << 4)) - 32);
-    u.scales[0] = I8::widen_i8x8(scales);
+    const uint64_t scales = minus32_bytes(scale_bytes(b));
+    u.scales[0] = I8::widen_i8x8(reinterpret_cast<const int8_t*>(&scales));
+  }
+  // Byte k = scale k (0..63): the low nibble k of scales_l (bytes in
+  // order, low nibble first) and bits 2k..2k+1 of scales_h above it.
+  static PREFIXD_VEC_INLINE uint64_t scale_bytes(const Block& b) {
+    uint32_t l32;
+    std::memcpy(&l32, b.scales_l, 4);
+    uint64_t l = l32;
+    l = (l | (l << 16)) & 0x0000FFFF0000FFFFull;  // byte j of scales_l at bits 16j..
+    l = (l | (l << 8)) & 0x00FF00FF00FF00FFull;
+    l = (l & 0x000F000F000F000Full) | ((l & 0x00F000F000F000F0ull) << 4);
+    uint64_t h = b.scales_h;  // 2 bits per scale, moved to bits 8k.. in three steps
+    h = (h & 0x00FFull) | ((h & 0xFF00ull) << 24);
+    h = (h & 0x0000000F0000000Full) | ((h & 0x000000F0000000F0ull) << 12);
+    h = (h & 0x0003000300030003ull) | ((h & 0x000C000C000C000Cull) << 6);
+    return l | (h << 4);
   }
   static PREFIXD_VEC_INLINE B scale(const KUnpacked& u, int k) { return I8::shuffle(u.scales[0], kPick.same[k]); }
 };
