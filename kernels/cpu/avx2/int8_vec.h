@@ -55,6 +55,11 @@ struct I8 {
     const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(v, b), b);
     return _mm256_and_si256(set, _mm256_set1_epi8(static_cast<char>(value)));
   }
+  // Byte j = table16[idx_j] (idx bytes 0..15; the IQ4_NL code book), one vpshufb.
+  static PREFIXD_VEC_INLINE B lut16(const int8_t* table16, B idx) {
+    const __m256i t = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(table16)));
+    return _mm256_shuffle_epi8(t, idx);
+  }
   static PREFIXD_VEC_INLINE B abs(B v) { return _mm256_abs_epi8(v); }
   // s with the sign of w applied (0 where w is 0): with abs(w), a signed dot.
   static PREFIXD_VEC_INLINE B sign(B s, B w) { return _mm256_sign_epi8(s, w); }

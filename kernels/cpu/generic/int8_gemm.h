@@ -2,11 +2,12 @@
 // 8 bits: every 32 weights are unpacked to bytes in registers and multiplied
 // with the activation bytes as integers. The 32-value formats scale each
 // product once per 32 in floats (x quantized per 32: XQ8Block); the K formats
-// apply their group scales inside vpmaddwd and sum a 256-value super-block in
-// int32 before one float multiply (x quantized per 256: XQ8KBlock). This is the
-// arithmetic of llama.cpp's vec_dot kernels; it reads a 4.5-bit weight as 4.5
-// bits, where dequantizing to F32 first costs a conversion, a multiply and a
-// store per weight. gemm.cpp sends calls with fewer than kInt8MaxRows x rows
+// and IQ4_XS apply their group scales inside vpmaddwd and sum a 256-value
+// super-block in int32 before one float multiply (x quantized per 256:
+// XQ8KBlock); IQ4_NL and IQ4_XS map their 4-bit indices through the code book
+// with one byte shuffle (vpshufb). This is the arithmetic of llama.cpp's
+// vec_dot kernels; it reads a 4.5-bit weight as 4.5 bits, where dequantizing
+// to F32 first costs a conversion, a multiply and a store per weight. gemm.cpp sends calls with fewer than kInt8MaxRows x rows
 // here (decode, short suffixes); longer ones take quant_gemm.h's panels.
 //
 // Batch invariance: each output y[i][r] is accumulated in the same order (over
@@ -14,7 +15,8 @@
 // in, so within this path a row's result does not depend on how many other
 // rows were in the call (decode alone or batched gives the same numbers).
 //
-// Formats: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K (int8_weight_type()).
+// Formats (int8_weight_type()): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL per 32;
+// Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS per 256 (k_weight_type()).
 // Included by kernels/cpu/<isa>/kernels.cpp only (through kernel_set.h).
 #pragma once
 
@@ -133,11 +135,31 @@ struct FmtQ8_0 {
   }
 };
 
+// The IQ4_NL / IQ4_XS code book (quant::iq4nl_value) as a vpshufb table: a
+// 4-bit index becomes its signed 8-bit value in registers.
+alignas(16) inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                                        1,    13,   25,  38,  53,  69,  89,  113};
+
+// IQ4_NL: Q4_0's nibble layout through the code book; signed (-127..113), as Q8_0.
+struct FmtIQ4_NL {
+  using Block = quant::BlockIQ4_NL;
+  static constexpr int kSub = 1;
+  static constexpr bool kSuper = false;
+  static constexpr bool kSigned = true, kMin = false;
+  static PREFIXD_VEC_INLINE void unpack(const Block& b, B* q, float* sc, float*) {
+    q[0] = I8::lut16(kIq4nlValues, I8::nibbles16(b.qs));
+    sc[0] = I8::half(b.d);
+  }
+};
+
 // --- K formats (x as XQ8KBlock) -------------------------------------------------
 // A 256-value super-block is 8 groups of 32: each group's integer products are
 // scaled by its 16-bit scale inside vpmaddwd and summed in int32 over the whole
-// super-block, then scaled once in floats by d(weight) * d(x). Mins (Q4_K, Q5_K)
-// and Q6_K's offset of 32 come from the activation sums per 32 or per 16.
+// super-block, then scaled once in floats by d(weight) * d(x). Mins (Q2_K, Q4_K,
+// Q5_K) and the offsets of Q3_K (4) and Q6_K (32) come from the activation sums
+// per 32 or per 16 (extra()). Weights are unsigned bytes, except IQ4_XS's
+// (kSigned: q holds their magnitudes, `signs` the signed values, and the
+// activations take their signs, as the 32-value Q8_0 does).
 
 // vpshufb masks: kPickSame[k] puts 16-bit word k of each half in all 8 words of
 // that half; kPickPair[j] puts word 2j in the low half and word 2j + 1 in the high.
@@ -158,8 +180,9 @@ inline constexpr PickMasks kPick{};
 // multiplied by x's d).
 struct KUnpacked {
   B q[8];
-  B scales[2];        // 16-bit scales, the same 8 in both halves (Q6_K: [0] scales 0..7, [1] 8..15)
-  int16_t aux[16];    // Q4_K/Q5_K: the 8 mins; Q6_K: the 16 scales
+  B signs[8];         // kSigned formats only: the signed weights (q: their magnitudes)
+  B scales[2];        // 16-bit scales, the same 8 in both halves (Scale16: [0] scales 0..7, [1] 8..15)
+  int16_t aux[16];    // Q4_K/Q5_K: the 8 mins; Q2_K: the 16 mins; Q3_K/Q6_K: the 16 scales
   float d, dmin;
 };
 
@@ -178,7 +201,7 @@ PREFIXD_VEC_INLINE void scales_mins_k4(const uint8_t* packed, uint8_t* scales, u
 // Q4_K and Q5_K share their scales and mins (scales_mins_k4) and how they
 // apply: the group scale inside vpmaddwd, the mins against x's sums per 32.
 struct ScaleMinK {
-  static constexpr bool kSuper = true;
+  static constexpr bool kSuper = true, kSigned = false, kExtra = true;
   template <typename Block>
   static PREFIXD_VEC_INLINE void unpack_scales(const Block& b, KUnpacked& u) {
     u.d = I8::half(b.d);
@@ -220,10 +243,90 @@ struct FmtQ5_K : ScaleMinK {
   }
 };
 
+// The formats of 16 groups of 16 (Q2_K, Q3_K, Q6_K): 16 signed 8-bit scales,
+// group k of 32 bytes taking scales 2k (first 16 bytes) and 2k + 1 (last 16).
+struct Scale16 {
+  static constexpr bool kSuper = true, kSigned = false, kExtra = true;
+  static PREFIXD_VEC_INLINE void set_scales(const int8_t* scales16, KUnpacked& u) {
+    u.scales[0] = I8::widen_i8x8(scales16);
+    u.scales[1] = I8::widen_i8x8(scales16 + 8);
+  }
+  static PREFIXD_VEC_INLINE B scale(const KUnpacked& u, int k) { return I8::shuffle(u.scales[k / 4], kPick.pair[k % 4]); }
+};
+
+// Eight 6-bit values (bytes 0..63) minus 32 each, as signed bytes, without a
+// borrow crossing bytes: (x | 0x80) - 32 = x + 0x60, then bit 7 flipped.
+PREFIXD_VEC_INLINE uint64_t minus32_bytes(uint64_t v) {
+  const uint64_t top = 0x8080808080808080ull;
+  return ((v | top) - 0x2020202020202020ull) ^ top;
+}
+
+// Q2_K and Q3_K's low 2 bits: value 128h + 32j + l is bits 2j..2j+1 of qs[32h + l] (group 4h + j).
+PREFIXD_VEC_INLINE void two_bit_groups(const uint8_t* qs, B* q) {
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+    const B v = I8::load(qs + 32 * h);
+    q[4 * h] = I8::and_c(v, 3);
+    q[4 * h + 1] = I8::and_c(I8::template shr16<2>(v), 3);
+    q[4 * h + 2] = I8::and_c(I8::template shr16<4>(v), 3);
+    q[4 * h + 3] = I8::and_c(I8::template shr16<6>(v), 3);
+  }
+}
+
+// Q2_K: values 0..3, 4-bit scales (low nibble) and mins (high); w = d * sc * q - dmin * m.
+struct FmtQ2_K : Scale16 {
+  using Block = quant::BlockQ2_K;
+  static PREFIXD_VEC_INLINE void unpack(const Block& b, KUnpacked& u) {
+    u.d = I8::half(b.d);
+    u.dmin = I8::half(b.dmin);
+    two_bit_groups(b.qs, u.q);
+    uint64_t packed[2];
+    std::memcpy(packed, b.scales, 16);
+    const uint64_t low4 = 0x0f0f0f0f0f0f0f0full;
+    const uint64_t scales[2] = {packed[0] & low4, packed[1] & low4};
+    set_scales(reinterpret_cast<const int8_t*>(scales), u);
+    for (int j = 0; j < 16; ++j) u.aux[j] = static_cast<int16_t>(b.scales[j] >> 4);
+  }
+  static PREFIXD_VEC_INLINE float extra(const KUnpacked& u, const XQ8KBlock& x) {
+    return -u.dmin * static_cast<float>(I8::dot_i16x16(u.aux, x.bsums));
+  }
+};
+
+// Q3_K: values 0..7 kept unsigned (2 bits in qs, the third in hmask bit k for
+// group k); the offset of 4 is -4 * sum(scale * x sum) per 16; scales 6-bit signed.
+struct FmtQ3_K : Scale16 {
+  using Block = quant::BlockQ3_K;
+  static PREFIXD_VEC_INLINE void unpack(const Block& b, KUnpacked& u) {
+    u.d = I8::half(b.d);
+    two_bit_groups(b.qs, u.q);
+    const B h = I8::load(b.hmask);
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) u.q[k] = I8::or_(u.q[k], I8::test(h, static_cast<uint8_t>(1u << k), 4));
+    int8_t scales[16];
+    scale_bytes(b.scales, scales);
+    for (int j = 0; j < 16; ++j) u.aux[j] = scales[j];
+    set_scales(scales, u);
+  }
+  // The 16 scales, signed: quant::q3_k_scales in 64-bit words (scale j in
+  // byte j), the bias of 32 taken off bytewise.
+  static PREFIXD_VEC_INLINE void scale_bytes(const uint8_t* packed, int8_t* out) {
+    uint32_t a[3];
+    std::memcpy(a, packed, 12);
+    const uint32_t low4 = 0x0f0f0f0fu, low2 = 0x03030303u;
+    const uint64_t w0 = (a[0] & low4) | ((a[2] & low2) << 4), w1 = (a[1] & low4) | (((a[2] >> 2) & low2) << 4);
+    const uint64_t w2 = ((a[0] >> 4) & low4) | (((a[2] >> 4) & low2) << 4);
+    const uint64_t w3 = ((a[1] >> 4) & low4) | (((a[2] >> 6) & low2) << 4);
+    const uint64_t words[2] = {minus32_bytes(w0 | (w1 << 32)), minus32_bytes(w2 | (w3 << 32))};
+    std::memcpy(out, words, 16);
+  }
+  static PREFIXD_VEC_INLINE float extra(const KUnpacked& u, const XQ8KBlock& x) {
+    return -4.0f * u.d * static_cast<float>(I8::dot_i16x16(u.aux, x.bsums));
+  }
+};
+
 // Q6_K: values 0..63 kept unsigned; the offset of 32 is -32 * sum(scale * x sum) per 16.
-struct FmtQ6_K {
+struct FmtQ6_K : Scale16 {
   using Block = quant::BlockQ6_K;
-  static constexpr bool kSuper = true;
   static PREFIXD_VEC_INLINE void unpack(const Block& b, KUnpacked& u) {
     u.d = I8::half(b.d);
     for (int half = 0; half < 2; ++half) {
@@ -235,15 +338,45 @@ struct FmtQ6_K {
       o[2] = I8::or_(I8::hi4(a), I8::template shl16<4>(I8::and_c(I8::template shr16<4>(h), 3)));
       o[3] = I8::or_(I8::hi4(c), I8::template shl16<4>(I8::and_c(I8::template shr16<6>(h), 3)));
     }
-    u.scales[0] = I8::widen_i8x8(b.scales);
-    u.scales[1] = I8::widen_i8x8(b.scales + 8);
+    set_scales(b.scales, u);
     for (int j = 0; j < 16; ++j) u.aux[j] = b.scales[j];
   }
-  // Group k: scales 2k (first 16 bytes) and 2k + 1 (last 16).
-  static PREFIXD_VEC_INLINE B scale(const KUnpacked& u, int k) { return I8::shuffle(u.scales[k / 4], kPick.pair[k % 4]); }
   static PREFIXD_VEC_INLINE float extra(const KUnpacked& u, const XQ8KBlock& x) {
     return -32.0f * u.d * static_cast<float>(I8::dot_i16x16(u.aux, x.bsums));
   }
+};
+
+// IQ4_XS: 8 groups of 32 in IQ4_NL's layout and code book (signed), each with
+// a 6-bit scale biased by 32 (low 4 bits in scales_l, high 2 in scales_h); no offset.
+struct FmtIQ4_XS {
+  using Block = quant::BlockIQ4_XS;
+  static constexpr bool kSuper = true, kSigned = true, kExtra = false;
+  static PREFIXD_VEC_INLINE void unpack(const Block& b, KUnpacked& u) {
+    u.d = I8::half(b.d);
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) {
+      u.signs[k] = I8::lut16(kIq4nlValues, I8::nibbles16(b.qs + 16 * k));
+      u.q[k] = I8::abs(u.signs[k]);
+    }
+    const uint64_t scales = minus32_bytes(scale_bytes(b));
+    u.scales[0] = I8::widen_i8x8(reinterpret_cast<const int8_t*>(&scales));
+  }
+  // Byte k = scale k (0..63): the low nibble k of scales_l (bytes in
+  // order, low nibble first) and bits 2k..2k+1 of scales_h above it.
+  static PREFIXD_VEC_INLINE uint64_t scale_bytes(const Block& b) {
+    uint32_t l32;
+    std::memcpy(&l32, b.scales_l, 4);
+    uint64_t l = l32;
+    l = (l | (l << 16)) & 0x0000FFFF0000FFFFull;  // byte j of scales_l at bits 16j..
+    l = (l | (l << 8)) & 0x00FF00FF00FF00FFull;
+    l = (l & 0x000F000F000F000Full) | ((l & 0x00F000F000F000F0ull) << 4);
+    uint64_t h = b.scales_h;  // 2 bits per scale, moved to bits 8k.. in three steps
+    h = (h & 0x00FFull) | ((h & 0xFF00ull) << 24);
+    h = (h & 0x0000000F0000000Full) | ((h & 0x000000F0000000F0ull) << 12);
+    h = (h & 0x0003000300030003ull) | ((h & 0x000C000C000C000Cull) << 6);
+    return l | (h << 4);
+  }
+  static PREFIXD_VEC_INLINE B scale(const KUnpacked& u, int k) { return I8::shuffle(u.scales[0], kPick.same[k]); }
 };
 
 // y[i * ldy + m] for MR weight rows and NR activation rows of a K format.
@@ -280,12 +413,15 @@ PREFIXD_VEC_INLINE void tile_k(const uint8_t* w, size_t row_bytes, const XQ8KBlo
       for (int k = 0; k < 8; ++k) {
         const B a = I8::load(xb.q + 32 * k);
 #pragma GCC unroll 4
-        for (int m = 0; m < MR; ++m) isum[m] = I8::dot_scaled(u[m].q[k], a, Fmt::scale(u[m], k), isum[m]);
+        for (int m = 0; m < MR; ++m) {
+          const B s = Fmt::kSigned ? I8::sign(a, u[m].signs[k]) : a;
+          isum[m] = I8::dot_scaled(u[m].q[k], s, Fmt::scale(u[m], k), isum[m]);
+        }
       }
 #pragma GCC unroll 4
       for (int m = 0; m < MR; ++m) {
         acc[m][i] = I8::fmadd(I8::to_float(isum[m]), I8::set1(u[m].d * xb.d), acc[m][i]);
-        extra[m][i] += xb.d * Fmt::extra(u[m], xb);
+        if constexpr (Fmt::kExtra) extra[m][i] += xb.d * Fmt::extra(u[m], xb);
       }
     }
   }
@@ -400,9 +536,13 @@ inline void rows(const GemmArgs& a, int64_t p0, int64_t p1, int64_t i0, int64_t 
     case WeightType::Q5_0: run<FmtQ5_0>(a, r0, r1, i0, i1); return;
     case WeightType::Q5_1: run<FmtQ5_1>(a, r0, r1, i0, i1); return;
     case WeightType::Q8_0: run<FmtQ8_0>(a, r0, r1, i0, i1); return;
+    case WeightType::IQ4_NL: run<FmtIQ4_NL>(a, r0, r1, i0, i1); return;
+    case WeightType::Q2_K: run<FmtQ2_K>(a, r0, r1, i0, i1); return;
+    case WeightType::Q3_K: run<FmtQ3_K>(a, r0, r1, i0, i1); return;
     case WeightType::Q4_K: run<FmtQ4_K>(a, r0, r1, i0, i1); return;
     case WeightType::Q5_K: run<FmtQ5_K>(a, r0, r1, i0, i1); return;
     case WeightType::Q6_K: run<FmtQ6_K>(a, r0, r1, i0, i1); return;
+    case WeightType::IQ4_XS: run<FmtIQ4_XS>(a, r0, r1, i0, i1); return;
     default: PREFIXD_CHECK(false, "not an int8 weight type");
   }
 }

@@ -7,6 +7,7 @@
 //   32 x 32 x rows of work.
 // - few rows (decode): 4 weight rows at a time are dequantized into an L1
 //   buffer and dotted with each x row; the weights stream from memory once.
+//   gemm.cpp sends only F16 rows here (block types: int8_gemm.h).
 // In sets with a BF16 dot product (avx512bf16) the block formats' panel is
 // rounded to BF16 instead and runs through the BF16 tiles, with x in BF16
 // (GemmArgs::xb), as BF16 weights do: twice the products per instruction.

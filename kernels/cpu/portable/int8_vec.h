@@ -62,6 +62,11 @@ struct I8 {
     for (int j = 0; j < 32; ++j) b[j] = (v[j] & bit) ? value : 0;
     return b;
   }
+  static PREFIXD_VEC_INLINE B lut16(const int8_t* table16, B idx) {
+    B b;
+    for (int j = 0; j < 32; ++j) b[j] = static_cast<uint8_t>(table16[idx[j] & 15]);
+    return b;
+  }
   static PREFIXD_VEC_INLINE B abs(B v) {
     B b;
     for (int j = 0; j < 32; ++j) {
