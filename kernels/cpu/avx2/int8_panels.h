@@ -5,8 +5,8 @@
 // 16 bits; with weights of at most 5 bits (0..31) and x in -127..127 four such
 // sums stay below 2^15 (4 * 2 * 31 * 127 = 31496), so they add in 16 bits
 // before one vpmaddwd: 17 integer instructions per 256 multiply-adds, where the
-// F32 panels take 32 FMAs. Q8_0 (8-bit weights) would overflow: it keeps the
-// F32 panels. Only the avx2 set includes this file (the AVX-512 sets take the
+// F32 panels take 32 FMAs. Q8_0 and IQ4_NL (8-bit values) would overflow: they
+// keep the F32 panels. Only the avx2 set includes this file (the AVX-512 sets take the
 // VNNI panels or none); gemm.cpp sends it calls of kInt8MaxRows x rows or more.
 // Each output sums its groups in order, whatever the tile or call it is in.
 #pragma once
@@ -26,9 +26,10 @@ namespace i8panel {
 
 constexpr int kTileX = 3;  // x rows per register tile: 6 f32 + 6 16-bit accumulators
 
-// The int8 panel formats whose values fit in 5 bits.
+// The int8 panel formats whose values fit in 5 bits (not the signed Q8_0, IQ4_NL).
 inline bool takes(WeightType t) {
-  return t != WeightType::Q8_0 && with_format(t, []<class>() {});
+  bool five_bits = false;
+  return with_format(t, [&]<class Fmt>() { five_bits = !signed_bytes<Fmt>(); }) && five_bits;
 }
 
 // y[i * ldy + j] for R x rows (XQ8Block rows x_stride apart) and weight rows

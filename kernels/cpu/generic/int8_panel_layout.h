@@ -8,7 +8,7 @@
 //   q[8][32][4] u8  -- q[t][r][b] is value 4t + b of row r in the group
 //   s[32]  f32      -- row r's value = s[r] * q + m[r]
 //   m[32]  f32
-// Formats with signed values (Q8_0) store q + 128 and m = -128 s.
+// Formats with signed values (Q8_0, IQ4_NL) store q + 128 and m = -128 s.
 // Included by kernels/cpu/<isa>/int8_panels.h only (after the set's vec.h).
 #pragma once
 
@@ -107,6 +107,7 @@ bool with_format(WeightType t, Body&& body) {
     case WeightType::Q5_0: body.template operator()<i8gemm::FmtQ5_0>(); return true;
     case WeightType::Q5_1: body.template operator()<i8gemm::FmtQ5_1>(); return true;
     case WeightType::Q8_0: body.template operator()<i8gemm::FmtQ8_0>(); return true;
+    case WeightType::IQ4_NL: body.template operator()<i8gemm::FmtIQ4_NL>(); return true;
     case WeightType::Q4_K: body.template operator()<i8gemm::FmtQ4_K>(); return true;
     case WeightType::Q5_K: body.template operator()<i8gemm::FmtQ5_K>(); return true;
     default: return false;
