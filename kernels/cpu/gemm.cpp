@@ -35,22 +35,27 @@ int64_t x_chunk_rows(int64_t n) {
 }
 
 // x (n, cols) f32 -> xb (n, stride) bf16, zero padded; stride = cols rounded up to 32.
+// fn(i0, i1) over x rows [0, n): on the caller for short calls, else split in
+// two ranges per thread (the x conversions and quantizations before a product).
+template <class Fn>
+void for_x_rows(ThreadPool& pool, int64_t n, Fn&& fn) {
+  if (n < 64) {
+    fn(int64_t{0}, n);
+    return;
+  }
+  const int64_t per = (n + 2 * pool.n_threads() - 1) / (2 * pool.n_threads());
+  pool.parallel_for((n + per - 1) / per, [&](int64_t t, int) { fn(t * per, std::min(n, (t + 1) * per)); });
+}
+
 void convert_x_bf16(const CpuKernels& k, ThreadPool& pool, const float* x, int64_t n, int64_t cols,
                     int64_t stride, uint16_t* xb) {
-  auto convert_rows = [&](int64_t i0, int64_t i1) {
+  for_x_rows(pool, n, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
       uint16_t* dst = xb + i * stride;
       k.f32_to_bf16_n(x + i * cols, dst, cols);
       std::memset(dst + cols, 0, (stride - cols) * sizeof(uint16_t));
     }
-  };
-  if (n < 64) {
-    convert_rows(0, n);
-  } else {
-    const int64_t per = (n + 2 * pool.n_threads() - 1) / (2 * pool.n_threads());
-    pool.parallel_for((n + per - 1) / per,
-                      [&](int64_t t, int) { convert_rows(t * per, std::min(n, (t + 1) * per)); });
-  }
+  });
 }
 
 // Row stride of x in BF16: cols rounded up to 32.
@@ -134,18 +139,6 @@ bool int8_products(const CpuKernels& k, const CpuMatrix& w, int64_t n) {
   return k.int8_panel_type != nullptr && k.int8_panel_type(w.source_type);
 }
 
-// x rows [0, n) of (n, cols) -> xq (n, cols / 32): in parallel for long calls.
-void quantize_x_q8(const CpuKernels& k, ThreadPool& pool, const float* x, int64_t n, int64_t cols,
-                   XQ8Block* xq) {
-  if (n < 64) {
-    k.quantize_x_q8(x, 0, n, cols, xq);
-    return;
-  }
-  const int64_t per = (n + 2 * pool.n_threads() - 1) / (2 * pool.n_threads());
-  pool.parallel_for((n + per - 1) / per,
-                    [&](int64_t t, int) { k.quantize_x_q8(x, t * per, std::min(n, (t + 1) * per), cols, xq); });
-}
-
 RowsX prepare_rows_x(const CpuKernels& k, ThreadPool& pool, std::span<const CpuMatrix* const> ws,
                      const float* x, int64_t n) {
   const int64_t cols = ws[0]->cols;
@@ -170,7 +163,8 @@ RowsX prepare_rows_x(const CpuKernels& k, ThreadPool& pool, std::span<const CpuM
     static thread_local std::vector<XQ8Block> xq_buffer;
     const int64_t blocks = n * (cols / 32);
     if (xq_buffer.size() < static_cast<size_t>(blocks)) xq_buffer.resize(blocks);
-    quantize_x_q8(k, pool, x, n, cols, xq_buffer.data());
+    XQ8Block* xq = xq_buffer.data();  // the caller's buffer: a thread_local named in a task is the worker's
+    for_x_rows(pool, n, [&](int64_t i0, int64_t i1) { k.quantize_x_q8(x, i0, i1, cols, xq); });
     r.xq = xq_buffer.data();
   }
   if (want_bf16) r.xb = x_bf16(k, pool, x, n, cols);
