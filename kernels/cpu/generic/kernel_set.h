@@ -12,6 +12,15 @@
 
 namespace prefixd::cpu::PREFIXD_ISA_NS {
 
+// The integer products of the decode shape: the set's 512-bit K-format tiles
+// where it has them (avx512/int8_k_rows.h), generic/int8_gemm.h's otherwise.
+inline void int8_rows(const GemmArgs& a, int64_t p0, int64_t p1, int64_t i0, int64_t i1) {
+#if defined(PREFIXD_HAS_WIDE_K_ROWS)
+  if (i8wide::rows(a, p0, p1, i0, i1)) return;
+#endif
+  i8gemm::rows(a, p0, p1, i0, i1);
+}
+
 // PREFIXD_ISA_ENUM: this set's CpuIsa enumerator (from the build).
 const CpuKernels kKernelSet = {
       CpuIsa::PREFIXD_ISA_ENUM,
@@ -19,7 +28,7 @@ const CpuKernels kKernelSet = {
       qgemm::scratch_floats,  // covers gemm::scratch_floats too
       gemm::panels,
       qgemm::rows,
-      i8gemm::rows,
+      int8_rows,
 #if defined(PREFIXD_HAS_INT8_PANELS)  // the set's kernels.cpp included its int8 panels
       i8panel::takes,
       i8panel::rows,
