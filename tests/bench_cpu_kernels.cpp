@@ -3,6 +3,7 @@
 // for causal prefill and decode with an F16 KV cache.
 // Usage: bench_cpu_kernels [n_threads (default 2)] [--cpu-isa auto|avx512bf16|avx512|avx2|portable]
 //        [--types F32,BF16,Q8_0,Q4_K,... (default F32,BF16; K formats on llama-245m shapes)] [--no-attention] [--no-matmul]
+//        [--stream: n=1 only, on one matrix of 131072 x 1024 that no cache holds (decode's weight read from memory)]
 //        (default $PREFIXD_CPU_ISA, else auto)
 #include <algorithm>
 #include <chrono>
@@ -12,6 +13,7 @@
 #include <cstring>
 #include <ctime>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -55,7 +57,7 @@ double best_time(Fn fn, double min_s = 0.3) {
   return best;
 }
 
-void bench_matmul(Backend& be, const std::vector<WeightType>& types) {
+void bench_matmul(Backend& be, const std::vector<WeightType>& types, bool stream) {
   struct Shape {
     int64_t rows, cols;
     const char* what;
@@ -65,6 +67,7 @@ void bench_matmul(Backend& be, const std::vector<WeightType>& types) {
                         {576, 1536, "down"},    {49152, 576, "lm head"}};
   const Shape l245[] = {{1024, 1024, "q/o proj"}, {256, 1024, "k/v proj"}, {2816, 1024, "gate/up"},
                         {1024, 2816, "down"},     {32000, 1024, "lm head"}};
+  const Shape from_memory[] = {{131072, 1024, "stream"}};
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> d(-1, 1);
   std::printf("matmul y(n, rows) = x(n, cols) W^T, %d threads\n", be.n_threads());
@@ -72,7 +75,7 @@ void bench_matmul(Backend& be, const std::vector<WeightType>& types) {
               "GFLOP/s", "W GB/s");
   for (WeightType type : types) {
     const bool k_format = weight_type_traits(type).block_elements == 256;
-    for (const Shape& s : k_format ? l245 : smol) {
+    for (const Shape& s : stream ? std::span<const Shape>(from_memory) : k_format ? std::span<const Shape>(l245) : std::span<const Shape>(smol)) {
       const int64_t nw = s.rows * s.cols;
       std::vector<uint8_t> bytes(nw * (type == WeightType::F32 ? 4 : 2));
       if (type != WeightType::F32 && type != WeightType::BF16)
@@ -88,6 +91,7 @@ void bench_matmul(Backend& be, const std::vector<WeightType>& types) {
       }
       auto w = be.upload_matrix(type, s.rows, s.cols, bytes.data(), false);
       for (int64_t n : {512, 100, 1}) {
+        if (stream && n != 1) continue;
         std::vector<float> x(n * s.cols);
         for (auto& v : x) v = d(rng);
         auto* dx = static_cast<float*>(be.alloc(x.size() * 4));
@@ -184,6 +188,7 @@ int main(int argc, char** argv) {
   std::string isa_name = isa_env != nullptr ? isa_env : "auto";
   std::vector<WeightType> types = {WeightType::F32, WeightType::BF16};
   bool attention = true;
+  bool stream = false;
   std::string attention_case;  // empty: every case
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--cpu-isa") == 0 && i + 1 < argc) isa_name = argv[++i];
@@ -210,6 +215,7 @@ int main(int argc, char** argv) {
       types.clear();
     } else if (std::strcmp(argv[i], "--no-attention") == 0) attention = false;
     else if (std::strcmp(argv[i], "--no-matmul") == 0) types.clear();
+    else if (std::strcmp(argv[i], "--stream") == 0) stream = true;
     else n_threads = std::atoi(argv[i]);
   }
   Result<cpu::CpuIsa> isa = cpu::choose_cpu_isa(isa_name);
@@ -221,7 +227,7 @@ int main(int argc, char** argv) {
   g_cpu_time = n_threads == 1;
   std::printf("timing: best of repeated runs, %s; cpu_isa %s\n\n",
               g_cpu_time ? "thread CPU time (1 thread)" : "wall clock", cpu::cpu_isa_name(isa.value()));
-  bench_matmul(*be, types);
+  bench_matmul(*be, types, stream);
   if (!attention) return 0;
   std::printf("\nattention, 9 heads / 3 KV heads, head_dim 64, block 16, %d threads\n", n_threads);
   std::printf("%-8s %-5s %6s %6s %10s %9s\n", "case", "kv", "pos0", "n_q", "time_ms", "GFLOP/s");
