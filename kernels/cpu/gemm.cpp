@@ -72,9 +72,18 @@ const uint16_t* x_bf16(const CpuKernels& k, ThreadPool& pool, const float* x, in
   return buffer.data();
 }
 
+// Tasks per pool thread for a product with n x rows. Decode (fewer than
+// kInt8MaxRows rows) streams each weight once: fewer, longer tasks keep each
+// thread's reads sequential and pay the task start (a shared counter, the
+// first reads before the prefetch runs ahead) less often. Zen 5, 2 threads,
+// decode t/s, best of 4-5 alternating runs with 8 / 4 / 2 tasks per thread:
+// smol-135m BF16 195 / 203 / 213; llama-245m Q8_0 178 / 195 / 197, Q4_K_M
+// 315 / 337 / 341 (32 per thread: Q8_0 160). Longer products keep 8 for balance.
+int64_t tasks_per_thread(int64_t n) { return n < kInt8MaxRows ? 2 : 8; }
+
 // ys[i] (n, ws[i]->rows) = x (n, cols) · Wᵢᵀ for panel matrices of one dtype
 // and cols: x converted to BF16 once (sets with a BF16 dot product), then one
-// task list of (panels of one matrix) x (x rows), about 8 tasks per thread in
+// task list of (panels of one matrix) x (x rows), tasks_per_thread in
 // all, x-chunk major so that tasks running together share x.
 void panel_matmul(const CpuKernels& k, ThreadPool& pool, std::span<const CpuMatrix* const> ws,
                   const float* x, std::span<float* const> ys, int64_t n) {
@@ -86,7 +95,7 @@ void panel_matmul(const CpuKernels& k, ThreadPool& pool, std::span<const CpuMatr
   for (const CpuMatrix* w : ws) all_panels += (w->rows + kPanel - 1) / kPanel;
   const int64_t x_chunk = x_chunk_rows(n);
   const int64_t x_tasks = (n + x_chunk - 1) / x_chunk;
-  const int64_t want_tasks = 8 * pool.n_threads();
+  const int64_t want_tasks = tasks_per_thread(n) * pool.n_threads();
   // Panels per task, rounded down: more tasks rather than fewer, larger ones.
   const int64_t per = std::max<int64_t>(1, all_panels * x_tasks / want_tasks);
 
@@ -174,7 +183,7 @@ RowsX prepare_rows_x(const CpuKernels& k, ThreadPool& pool, std::span<const CpuM
 // ys[i] (n, ws[i]->rows) = x (n, cols) · Wᵢᵀ for rows-layout matrices of one
 // cols (F16 and block types; q/k/v and gate/up come as one call): x prepared
 // once (prepare_rows_x), then one task list over every matrix's 32-row groups,
-// about 8 tasks per thread in all (4 for decode). Every task takes all x rows, so each group
+// tasks_per_thread in all. Every task takes all x rows, so each group
 // is unpacked or dequantized once per call; int8_products matrices run the
 // integer products, the others gemm_rows. Each output is computed as a call on
 // its matrix alone computes it.
@@ -186,12 +195,7 @@ void rows_matmul(const CpuKernels& k, ThreadPool& pool, std::span<const CpuMatri
   std::array<int64_t, kMaxSameX + 1> first_task{};  // matrix i's tasks start at first_task[i]
   int64_t all_panels = 0;
   for (const CpuMatrix* w : ws) all_panels += (w->rows + kPanel - 1) / kPanel;
-  // Decode streams each weight row once: fewer, longer tasks keep each thread's
-  // reads sequential (llama-245m decode, Zen 5, 2 threads, best of 4-5
-  // alternating runs: Q8_0 178 t/s with 8 tasks per thread, 195 with 4, 197
-  // with 2; Q4_K_M 315 / 337 / 341; 32 per thread: Q8_0 160).
-  const int64_t tasks_per_thread = n < kInt8MaxRows ? 4 : 8;
-  const int64_t all_tasks = tasks_per_thread * pool.n_threads();
+  const int64_t all_tasks = tasks_per_thread(n) * pool.n_threads();
   const int64_t per = std::max<int64_t>(1, (all_panels + all_tasks - 1) / all_tasks);
   for (size_t i = 0; i < ws.size(); ++i) {
     GemmArgs& a = args[i];
