@@ -243,33 +243,16 @@ PREFIXD_VEC_INLINE void tile(const uint8_t* w, size_t row_bytes, const XQ8KBlock
     for (int i = 0; i < NR; ++i) y[i * ldy + m] = _mm512_reduce_add_ps(acc[m][i]);
 }
 
-// Weight rows [r0, r1) x activation rows [i0, i1): tiles of kTileX x rows by
-// one weight row (the unpacked row serves every x row), the last x rows one by
-// one against kTileW weight rows.
-constexpr int kTileX = 4, kTileW = 4;
-
-template <class Fmt, int MR, int NR>
-PREFIXD_VEC_INLINE void tile_at(const GemmArgs& a, int64_t r, int64_t i) {
-  const int64_t stride = a.cols / 256;
-  tile<Fmt, MR, NR>(a.rows_data + r * a.row_bytes, a.row_bytes, a.xqk + i * stride, stride, stride,
-                    a.y + i * a.rows + r, a.rows);
-}
-
+// Weight rows [r0, r1) x activation rows [i0, i1): tiles of 4 x rows by one
+// weight row (the unpacked row serves every x row), the last x rows one by one
+// against 4 weight rows.
 template <class Fmt>
 inline void run(const GemmArgs& a, int64_t r0, int64_t r1, int64_t i0, int64_t i1) {
-  // Weight rows in groups that stay in L1 while every x tile passes over them.
-  constexpr int64_t kRowGroup = 32;
-  for (int64_t g = r0; g < r1; g += kRowGroup) {
-    const int64_t g1 = std::min(r1, g + kRowGroup);
-    int64_t i = i0;
-    for (; i + kTileX <= i1; i += kTileX)
-      for (int64_t r = g; r < g1; ++r) tile_at<Fmt, 1, kTileX>(a, r, i);
-    for (; i < i1; ++i) {
-      int64_t r = g;
-      for (; r + kTileW <= g1; r += kTileW) tile_at<Fmt, kTileW, 1>(a, r, i);
-      for (; r < g1; ++r) tile_at<Fmt, 1, 1>(a, r, i);
-    }
-  }
+  const int64_t stride = a.cols / 256;
+  i8gemm::each_tile<4, 1, 4>(r0, r1, i0, i1, [&]<int MR, int NR>(int64_t r, int64_t i) {
+    tile<Fmt, MR, NR>(a.rows_data + r * a.row_bytes, a.row_bytes, a.xqk + i * stride, stride, stride,
+                      a.y + i * a.rows + r, a.rows);
+  });
 }
 
 // y rows [i0, i1) x the weight rows of the 32-row groups [p0, p1), for the

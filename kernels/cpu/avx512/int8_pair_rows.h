@@ -213,34 +213,15 @@ PREFIXD_VEC_INLINE void tile(const uint8_t* w, size_t row_bytes, const XQ8Block*
     }
 }
 
-// Weight rows [r0, r1) x activation rows [i0, i1): tiles of kTileX x rows by
-// kTileW weight rows, the edges one by one.
-constexpr int kTileX = 4, kTileW = 4;
-
-template <class Fmt, int MR, int NR>
-PREFIXD_VEC_INLINE void tile_at(const GemmArgs& a, int64_t r, int64_t i) {
-  const int64_t stride = a.cols / 32;
-  tile<Fmt, MR, NR>(a.rows_data + r * a.row_bytes, a.row_bytes, a.xq + i * stride, stride, stride,
-                    a.y + i * a.rows + r, a.rows);
-}
-
-template <class Fmt, int NR>
-PREFIXD_VEC_INLINE void row_tiles(const GemmArgs& a, int64_t r0, int64_t r1, int64_t i) {
-  constexpr int MR = NR == 1 ? kTileW : 1;
-  int64_t r = r0;
-  for (; r + MR <= r1; r += MR) tile_at<Fmt, MR, NR>(a, r, i);
-  for (; r < r1; ++r) tile_at<Fmt, 1, NR>(a, r, i);
-}
-
+// Weight rows [r0, r1) x activation rows [i0, i1): tiles of 4 x rows by one
+// weight row, the last x rows one by one against 4 weight rows.
 template <class Fmt>
 inline void run(const GemmArgs& a, int64_t r0, int64_t r1, int64_t i0, int64_t i1) {
-  constexpr int64_t kRowGroup = 32;  // weight rows that stay in L1 while every x tile passes
-  for (int64_t g = r0; g < r1; g += kRowGroup) {
-    const int64_t g1 = std::min(r1, g + kRowGroup);
-    int64_t i = i0;
-    for (; i + kTileX <= i1; i += kTileX) row_tiles<Fmt, kTileX>(a, g, g1, i);
-    for (; i < i1; ++i) row_tiles<Fmt, 1>(a, g, g1, i);
-  }
+  const int64_t stride = a.cols / 32;
+  i8gemm::each_tile<4, 1, 4>(r0, r1, i0, i1, [&]<int MR, int NR>(int64_t r, int64_t i) {
+    tile<Fmt, MR, NR>(a.rows_data + r * a.row_bytes, a.row_bytes, a.xq + i * stride, stride, stride,
+                      a.y + i * a.rows + r, a.rows);
+  });
 }
 
 // y rows [i0, i1) x the weight rows of the 32-row groups [p0, p1), for the

@@ -489,42 +489,46 @@ PREFIXD_VEC_INLINE void tile(const uint8_t* w, size_t row_bytes, const XQ8Block*
     for (int i = 0; i < NR; ++i) y[i * ldy + m] = I8::reduce(acc[m][i]) + mins[m][i];
 }
 
-// Weight rows [r0, r1) x activation rows [i0, i1): tiles of I8::kTileW rows by
-// I8::kTileX activations, the edges with narrower tiles.
-template <class Fmt, int MR, int NR>
-PREFIXD_VEC_INLINE void tile_any(const GemmArgs& a, int64_t r, int64_t i, float* y) {
-  const uint8_t* w = a.rows_data + r * a.row_bytes;
-  if constexpr (Fmt::kSuper) {
-    const int64_t stride = a.cols / 256;
-    tile_k<Fmt, MR, NR>(w, a.row_bytes, a.xqk + i * stride, stride, stride, y + r, a.rows);
-  } else {
-    const int64_t stride = a.cols / 32;
-    tile<Fmt, MR, NR>(w, a.row_bytes, a.xq + i * stride, stride, stride / Fmt::kSub, y + r, a.rows);
-  }
-}
-
-// Weight rows [r0, r1) x activation rows [i, i + NR): tiles of MR weight rows
-// (4 for a single activation row), the last rows one by one.
-template <class Fmt, int NR>
-inline void x_tile_rows(const GemmArgs& a, int64_t r0, int64_t r1, int64_t i) {
-  constexpr int MR = NR == 1 ? 4 : I8::kTileW;
-  float* y = a.y + i * a.rows;
+// Weight rows [r0, r1) x activation rows [i, i + NR) in tiles of MR weight
+// rows, the last rows one by one: tile_at.template operator()<MR, NR>(r, i).
+template <int MR, int NR, class TileAt>
+PREFIXD_VEC_INLINE void row_tiles(int64_t r0, int64_t r1, int64_t i, TileAt& tile_at) {
   int64_t r = r0;
-  for (; r + MR <= r1; r += MR) tile_any<Fmt, MR, NR>(a, r, i, y);
-  for (; r < r1; ++r) tile_any<Fmt, 1, NR>(a, r, i, y);
+  for (; r + MR <= r1; r += MR) tile_at.template operator()<MR, NR>(r, i);
+  for (; r < r1; ++r) tile_at.template operator()<1, NR>(r, i);
 }
 
-template <class Fmt>
-inline void run(const GemmArgs& a, int64_t r0, int64_t r1, int64_t i0, int64_t i1) {
-  constexpr int NR = I8::kTileX;
-  // Weight rows in groups that stay in L1 while every activation tile passes over them.
+// Weight rows [r0, r1) x activation rows [i0, i1), in groups of 32 weight rows
+// that stay in L1 while every activation tile passes over them: tiles of NX
+// activation rows by MX weight rows, the last activation rows one by one
+// against M1 weight rows. The decode tiles of every set (this file's and the
+// AVX-512 sets' int8_k_rows.h and int8_pair_rows.h) run through here.
+template <int NX, int MX, int M1, class TileAt>
+PREFIXD_VEC_INLINE void each_tile(int64_t r0, int64_t r1, int64_t i0, int64_t i1, TileAt&& tile_at) {
   constexpr int64_t kRowGroup = 32;
   for (int64_t g = r0; g < r1; g += kRowGroup) {
     const int64_t g1 = std::min(r1, g + kRowGroup);
     int64_t i = i0;
-    for (; i + NR <= i1; i += NR) x_tile_rows<Fmt, NR>(a, g, g1, i);
-    for (; i < i1; ++i) x_tile_rows<Fmt, 1>(a, g, g1, i);
+    for (; i + NX <= i1; i += NX) row_tiles<MX, NX>(g, g1, i, tile_at);
+    for (; i < i1; ++i) row_tiles<M1, 1>(g, g1, i, tile_at);
   }
+}
+
+// Weight rows [r0, r1) x activation rows [i0, i1): tiles of I8::kTileW rows by
+// I8::kTileX activations (4 weight rows for a single activation row).
+template <class Fmt>
+inline void run(const GemmArgs& a, int64_t r0, int64_t r1, int64_t i0, int64_t i1) {
+  each_tile<I8::kTileX, I8::kTileW, 4>(r0, r1, i0, i1, [&]<int MR, int NR>(int64_t r, int64_t i) {
+    const uint8_t* w = a.rows_data + r * a.row_bytes;
+    float* y = a.y + i * a.rows + r;
+    if constexpr (Fmt::kSuper) {
+      const int64_t stride = a.cols / 256;
+      tile_k<Fmt, MR, NR>(w, a.row_bytes, a.xqk + i * stride, stride, stride, y, a.rows);
+    } else {
+      const int64_t stride = a.cols / 32;
+      tile<Fmt, MR, NR>(w, a.row_bytes, a.xq + i * stride, stride, stride / Fmt::kSub, y, a.rows);
+    }
+  });
 }
 
 // y rows [i0, i1) x output columns of the 32-row groups [p0, p1); a.xq holds x quantized.
