@@ -183,12 +183,7 @@ PREFIXD_VEC_INLINE void tile(const uint8_t* w, size_t row_bytes, const XQ8Block*
   const Block zero_block{};
   for (int64_t b = 0; b < n_blocks; b += 2) {
     const bool single = b + 1 == n_blocks;
-    {  // the MR rows' span fetched kPrefetchBytes ahead
-      constexpr size_t kStep = MR * 2 * sizeof(Block);
-      const uint8_t* pf = w + kPrefetchBytes + static_cast<size_t>(b / 2) * kStep;
-#pragma GCC unroll 16
-      for (size_t o = 0; o < kStep + 64; o += 64) __builtin_prefetch(pf + o);
-    }
+    i8gemm::prefetch_ahead<MR * 2 * sizeof(Block)>(w, b / 2, kPrefetchBytes);
     XPair xp[NR];
 #pragma GCC unroll 4
     for (int i = 0; i < NR; ++i) {

@@ -64,6 +64,16 @@ inline void quantize_x_k(const float* x, int64_t r0, int64_t r1, int64_t cols, X
 // How far ahead of the weights being multiplied the next ones are prefetched.
 constexpr size_t kPrefetchBytes = 4096;
 
+// A tile's MR weight rows are one contiguous span, read as MR short streams
+// that the hardware prefetcher does not follow: at each step, fetch the
+// span's next kStep bytes `distance` bytes ahead of the tile, linearly.
+template <size_t kStep>
+PREFIXD_VEC_INLINE void prefetch_ahead(const uint8_t* w, int64_t step, size_t distance) {
+  const uint8_t* pf = w + distance + static_cast<size_t>(step) * kStep;
+#pragma GCC unroll 16
+  for (size_t o = 0; o < kStep + 64; o += 64) __builtin_prefetch(pf + o);
+}
+
 // --- weight formats -------------------------------------------------------------
 // --- 32-value formats (x as XQ8Block) ----------------------------------------------
 // Each format unpacks one block into kSub groups of 32 bytes `q` (signed weights
@@ -394,12 +404,7 @@ PREFIXD_VEC_INLINE void tile_k(const uint8_t* w, size_t row_bytes, const XQ8KBlo
       extra[m][i] = 0.0f;
     }
   for (int64_t b = 0; b < n_blocks; ++b) {
-    {
-      constexpr size_t kStep = MR * sizeof(Block);
-      const uint8_t* pf = w + kPrefetchBytes + static_cast<size_t>(b) * kStep;
-#pragma GCC unroll 16
-      for (size_t o = 0; o < kStep + 64; o += 64) __builtin_prefetch(pf + o);
-    }
+    prefetch_ahead<MR * sizeof(Block)>(w, b, kPrefetchBytes);
     KUnpacked u[MR];
 #pragma GCC unroll 4
     for (int m = 0; m < MR; ++m) Fmt::unpack(reinterpret_cast<const Block*>(w + m * row_bytes)[b], u[m]);
@@ -453,15 +458,7 @@ PREFIXD_VEC_INLINE void tile(const uint8_t* w, size_t row_bytes, const XQ8Block*
     B q[MR][S];
     float sc[MR][S];
     float mn[MR][S];
-    // The MR rows are one contiguous span, read as MR short streams that the
-    // hardware prefetcher does not follow: fetch the span kPrefetchBytes ahead
-    // linearly, in step with the blocks.
-    {
-      constexpr size_t kStep = MR * sizeof(Block);
-      const uint8_t* pf = w + kPrefetchBytes + static_cast<size_t>(b) * kStep;
-#pragma GCC unroll 16
-      for (size_t o = 0; o < kStep + 64; o += 64) __builtin_prefetch(pf + o);
-    }
+    prefetch_ahead<MR * sizeof(Block)>(w, b, kPrefetchBytes);
 #pragma GCC unroll 4
     for (int m = 0; m < MR; ++m) Fmt::unpack(reinterpret_cast<const Block*>(w + m * row_bytes)[b], q[m], sc[m], mn[m]);
 #pragma GCC unroll 8
