@@ -104,26 +104,11 @@ PREFIXD_VEC_INLINE Z nibbles32(const uint8_t* p) {
   return _mm512_and_si512(_mm512_mask_srli_epi16(v, 0xFFFF0000u, v, 4), bytes(0x0F));
 }
 
-// Q4_K and Q5_K: the 8 six-bit scales and mins of the 12 packed bytes (as
-// quant::scale_min_k4 reads them), in xmm lanes: 32-bit words u0, u1, u2 give
-// scales 0-3 = u0 & 0x3f.., mins 0-3 = u1 & 0x3f.., scales 4-7 = (u2 & 0x0f..)
-// | the top 2 bits of u0's bytes, mins 4-7 = (u2 >> 4 & 0x0f..) | u1's top bits.
-// Returns scales 0..7 in bytes 0..7, mins 0..7 in bytes 8..15.
-// Reads 16 bytes from `packed` (the 4 after the 12 are the block's next field).
-PREFIXD_VEC_INLINE __m128i scales_mins_bytes(const uint8_t* packed) {
-  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed));
-  const __m128i low = _mm_and_si128(v, _mm_set1_epi8(0x3f));                            // [sc0-3, mn0-3, ..]
-  const __m128i top = _mm_and_si128(_mm_srli_epi32(v, 2), _mm_set1_epi8(0x30));        // [u0 top, u1 top, ..] at bits 4-5
-  const __m128i u2 = _mm_srlv_epi32(_mm_shuffle_epi32(v, 0xAA), _mm_setr_epi32(0, 4, 0, 0));
-  const __m128i high = _mm_or_si128(_mm_and_si128(u2, _mm_set1_epi8(0x0f)), top);   // [sc4-7, mn4-7, ..]
-  return _mm_unpacklo_epi32(low, high);                                              // [sc0-3, sc4-7, mn0-3, mn4-7]
-}
-
 // Q4_K and Q5_K: the 8 scales in pairs, the mins against x's sums per 32.
 template <typename Block>
 PREFIXD_VEC_INLINE void scales_mins(const Block& b, Unpacked& u) {
   static_assert(offsetof(Block, scales) + 16 <= sizeof(Block));
-  const __m128i sm = scales_mins_bytes(b.scales);
+  const __m128i sm = I8::scales_mins_k4(b.scales);  // reads 16 bytes
   const Z lanes = _mm512_broadcast_i32x4(sm);
 #pragma GCC unroll 4
   for (int j = 0; j < 4; ++j) u.sc[j] = _mm512_shuffle_epi8(lanes, load64(kPairMasks.m[j]));

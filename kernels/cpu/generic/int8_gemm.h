@@ -499,7 +499,7 @@ PREFIXD_VEC_INLINE void row_tiles(int64_t r0, int64_t r1, int64_t i, TileAt& til
 // that stay in L1 while every activation tile passes over them: tiles of NX
 // activation rows by MX weight rows, the last activation rows one by one
 // against M1 weight rows. The decode tiles of every set (this file's and the
-// AVX-512 sets' int8_k_rows.h and int8_pair_rows.h) run through here.
+// AVX-512 sets' int8_k_rows.h and int8_pair_rows.h, avx2/int8_k_rows.h) run through here.
 template <int NX, int MX, int M1, class TileAt>
 PREFIXD_VEC_INLINE void each_tile(int64_t r0, int64_t r1, int64_t i0, int64_t i1, TileAt&& tile_at) {
   constexpr int64_t kRowGroup = 32;

@@ -12,8 +12,9 @@
 
 namespace prefixd::cpu::PREFIXD_ISA_NS {
 
-// The integer products of the decode shape: the set's 512-bit tiles where it
-// has them (avx512/int8_k_rows.h, avx512/int8_pair_rows.h), generic/int8_gemm.h's otherwise.
+// The integer products of the decode shape: the set's own tiles where it has
+// them (avx512/int8_k_rows.h, avx512/int8_pair_rows.h, avx2/int8_k_rows.h),
+// generic/int8_gemm.h's otherwise.
 inline void int8_rows(const GemmArgs& a, int64_t p0, int64_t p1, int64_t i0, int64_t i1) {
 #if defined(PREFIXD_HAS_WIDE_K_ROWS)
   if (i8wide::rows(a, p0, p1, i0, i1)) return;
