@@ -222,28 +222,11 @@ PREFIXD_VEC_INLINE void tile(const uint8_t* w, size_t row_bytes, const XQ8KBlock
     for (int i = 0; i < NR; ++i) y[i * ldy + m] = _mm512_reduce_add_ps(acc[m][i]);
 }
 
-// Weight rows [r0, r1) x activation rows [i0, i1): tiles of 4 x rows by one
-// weight row (the unpacked row serves every x row), the last x rows one by one
-// against 4 weight rows.
-template <class Fmt>
-inline void run(const GemmArgs& a, int64_t r0, int64_t r1, int64_t i0, int64_t i1) {
-  const int64_t stride = a.cols / 256;
-  i8gemm::each_tile<4, 1, 4>(r0, r1, i0, i1, [&]<int MR, int NR>(int64_t r, int64_t i) {
-    tile<Fmt, MR, NR>(a.rows_data + r * a.row_bytes, a.row_bytes, a.xqk + i * stride, stride, stride,
-                      a.y + i * a.rows + r, a.rows);
-  });
-}
-
 // y rows [i0, i1) x the weight rows of the 32-row groups [p0, p1), for the
 // formats above; false (nothing done) for any other row type.
 inline bool rows(const GemmArgs& a, int64_t p0, int64_t p1, int64_t i0, int64_t i1) {
-  const int64_t r0 = p0 * kGemmPanel, r1 = std::min(a.rows, p1 * kGemmPanel);
-  switch (a.row_type) {
-    case WeightType::Q4_K: run<WideQ4_K>(a, r0, r1, i0, i1); return true;
-    case WeightType::Q5_K: run<WideQ5_K>(a, r0, r1, i0, i1); return true;
-    case WeightType::Q6_K: run<WideQ6_K>(a, r0, r1, i0, i1); return true;
-    default: return false;
-  }
+  return i8gemm::k_format_rows<WideQ4_K, WideQ5_K, WideQ6_K>(
+      a, p0, p1, i0, i1, []<class Fmt, int MR, int NR>(auto... args) { tile<Fmt, MR, NR>(args...); });
 }
 
 }  // namespace i8wide

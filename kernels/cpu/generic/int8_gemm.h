@@ -514,6 +514,30 @@ PREFIXD_VEC_INLINE void each_tile(int64_t r0, int64_t r1, int64_t i0, int64_t i1
   }
 }
 
+// y rows [i0, i1) x the weight rows of the 32-row groups [p0, p1) for a set's
+// own K-format decode tiles (avx512/int8_k_rows.h, avx2/int8_k_rows.h): Q4_K,
+// Q5_K and Q6_K take formats F4, F5, F6 through
+// tile.template operator()<Fmt, MR, NR>(w, row_bytes, x, x_stride, n_blocks, y, ldy),
+// in tiles of 4 x rows by one weight row and the last x rows against 4 weight
+// rows. False (nothing done) for any other row type.
+template <class F4, class F5, class F6, class Tile>
+inline bool k_format_rows(const GemmArgs& a, int64_t p0, int64_t p1, int64_t i0, int64_t i1, Tile&& tile) {
+  const int64_t r0 = p0 * kGemmPanel, r1 = std::min(a.rows, p1 * kGemmPanel);
+  const int64_t stride = a.cols / 256;
+  auto run = [&]<class Fmt>() {
+    each_tile<4, 1, 4>(r0, r1, i0, i1, [&]<int MR, int NR>(int64_t r, int64_t i) {
+      tile.template operator()<Fmt, MR, NR>(a.rows_data + r * a.row_bytes, a.row_bytes, a.xqk + i * stride, stride,
+                                            stride, a.y + i * a.rows + r, a.rows);
+    });
+  };
+  switch (a.row_type) {
+    case WeightType::Q4_K: run.template operator()<F4>(); return true;
+    case WeightType::Q5_K: run.template operator()<F5>(); return true;
+    case WeightType::Q6_K: run.template operator()<F6>(); return true;
+    default: return false;
+  }
+}
+
 // Weight rows [r0, r1) x activation rows [i0, i1): tiles of I8::kTileW rows by
 // I8::kTileX activations (4 weight rows for a single activation row).
 template <class Fmt>
