@@ -35,8 +35,10 @@ void add_cpu_isa_flag(CLI::App& app, CpuIsaOption& opt) {
            opt.source = "--cpu-isa";
          },
          "CPU backend instruction set: " + cpu::cpu_isa_choices() + " (default: $" + kCpuIsaEnvVar +
-             ", else auto = the best this CPU has)")
-      ->type_name("NAME");
+             ", else auto = the best this CPU has, each kernel family on its fastest set); or a plan: "
+             "a base set and FAMILY=SET items (families f32_tiles, bf16_tiles, block_formats, attention), "
+             "e.g. avx512bf16,bf16_tiles=avx512")
+      ->type_name("NAME|PLAN");
 }
 
 }  // namespace prefixd

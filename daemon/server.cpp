@@ -103,8 +103,11 @@ Status load_model(Server::State& s, const std::string& path, std::string* backen
   log_line(o, LogLevel::kInfo, o.cpu_isa_option.describe(o.cpu_isa));
   auto backend = make_backend(o, backend_name);
   if (!backend.ok()) return backend.status();
-  if (*backend_name == "cpu" && !cpu::cpu_isa_forced(o.cpu_isa))
-    log_line(o, LogLevel::kInfo, "CPU kernel families (auto): " + cpu::auto_plan().describe());
+  if (*backend_name == "cpu") {
+    const cpu::CpuIsaPlan plan = cpu::plan_for_isa(o.cpu_isa);
+    log_line(o, LogLevel::kInfo, std::string("CPU kernel families (") + (plan.automatic ? "auto" : "forced") +
+                                     "): " + plan.describe());
+  }
   s.backend = std::move(backend.value());
   auto model = Model::load(s.file, *s.backend);
   if (!model.ok()) return Status::error("cannot load model '" + path + "': " + model.message());

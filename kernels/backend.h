@@ -278,9 +278,9 @@ namespace cpu {
 enum class CpuIsa : int;  // kernels/cpu/cpu_isa.h
 }
 
-// Backends available in this build. The CPU backend runs the kernels of `isa`
-// (which this CPU must support) for every kernel family when `isa` was named
-// to cpu::choose_cpu_isa (forced), or else, for the best set this CPU has
+// Backends available in this build. The CPU backend runs cpu::plan_for_isa(isa):
+// the plan given to cpu::choose_cpu_isa with base `isa`; `isa` for every family
+// when the set was named (forced); or else, for the best set this CPU has
 // (`auto`), each family on the set cpu::auto_plan() timed fastest.
 std::unique_ptr<Backend> make_cpu_backend(int n_threads);
 std::unique_ptr<Backend> make_cpu_backend(int n_threads, cpu::CpuIsa isa);

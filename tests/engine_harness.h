@@ -14,6 +14,7 @@
 #include "engine/engine.h"
 #include "engine/text/tokenizer.h"
 #include "kernels/cpu/cpu_isa.h"
+#include "tests/cpu_isa_under_test.h"
 #include "tests/golden.h"
 #include "tests/temp_dir.h"
 
@@ -59,7 +60,7 @@ struct EngineUnderTest {
 
   // auto_kv_dtype: opts.kv_dtype is replaced by the model's (`--kv-dtype auto`).
   explicit EngineUnderTest(const std::string& model_path, EngineOptions opts = {}, TierManager* tiers = nullptr,
-                           int n_threads = 2, cpu::CpuIsa isa = cpu::best_cpu_isa(), bool auto_kv_dtype = false)
+                           int n_threads = 2, cpu::CpuIsa isa = isa_under_test(), bool auto_kv_dtype = false)
       : EngineUnderTest(model_path, std::move(opts), tiers, make_cpu_backend(n_threads, isa), auto_kv_dtype) {}
   // The same on a backend the caller made (the benchmarks' --backend cuda).
   EngineUnderTest(const std::string& model_path, EngineOptions opts, TierManager* tiers,
@@ -111,6 +112,14 @@ inline AnswerDiff compare_answers(const Collected& cached, const Collected& cold
       d.worst_logit = std::max(d.worst_logit, static_cast<double>(std::fabs(cached.logits[s][v] - cold.logits[s][v])));
   }
   return d;
+}
+
+// Whether a model's products give a row the same bits whatever the batch
+// (F32, F16 and BF16 weights, every set and plan), so that a cached prefix's
+// answers equal the uncached ones bit for bit.
+inline bool batch_invariant_weights(const Model& m) {
+  const WeightType t = m.layer(0).wq->source_type;
+  return t == WeightType::F32 || t == WeightType::F16 || t == WeightType::BF16;
 }
 
 // The golden case with the most prompt ids.

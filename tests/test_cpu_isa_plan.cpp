@@ -129,3 +129,53 @@ TEST_CASE("auto: every family on a set this CPU supports, reported as the best s
     for (int f = 0; f < kKernelFamilies; ++f) CHECK(b.kernels(static_cast<KernelFamily>(f)).isa == isa);
   }
 }
+
+TEST_CASE("a plan in words: a base set and FAMILY=SET items, every error naming its item") {
+  // portable is every CPU's: a plan of it alone and with overrides of it.
+  Result<CpuIsaPlan> p = parse_cpu_isa_plan("portable,attention=portable");
+  REQUIRE(p.ok());
+  CHECK(p.value().base == CpuIsa::kPortable);
+  CHECK_FALSE(p.value().automatic);
+  for (int f = 0; f < kKernelFamilies; ++f) CHECK(p.value().family[f] == CpuIsa::kPortable);
+  // Without a base the best set is the base and every family not named.
+  p = parse_cpu_isa_plan("bf16_tiles=portable");
+  REQUIRE(p.ok());
+  CHECK(p.value().base == best_cpu_isa());
+  CHECK(p.value().of(KernelFamily::kBf16Tiles) == CpuIsa::kPortable);
+  CHECK(p.value().of(KernelFamily::kF32Tiles) == best_cpu_isa());
+  CHECK(is_cpu_isa_plan_spec("bf16_tiles=portable"));
+  CHECK(is_cpu_isa_plan_spec("portable,"));
+  CHECK_FALSE(is_cpu_isa_plan_spec("avx2"));
+
+  auto error_of = [](const char* spec) {
+    Result<CpuIsaPlan> r = parse_cpu_isa_plan(spec);
+    REQUIRE_FALSE(r.ok());
+    return r.message();
+  };
+  CHECK(error_of("portable,gemm=portable").find("unknown kernel family 'gemm'") != std::string::npos);
+  CHECK(error_of("portable,attention=sse9").find("unknown instruction set 'sse9'") != std::string::npos);
+  CHECK(error_of("portable,attention=portable,attention=portable").find("names attention twice") !=
+        std::string::npos);
+  CHECK(error_of("portable,portable").find("two base sets") != std::string::npos);
+  CHECK(error_of("portable,").find("has an empty item") != std::string::npos);
+  for (CpuIsa isa : all_cpu_isas()) {
+    if (supported(isa)) continue;
+    const std::string spec = std::string("portable,attention=") + cpu_isa_name(isa);
+    CHECK(error_of(spec.c_str()).find(std::string("this CPU has no ") + cpu_isa_name(isa)) != std::string::npos);
+  }
+}
+
+TEST_CASE("choose_cpu_isa takes a plan: its base, and backends made for the base run the plan") {
+  const CpuIsa best = best_cpu_isa();
+  const std::string spec = std::string(cpu_isa_name(best)) + ",attention=portable";
+  Result<CpuIsa> chosen = choose_cpu_isa(spec);
+  REQUIRE(chosen.ok());
+  CHECK(chosen.value() == best);
+  auto backend = make_cpu_backend(1, best);
+  const auto& b = dynamic_cast<const CpuBackend&>(*backend);
+  CHECK_FALSE(b.plan().automatic);
+  CHECK(b.kernels(KernelFamily::kAttention).isa == CpuIsa::kPortable);
+  CHECK(b.kernels(KernelFamily::kF32Tiles).isa == best);
+  CHECK(b.isa() == best);
+  CHECK_FALSE(choose_cpu_isa("portable,attention=sse9").ok());
+}

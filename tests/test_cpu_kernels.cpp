@@ -191,14 +191,16 @@ TEST_CASE("matmul matches a double reference for every weight type and batch siz
           be->matmul(*w, dx, dy, n);
           std::vector<float> y(n * s.rows);
           be->download(y.data(), dy, y.size() * sizeof(float));
+          // The set that runs this matrix's products: its family's in the plan.
+          const cpu::CpuKernels& set = static_cast<const cpu::CpuBackend&>(*be).kernels(
+              cpu::matrix_family(static_cast<const cpu::CpuMatrix&>(*w)));
           // BF16 weights multiply BF16-rounded activations (llama.cpp's rule)
           // in sets with a BF16 dot product; the others widen the weights to F32.
           std::vector<float> xr = x;
-          if (type == WeightType::BF16 && cpu::cpu_kernels(testing::isa_under_test()).gemm_bf16_x)
+          if (type == WeightType::BF16 && set.gemm_bf16_x)
             for (auto& v : xr) v = bf16_to_f32(f32_to_bf16(v));
           // Block types with integer products multiply x quantized to 8 bits:
           // per 256 (K formats) or 32 in decode calls, per 32 on int8 panels.
-          const cpu::CpuKernels& set = cpu::cpu_kernels(testing::isa_under_test());
           const bool int8_panels = set.int8_panel_type != nullptr && set.int8_panel_type(type);
           if (cpu::int8_weight_type(type) && n < cpu::kInt8MaxRows)
             xr = quantize_x_q8_reference(x, cpu::k_weight_type(type) ? 256 : 32);
@@ -253,6 +255,40 @@ TEST_CASE("integer matmul rows do not depend on the batch: n rows at once equal 
     CHECK(differ == 0);
     be->free(dx);
     be->free(dy);
+  }
+}
+
+// The prefix cache's promise for 16- and 32-bit weights: a prompt's rows
+// computed as a cached prefix's suffix (a few x rows) equal the same rows
+// computed in the whole prompt (many), so every x row's outputs must not
+// depend on how many rows the call has, in every set and every plan.
+TEST_CASE("F32, F16 and BF16 matmul rows do not depend on the batch: any n equals the rows of a long call, bit for bit") {
+  auto be = make_cpu_backend(2, testing::isa_under_test());
+  std::mt19937 rng(9);
+  const int64_t n_all = 300;
+  for (WeightType type : {WeightType::F32, WeightType::F16, WeightType::BF16}) {
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{70, 576}, {33, 200}, {40, 33}, {130, 64}}) {
+      CAPTURE(type_name(type));
+      CAPTURE(rows);
+      CAPTURE(cols);
+      HostWeights hw = make_weights(rng, type, rows, cols);
+      auto w = be->upload_matrix(type, rows, cols, hw.bytes.data(), false);
+      std::vector<float> x = random_floats(rng, n_all * cols);
+      float* dx = alloc_floats(*be, x);
+      auto* dy = static_cast<float*>(be->alloc(n_all * rows * sizeof(float)));
+      be->matmul(*w, dx, dy, n_all);
+      std::vector<float> all(n_all * rows), part(n_all * rows);
+      be->download(all.data(), dy, all.size() * sizeof(float));
+      for (int64_t n : {1, 2, 3, 5, 7, 8, 12, 13, 15, 16, 17, 48, 49, 128, 129}) {
+        CAPTURE(n);
+        const int64_t first = (n * 7) % (n_all - n);  // rows [first, first + n) of x
+        be->matmul(*w, dx + first * cols, dy, n);
+        be->download(part.data(), dy, n * rows * sizeof(float));
+        CHECK(std::memcmp(part.data(), all.data() + first * rows, n * rows * sizeof(float)) == 0);
+      }
+      be->free(dx);
+      be->free(dy);
+    }
   }
 }
 

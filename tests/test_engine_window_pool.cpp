@@ -4,7 +4,7 @@
 // engine without a window space whatever the window parts evicted (hits
 // shortened to the parts present, duplicates given their parts back), with
 // the block and window invariants checked after every step.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
 #include "storage/tier_manager.h"
@@ -188,3 +188,6 @@ TEST_CASE("evict-only tiers get a block whose window part goes first, whole, and
   CHECK(a2.ids == want.ids);
   CHECK(a2.logits == want.logits);
 }
+
+// PREFIXD_CPU_ISA may name a set or a mixed plan (tests/CMakeLists.txt runs both).
+int main(int argc, char** argv) { return prefixd::testing::run_for_cpu_isa(argc, argv); }

@@ -112,10 +112,10 @@ TEST_CASE("forward pass split at any point equals the whole pass (F32 KV)") {
 // The last layer runs its attention and feed-forward for the output rows
 // alone: their logits are the whole batch's, and the other rows' K/V are
 // still written (a later chunk attending to them sees the same). Bit for bit
-// where the matrix products give a row the same sums whatever the batch (F32
-// weights; BF16 with a BF16 dot product); block and F16 weights take other
-// kernels for a few rows than for many (int8 products below 16 rows), so
-// there within the reference tolerance.
+// for F32, F16 and BF16 weights, whose products give a row the same sums
+// whatever the batch in every set and plan; block weights take other kernels
+// for a few rows than for many (int8 products below 16 rows), so there within
+// the reference tolerance.
 TEST_CASE("the last layer for the output rows alone: the same logits, every row's K/V written") {
   for (const auto& [name, tol] : all_golden_models()) {
     SUBCASE(name.c_str()) {
@@ -127,9 +127,7 @@ TEST_CASE("the last layer for the output rows alone: the same logits, every row'
         const int32_t n = static_cast<int32_t>(c.ids.size());
         const size_t row_bytes = size_t(g.n_vocab) * sizeof(float);
         const WeightType wt = l.model->layer(0).wq->source_type;
-        const bool exact = wt == WeightType::F32 ||
-                           (wt == WeightType::BF16 &&
-                            static_cast<const cpu::CpuBackend&>(*l.backend).kernels().gemm_bf16_x);
+        const bool exact = wt == WeightType::F32 || wt == WeightType::F16 || wt == WeightType::BF16;
         SequenceRunner whole(*l.model, DType::F32, n + 1);
         const std::vector<float> all = whole.run(c.ids, 0, true);
         // Row `p` of `got` against row `p` of the whole batch's logits.

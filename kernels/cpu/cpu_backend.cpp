@@ -39,9 +39,13 @@ CpuBackend::CpuBackend(int n_threads, const CpuIsaPlan& plan)
   for (int f = 0; f < kKernelFamilies; ++f) family_[f] = &cpu_kernels(plan.family[f]);
 }
 
+KernelFamily matrix_family(const CpuMatrix& w) {
+  if (!w.has_panels()) return KernelFamily::kBlockFormats;
+  return w.dtype == DType::BF16 ? KernelFamily::kBf16Tiles : KernelFamily::kF32Tiles;
+}
+
 const CpuKernels& CpuBackend::matrix_kernels(const CpuMatrix& w) const {
-  if (!w.has_panels()) return kernels(KernelFamily::kBlockFormats);
-  return kernels(w.dtype == DType::F32 ? KernelFamily::kF32Tiles : KernelFamily::kBf16Tiles);
+  return kernels(matrix_family(w));
 }
 
 void CpuBackend::upload(void* dst, const void* src_host, size_t n_bytes) {
@@ -63,6 +67,8 @@ std::unique_ptr<Matrix> CpuBackend::upload_matrix(WeightType type, int64_t rows,
     pack_matrix(*m, DType::F32, host_data);
   } else if (type == WeightType::BF16) {
     pack_matrix(*m, DType::BF16, host_data);
+  } else if (type == WeightType::F16) {
+    pack_matrix(*m, DType::F16, host_data);
   } else {
     PREFIXD_CHECK(cols % weight_type_traits(type).block_elements == 0, "rows must be whole blocks");
     m->row_bytes = weight_row_bytes(type, cols);
@@ -287,9 +293,7 @@ std::unique_ptr<Backend> make_cpu_backend(int n_threads) {
 }
 
 std::unique_ptr<Backend> make_cpu_backend(int n_threads, cpu::CpuIsa isa) {
-  const bool automatic = isa == cpu::best_cpu_isa() && !cpu::cpu_isa_forced(isa);
-  return std::make_unique<cpu::CpuBackend>(n_threads <= 0 ? 2 : n_threads,
-                                           automatic ? cpu::auto_plan() : cpu::forced_plan(isa));
+  return std::make_unique<cpu::CpuBackend>(n_threads <= 0 ? 2 : n_threads, cpu::plan_for_isa(isa));
 }
 
 }  // namespace prefixd

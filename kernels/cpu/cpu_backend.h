@@ -20,26 +20,31 @@
 namespace prefixd::cpu {
 
 // A weight matrix as the CPU backend holds it, in one of two layouts:
-// - panels (F32 and BF16 sources): packed into panels of 32 rows for the
-//   matmul kernel (see gemm.cpp): F32 panel p = (cols, 32) holding rows
+// - panels (F32, F16 and BF16 sources): packed into panels of 32 rows for the
+//   matmul kernel (see gemm.cpp): F32 and F16 panel p = (cols, 32) holding rows
 //   [32p, 32p+32); BF16 panel p = (ceil(cols/2), 32, 2), column pairs
 //   interleaved. Rows past `rows` and the odd column pad are zero.
-// - rows (F16 and every block type): the rows exactly as the file holds them,
+// - rows (every block type): the rows exactly as the file holds them,
 //   row_bytes each (a run of blocks), dequantized tile by tile as the matmul
 //   reads them: the weights stay in their own bits.
 // Owns `packed` / `rows_data`.
 class CpuMatrix : public Matrix {
  public:
   ~CpuMatrix() override;
-  DType dtype = DType::F32;    // panels: F32 or BF16
+  DType dtype = DType::F32;    // panels: F32, F16 or BF16
   void* packed = nullptr;      // panels: ceil(rows/32) panels in dtype, 64-byte aligned
   uint8_t* rows_data = nullptr;  // rows: (rows, row_bytes), 64-byte aligned
   size_t row_bytes = 0;
   bool has_panels() const { return packed != nullptr; }
 };
 
+// The kernel family of a matrix's products: F32 and F16 panels kF32Tiles
+// (F32 FMA tiles), BF16 panels kBf16Tiles, rows kBlockFormats. All of a
+// matrix's products run on its family's set, whatever the number of x rows.
+KernelFamily matrix_family(const CpuMatrix& w);
+
 // gemm.cpp: fills m.packed (m.rows, m.cols must be set) from a row-major
-// (rows, cols) matrix in dtype (F32 or BF16).
+// (rows, cols) matrix in dtype (F32, F16 or BF16).
 void pack_matrix(CpuMatrix& m, DType dtype, const void* row_major);
 // out (cols) f32 = row r of m, exactly.
 void matrix_row(const CpuMatrix& m, int64_t r, float* out);

@@ -1,6 +1,7 @@
 // CPU feature detection (cpuid via GCC's __builtin_cpu_supports, which also
 // checks that the OS saves the AVX/AVX-512 registers) and the ISA choice.
 #include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/isa_plan.h"
 
 #include <array>
 #include <atomic>
@@ -177,6 +178,12 @@ Result<CpuIsa> choose_cpu_isa(std::string_view requested) {
                          "' (known: " + known + ")");
   }
   if (requested.empty() || requested == "auto") return best_cpu_isa();
+  if (is_cpu_isa_plan_spec(requested)) {
+    Result<CpuIsaPlan> plan = parse_cpu_isa_plan(requested);
+    if (!plan.ok()) return plan.status();
+    remember_forced_plan(plan.value());
+    return plan.value().base;
+  }
   for (CpuIsa isa : all_cpu_isas()) {
     if (requested != cpu_isa_name(isa)) continue;
     if (cpu_supports(isa)) {

@@ -45,7 +45,9 @@ std::string cpu_feature_string();
 // the CPU supports gives that set. An unknown name, or a set this CPU lacks,
 // is an error naming the value, the accepted values and the CPU's features;
 // so is a PREFIXD_CPU_HIDE_FEATURES naming a feature this file does not know.
-// A named set is remembered as forced (cpu_isa_forced).
+// A named set is remembered as forced (cpu_isa_forced). A per-family plan
+// spec (isa_plan.h, parse_cpu_isa_plan: "avx512bf16,bf16_tiles=avx512") gives
+// its base set, and its plan is remembered for the backends made for that set.
 Result<CpuIsa> choose_cpu_isa(std::string_view requested);
 
 // Whether choose_cpu_isa was given `isa` by name in this process: backends

@@ -1,7 +1,7 @@
-// Matrix products y (n, rows) = x (n, cols) · Wᵀ. F32 and BF16 weights are
-// packed at upload into panels of 32 output rows: F32 panels (cols, 32), BF16
-// panels (ceil(cols/2), 32, 2) with column pairs interleaved; F16 and block
-// types stay rows in their own bits. This file packs and splits the work into
+// Matrix products y (n, rows) = x (n, cols) · Wᵀ. F32, F16 and BF16 weights
+// are packed at upload into panels of 32 output rows: F32 and F16 panels
+// (cols, 32), BF16 panels (ceil(cols/2), 32, 2) with column pairs
+// interleaved; block types stay rows in their own bits. This file packs and splits the work into
 // tasks; the kernels are the instruction set's (generic/gemm_tiles.h,
 // generic/quant_gemm.h, generic/int8_gemm.h). Matrices that multiply the same
 // x (q/k/v, gate/up) run as one set of tasks over all their panels or row
@@ -156,7 +156,7 @@ RowsX prepare_rows_x(const CpuKernels& k, ThreadPool& pool, std::span<const CpuM
     if (int8_products(k, *w, n)) {
       // The K formats' decode tiles take x per 256; the int8 panels take every format per 32.
       (k_weight_type(w->source_type) && n < kInt8MaxRows ? want_q8k : want_q8) = true;
-    } else if (k.gemm_bf16_x && w->source_type != WeightType::F16 && n >= kInt8MaxRows) {
+    } else if (k.gemm_bf16_x && n >= kInt8MaxRows) {
       want_bf16 = true;  // block formats dequantize to BF16 panels in these sets (quant_gemm.h)
     }
   }
@@ -181,7 +181,7 @@ RowsX prepare_rows_x(const CpuKernels& k, ThreadPool& pool, std::span<const CpuM
 }
 
 // ys[i] (n, ws[i]->rows) = x (n, cols) · Wᵢᵀ for rows-layout matrices of one
-// cols (F16 and block types; q/k/v and gate/up come as one call): x prepared
+// cols (block types; q/k/v and gate/up come as one call): x prepared
 // once (prepare_rows_x), then one task list over every matrix's 32-row groups,
 // tasks_per_thread in all. Every task takes all x rows, so each group
 // is unpacked or dequantized once per call; int8_products matrices run the
@@ -209,7 +209,7 @@ void rows_matmul(const CpuKernels& k, ThreadPool& pool, std::span<const CpuMatri
     if (int8_products(k, *ws[i], n)) {
       a.xq = rx.xq;
       a.xqk = rx.xqk;
-    } else if (a.row_type != WeightType::F16) {
+    } else {
       a.xb = rx.xb;
       a.xb_stride = bf16_stride(cols);
     }
@@ -251,8 +251,16 @@ void pack_matrix(CpuMatrix& m, DType dtype, const void* row_major) {
       for (int64_t c = 0; c < cols; ++c) p[c * kPanel] = src[r * cols + c];
     }
     m.packed = dst;
+  } else if (dtype == DType::F16) {
+    const auto* src = static_cast<const uint16_t*>(row_major);
+    auto* dst = static_cast<uint16_t*>(alloc_aligned(n_panels * cols * kPanel * sizeof(uint16_t)));
+    for (int64_t r = 0; r < rows; ++r) {
+      uint16_t* p = dst + (r / kPanel) * cols * kPanel + r % kPanel;
+      for (int64_t c = 0; c < cols; ++c) p[c * kPanel] = src[r * cols + c];
+    }
+    m.packed = dst;
   } else {
-    PREFIXD_CHECK(dtype == DType::BF16, "packed matrices are F32 or BF16");
+    PREFIXD_CHECK(dtype == DType::BF16, "packed matrices are F32, F16 or BF16");
     const int64_t k2 = (cols + 1) / 2;
     const auto* src = static_cast<const uint16_t*>(row_major);
     auto* dst = static_cast<uint16_t*>(alloc_aligned(n_panels * k2 * kPanel * 2 * sizeof(uint16_t)));
@@ -273,6 +281,9 @@ void matrix_row(const CpuMatrix& m, int64_t r, float* out) {
   if (m.dtype == DType::F32) {
     const float* p = static_cast<const float*>(m.packed) + (r / kPanel) * cols * kPanel + r % kPanel;
     for (int64_t c = 0; c < cols; ++c) out[c] = p[c * kPanel];
+  } else if (m.dtype == DType::F16) {
+    const uint16_t* p = static_cast<const uint16_t*>(m.packed) + (r / kPanel) * cols * kPanel + r % kPanel;
+    for (int64_t c = 0; c < cols; ++c) out[c] = f16_to_f32(p[c * kPanel]);
   } else {
     const int64_t k2 = (cols + 1) / 2;
     const uint16_t* p = static_cast<const uint16_t*>(m.packed) + (r / kPanel) * k2 * kPanel * 2 +

@@ -5,17 +5,19 @@
 
 #include <array>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "common/result.h"
 #include "kernels/cpu/cpu_isa.h"
 
 namespace prefixd::cpu {
 
 // The kernel families that may run on different sets.
 enum class KernelFamily : int {
-  kF32Tiles = 0,      // matmul over F32 weight panels
+  kF32Tiles = 0,      // matmul over F32 and F16 weight panels (F32 FMA tiles)
   kBf16Tiles = 1,     // matmul over BF16 weight panels
-  kBlockFormats = 2,  // matmul over F16 and block-format rows (dequantized panels, int8 products)
+  kBlockFormats = 2,  // matmul over block-format rows (dequantized panels, int8 products)
   kAttention = 3,     // paged attention
 };
 constexpr int kKernelFamilies = 4;
@@ -45,6 +47,26 @@ struct CpuIsaPlan {
 
 // Every family on `isa` (which this CPU must support).
 CpuIsaPlan forced_plan(CpuIsa isa);
+
+// A per-family plan in words, as --cpu-isa and PREFIXD_CPU_ISA take it:
+// comma-separated items, each a set name (the base: the rows and elementwise
+// ops and every family not named; default the best set this CPU has) or
+// FAMILY=SET, e.g. "avx512bf16,bf16_tiles=avx512" (what `auto` chooses on a
+// Sapphire Rapids Xeon). Every set named must be one this CPU supports; an
+// unknown family or set, a family named twice, two bases or an empty item is
+// an error that names the item. The plan is not automatic.
+Result<CpuIsaPlan> parse_cpu_isa_plan(std::string_view spec);
+// Whether `requested` is a plan spec (has ',' or '='), not a set name.
+bool is_cpu_isa_plan_spec(std::string_view requested);
+
+// choose_cpu_isa (cpu_isa.h) keeps the plan of a spec it was given, for the
+// backends made for its base: remember_forced_plan stores it (the last one
+// wins), and plan_for_isa answers what make_cpu_backend(n, isa) runs: that
+// plan when its base is `isa`; every family on `isa` when the set was named;
+// otherwise `auto` for the best set (auto_plan()) and `isa` throughout for
+// any other.
+void remember_forced_plan(const CpuIsaPlan& plan);
+CpuIsaPlan plan_for_isa(CpuIsa isa);
 
 // A set other than the base runs a family only when it took at most
 // (1 - kSwitchMargin) of the base's time: sets whose kernels are the same

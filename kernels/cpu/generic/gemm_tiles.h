@@ -3,8 +3,12 @@
 // vectors of output columns, streaming a weight panel (see CpuMatrix).
 // F32 panels use FMA. BF16 panels use the set's BF16 dot product when it has
 // one (x rounded to BF16, as llama.cpp does); otherwise they are widened to F32
-// by shifts, in the tile for a few x rows (decode: the weights stream once) or
-// a whole panel at a time into scratch for many (prefill: then the F32 tiles).
+// by shifts, and F16 panels by vcvtph2ps, in the tile for a few x rows
+// (decode: the weights stream once) or a whole panel at a time into scratch
+// for many (prefill: then the F32 tiles). Within a set, an output's products
+// are summed in the same order whatever the number of x rows in the call (one
+// FMA chain in column order; vdpbf16ps pairs for the BF16 dot product): a row's
+// result does not depend on its batch (the prefix cache's bit-for-bit promise).
 // Per-thread scratch: one F32 panel, (cols, 32) floats.
 // Included by kernels/cpu/<isa>/kernels.cpp only, after that set's vec.h.
 #pragma once
@@ -66,19 +70,17 @@ void tile_f32(const float* panel, const float* x, int64_t ldx, int64_t K, float*
 }
 
 // Same from a BF16 panel (K2 = ceil(K/2), P, 2) widened in the tile; x f32.
-// Even and odd columns accumulate apart when registers allow (decode: M = 1),
-// which doubles the independent FMA chains.
+// One FMA chain per output in column order, as tile_f32 runs over the widened
+// panel: an output's value does not depend on how many x rows the call has (a
+// cached prefix's suffix equals the same rows computed in the whole prompt).
 template <int M, int W>
 void tile_bf16_widen(const uint16_t* panel, const float* x, int64_t ldx, int64_t K, float* y,
                      int64_t ldy, int64_t valid) {
-  constexpr int kSplit = 2 * M * W + 4 <= kVectorRegisters ? 2 : 1;  // accumulators + even, odd, 2 x
-  V acc[kSplit][M][W];
-#pragma GCC unroll 2
-  for (int s = 0; s < kSplit; ++s)
+  V acc[M][W];
 #pragma GCC unroll 12
-    for (int i = 0; i < M; ++i)
+  for (int i = 0; i < M; ++i)
 #pragma GCC unroll 4
-      for (int j = 0; j < W; ++j) acc[s][i][j] = Vec::zero();
+    for (int j = 0; j < W; ++j) acc[i][j] = Vec::zero();
   const int64_t k_pairs = K / 2;
   for (int64_t k2 = 0; k2 < k_pairs; ++k2) {
 #pragma GCC unroll 4
@@ -87,8 +89,8 @@ void tile_bf16_widen(const uint16_t* panel, const float* x, int64_t ldx, int64_t
       Vec::load_bf16_pairs(panel + k2 * 2 * P + j * 2 * N, even, odd);
 #pragma GCC unroll 12
       for (int i = 0; i < M; ++i) {
-        acc[0][i][j] = Vec::fmadd(even, Vec::set1(x[i * ldx + 2 * k2]), acc[0][i][j]);
-        acc[kSplit - 1][i][j] = Vec::fmadd(odd, Vec::set1(x[i * ldx + 2 * k2 + 1]), acc[kSplit - 1][i][j]);
+        acc[i][j] = Vec::fmadd(even, Vec::set1(x[i * ldx + 2 * k2]), acc[i][j]);
+        acc[i][j] = Vec::fmadd(odd, Vec::set1(x[i * ldx + 2 * k2 + 1]), acc[i][j]);
       }
     }
   }
@@ -98,17 +100,36 @@ void tile_bf16_widen(const uint16_t* panel, const float* x, int64_t ldx, int64_t
       V even, odd;
       Vec::load_bf16_pairs(panel + k_pairs * 2 * P + j * 2 * N, even, odd);
 #pragma GCC unroll 12
-      for (int i = 0; i < M; ++i) acc[0][i][j] = Vec::fmadd(even, Vec::set1(x[i * ldx + K - 1]), acc[0][i][j]);
+      for (int i = 0; i < M; ++i) acc[i][j] = Vec::fmadd(even, Vec::set1(x[i * ldx + K - 1]), acc[i][j]);
     }
   }
-  if constexpr (kSplit == 2) {
 #pragma GCC unroll 12
-    for (int i = 0; i < M; ++i)
+  for (int i = 0; i < M; ++i) store_row<W>(y + i * ldy, acc[i], valid);
+}
+
+// Same from an F16 panel (K, P) widened in the tile (vcvtph2ps); one FMA
+// chain per output in column order, like tile_f32 over the widened panel.
+template <int M, int W>
+void tile_f16_widen(const uint16_t* panel, const float* x, int64_t ldx, int64_t K, float* y,
+                    int64_t ldy, int64_t valid) {
+  V acc[M][W];
+#pragma GCC unroll 12
+  for (int i = 0; i < M; ++i)
 #pragma GCC unroll 4
-      for (int j = 0; j < W; ++j) acc[0][i][j] = Vec::add(acc[0][i][j], acc[1][i][j]);
+    for (int j = 0; j < W; ++j) acc[i][j] = Vec::zero();
+  for (int64_t k = 0; k < K; ++k) {
+    V w[W];
+#pragma GCC unroll 4
+    for (int j = 0; j < W; ++j) w[j] = Vec::load_f16(panel + k * P + j * N);
+#pragma GCC unroll 12
+    for (int i = 0; i < M; ++i) {
+      const V xv = Vec::set1(x[i * ldx + k]);
+#pragma GCC unroll 4
+      for (int j = 0; j < W; ++j) acc[i][j] = Vec::fmadd(w[j], xv, acc[i][j]);
+    }
   }
 #pragma GCC unroll 12
-  for (int i = 0; i < M; ++i) store_row<W>(y + i * ldy, acc[0][i], valid);
+  for (int i = 0; i < M; ++i) store_row<W>(y + i * ldy, acc[i], valid);
 }
 
 #if defined(__AVX512BF16__)
@@ -148,6 +169,14 @@ inline void widen_panel(const uint16_t* panel, int64_t K, float* out) {
       Vec::store(out + 2 * k2 * P + j * N, even);
       if (2 * k2 + 1 < K) Vec::store(out + (2 * k2 + 1) * P + j * N, odd);
     }
+  }
+}
+
+// F16 panel (K, P) -> F32 panel (K, P).
+inline void widen_panel_f16(const uint16_t* panel, int64_t K, float* out) {
+  for (int64_t k = 0; k < K; ++k) {
+#pragma GCC unroll 4
+    for (int j = 0; j < P / N; ++j) Vec::store(out + k * P + j * N, Vec::load_f16(panel + k * P + j * N));
   }
 }
 
@@ -215,6 +244,21 @@ inline void panels(const GemmArgs& a, int64_t p0, int64_t p1, int64_t i0, int64_
         panel = scratch;
       }
       f32_panel_rows(panel, x, K, y, a.rows, valid, n_rows);
+      continue;
+    }
+    if (a.dtype == DType::F16) {
+      const uint16_t* panel = static_cast<const uint16_t*>(a.packed) + p * K * P;
+      if (n_rows >= kWidenPanelRows) {
+        widen_panel_f16(panel, K, scratch);
+        f32_panel_rows(scratch, x, K, y, a.rows, valid, n_rows);
+        continue;
+      }
+      for (int64_t i = 0; i < n_rows; i += kWideRows) {
+        const int m = static_cast<int>(std::min<int64_t>(kWideRows, n_rows - i));
+        with_count<kWideRows>(m, [&]<int M>() {
+          tile_f16_widen<M, kWideVecs>(panel, x + i * K, K, K, y + i * a.rows, a.rows, valid);
+        });
+      }
       continue;
     }
     const int64_t K2 = (K + 1) / 2;

@@ -1,19 +1,13 @@
-// Matrix products over weights kept in their own bits (F16 and the ggml block
-// types: CpuMatrix's rows layout), written once over a set's vector layer.
-// Two shapes, chosen by the number of x rows:
-// - many rows (prefill): a group of 32 weight rows is dequantized once into an
-//   F32 panel (cols, 32) in scratch, then the F32 register tiles of
-//   gemm_tiles.h run every x row over it; the dequantization is paid once per
-//   32 x 32 x rows of work.
-// - few rows (decode): 4 weight rows at a time are dequantized into an L1
-//   buffer and dotted with each x row; the weights stream from memory once.
-//   gemm.cpp sends only F16 rows here (block types: int8_gemm.h).
-// In sets with a BF16 dot product (avx512bf16) the block formats' panel is
-// rounded to BF16 instead and runs through the BF16 tiles, with x in BF16
-// (GemmArgs::xb), as BF16 weights do: twice the products per instruction.
-// Block types the set's int8 panels take (CpuKernels::int8_panel_type) never
-// reach the many-rows shape here: gemm.cpp sends those to gemm_int8_panels.
-// Per-thread scratch: cols * (32 + 4) floats.
+// Matrix products over block-format weights kept in their own bits
+// (CpuMatrix's rows layout) in the prefill shape (kInt8MaxRows x rows or
+// more), written once over a set's vector layer, for the block types the
+// set's int8 panels do not take: a group of 32 weight rows is dequantized
+// once into an F32 panel (cols, 32) in scratch, then the F32 register tiles
+// of gemm_tiles.h run every x row over it; the dequantization is paid once
+// per 32 x 32 x rows of work. In sets with a BF16 dot product (avx512bf16)
+// the panel is rounded to BF16 instead and runs through the BF16 tiles, with
+// x in BF16 (GemmArgs::xb), as BF16 weights do: twice the products per
+// instruction. Fewer x rows take the integer products (int8_gemm.h).
 // Included by kernels/cpu/<isa>/kernels.cpp only (through kernel_set.h).
 #pragma once
 
@@ -29,21 +23,18 @@ namespace prefixd::cpu::PREFIXD_ISA_NS {
 
 namespace qgemm {
 
-using V = typename Vec::T;
-constexpr int N = Vec::N;
 constexpr int64_t P = kGemmPanel;
 
-// x rows at or above which a group of weight rows is dequantized to a panel.
-constexpr int64_t kPanelRows = kInt8MaxRows;  // the same split as gemm.cpp's
-// Weight rows dotted together in the decode shape.
-constexpr int kDotRows = 4;
+// The fewest x rows that reach these products (gemm.cpp's split).
+constexpr int64_t kPanelRows = kInt8MaxRows;
 
-inline size_t scratch_floats(int64_t cols) { return static_cast<size_t>(cols) * (P + kDotRows); }
+// Per thread: the panel (cols, 32) f32, then one row of cols floats and
+// cols + 1 halves (dequant_panel_bf16's).
+inline size_t scratch_floats(int64_t cols) { return static_cast<size_t>(cols) * (P + 2) + 1; }
 
-// Block formats dequantize to BF16 panels for the BF16 dot product (F16 rows
-// keep F32 panels: BF16 would drop 3 of their mantissa bits).
+// Block formats dequantize to BF16 panels for the BF16 dot product.
 #if defined(__AVX512BF16__)
-inline bool bf16_panels(WeightType t) { return t != WeightType::F16; }
+inline bool bf16_panels(WeightType) { return true; }
 #else
 inline bool bf16_panels(WeightType) { return false; }
 #endif
@@ -81,43 +72,19 @@ inline void dequant_panel_bf16(const GemmArgs& a, int64_t r0, int64_t valid, uin
   }
 }
 
-// y[i][r0 + j] = dot(x_i, w_j) for j < m <= kDotRows, i in [0, n); w (kDotRows, K) f32.
-inline void dot_rows(const float* w, int m, const float* x, int64_t n, int64_t K, float* y, int64_t ldy) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float* xi = x + i * K;
-    V acc[kDotRows][2];
-#pragma GCC unroll 4
-    for (int j = 0; j < kDotRows; ++j) acc[j][0] = acc[j][1] = Vec::zero();
-    int64_t k = 0;
-    for (; k + 2 * N <= K; k += 2 * N) {
-      const V x0 = Vec::load(xi + k), x1 = Vec::load(xi + k + N);
-#pragma GCC unroll 4
-      for (int j = 0; j < kDotRows; ++j) {
-        acc[j][0] = Vec::fmadd(Vec::load(w + j * K + k), x0, acc[j][0]);
-        acc[j][1] = Vec::fmadd(Vec::load(w + j * K + k + N), x1, acc[j][1]);
-      }
-    }
-    for (; k < K; k += N) {
-      const V xv = Vec::load_n(xi + k, K - k);
-#pragma GCC unroll 4
-      for (int j = 0; j < kDotRows; ++j) acc[j][0] = Vec::fmadd(Vec::load_n(w + j * K + k, K - k), xv, acc[j][0]);
-    }
-    for (int j = 0; j < m; ++j) y[i * ldy + j] = Vec::reduce_add(Vec::add(acc[j][0], acc[j][1]));
-  }
-}
-
 // y rows [i0, i1) x output columns of the row groups (panels) [p0, p1).
 inline void rows(const GemmArgs& a, int64_t p0, int64_t p1, int64_t i0, int64_t i1, float* scratch) {
   const int64_t K = a.cols;
   const int64_t n_rows = i1 - i0;
-  float* panel = scratch;            // (K, P)
-  float* dequantized = scratch + K * P;  // (kDotRows, K)
+  PREFIXD_CHECK(n_rows >= kPanelRows, "block rows take the integer products below kInt8MaxRows x rows");
+  float* panel = scratch;                // (K, P)
+  float* dequantized = scratch + K * P;  // one dequantized row (see scratch_floats)
   for (int64_t p = p0; p < p1; ++p) {
     const int64_t r_begin = p * P;
     const int64_t valid = std::min(P, a.rows - r_begin);
     float* y = a.y + i0 * a.rows + r_begin;
     const float* x = a.x + i0 * K;
-    if (n_rows >= kPanelRows && bf16_panels(a.row_type)) {
+    if (bf16_panels(a.row_type)) {
       auto* panel16 = reinterpret_cast<uint16_t*>(panel);  // (K2, P, 2): half the F32 panel's bytes
       dequant_panel_bf16(a, r_begin, valid, panel16, dequantized);
 #if defined(__AVX512BF16__)
@@ -127,16 +94,8 @@ inline void rows(const GemmArgs& a, int64_t p0, int64_t p1, int64_t i0, int64_t 
 #endif
       continue;
     }
-    if (n_rows >= kPanelRows) {
-      dequant_panel(a, r_begin, valid, panel, dequantized);
-      gemm::f32_panel_rows(panel, x, K, y, a.rows, valid, n_rows);
-      continue;
-    }
-    for (int64_t r = 0; r < valid; r += kDotRows) {
-      const int m = static_cast<int>(std::min<int64_t>(kDotRows, valid - r));
-      for (int j = 0; j < m; ++j) dequant::row(a.row_type, a.rows_data + (r_begin + r + j) * a.row_bytes, dequantized + j * K, K);
-      dot_rows(dequantized, m, x, n_rows, K, y + r, a.rows);
-    }
+    dequant_panel(a, r_begin, valid, panel, dequantized);
+    gemm::f32_panel_rows(panel, x, K, y, a.rows, valid, n_rows);
   }
 }
 
