@@ -9,7 +9,7 @@
 set -euo pipefail
 command -v python3 >/dev/null || { echo "skipped: python3 not found"; exit 77; }
 exec python3 - "$@" <<'PY'
-import os, re, subprocess, sys
+import fnmatch, os, re, sys
 
 DOCS = ["README.md", "SECURITY.md", "daemon/api.md", "kernels/cuda/README.md",
         "ops/haproxy/README.md", "models/README.md"]
@@ -34,9 +34,14 @@ def anchors(path):
                 out.add(slug(line.lstrip("#")))
     return out
 
-def ignored(path):  # as a file, or as a folder (a pattern ending in '/')
-    return any(subprocess.run(["git", "check-ignore", "-q", p]).returncode == 0
-               for p in (path, path.rstrip("/") + "/"))
+IGNORED = [l.strip().rstrip("/") for l in open(".gitignore", encoding="utf-8")
+           if l.strip() and not l.startswith("#")]
+
+def ignored(path):  # a build output: the path or a folder above it matches .gitignore
+    parts = path.rstrip("/").split("/")
+    prefixes = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+    return any(fnmatch.fnmatch(p, pat) or fnmatch.fnmatch(p.split("/")[-1], pat)
+               for p in prefixes for pat in IGNORED)
 
 failures = []
 for doc in DOCS:
