@@ -58,7 +58,7 @@ ApiResult<std::unique_ptr<GenerationSession>> GenerationSession::start(DaemonCon
 }
 
 GenerationSession::~GenerationSession() {
-  if (!fold_.finished) channel_->cancel();
+  if (channel_ && !fold_.finished) channel_->cancel();
   count_->settle(RequestOutcome::kCancelled);  // ignored when the end was recorded
 }
 
