@@ -5,21 +5,15 @@
 
 #include <cstring>
 
-#include "common/private_files.h"
+#include "daemon/auth/secret_file.h"
 
 namespace prefixd {
 
 Result<std::array<uint8_t, 16>> read_deployment_secret(const std::string& path) {
-  constexpr size_t kMaxBytes = 4096;
   constexpr size_t kMinBytes = 16;
-  Result<std::string> read =
-      read_private_file(path, kMaxBytes, "the key file", FileAccess::kOwnerOnly);
+  Result<std::string> read = read_key_file(path);
   if (!read.ok()) return Status::error("--cache-secret-file: " + read.message());
-  std::string content = std::move(read).value();
-  while (!content.empty() && (content.back() == '\n' || content.back() == '\r' ||
-                              content.back() == ' ' || content.back() == '\t')) {
-    content.pop_back();
-  }
+  const std::string content = std::move(read).value();
   if (content.size() < kMinBytes) {
     return Status::error("--cache-secret-file '" + path + "': holds " + std::to_string(content.size()) +
                          " bytes, at least " + std::to_string(kMinBytes) +

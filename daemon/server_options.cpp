@@ -288,7 +288,7 @@ void add_http_flags(CLI::App& app, ServerOptions& o) {
                  "read the API key from FILE (this user's, mode 0600 or stricter)");
   app.add_option("--api-keys", o.api_keys_file,
                  "JSON file of keys with tenants, roles (user, admin), limits and cache namespaces "
-                 "(this user's, mode 0600 or stricter; see README)");
+                 "(this user's, mode 0600 or stricter; see docs/access.md)");
   app.add_option("--allowed-hosts", o.allowed_hosts,
                  "Host names served besides the bind address, localhost, 127.0.0.1 and [::1] "
                  "(comma-separated; '*' = any)")

@@ -1,6 +1,7 @@
-// /v1/messages: validate (messages_request.h), submit, fold the engine's
-// events, pin the breakpoints' prefixes once the answer is complete, and
-// render Anthropic's message or its event stream (message_start,
+// /v1/messages: validate (messages_request.h), start a GenerationSession
+// (gates, submit, the waits, the breakpoints' pins once the answer is
+// complete, and the end are there), and render Anthropic's message or its
+// event stream (message_start,
 // content_block_start, content_block_delta*, content_block_stop,
 // message_delta with the final usage, message_stop).
 #include "daemon/api/anthropic_handlers.h"
@@ -55,19 +56,12 @@ StopInfo stop_info(const CompletionFold& fold, const Request& r, const Tokenizer
 }
 
 // Each breakpoint's prefix pinned (or refreshed) after a completed answer,
-// pins that the request read refreshed, and the hit/miss counters.
-std::vector<BreakpointOutcome> settle_breakpoints(DaemonContext& ctx, const MessagesRequest& m,
-                                                  int32_t cached_tokens, int32_t tenant) {
-  std::vector<BreakpointOutcome> out;
-  if (!ctx.ttl_pins) return out;
-  ctx.ttl_pins->refresh_hits(m.request.cache_salt, m.request.prompt, cached_tokens);
-  const int32_t block = ctx.ttl_pins->options().block_size;
-  for (const CacheBreakpoint& bp : m.breakpoints) {
-    out.push_back(ctx.ttl_pins->pin(m.request.cache_salt, m.request.prompt, bp, tenant));
-    const int32_t aligned = bp.position_tokens / block * block;
-    ctx.ttl_pins->count_breakpoint(aligned > 0 && cached_tokens >= aligned);
-  }
-  return out;
+// the pins that the request read refreshed, and the breakpoint hit/miss
+// counters (GenerationSession::retain).
+std::vector<BreakpointOutcome> settle_breakpoints(GenerationSession& session,
+                                                  const MessagesRequest& m) {
+  return session.retain(m.breakpoints, BreakpointCount::kCount)
+      .value_or(std::vector<BreakpointOutcome>{});
 }
 
 // Anthropic's usage, and prefixd's account of each breakpoint.
@@ -112,33 +106,24 @@ void append_event(std::string* out, const char* name, const json& data) {
   *out += "\n\n";
 }
 
-// One accepted request: what both deliveries share.
+// One accepted request: what both deliveries share. m.request was moved
+// into the session (session->request() is the request as submitted).
 struct MessageCall {
-  DaemonContext* ctx = nullptr;
+  const Tokenizer* tokenizer = nullptr;  // the served model's (stop sequences)
   MessagesRequest m;
   std::string id;
-  std::shared_ptr<RequestChannel> channel;
-  GenerationSlots slots;
-  std::shared_ptr<RequestCount> count;  // the request's outcome, settled once
-  int32_t tenant = -1;
-  Timing timing;
-  CompletionFold fold;
+  std::unique_ptr<GenerationSession> session;
 };
 
 // The events of one SSE answer, owned by the response's content provider.
-// Its destructor cancels the request when the stream ended early.
+// The session's destructor cancels the request when the stream ended early.
 struct MessageStream {
   MessageCall call;
   bool started = false;
   SteadyClock::time_point t_last_write;
 
-  ~MessageStream() {
-    if (!call.fold.finished) call.channel->cancel();
-    call.count->settle(RequestOutcome::kCancelled);  // ignored when the end was recorded
-  }
-
   void render_start(std::string* out) {
-    json usage = {{"input_tokens", static_cast<int32_t>(call.m.request.prompt.size())},
+    json usage = {{"input_tokens", static_cast<int32_t>(call.session->request().prompt.size())},
                   {"output_tokens", 0},
                   {"cache_creation_input_tokens", 0},
                   {"cache_read_input_tokens", 0}};
@@ -164,25 +149,24 @@ struct MessageStream {
   // (the breakpoints are pinned first), or an error event.
   void render_end(const EngineEvent& e, std::string* out) {
     render_text(e.text, out);
-    if (ApiResult<void> err = completion_error(call.fold, Delivery::kStream); !err.ok()) {
+    const CompletionFold& fold = call.session->fold();
+    if (ApiResult<void> err = completion_error(fold, Delivery::kStream); !err.ok()) {
       append_event(out, "error", anthropic(err.error()).to_json());
       return;
     }
-    const std::vector<BreakpointOutcome> outcomes =
-        settle_breakpoints(*call.ctx, call.m, call.fold.usage.cached_tokens, call.tenant);
-    const StopInfo stop = stop_info(call.fold, call.m.request, call.ctx->model.tokenizer);
+    const std::vector<BreakpointOutcome> outcomes = settle_breakpoints(*call.session, call.m);
+    const StopInfo stop = stop_info(fold, call.session->request(), call.tokenizer);
     append_event(out, "content_block_stop", {{"type", "content_block_stop"}, {"index", 0}});
     append_event(out, "message_delta",
                  {{"type", "message_delta"},
                   {"delta", {{"stop_reason", stop.reason}, {"stop_sequence", stop.sequence}}},
-                  {"usage", messages_usage_json(call.fold.usage, outcomes)}});
+                  {"usage", messages_usage_json(fold.usage, outcomes)}});
     append_event(out, "message_stop", {{"type", "message_stop"}});
   }
 
+  // Turns newly folded events into SSE bytes.
   void render(const std::vector<EngineEvent>& events, std::string* out) {
-    const size_t n = fold_wakeup(call.fold, call.timing, *call.ctx->metrics, events);
-    for (size_t i = 0; i < n; ++i) {
-      const EngineEvent& e = events[i];
+    for (const EngineEvent& e : events) {
       if (e.type == EngineEvent::Type::kToken) render_text(e.text, out);
       if (e.type == EngineEvent::Type::kFinished || e.type == EngineEvent::Type::kError)
         render_end(e, out);
@@ -191,24 +175,21 @@ struct MessageStream {
 
   // Called by the content provider once per wake-up; false ends the stream.
   bool pump(ChunkSink& sink) {
-    if (call.ctx->cancel_all.load()) call.channel->cancel();
     std::string out;
     if (!started) render_start(&out);
-    std::vector<EngineEvent> events = call.channel->wait(kChannelPoll);
+    std::vector<EngineEvent> events = call.session->next();
     if (!events.empty()) render(events, &out);
     const SteadyClock::time_point now = SteadyClock::now();
     if (out.empty() && now - t_last_write > std::chrono::seconds(1)) out = ": keep-alive\n\n";
     if (!out.empty()) {
       if (!sink.write(out)) {
-        call.channel->cancel();
-        return false;  // the destructor counts the request as cancelled
+        call.session->cancel();
+        return false;  // the session's destructor counts the request as cancelled
       }
       t_last_write = now;
     }
-    if (call.fold.finished) {
-      if (!call.count->settled())
-        record_end(*call.ctx, call.m.request, call.fold, call.timing, Delivery::kStream,
-                   *call.count);
+    if (call.session->fold().finished) {
+      call.session->end(Delivery::kStream);
       sink.done();
     }
     return true;
@@ -216,20 +197,16 @@ struct MessageStream {
 };
 
 void answer_whole(MessageCall& call, Reply& res) {
-  DaemonContext& ctx = *call.ctx;
-  while (!call.fold.finished) {
-    if (ctx.cancel_all.load()) call.channel->cancel();
-    fold_wakeup(call.fold, call.timing, *ctx.metrics, call.channel->wait(kChannelPoll));
-  }
-  record_end(ctx, call.m.request, call.fold, call.timing, Delivery::kWhole, *call.count);
-  if (ApiResult<void> err = completion_error(call.fold, Delivery::kWhole); !err.ok())
+  GenerationSession& session = *call.session;
+  session.wait_whole();
+  const CompletionFold& fold = session.fold();
+  if (ApiResult<void> err = completion_error(fold, Delivery::kWhole); !err.ok())
     return res.error(anthropic(err.error()));
-  const std::vector<BreakpointOutcome> outcomes =
-      settle_breakpoints(ctx, call.m, call.fold.usage.cached_tokens, call.tenant);
-  const StopInfo stop = stop_info(call.fold, call.m.request, ctx.model.tokenizer);
-  json content = json::array({{{"type", "text"}, {"text", call.fold.text}}});
+  const std::vector<BreakpointOutcome> outcomes = settle_breakpoints(session, call.m);
+  const StopInfo stop = stop_info(fold, session.request(), call.tokenizer);
+  json content = json::array({{{"type", "text"}, {"text", fold.text}}});
   res.json(message_json(call.id, call.m, std::move(content), &stop,
-                        messages_usage_json(call.fold.usage, outcomes)));
+                        messages_usage_json(fold.usage, outcomes)));
 }
 
 void answer_stream(std::unique_ptr<MessageCall> call, Reply& res) {
@@ -244,24 +221,18 @@ void answer_stream(std::unique_ptr<MessageCall> call, Reply& res) {
 }  // namespace
 
 void handle_messages(DaemonContext& ctx, const Call& http_call, Reply& res) {
-  auto call = std::make_unique<MessageCall>();
-  call->ctx = &ctx;
-  call->timing = Timing{http_call.t_routed};
-  call->count = http_call.count;
-  call->tenant = http_call.caller.index();
-  auto refuse = [&](const ApiError& e, RequestOutcome outcome) {
-    call->count->settle(outcome);
-    res.error(anthropic(e));
-  };
   auto parsed = validate_messages(*http_call.body, ctx.model, /*count_only=*/false);
-  if (!parsed.ok()) return refuse(parsed.error(), RequestOutcome::kInvalid);
+  if (!parsed.ok()) {
+    http_call.count->settle(RequestOutcome::kInvalid);
+    return res.error(anthropic(parsed.error()));
+  }
+  auto call = std::make_unique<MessageCall>();
+  call->tokenizer = ctx.model.tokenizer;
   call->m = std::move(parsed.value());
-  // The tenant's namespace goes into the salt its blocks are hashed under.
-  call->m.request.cache_salt = engine_salt(http_call.caller.tenant, "");
-  if (std::optional<Refusal> r = admit_generation(ctx, http_call.caller.tenant, res, &call->slots))
-    return refuse(r->error, r->outcome);
+  auto started = GenerationSession::start(ctx, http_call, std::move(call->m.request), res);
+  if (!started.ok()) return res.error(anthropic(started.error()));
+  call->session = std::move(started.value());
   call->id = make_message_id();
-  call->channel = ctx.engine->submit(call->m.request);
   if (call->m.stream) return answer_stream(std::move(call), res);
   answer_whole(*call, res);
 }

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "daemon/api/completion_response.h"
+#include "daemon/api/generation_session.h"
 #include "daemon/auth/api_keys.h"
 #include "daemon/auth/tenant_limits.h"
 #include "daemon/monitoring/dashboard.h"
@@ -147,19 +148,8 @@ void handle_cache_lookup(DaemonContext& ctx, const Call& call, Reply& res) {
 void handle_cache_prefetch(DaemonContext& ctx, const Call& call, Reply& res) {
   PromptRequest p;
   if (!parse_prompt(ctx, call, res, &p)) return;
-  TenantTicket tenant_ticket;
-  if (const Tenant* t = ctx.tenant_limits ? call.caller.tenant : nullptr) {
-    std::optional<TenantTicket> ticket = ctx.tenant_limits->try_begin(t->index);
-    if (!ticket) {
-      ctx.metrics->count_tenant_limited(t->index, TenantLimit::kMaxConcurrent);
-      res.header("Retry-After", std::to_string(ctx.retry_after_s));
-      return res.error(ApiError::too_many_requests(
-          "tenant '" + t->name + "' has its max_concurrent of " +
-              std::to_string(t->limits.max_concurrent) + " requests in flight; retry when one ends",
-          "tenant_concurrency_limit"));
-    }
-    tenant_ticket = std::move(*ticket);
-  }
+  ApiResult<TenantTicket> tenant_ticket = take_tenant_slot(ctx, call.caller.tenant, res);
+  if (!tenant_ticket.ok()) return res.error(tenant_ticket.error());
   if (!ctx.admission->try_acquire()) {
     res.header("Retry-After", std::to_string(ctx.retry_after_s));
     return res.error(ApiError::too_many_requests("too many requests in flight; retry later"));

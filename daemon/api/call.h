@@ -1,7 +1,8 @@
 // Call: one routed request as its handler sees it. The route wrapper
-// (daemon/api/routes.cpp) builds it once per request: the caller resolved
-// before routing from its API key, the JSON body parsed once, and, on a
-// generation route, the one count of the request's outcome.
+// (daemon/api/routes.cpp) builds it once per request: the caller its API key
+// names (the key the checks before routing let through), the JSON body
+// parsed once, and, on a generation route, the one count of the request's
+// outcome.
 #pragma once
 
 #include <atomic>
@@ -20,7 +21,8 @@ namespace prefixd {
 
 // Who calls: the tenant whose key the request presents (`Authorization:
 // Bearer KEY` or `x-api-key: KEY`), with its role and limits
-// (daemon/auth/api_keys.h). Resolved once, before routing.
+// (daemon/auth/api_keys.h). Resolved from the request's headers by the route
+// wrapper and handed to the handler in its Call.
 struct Caller {
   const Tenant* tenant = nullptr;  // null without keys, and on public routes
   int32_t index() const { return tenant ? tenant->index : -1; }  // Tenant::index; -1 = none

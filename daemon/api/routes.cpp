@@ -1,7 +1,7 @@
 // The route table, then how it is installed: the checks before routing
 // (Host and Origin, what the request may carry before its body is read, the
-// API key, which resolves the caller), the one wrapper every route runs
-// through (body read and parsed once, the Call built, the drain refusal),
+// API key), the one wrapper every route runs through (body read and parsed
+// once, the Call built with the caller its key names, the drain refusal),
 // and JSON answers for the errors httplib produces itself and for exceptions.
 #include "daemon/api/routes.h"
 
@@ -123,13 +123,6 @@ void refuse(const httplib::Request& req, httplib::Response& res, const ApiError&
   }
 }
 
-// The caller check_request resolved for the request this connection thread
-// serves. httplib runs the pre-routing handler, the route's handler, the
-// error handler and the post-routing handler of one request on one thread,
-// one request at a time, and its Request has no field for it; the
-// post-routing handler clears it for the next request.
-thread_local Caller t_caller;
-
 // The caller's tenant: from the Authorization header when the request has
 // one (x-api-key is then not read), else from x-api-key; null when neither
 // carries a valid key.
@@ -138,6 +131,17 @@ const Tenant* find_caller(const ApiKeys& keys, const httplib::Request& req) {
     return keys.find_bearer(req.get_header_value("Authorization"));
   if (req.has_header("x-api-key")) return keys.find(req.get_header_value("x-api-key"));
   return nullptr;
+}
+
+// Who calls: the tenant whose key the request presents, when keys are
+// configured and the path is not public; else no tenant. A function of the
+// request alone (ApiKeys is immutable), so each step of a request that needs
+// the caller (the checks before routing, the route wrapper, the error
+// answers) resolves it from the request it is given: nothing is carried
+// between them.
+Caller resolve_caller(const DaemonContext& ctx, const httplib::Request& req) {
+  if (!ctx.api_keys || is_public(req.path)) return Caller{};
+  return Caller{find_caller(*ctx.api_keys, req)};
 }
 
 // Whether the request carries a key at all: picks the 401 message.
@@ -160,10 +164,9 @@ void count_refused(DaemonContext& ctx, std::string_view path, const Caller& call
 // with keys, a request for a route that needs one gets 401 without a valid
 // key, 403 when the key's role does not allow the route, and 429 when the
 // tenant's requests_per_minute is spent (daemon/auth/api_keys.h,
-// tenant_limits.h). The caller is resolved here, once (t_caller).
+// tenant_limits.h).
 HandlerResponse check_request(DaemonContext& ctx, const RouteOptions& o,
                               const httplib::Request& req, httplib::Response& res) {
-  t_caller = Caller{};
   const std::string host = req.get_header_value("Host");
   if (auto refusal = check_host(o.origin_policy, host)) {
     refuse(req, res, ApiError::misdirected(*refusal));
@@ -174,18 +177,18 @@ HandlerResponse check_request(DaemonContext& ctx, const RouteOptions& o,
     return HandlerResponse::Handled;
   }
   const bool needs_key = ctx.api_keys && !is_public(req.path);
-  if (needs_key) t_caller.tenant = find_caller(*ctx.api_keys, req);
+  const Caller caller = resolve_caller(ctx, req);
   if (ApiResult<void> refusal =
           check_request_bounds(req, body_use(req.method, req.path), o.max_body_bytes);
       !refusal.ok()) {
     if (refusal.error().status == 405) res.set_header("Allow", "GET, HEAD");
     // As when read_body refuses a generation request's body.
-    count_refused(ctx, req.path, t_caller, RequestOutcome::kInvalid);
+    count_refused(ctx, req.path, caller, RequestOutcome::kInvalid);
     refuse(req, res, refusal.error());
     return HandlerResponse::Handled;
   }
   if (!needs_key) return HandlerResponse::Unhandled;
-  const Tenant* tenant = t_caller.tenant;
+  const Tenant* tenant = caller.tenant;
   if (tenant == nullptr) {
     res.set_header("WWW-Authenticate", "Bearer");
     refuse(req, res,
@@ -195,7 +198,7 @@ HandlerResponse check_request(DaemonContext& ctx, const RouteOptions& o,
     return HandlerResponse::Handled;
   }
   if (tenant->role != Role::kAdmin && is_admin_only(req.path)) {
-    count_refused(ctx, req.path, t_caller, RequestOutcome::kInvalid);
+    count_refused(ctx, req.path, caller, RequestOutcome::kInvalid);
     refuse(req, res,
            ApiError::forbidden("the key of tenant '" + tenant->name + "' has role " +
                                    role_name(tenant->role) + "; " + req.path + " needs role admin",
@@ -206,7 +209,7 @@ HandlerResponse check_request(DaemonContext& ctx, const RouteOptions& o,
     const double now_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
     if (std::optional<int32_t> wait_s = ctx.tenant_limits->take_request(tenant->index, now_s)) {
-      count_refused(ctx, req.path, t_caller, RequestOutcome::kRejected);
+      count_refused(ctx, req.path, caller, RequestOutcome::kRejected);
       ctx.metrics->count_tenant_limited(tenant->index, TenantLimit::kRequestsPerMinute);
       res.set_header("Retry-After", std::to_string(*wait_s));
       refuse(req, res,
@@ -223,11 +226,18 @@ HandlerResponse check_request(DaemonContext& ctx, const RouteOptions& o,
 
 // Errors httplib produces itself (no route, body too large, bad request
 // line) get the JSON error shape; answers that already have a body keep it.
+// A request to a generation path refused here is counted invalid. With the
+// route's method (POST) that happens only before the checks before routing
+// (a head httplib could not read whole: the route reads its own body and
+// answers its own errors), so its key was never checked and it counts with
+// no tenant; with another method it has no route, and counts under the
+// caller its key names.
 HandlerResponse answer_http_error(DaemonContext& ctx, const RouteOptions& o,
                                   const httplib::Request& req, httplib::Response& res) {
   if (!res.body.empty() || is_closing_answer(res)) return HandlerResponse::Unhandled;
-  // e.g. a generation request refused with 413 before its handler ran
-  count_refused(ctx, req.path, t_caller, RequestOutcome::kInvalid);
+  const bool checked = body_use(req.method, req.path) != BodyUse::kStreamed;
+  count_refused(ctx, req.path, checked ? resolve_caller(ctx, req) : Caller{},
+                RequestOutcome::kInvalid);
   if (res.status == 404) {
     send_error(res, ApiError::not_found("", "no endpoint " + req.method + " " + req.path)
                         .in_dialect_of(req.path));
@@ -331,12 +341,12 @@ void tidy_closing_answer(httplib::Response& res) {
 }
 
 // What every route runs through once its body (if any) is read: the Call
-// (the caller resolved before routing, the outcome count of a generation
-// route), the drain refusal, the body parsed once (malformed: 400), then the
-// handler.
+// (the caller, who passed the checks before routing; the outcome count of a
+// generation route), the drain refusal, the body parsed once (malformed:
+// 400), then the handler.
 void run_route(DaemonContext& ctx, const Route& route, const httplib::Request& req,
                const std::string* body_text, httplib::Response& res) {
-  Call call{req.path, req.params, t_caller, nullptr, nullptr};
+  Call call{req.path, req.params, resolve_caller(ctx, req), nullptr, nullptr};
   if ((route.flags & kCountsRequests) != 0)
     call.count = std::make_shared<RequestCount>(*ctx.metrics, call.caller.index());
   auto refuse_call = [&](const ApiError& e, RequestOutcome outcome) {
@@ -386,7 +396,8 @@ void install_route(httplib::Server& h, DaemonContext& ctx, const RouteOptions& o
                              const httplib::Request& req, httplib::Response& res,
                              const httplib::ContentReader& reader) {
         std::optional<std::string> body = read_body(req, reader, max_body_bytes, res);
-        if (!body) return count_refused(*c, req.path, t_caller, RequestOutcome::kInvalid);
+        if (!body)
+          return count_refused(*c, req.path, resolve_caller(*c, req), RequestOutcome::kInvalid);
         run_route(*c, route, req, &*body, res);
       });
       return;
@@ -410,7 +421,6 @@ void install_routes(httplib::Server& http, DaemonContext& ctx, const RouteOption
       }));
   http.set_exception_handler(answer_exception);
   http.set_post_routing_handler([c](const httplib::Request& req, httplib::Response& res) {
-    t_caller = Caller{};
     tidy_closing_answer(res);
     if (c->api_keys) answer_dashboard_login(req, res);
   });

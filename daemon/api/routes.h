@@ -1,9 +1,10 @@
 // The HTTP surface of prefixd as one table: method, path, handler and who may
 // call it (daemon/api.md is the contract). install_routes() puts the table
 // into an httplib::Server together with what every route shares: the API-key
-// check that resolves the caller once, the JSON body reader and parser of
-// POST routes, the count of generation requests' outcomes, and JSON answers
-// for the errors httplib produces itself. Handlers take a Call (call.h).
+// check before routing, the caller resolved from the request's key for its
+// handler, the JSON body reader and parser of POST routes, the count of
+// generation requests' outcomes, and JSON answers for the errors httplib
+// produces itself. Handlers take a Call (call.h).
 #pragma once
 
 #include <httplib.h>

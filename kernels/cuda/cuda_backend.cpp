@@ -78,8 +78,10 @@ struct DeviceScratch {
   }
 };
 
-// Pinned host staging that grows on demand; `in_use` is recorded after the
-// last asynchronous copy that reads or writes it.
+// Pinned host staging that grows on demand. It tracks no copies itself: each
+// user waits until the asynchronous copies that read or write it are done
+// (the batch_uploaded_ or copy_done_ event, or a stream synchronize) before it
+// refills or grows it.
 struct PinnedScratch {
   void* ptr = nullptr;
   size_t capacity_bytes = 0;

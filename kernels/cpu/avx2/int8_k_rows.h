@@ -8,7 +8,7 @@
 // float step per super-block. Modelled on avx512/int8_k_rows.h. Why:
 // generic/int8_gemm.h's tile_k spills its unpacked groups to the stack and
 // sums the constant term with scalar horizontal sums per block (figures in
-// README, CPU section). gemm.cpp sends calls of fewer than kInt8MaxRows x rows
+// docs/cpu.md). gemm.cpp sends calls of fewer than kInt8MaxRows x rows
 // here (through the set's gemm_int8_rows).
 //
 // Batch invariance: each output y[i][r] sums its super-blocks in order into one

@@ -8,7 +8,7 @@
 // tiles unpack a row's 8 groups through the stack and sum the mins per block
 // horizontally; here a group pair of 64 weights costs 2 to 4 unpacking
 // instructions, one vpmaddubsw and one vpdpwssd. Q4_K decode product, 2816 x
-// 1024, one Zen 5 thread: 69 us with the 256-bit tiles, 38 here (README, CPU).
+// 1024, one Zen 5 thread: 69 us with the 256-bit tiles, 38 here (docs/cpu.md).
 // gemm.cpp sends calls of fewer than kInt8MaxRows x rows here (through the
 // set's gemm_int8_rows).
 //

@@ -8,7 +8,7 @@
 // vector (Q8_0: abs, sign, dot, two float scalings per 32 weights); here a
 // pair of blocks costs one to four instructions to unpack, one vpdpbusd and
 // one float scaling. Decode products of 1536 x 576, one Zen 5 thread: Q4_0
-// 24 -> 15 us, Q5_0 31 -> 19, IQ4_NL 28 -> 17, Q8_0 17.8 -> 15 (README, CPU). gemm.cpp sends calls of fewer than kInt8MaxRows x rows here
+// 24 -> 15 us, Q5_0 31 -> 19, IQ4_NL 28 -> 17, Q8_0 17.8 -> 15 (docs/cpu.md). gemm.cpp sends calls of fewer than kInt8MaxRows x rows here
 // (through the set's gemm_int8_rows).
 //
 // Batch invariance: each output y[i][r] sums its block pairs in order into one
