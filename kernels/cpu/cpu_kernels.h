@@ -46,7 +46,7 @@ inline bool k_weight_type(WeightType t) {
 
 // Block types whose matmul multiplies 8-bit integers (x quantized to XQ8Block
 // or XQ8KBlock): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K,
-// Q6_K, IQ4_XS. F16 rows are converted to F32 as the tiles read them.
+// Q6_K, IQ4_XS (every block type). F16 weights are panels (gemm_tiles.h), widened to F32.
 inline bool int8_weight_type(WeightType t) {
   switch (t) {
     case WeightType::Q4_0: case WeightType::Q4_1: case WeightType::Q5_0: case WeightType::Q5_1:
