@@ -36,7 +36,8 @@ int32_t BatchBuilder::add(std::span<const int32_t> tokens, int32_t pos0,
     batch_.tokens.push_back(tokens[i]);
     batch_.positions.push_back(pos);
     batch_.slots.push_back(paging::slot_of(block_table.data(), block_size_, pos));
-    if (window) batch_.window_slots.push_back(paging::slot_of(window_table.data(), block_size_, pos));
+    if (window)
+      batch_.window_slots.push_back(paging::slot_of(window_table.data(), block_size_, pos));
   }
   if (logits == LogitsWanted::kLast) {
     batch_.output_rows.push_back(row0 + n - 1);

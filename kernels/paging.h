@@ -99,7 +99,8 @@ PREFIXD_HD float partial_weight(float m_i, float m) {
 // The merged max M of n partials (-inf when all are empty).
 PREFIXD_HD float partials_max(const float* parts, int32_t n, int32_t stride) {
   float m = -INFINITY;
-  for (int32_t i = 0; i < n; ++i) m = parts[int64_t(i) * stride] > m ? parts[int64_t(i) * stride] : m;
+  for (int32_t i = 0; i < n; ++i)
+    m = parts[int64_t(i) * stride] > m ? parts[int64_t(i) * stride] : m;
   return m;
 }
 
@@ -113,7 +114,8 @@ PREFIXD_HD op::SoftmaxState merge_partial_states(const float* parts, int32_t n, 
 }
 
 // Merged acc[d] of n partials relative to the merged max m (merge_partial_states).
-PREFIXD_HD float merge_partial_acc(const float* parts, int32_t n, int32_t stride, int32_t d, float m) {
+PREFIXD_HD float merge_partial_acc(const float* parts, int32_t n, int32_t stride, int32_t d,
+                                   float m) {
   float acc = 0.0f;
   for (int32_t i = 0; i < n; ++i) {
     const float* p = parts + int64_t(i) * stride;

@@ -70,7 +70,8 @@ TEST_CASE("every kernel of every model shape has a non-empty launch within devic
         for (DType kv : {DType::F32, DType::F16, DType::BF16}) {
           const FlashDecodeShape f = flash_decode_shape(kv, s.n_heads, s.n_kv_heads, s.head_dim);
           REQUIRE(f.supported);  // every shared model's head_dim is a multiple of 8
-          const int32_t fs = decode_split_count(int64_t(n) * s.n_kv_heads * f.head_groups, kv_len, 132);
+          const int32_t fs =
+              decode_split_count(int64_t(n) * s.n_kv_heads * f.head_groups, kv_len, 132);
           check_fits(flash_decode_launch(n, s.n_kv_heads, s.head_dim, f, fs), "decode (flash)");
         }
       }
@@ -123,7 +124,8 @@ TEST_CASE("attention shared memory: exact bytes, default limit up to head_dim 12
   CHECK(launch_fits(big, kSmemOptInLimitSm90Bytes));
 }
 
-TEST_CASE("decode split count: a power of two up to 64, no more than the longest range has chunks") {
+TEST_CASE(
+    "decode split count: a power of two up to 64, no more than the longest range has chunks") {
   for (int64_t blocks : {1, 3, 8, 32, 64, 256, 4096}) {
     for (int32_t kv : {1, 31, 63, 64, 65, 127, 128, 129, 500, 1000, 4096, 8100, 32768, 1 << 20}) {
       for (int32_t sms : {1, 108, 132}) {
@@ -144,8 +146,8 @@ TEST_CASE("decode split count: a power of two up to 64, no more than the longest
   }
   // Llama-3.2-1B shapes on an H100 (132 SMs), flash decode: one sequence is
   // 8 blocks per split (8 KV heads, 4 query heads each).
-  CHECK(decode_split_count(8, 8100, 132) == 64);   // 127 chunks, 66 splits wanted -> 64
-  CHECK(decode_split_count(8, 500, 132) == 8);     // 8 chunks of 64 keys
+  CHECK(decode_split_count(8, 8100, 132) == 64);  // 127 chunks, 66 splits wanted -> 64
+  CHECK(decode_split_count(8, 500, 132) == 8);    // 8 chunks of 64 keys
   CHECK(decode_split_count(8, 1, 132) == 1);
   CHECK(decode_split_count(16 * 8, 2000, 132) == 8);  // 16 streams: 5 wanted -> 8
   CHECK(decode_split_count(64 * 9, 4096, 132) == 1);  // enough blocks already
@@ -176,7 +178,8 @@ TEST_CASE("flash decode shapes: 16-byte vectors, lanes per key, heads per block"
   CHECK(f.lanes_per_key == 32);
   CHECK(f.vecs_per_lane == 2);
   CHECK(f.heads_per_block == 2);
-  // head_dim 96 in F16: 12 vectors on 16 lanes (4 idle); 3 heads per group -> blocks of 4 (one idle).
+  // head_dim 96 in F16: 12 vectors on 16 lanes (4 idle); 3 heads per group -> blocks of 4 (one
+  // idle).
   FlashDecodeShape o = flash_decode_shape(DType::F16, 9, 3, 96);
   CHECK(o.supported);
   CHECK(o.lanes_per_key == 16);
@@ -209,7 +212,8 @@ TEST_CASE("flash decode shapes: 16-byte vectors, lanes per key, heads per block"
         CHECK(s.lanes_per_key * s.vecs_per_lane * s.vec_elems < 2 * hd + 8);
         CHECK(s.heads_per_block * s.head_groups >= group);
         CHECK(s.heads_per_block * (s.head_groups - 1) < group);
-        CHECK(launch_fits(flash_decode_launch(1, 2, hd, s, kDecodeMaxSplits), kSmemDefaultLimitBytes));
+        CHECK(launch_fits(flash_decode_launch(1, 2, hd, s, kDecodeMaxSplits),
+                          kSmemDefaultLimitBytes));
       }
     }
   }
@@ -226,7 +230,8 @@ TEST_CASE("flash decode key assignment covers a split's keys exactly once, in wa
         std::vector<int32_t> seen(n_keys, 0);
         for (int32_t warp = 0; warp < kFlashDecodeWarps; ++warp) {
           // The kernel's loop: a warp steps while its first key is in range.
-          for (int32_t step = 0; flash_decode_key(begin, step, warp, 0, 0, lanes, kpg) < end; ++step) {
+          for (int32_t step = 0; flash_decode_key(begin, step, warp, 0, 0, lanes, kpg) < end;
+               ++step) {
             for (int32_t r = 0; r < kpg; ++r) {
               for (int32_t g = 0; g < groups; ++g) {
                 const int32_t key = flash_decode_key(begin, step, warp, r, g, lanes, kpg);

@@ -677,8 +677,8 @@ namespace {
 // backend's choice of kernel and split count) on the legacy stream; returns
 // out (n_tokens, n_heads * head_dim) f32. `a` names device buffers of a backend
 // that has finished its work (synchronize() first).
-std::vector<float> run_decode_direct(bool flash, cuda::AttentionArgs a, const Batch& step, int32_t block_size,
-                                     int32_t n_splits) {
+std::vector<float> run_decode_direct(bool flash, cuda::AttentionArgs a, const Batch& step,
+                                     int32_t block_size, int32_t n_splits) {
   const cuda::PackedBatch packed = cuda::pack_batch(step, block_size);
   cuda::DeviceBatch db;
   int32_t* words = nullptr;  // device, PackedBatch layout
@@ -688,18 +688,21 @@ std::vector<float> run_decode_direct(bool flash, cuda::AttentionArgs a, const Ba
   db.words = words;
   db.layout = packed;
   db.layout.words.clear();
-  const size_t ws_bytes = cuda::decode_workspace_bytes(packed.n_decode_seqs, a.n_heads, a.head_dim, n_splits);
+  const size_t ws_bytes =
+      cuda::decode_workspace_bytes(packed.n_decode_seqs, a.n_heads, a.head_dim, n_splits);
   float* ws = nullptr;  // (n_decode_seqs, n_heads, n_splits, head_dim + 2) f32
   if (ws_bytes) REQUIRE(cudaMalloc(&ws, ws_bytes) == cudaSuccess);
   const size_t n_out = size_t(step.n_tokens()) * a.n_heads * a.head_dim;
-  REQUIRE(cudaMemset(a.out, 0xff, n_out * sizeof(float)) == cudaSuccess);  // NaN where nothing is written
+  REQUIRE(cudaMemset(a.out, 0xff, n_out * sizeof(float)) ==
+          cudaSuccess);  // NaN where nothing is written
   if (flash)
     cuda::launch_attention_decode(a, db, n_splits, ws, nullptr);
   else
     cuda::launch_attention_decode_simple(a, db, n_splits, ws, nullptr);
   REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
   std::vector<float> out(n_out);  // (n_tokens, n_heads * head_dim) f32
-  REQUIRE(cudaMemcpy(out.data(), a.out, n_out * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess);
+  REQUIRE(cudaMemcpy(out.data(), a.out, n_out * sizeof(float), cudaMemcpyDeviceToHost) ==
+          cudaSuccess);
   if (ws) cudaFree(ws);
   cudaFree(words);
   return out;
@@ -715,12 +718,15 @@ std::vector<float> run_decode_direct(bool flash, cuda::AttentionArgs a, const Ba
 // split counts 1, 3 and 64 (any count must give the same answer for any
 // lengths: CUDA graphs capture a fixed one), each against F64 attention over
 // K and V as the pool stores them, tolerance 2e-5 as above.
-TEST_CASE("decode: flash and simple kernels at mixed lengths, GQA, shuffled blocks and windows match F64") {
+TEST_CASE(
+    "decode: flash and simple kernels at mixed lengths, GQA, shuffled blocks and windows match "
+    "F64") {
   std::unique_ptr<Backend> gpu = cuda_backend();
   struct Heads {
     int32_t n_heads, n_kv_heads, head_dim;
   };
-  const std::vector<int32_t> lengths = {1000, 1, 8100, 17};  // keys of each sequence, new one included
+  const std::vector<int32_t> lengths = {1000, 1, 8100,
+                                        17};  // keys of each sequence, new one included
   const int32_t bs = 16;
   for (Heads h : {Heads{32, 8, 64}, Heads{32, 8, 128}, Heads{12, 1, 64}}) {
     for (DType kv : {DType::BF16, DType::F16, DType::F32}) {
@@ -789,22 +795,24 @@ TEST_CASE("decode: flash and simple kernels at mixed lengths, GQA, shuffled bloc
             double mx = -1e300, sum = 0;
             for (int32_t t = t0; t <= qpos; ++t) {
               double dot = 0;
-              for (int32_t d = 0; d < h.head_dim; ++d) dot += double(qv[d]) * ks_pool[i][t * kv_dim + kv_off + d];
+              for (int32_t d = 0; d < h.head_dim; ++d)
+                dot += double(qv[d]) * ks_pool[i][t * kv_dim + kv_off + d];
               score[t] = dot * scale;
               mx = std::max(mx, score[t]);
             }
             for (int32_t t = t0; t <= qpos; ++t) sum += (score[t] = std::exp(score[t] - mx));
             for (int32_t d = 0; d < h.head_dim; ++d) {
               double acc = 0;
-              for (int32_t t = t0; t <= qpos; ++t) acc += score[t] * vs_pool[i][t * kv_dim + kv_off + d];
+              for (int32_t t = t0; t <= qpos; ++t)
+                acc += score[t] * vs_pool[i][t * kv_dim + kv_off + d];
               ref[i * q_dim + hh * h.head_dim + d] = acc / sum;
             }
           }
         }
         return ref;
       };
-      auto check_close = [&](const std::vector<float>& out, const std::vector<double>& ref, const char* what,
-                             int32_t window) {
+      auto check_close = [&](const std::vector<float>& out, const std::vector<double>& ref,
+                             const char* what, int32_t window) {
         double worst = 0;
         int64_t bad = 0;
         for (size_t e = 0; e < out.size(); ++e) {
@@ -812,8 +820,9 @@ TEST_CASE("decode: flash and simple kernels at mixed lengths, GQA, shuffled bloc
           worst = std::max(worst, err);
           if (!(err <= 2e-5)) ++bad;
         }
-        MESSAGE(what << " heads " << h.n_heads << "/" << h.n_kv_heads << " head_dim " << h.head_dim << " "
-                     << dtype_name(kv) << " window " << window << ": worst |error| " << worst);
+        MESSAGE(what << " heads " << h.n_heads << "/" << h.n_kv_heads << " head_dim " << h.head_dim
+                     << " " << dtype_name(kv) << " window " << window << ": worst |error| "
+                     << worst);
         CAPTURE(what);
         CAPTURE(window);
         CHECK(bad == 0);

@@ -202,7 +202,8 @@ TEST_CASE("log-sum-exp merge of partials over random splits equals the F64 softm
     // Random split points (some splits empty), partials laid out with a padded stride.
     const int32_t n_parts = 1 + static_cast<int32_t>(rng() % 64);
     std::vector<int32_t> cuts = {0, n_keys};
-    for (int32_t i = 1; i < n_parts; ++i) cuts.push_back(static_cast<int32_t>(rng() % (n_keys + 1)));
+    for (int32_t i = 1; i < n_parts; ++i)
+      cuts.push_back(static_cast<int32_t>(rng() % (n_keys + 1)));
     std::sort(cuts.begin(), cuts.end());
     const int32_t stride = paging::kPartialHeaderFloats + n_dims + 3;
     std::vector<float> parts(size_t(n_parts) * stride, 0.0f);

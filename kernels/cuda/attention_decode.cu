@@ -85,8 +85,9 @@ struct KvVec<DType::F16> {
 template <DType T, int TPK, int NV, int GT>
 __global__ void __launch_bounds__(kFlashDecodeWarps * 32, 1)
     attention_decode_kernel(AttentionArgs a, const int32_t* __restrict__ seqs,
-                            const int32_t* __restrict__ tables, const int32_t* __restrict__ decode_seqs,
-                            int32_t n_splits, float* __restrict__ partials) {
+                            const int32_t* __restrict__ tables,
+                            const int32_t* __restrict__ decode_seqs, int32_t n_splits,
+                            float* __restrict__ partials) {
   constexpr int VEC = KvVec<T>::kElems;
   constexpr int R = flash_decode_keys_per_group(GT);
   extern __shared__ float smem[];  // (kFlashDecodeWarps, GT, head_dim + 2) f32: m, l, acc
@@ -104,7 +105,8 @@ __global__ void __launch_bounds__(kFlashDecodeWarps * 32, 1)
   const int32_t first = paging::window_first_key(pos0, a.window_tokens), kv_end = pos0 + 1;
   const int32_t used = paging::split_count(kv_end - first, kDecodeSplitChunkKeys, n_splits);
   if (split >= used) return;  // block-uniform: an empty split
-  const paging::KeyRange keys = paging::split_range(first, kv_end, kDecodeSplitChunkKeys, split, used);
+  const paging::KeyRange keys =
+      paging::split_range(first, kv_end, kDecodeSplitChunkKeys, split, used);
 
   const int32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int32_t grp = lane / TPK, gl = lane % TPK;
@@ -118,7 +120,8 @@ __global__ void __launch_bounds__(kFlashDecodeWarps * 32, 1)
       const int32_t vi = v * TPK + gl;
 #pragma unroll
       for (int e = 0; e < VEC; ++e)
-        qv[h][v][e] = h < n_h && vi < n_vec ? a.q[q_row + int64_t(h0 + h) * hd + vi * VEC + e] : 0.0f;
+        qv[h][v][e] =
+            h < n_h && vi < n_vec ? a.q[q_row + int64_t(h0 + h) * hd + vi * VEC + e] : 0.0f;
     }
   }
 
@@ -137,14 +140,16 @@ __global__ void __launch_bounds__(kFlashDecodeWarps * 32, 1)
       for (int e = 0; e < VEC; ++e) acc[h][v][e] = 0.0f;
   }
 
-  for (int32_t step = 0; flash_decode_key(keys.begin, step, warp, 0, 0, TPK, R) < keys.end; ++step) {
+  for (int32_t step = 0; flash_decode_key(keys.begin, step, warp, 0, 0, TPK, R) < keys.end;
+       ++step) {
     uint4 kr[R][NV], vr[R][NV];
     bool valid[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       const int32_t key = flash_decode_key(keys.begin, step, warp, r, grp, TPK, R);
       valid[r] = key < keys.end;
-      const int64_t at = valid[r] ? int64_t(paging::slot_of(table, a.block_size, key)) * slot_vecs : 0;
+      const int64_t at =
+          valid[r] ? int64_t(paging::slot_of(table, a.block_size, key)) * slot_vecs : 0;
 #pragma unroll
       for (int v = 0; v < NV; ++v) {
         const int32_t vi = v * TPK + gl;
@@ -219,7 +224,8 @@ __global__ void __launch_bounds__(kFlashDecodeWarps * 32, 1)
 #pragma unroll
       for (int e = 0; e < VEC; ++e)
 #pragma unroll
-        for (int off = TPK; off < 32; off *= 2) acc[h][v][e] += __shfl_xor_sync(0xffffffffu, acc[h][v][e], off);
+        for (int off = TPK; off < 32; off *= 2)
+          acc[h][v][e] += __shfl_xor_sync(0xffffffffu, acc[h][v][e], off);
     if (h < n_h) {
       float* part = mine + h * (hd + 2);
       if (lane == 0) {
@@ -232,7 +238,8 @@ __global__ void __launch_bounds__(kFlashDecodeWarps * 32, 1)
           const int32_t vi = v * TPK + gl;
           if (vi < n_vec) {
 #pragma unroll
-            for (int e = 0; e < VEC; ++e) part[paging::kPartialHeaderFloats + vi * VEC + e] = acc[h][v][e];
+            for (int e = 0; e < VEC; ++e)
+              part[paging::kPartialHeaderFloats + vi * VEC + e] = acc[h][v][e];
           }
         }
       }
@@ -265,7 +272,8 @@ __global__ void __launch_bounds__(kFlashDecodeWarps * 32, 1)
 // kernel. The weights exp(m_i - M) are computed once per block.
 __global__ void attention_decode_reduce_kernel(const float* __restrict__ partials, int32_t n_heads,
                                                int32_t head_dim, int32_t window, int32_t n_splits,
-                                               float* __restrict__ out, const int32_t* __restrict__ seqs,
+                                               float* __restrict__ out,
+                                               const int32_t* __restrict__ seqs,
                                                const int32_t* __restrict__ decode_seqs) {
   __shared__ float weight[kDecodeMaxSplits];  // (used) f32
   const int32_t hd = head_dim, stride = hd + 2;
@@ -277,31 +285,42 @@ __global__ void attention_decode_reduce_kernel(const float* __restrict__ partial
   if (used <= 1) return;  // block-uniform
   const float* part = partials + (int64_t(item) * n_heads + head) * n_splits * stride;
   const float m = paging::partials_max(part, used, stride);
-  for (int32_t i = threadIdx.x; i < used; i += blockDim.x) weight[i] = paging::partial_weight(part[i * stride], m);
+  for (int32_t i = threadIdx.x; i < used; i += blockDim.x)
+    weight[i] = paging::partial_weight(part[i * stride], m);
   __syncthreads();
   if (d >= hd) return;
   float l = 0.0f, acc = 0.0f;  // the sums of paging::merge_partial_states / merge_partial_acc
   for (int32_t i = 0; i < used; ++i) l += weight[i] * part[i * stride + 1];
-  for (int32_t i = 0; i < used; ++i) acc += weight[i] * part[i * stride + paging::kPartialHeaderFloats + d];
+  for (int32_t i = 0; i < used; ++i)
+    acc += weight[i] * part[i * stride + paging::kPartialHeaderFloats + d];
   out[int64_t(row) * n_heads * hd + int64_t(head) * hd + d] = paging::normalise(acc, l);
 }
 
 template <DType T, int TPK, int NV, int GT>
-void launch_variant(const AttentionArgs& a, const DeviceBatch& b, int32_t n_splits, const LaunchConfig& c,
-                    float* partials, cudaStream_t stream) {
-  attention_decode_kernel<T, TPK, NV, GT><<<dim3(c.grid.x, c.grid.y, c.grid.z), dim3(c.block.x), c.smem_bytes,
-                                            stream>>>(a, b.seqs(), b.tables(), b.decode_seqs(), n_splits, partials);
+void launch_variant(const AttentionArgs& a, const DeviceBatch& b, int32_t n_splits,
+                    const LaunchConfig& c, float* partials, cudaStream_t stream) {
+  attention_decode_kernel<T, TPK, NV, GT>
+      <<<dim3(c.grid.x, c.grid.y, c.grid.z), dim3(c.block.x), c.smem_bytes, stream>>>(
+          a, b.seqs(), b.tables(), b.decode_seqs(), n_splits, partials);
   PREFIXD_CUDA_CHECK_LAUNCH();
 }
 
 template <DType T, int TPK, int NV>
-void launch_heads(const FlashDecodeShape& s, const AttentionArgs& a, const DeviceBatch& b, int32_t n_splits,
-                  const LaunchConfig& c, float* partials, cudaStream_t stream) {
+void launch_heads(const FlashDecodeShape& s, const AttentionArgs& a, const DeviceBatch& b,
+                  int32_t n_splits, const LaunchConfig& c, float* partials, cudaStream_t stream) {
   switch (s.heads_per_block) {
-    case 1: launch_variant<T, TPK, NV, 1>(a, b, n_splits, c, partials, stream); break;
-    case 2: launch_variant<T, TPK, NV, 2>(a, b, n_splits, c, partials, stream); break;
-    case 4: launch_variant<T, TPK, NV, 4>(a, b, n_splits, c, partials, stream); break;
-    default: launch_variant<T, TPK, NV, 8>(a, b, n_splits, c, partials, stream); break;
+    case 1:
+      launch_variant<T, TPK, NV, 1>(a, b, n_splits, c, partials, stream);
+      break;
+    case 2:
+      launch_variant<T, TPK, NV, 2>(a, b, n_splits, c, partials, stream);
+      break;
+    case 4:
+      launch_variant<T, TPK, NV, 4>(a, b, n_splits, c, partials, stream);
+      break;
+    default:
+      launch_variant<T, TPK, NV, 8>(a, b, n_splits, c, partials, stream);
+      break;
   }
 }
 
@@ -309,14 +328,22 @@ void launch_heads(const FlashDecodeShape& s, const AttentionArgs& a, const Devic
 // F32 (4-element vectors, head_dim a multiple of 8) 2..32 lanes, and 2
 // vectors per lane over 128 elements.
 template <DType T>
-void launch_lanes(const FlashDecodeShape& s, const AttentionArgs& a, const DeviceBatch& b, int32_t n_splits,
-                  const LaunchConfig& c, float* partials, cudaStream_t stream) {
+void launch_lanes(const FlashDecodeShape& s, const AttentionArgs& a, const DeviceBatch& b,
+                  int32_t n_splits, const LaunchConfig& c, float* partials, cudaStream_t stream) {
   if constexpr (T == DType::F32) {
     switch (s.lanes_per_key) {
-      case 2: launch_heads<T, 2, 1>(s, a, b, n_splits, c, partials, stream); break;
-      case 4: launch_heads<T, 4, 1>(s, a, b, n_splits, c, partials, stream); break;
-      case 8: launch_heads<T, 8, 1>(s, a, b, n_splits, c, partials, stream); break;
-      case 16: launch_heads<T, 16, 1>(s, a, b, n_splits, c, partials, stream); break;
+      case 2:
+        launch_heads<T, 2, 1>(s, a, b, n_splits, c, partials, stream);
+        break;
+      case 4:
+        launch_heads<T, 4, 1>(s, a, b, n_splits, c, partials, stream);
+        break;
+      case 8:
+        launch_heads<T, 8, 1>(s, a, b, n_splits, c, partials, stream);
+        break;
+      case 16:
+        launch_heads<T, 16, 1>(s, a, b, n_splits, c, partials, stream);
+        break;
       default:
         if (s.vecs_per_lane == 2)
           launch_heads<T, 32, 2>(s, a, b, n_splits, c, partials, stream);
@@ -326,27 +353,41 @@ void launch_lanes(const FlashDecodeShape& s, const AttentionArgs& a, const Devic
     }
   } else {
     switch (s.lanes_per_key) {
-      case 1: launch_heads<T, 1, 1>(s, a, b, n_splits, c, partials, stream); break;
-      case 2: launch_heads<T, 2, 1>(s, a, b, n_splits, c, partials, stream); break;
-      case 4: launch_heads<T, 4, 1>(s, a, b, n_splits, c, partials, stream); break;
-      case 8: launch_heads<T, 8, 1>(s, a, b, n_splits, c, partials, stream); break;
-      case 16: launch_heads<T, 16, 1>(s, a, b, n_splits, c, partials, stream); break;
-      default: launch_heads<T, 32, 1>(s, a, b, n_splits, c, partials, stream); break;
+      case 1:
+        launch_heads<T, 1, 1>(s, a, b, n_splits, c, partials, stream);
+        break;
+      case 2:
+        launch_heads<T, 2, 1>(s, a, b, n_splits, c, partials, stream);
+        break;
+      case 4:
+        launch_heads<T, 4, 1>(s, a, b, n_splits, c, partials, stream);
+        break;
+      case 8:
+        launch_heads<T, 8, 1>(s, a, b, n_splits, c, partials, stream);
+        break;
+      case 16:
+        launch_heads<T, 16, 1>(s, a, b, n_splits, c, partials, stream);
+        break;
+      default:
+        launch_heads<T, 32, 1>(s, a, b, n_splits, c, partials, stream);
+        break;
     }
   }
 }
 
 }  // namespace
 
-void launch_attention_decode(const AttentionArgs& a, const DeviceBatch& b, int32_t n_splits, float* partials,
-                             cudaStream_t stream) {
+void launch_attention_decode(const AttentionArgs& a, const DeviceBatch& b, int32_t n_splits,
+                             float* partials, cudaStream_t stream) {
   const FlashDecodeShape s = flash_decode_shape(a.kv_dtype, a.n_heads, a.n_kv_heads, a.head_dim);
   PREFIXD_CHECK(s.supported, "flash decode does not take this shape (see flash_decode_shape)");
-  const LaunchConfig c = flash_decode_launch(b.layout.n_decode_seqs, a.n_kv_heads, a.head_dim, s, n_splits);
+  const LaunchConfig c =
+      flash_decode_launch(b.layout.n_decode_seqs, a.n_kv_heads, a.head_dim, s, n_splits);
   if (c.empty()) return;
   PREFIXD_CHECK(n_splits >= 1 && n_splits <= kDecodeMaxSplits, "decode split count out of range");
   PREFIXD_CHECK(n_splits == 1 || partials != nullptr, "split decode needs a workspace");
-  PREFIXD_CHECK(c.smem_bytes <= kSmemDefaultLimitBytes, "flash decode shared memory over the default limit");
+  PREFIXD_CHECK(c.smem_bytes <= kSmemDefaultLimitBytes,
+                "flash decode shared memory over the default limit");
   PREFIXD_CHECK(reinterpret_cast<uintptr_t>(a.k_pool) % kVecBytes == 0 &&
                     reinterpret_cast<uintptr_t>(a.v_pool) % kVecBytes == 0,
                 "KV pool not 16-byte aligned");
@@ -357,7 +398,8 @@ void launch_attention_decode(const AttentionArgs& a, const DeviceBatch& b, int32
 void launch_attention_decode_reduce(const AttentionArgs& a, const DeviceBatch& b, int32_t n_splits,
                                     float* partials, cudaStream_t stream) {
   if (n_splits <= 1) return;
-  const LaunchConfig r = attention_decode_reduce_launch(b.layout.n_decode_seqs, a.n_heads, a.head_dim);
+  const LaunchConfig r =
+      attention_decode_reduce_launch(b.layout.n_decode_seqs, a.n_heads, a.head_dim);
   if (r.empty()) return;
   attention_decode_reduce_kernel<<<dim3(r.grid.x, r.grid.y), dim3(r.block.x), 0, stream>>>(
       partials, a.n_heads, a.head_dim, a.window_tokens, n_splits, a.out, b.seqs(), b.decode_seqs());

@@ -26,19 +26,16 @@ namespace prefixd::cuda {
 namespace {
 
 template <DType T, int DPL>
-__global__ void __launch_bounds__(kDecodeWarps * 32, 1)
-    attention_decode_simple_kernel(const typename Elem<T>::Storage* __restrict__ k_pool,
-                                   const typename Elem<T>::Storage* __restrict__ v_pool,
-                                   int32_t block_size, int32_t n_heads, int32_t n_kv_heads,
-                                   int32_t head_dim, float scale, int32_t window,
-                                   const float* __restrict__ q, float* __restrict__ out,
-                                   const int32_t* __restrict__ seqs, const int32_t* __restrict__ tables,
-                                   const int32_t* __restrict__ decode_seqs, int32_t n_splits,
-                                   float* __restrict__ partials) {
+__global__ void __launch_bounds__(kDecodeWarps * 32, 1) attention_decode_simple_kernel(
+    const typename Elem<T>::Storage* __restrict__ k_pool,
+    const typename Elem<T>::Storage* __restrict__ v_pool, int32_t block_size, int32_t n_heads,
+    int32_t n_kv_heads, int32_t head_dim, float scale, int32_t window, const float* __restrict__ q,
+    float* __restrict__ out, const int32_t* __restrict__ seqs, const int32_t* __restrict__ tables,
+    const int32_t* __restrict__ decode_seqs, int32_t n_splits, float* __restrict__ partials) {
   extern __shared__ float smem[];
   const int32_t hd = head_dim;
-  float* q_s = smem;         // (hd) f32
-  float* merge = q_s + hd;   // (kDecodeWarps, hd + 2) f32: m, l, acc[hd]
+  float* q_s = smem;        // (hd) f32
+  float* merge = q_s + hd;  // (kDecodeWarps, hd + 2) f32: m, l, acc[hd]
 
   const int32_t item = blockIdx.x, head = blockIdx.y, split = blockIdx.z;
   const int32_t* s = seqs + decode_seqs[item] * kSeqWords;
@@ -47,7 +44,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, 1)
   const int32_t first = paging::window_first_key(pos0, window), kv_end = pos0 + 1;
   const int32_t used = paging::split_count(kv_end - first, kDecodeSplitChunkKeys, n_splits);
   if (split >= used) return;  // block-uniform: an empty split
-  const paging::KeyRange keys = paging::split_range(first, kv_end, kDecodeSplitChunkKeys, split, used);
+  const paging::KeyRange keys =
+      paging::split_range(first, kv_end, kDecodeSplitChunkKeys, split, used);
   const int32_t kv_head = head / (n_heads / n_kv_heads);
   const int64_t q_stride = int64_t(n_heads) * hd;
   const int64_t kv_stride = int64_t(n_kv_heads) * hd;
@@ -137,19 +135,29 @@ void launch_variant(const AttentionArgs& a, const DeviceBatch& b, int32_t n_spli
 
 void launch_attention_decode_simple(const AttentionArgs& a, const DeviceBatch& b, int32_t n_splits,
                                     float* partials, cudaStream_t stream) {
-  const LaunchConfig c = attention_decode_launch(b.layout.n_decode_seqs, a.n_heads, a.head_dim, n_splits);
+  const LaunchConfig c =
+      attention_decode_launch(b.layout.n_decode_seqs, a.n_heads, a.head_dim, n_splits);
   if (c.empty()) return;
-  PREFIXD_CHECK(a.n_kv_heads > 0 && a.n_heads % a.n_kv_heads == 0, "heads not a multiple of kv heads");
+  PREFIXD_CHECK(a.n_kv_heads > 0 && a.n_heads % a.n_kv_heads == 0,
+                "heads not a multiple of kv heads");
   PREFIXD_CHECK(n_splits >= 1 && n_splits <= kDecodeMaxSplits, "decode split count out of range");
   PREFIXD_CHECK(n_splits == 1 || partials != nullptr, "split decode needs a workspace");
   const int32_t dpl = attention_dims_per_lane(a.head_dim);
   PREFIXD_CHECK(dpl != 0, "head_dim unsupported by the CUDA attention kernels (max 256)");
   PREFIXD_DISPATCH_DTYPE(a.kv_dtype, {
     switch (dpl) {
-      case 1: launch_variant<kT, 1>(a, b, n_splits, c, partials, stream); break;
-      case 2: launch_variant<kT, 2>(a, b, n_splits, c, partials, stream); break;
-      case 4: launch_variant<kT, 4>(a, b, n_splits, c, partials, stream); break;
-      default: launch_variant<kT, 8>(a, b, n_splits, c, partials, stream); break;
+      case 1:
+        launch_variant<kT, 1>(a, b, n_splits, c, partials, stream);
+        break;
+      case 2:
+        launch_variant<kT, 2>(a, b, n_splits, c, partials, stream);
+        break;
+      case 4:
+        launch_variant<kT, 4>(a, b, n_splits, c, partials, stream);
+        break;
+      default:
+        launch_variant<kT, 8>(a, b, n_splits, c, partials, stream);
+        break;
     }
   });
   launch_attention_decode_reduce(a, b, n_splits, partials, stream);

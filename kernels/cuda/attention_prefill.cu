@@ -51,7 +51,8 @@ __global__ void __launch_bounds__(kPrefillWarps * 32, 1)
   const int32_t n_rows = min(kPrefillTileQ, n_q - row0);
   const int64_t q_stride = int64_t(n_heads) * hd;     // floats per q/out row
   const int64_t kv_stride = int64_t(n_kv_heads) * hd; // elements per pool slot
-  const int32_t kv_end = paging::causal_key_end(row0 + n_rows - 1, n_q, pos0 + n_q);  // keys [0, kv_end) are needed
+  const int32_t kv_end =
+      paging::causal_key_end(row0 + n_rows - 1, n_q, pos0 + n_q);  // keys [0, kv_end) are needed
 
   for (int32_t e = threadIdx.x; e < kPrefillTileQ * hd; e += blockDim.x) {
     const int32_t r = e / hd, d = e % hd;
@@ -92,7 +93,8 @@ __global__ void __launch_bounds__(kPrefillWarps * 32, 1)
       const int32_t r = warp * kPrefillRowsPerWarp + i;
       const int32_t q_pos = pos0 + row0 + r;
       const int32_t q_end = paging::causal_key_end(row0 + r, n_q, pos0 + n_q);  // q_pos + 1
-      const int32_t q_lo = paging::window_first_key(q_pos, window);  // first key in the row's window
+      const int32_t q_lo =
+          paging::window_first_key(q_pos, window);  // first key in the row's window
       if (r >= n_rows || k0 >= q_end || k0 + kTileKeys <= q_lo) continue;  // warp-uniform
       const int32_t p = k0 + lane;
       float score = -INFINITY;

@@ -105,8 +105,8 @@ void launch_attention_prefill(const AttentionArgs& a, const DeviceBatch& b, cuda
 // sequence count.
 // attention_decode.cu: flash decode, for shapes flash_decode_shape() supports
 // (aborts otherwise); pools 16-byte aligned.
-void launch_attention_decode(const AttentionArgs& a, const DeviceBatch& b, int32_t n_splits, float* partials,
-                             cudaStream_t stream);
+void launch_attention_decode(const AttentionArgs& a, const DeviceBatch& b, int32_t n_splits,
+                             float* partials, cudaStream_t stream);
 // attention_decode_simple.cu: the simple kernel, any head_dim <= 256.
 void launch_attention_decode_simple(const AttentionArgs& a, const DeviceBatch& b, int32_t n_splits,
                                     float* partials, cudaStream_t stream);

@@ -13,9 +13,9 @@
 #include "common/result.h"
 #include "kernels/backend.h"
 #include "kernels/dtype.h"
-#include "kernels/quant/weight_type.h"
 #include "kernels/op_math_ext.h"
 #include "kernels/paging.h"
+#include "kernels/quant/weight_type.h"
 
 namespace prefixd::cuda {
 
@@ -163,13 +163,13 @@ PREFIXD_HD constexpr int32_t flash_decode_keys_per_group(int32_t heads_per_block
 }
 
 struct FlashDecodeShape {
-  bool supported = false;      // else the simple decode kernel runs
-  int32_t vec_elems = 0;       // elements per 16-byte vector: 8 (F16/BF16) or 4 (F32)
-  int32_t lanes_per_key = 0;   // power of two <= 32
-  int32_t vecs_per_lane = 0;   // 1, or 2 (F32 rows over 128 elements)
-  int32_t heads_per_block = 0; // power of two <= kFlashDecodeMaxHeads (>= the group, or 8)
-  int32_t head_groups = 0;     // blocks per KV head: ceil(group / heads_per_block)
-  int32_t keys_per_group = 0;  // keys one lane group loads per step (registers: K, V of each)
+  bool supported = false;       // else the simple decode kernel runs
+  int32_t vec_elems = 0;        // elements per 16-byte vector: 8 (F16/BF16) or 4 (F32)
+  int32_t lanes_per_key = 0;    // power of two <= 32
+  int32_t vecs_per_lane = 0;    // 1, or 2 (F32 rows over 128 elements)
+  int32_t heads_per_block = 0;  // power of two <= kFlashDecodeMaxHeads (>= the group, or 8)
+  int32_t head_groups = 0;      // blocks per KV head: ceil(group / heads_per_block)
+  int32_t keys_per_group = 0;   // keys one lane group loads per step (registers: K, V of each)
 };
 
 inline int32_t pow2_ceil(int32_t n) {
@@ -183,11 +183,12 @@ inline int32_t pow2_ceil(int32_t n) {
 // kMaxHeadDim, query heads a multiple of KV heads. Otherwise unsupported (the
 // simple kernel takes any head_dim <= 256).
 inline constexpr int32_t kFlashDecodeHeadDimMultiple = 8;
-inline FlashDecodeShape flash_decode_shape(DType kv, int32_t n_heads, int32_t n_kv_heads, int32_t head_dim) {
+inline FlashDecodeShape flash_decode_shape(DType kv, int32_t n_heads, int32_t n_kv_heads,
+                                           int32_t head_dim) {
   FlashDecodeShape s;
   s.vec_elems = kVecBytes / static_cast<int32_t>(dtype_bytes(kv));
-  if (head_dim <= 0 || head_dim > kMaxHeadDim || head_dim % kFlashDecodeHeadDimMultiple != 0 || n_kv_heads <= 0 ||
-      n_heads <= 0 || n_heads % n_kv_heads != 0)
+  if (head_dim <= 0 || head_dim > kMaxHeadDim || head_dim % kFlashDecodeHeadDimMultiple != 0 ||
+      n_kv_heads <= 0 || n_heads <= 0 || n_heads % n_kv_heads != 0)
     return s;
   const int32_t n_vec = head_dim / s.vec_elems;
   s.lanes_per_key = std::min<int32_t>(kWarpSize, pow2_ceil(n_vec));
@@ -205,8 +206,9 @@ inline FlashDecodeShape flash_decode_shape(DType kv, int32_t n_heads, int32_t n_
 // `begin`: a warp step covers keys_per_group * (32 / lanes_per_key)
 // consecutive keys, consecutive groups read consecutive keys, and the warps
 // take steps in turn. Keys at or past the split's end are masked.
-PREFIXD_HD constexpr int32_t flash_decode_key(int32_t begin, int32_t step, int32_t warp, int32_t r, int32_t grp,
-                                   int32_t lanes_per_key, int32_t keys_per_group) {
+PREFIXD_HD constexpr int32_t flash_decode_key(int32_t begin, int32_t step, int32_t warp, int32_t r,
+                                              int32_t grp, int32_t lanes_per_key,
+                                              int32_t keys_per_group) {
   const int32_t groups = 32 / lanes_per_key;
   return begin + (step * kFlashDecodeWarps + warp) * keys_per_group * groups + r * groups + grp;
 }
@@ -214,7 +216,8 @@ PREFIXD_HD constexpr int32_t flash_decode_key(int32_t begin, int32_t step, int32
 // Dynamic shared memory of flash decode: the warps' partials,
 // (kFlashDecodeWarps, heads_per_block, head_dim + 2) f32: m, l, acc.
 inline size_t flash_decode_smem_bytes(const FlashDecodeShape& s, int32_t head_dim) {
-  return sizeof(float) * static_cast<size_t>(kFlashDecodeWarps) * s.heads_per_block * (head_dim + 2);
+  return sizeof(float) * static_cast<size_t>(kFlashDecodeWarps) * s.heads_per_block *
+         (head_dim + 2);
 }
 
 // grid (n_seqs, n_kv_heads * head_groups, n_splits), block kFlashDecodeWarps warps.
@@ -268,7 +271,8 @@ inline LaunchConfig attention_decode_reduce_launch(int32_t n_seqs, int32_t n_hea
 // Floats of one split partial: m, l, acc[head_dim] (paging.h's layout).
 inline size_t decode_partial_floats(int32_t head_dim) { return static_cast<size_t>(head_dim) + 2; }
 // Workspace of a decode launch: (n_seqs, n_heads, n_splits, head_dim + 2) f32; 0 for one split.
-inline size_t decode_workspace_bytes(int32_t n_seqs, int32_t n_heads, int32_t head_dim, int32_t n_splits) {
+inline size_t decode_workspace_bytes(int32_t n_seqs, int32_t n_heads, int32_t head_dim,
+                                     int32_t n_splits) {
   if (n_splits <= 1) return 0;
   return sizeof(float) * static_cast<size_t>(n_seqs) * n_heads * n_splits *
          decode_partial_floats(head_dim);
@@ -332,7 +336,8 @@ inline Status validate_batch(const Batch& b, int32_t block_size) {
     for (int32_t r = 0; r < s.n_q; ++r) {
       const int32_t pos = s.pos0 + r;
       if (b.positions[s.q_start + r] != pos) return Status::error(at + "position mismatch");
-      if (b.slots[s.q_start + r] != paging::slot_of(b.block_tables.data() + s.table_start, block_size, pos))
+      if (b.slots[s.q_start + r] !=
+          paging::slot_of(b.block_tables.data() + s.table_start, block_size, pos))
         return Status::error(at + "slot does not follow the block table");
     }
     row += s.n_q;
