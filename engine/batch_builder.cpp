@@ -2,6 +2,7 @@
 #include "engine/batch_builder.h"
 
 #include "common/result.h"
+#include "kernels/paging.h"
 
 namespace prefixd {
 
@@ -34,8 +35,9 @@ int32_t BatchBuilder::add(std::span<const int32_t> tokens, int32_t pos0,
     const int32_t pos = pos0 + i;
     batch_.tokens.push_back(tokens[i]);
     batch_.positions.push_back(pos);
-    batch_.slots.push_back(block_table[pos / block_size_] * block_size_ + pos % block_size_);
-    if (window) batch_.window_slots.push_back(window_table[pos / block_size_] * block_size_ + pos % block_size_);
+    batch_.slots.push_back(paging::slot_of(block_table.data(), block_size_, pos));
+    if (window)
+      batch_.window_slots.push_back(paging::slot_of(window_table.data(), block_size_, pos));
   }
   if (logits == LogitsWanted::kLast) {
     batch_.output_rows.push_back(row0 + n - 1);

@@ -64,9 +64,16 @@ TEST_CASE("every kernel of every model shape has a non-empty launch within devic
       const int32_t tiles = static_cast<int32_t>(ceil_div(n, kPrefillTileQ));
       check_fits(attention_prefill_launch(tiles, s.n_heads, s.head_dim), "prefill");
       for (int32_t kv_len : {1, 100, 4096, 32768}) {
-        const DecodeSplit split = decode_split(n, s.n_heads, kv_len, 132);
-        check_fits(attention_decode_launch(n, s.n_heads, s.head_dim, split), "decode");
+        const int32_t splits = decode_split_count(int64_t(n) * s.n_heads, kv_len, 132);
+        check_fits(attention_decode_launch(n, s.n_heads, s.head_dim, splits), "decode (simple)");
         check_fits(attention_decode_reduce_launch(n, s.n_heads, s.head_dim), "decode reduce");
+        for (DType kv : {DType::F32, DType::F16, DType::BF16}) {
+          const FlashDecodeShape f = flash_decode_shape(kv, s.n_heads, s.n_kv_heads, s.head_dim);
+          REQUIRE(f.supported);  // every shared model's head_dim is a multiple of 8
+          const int32_t fs =
+              decode_split_count(int64_t(n) * s.n_kv_heads * f.head_groups, kv_len, 132);
+          check_fits(flash_decode_launch(n, s.n_kv_heads, s.head_dim, f, fs), "decode (flash)");
+        }
       }
     }
     // Row kernels use a warp multiple of threads, never more than the row needs
@@ -117,44 +124,137 @@ TEST_CASE("attention shared memory: exact bytes, default limit up to head_dim 12
   CHECK(launch_fits(big, kSmemOptInLimitSm90Bytes));
 }
 
-TEST_CASE("decode split covers the longest KV length with no empty split") {
-  for (int32_t n_seqs : {1, 3, 8, 64, 256}) {
-    for (int32_t n_heads : {2, 4, 8, 9}) {
-      for (int32_t kv : {1, 31, 32, 33, 127, 128, 129, 1000, 4096, 32768, 1 << 20}) {
-        for (int32_t sms : {1, 108, 132}) {
-          CAPTURE(n_seqs);
-          CAPTURE(n_heads);
-          CAPTURE(kv);
-          const DecodeSplit s = decode_split(n_seqs, n_heads, kv, sms);
-          CHECK(s.n_splits >= 1);
-          CHECK(s.n_splits <= kDecodeMaxSplits);
-          CHECK(s.keys_per_split % 32 == 0);
-          CHECK(int64_t(s.n_splits) * s.keys_per_split >= kv);
-          CHECK(int64_t(s.n_splits - 1) * s.keys_per_split < kv);
-          if (s.n_splits > 1) CHECK(s.keys_per_split >= kDecodeMinKeysPerSplit);
-        }
+TEST_CASE(
+    "decode split count: a power of two up to 64, no more than the longest range has chunks") {
+  for (int64_t blocks : {1, 3, 8, 32, 64, 256, 4096}) {
+    for (int32_t kv : {1, 31, 63, 64, 65, 127, 128, 129, 500, 1000, 4096, 8100, 32768, 1 << 20}) {
+      for (int32_t sms : {1, 108, 132}) {
+        CAPTURE(blocks);
+        CAPTURE(kv);
+        CAPTURE(sms);
+        const int32_t n = decode_split_count(blocks, kv, sms);
+        CHECK(n >= 1);
+        CHECK(n <= kDecodeMaxSplits);
+        CHECK((n & (n - 1)) == 0);
+        // Rounded up from min(wanted, chunks of the longest range): below 2x that.
+        const int64_t chunks = ceil_div(kv, kDecodeSplitChunkKeys);
+        CHECK(n < 2 * std::max<int64_t>(chunks, 1));
+        const int64_t want = ceil_div(int64_t(kDecodeTargetBlocksPerSm) * sms, blocks);
+        CHECK(n < 2 * std::max<int64_t>(want, 1));
       }
     }
   }
-  // One sequence, 4 heads, 4096 keys on 132 SMs: 32 splits of 128 keys.
-  DecodeSplit a = decode_split(1, 4, 4096, 132);
-  CHECK(a.n_splits == 32);
-  CHECK(a.keys_per_split == 128);
-  // Enough blocks already: no split.
-  DecodeSplit b = decode_split(64, 9, 4096, 132);
-  CHECK(b.n_splits == 1);
-  CHECK(b.keys_per_split == 4096);
-  // Very long context: capped at 64 splits.
-  DecodeSplit c = decode_split(1, 1, 1 << 20, 132);
-  CHECK(c.n_splits == 64);
-  CHECK(c.keys_per_split == (1 << 20) / 64);
+  // Llama-3.2-1B shapes on an H100 (132 SMs), flash decode: one sequence is
+  // 8 blocks per split (8 KV heads, 4 query heads each).
+  CHECK(decode_split_count(8, 8100, 132) == 64);  // 127 chunks, 66 splits wanted -> 64
+  CHECK(decode_split_count(8, 500, 132) == 8);    // 8 chunks of 64 keys
+  CHECK(decode_split_count(8, 1, 132) == 1);
+  CHECK(decode_split_count(16 * 8, 2000, 132) == 8);  // 16 streams: 5 wanted -> 8
+  CHECK(decode_split_count(64 * 9, 4096, 132) == 1);  // enough blocks already
+  CHECK(decode_split_count(1, 1 << 20, 132) == kDecodeMaxSplits);
+}
+
+TEST_CASE("flash decode shapes: 16-byte vectors, lanes per key, heads per block") {
+  // Llama-3.2-1B: 32 heads over 8 KV heads, head_dim 64, BF16 pool: a row is
+  // 8 vectors read by 8 lanes, 4 rows per warp load, the 4 heads of a group
+  // in one block, 4 keys per lane group per step.
+  FlashDecodeShape l = flash_decode_shape(DType::BF16, 32, 8, 64);
+  CHECK(l.supported);
+  CHECK(l.vec_elems == 8);
+  CHECK(l.lanes_per_key == 8);
+  CHECK(l.vecs_per_lane == 1);
+  CHECK(l.heads_per_block == 4);
+  CHECK(l.head_groups == 1);
+  CHECK(l.keys_per_group == 4);
+  LaunchConfig c = flash_decode_launch(3, 8, 64, l, 16);
+  CHECK(c.grid.x == 3);
+  CHECK(c.grid.y == 8);
+  CHECK(c.grid.z == 16);
+  CHECK(c.block.x == 128);
+  CHECK(c.smem_bytes == 4 * 4 * 4 * 66);
+  // F32 rows of 256: 64 vectors, 32 lanes x 2.
+  FlashDecodeShape f = flash_decode_shape(DType::F32, 4, 2, 256);
+  CHECK(f.supported);
+  CHECK(f.lanes_per_key == 32);
+  CHECK(f.vecs_per_lane == 2);
+  CHECK(f.heads_per_block == 2);
+  // head_dim 96 in F16: 12 vectors on 16 lanes (4 idle); 3 heads per group -> blocks of 4 (one
+  // idle).
+  FlashDecodeShape o = flash_decode_shape(DType::F16, 9, 3, 96);
+  CHECK(o.supported);
+  CHECK(o.lanes_per_key == 16);
+  CHECK(o.heads_per_block == 4);
+  CHECK(o.head_groups == 1);
+  // head_dim 8 (stories260K): one vector, one lane per key, 32 keys per warp load.
+  CHECK(flash_decode_shape(DType::BF16, 8, 4, 8).lanes_per_key == 1);
+  CHECK(flash_decode_shape(DType::F32, 8, 4, 8).lanes_per_key == 2);
+  // Groups over 8 heads: blocks of 8 heads, 2 keys per lane group.
+  FlashDecodeShape m = flash_decode_shape(DType::BF16, 20, 1, 64);
+  CHECK(m.heads_per_block == 8);
+  CHECK(m.head_groups == 3);
+  CHECK(m.keys_per_group == 2);
+  CHECK(flash_decode_launch(2, 1, 64, m, 4).grid.y == 3);
+  // Not taken (the simple kernel runs): head_dim not a multiple of 8, over
+  // 256, heads not a multiple of KV heads.
+  CHECK_FALSE(flash_decode_shape(DType::BF16, 4, 2, 12).supported);
+  CHECK_FALSE(flash_decode_shape(DType::F32, 4, 2, 4).supported);
+  CHECK_FALSE(flash_decode_shape(DType::BF16, 4, 2, 264).supported);
+  CHECK_FALSE(flash_decode_shape(DType::BF16, 6, 4, 64).supported);
+  // Shared memory stays under the default limit for every supported shape.
+  for (DType kv : {DType::F32, DType::F16, DType::BF16}) {
+    for (int32_t hd = 8; hd <= kMaxHeadDim; hd += 8) {
+      for (int32_t group : {1, 2, 3, 4, 5, 8, 12, 64}) {
+        const FlashDecodeShape s = flash_decode_shape(kv, group * 2, 2, hd);
+        CAPTURE(hd);
+        CAPTURE(group);
+        REQUIRE(s.supported);
+        CHECK(s.lanes_per_key * s.vecs_per_lane * s.vec_elems >= hd);
+        CHECK(s.lanes_per_key * s.vecs_per_lane * s.vec_elems < 2 * hd + 8);
+        CHECK(s.heads_per_block * s.head_groups >= group);
+        CHECK(s.heads_per_block * (s.head_groups - 1) < group);
+        CHECK(launch_fits(flash_decode_launch(1, 2, hd, s, kDecodeMaxSplits),
+                          kSmemDefaultLimitBytes));
+      }
+    }
+  }
+}
+
+TEST_CASE("flash decode key assignment covers a split's keys exactly once, in warp steps") {
+  for (int32_t lanes : {1, 2, 4, 8, 16, 32}) {
+    for (int32_t kpg : {2, 4}) {
+      for (int32_t n_keys : {1, 5, 64, 100, 129, 1000}) {
+        CAPTURE(lanes);
+        CAPTURE(kpg);
+        CAPTURE(n_keys);
+        const int32_t begin = 37, end = begin + n_keys, groups = 32 / lanes;
+        std::vector<int32_t> seen(n_keys, 0);
+        for (int32_t warp = 0; warp < kFlashDecodeWarps; ++warp) {
+          // The kernel's loop: a warp steps while its first key is in range.
+          for (int32_t step = 0; flash_decode_key(begin, step, warp, 0, 0, lanes, kpg) < end;
+               ++step) {
+            for (int32_t r = 0; r < kpg; ++r) {
+              for (int32_t g = 0; g < groups; ++g) {
+                const int32_t key = flash_decode_key(begin, step, warp, r, g, lanes, kpg);
+                CHECK(key >= begin);
+                if (key < end) ++seen[key - begin];
+              }
+            }
+          }
+        }
+        for (int32_t i = 0; i < n_keys; ++i) CHECK(seen[i] == 1);
+      }
+    }
+  }
+  // Consecutive lane groups read consecutive keys (adjacent slots of a block).
+  CHECK(flash_decode_key(0, 0, 0, 0, 1, 8, 4) == 1);
+  CHECK(flash_decode_key(0, 0, 0, 1, 0, 8, 4) == 4);
+  CHECK(flash_decode_key(0, 0, 1, 0, 0, 8, 4) == 16);
+  CHECK(flash_decode_key(0, 1, 0, 0, 0, 8, 4) == 64);
 }
 
 TEST_CASE("decode workspace bytes") {
-  DecodeSplit one{1, 4096};
-  CHECK(decode_workspace_bytes(8, 4, 64, one) == 0);
-  DecodeSplit many{32, 128};
-  CHECK(decode_workspace_bytes(2, 4, 64, many) == size_t(4) * 2 * 4 * 32 * 66);
+  CHECK(decode_workspace_bytes(8, 4, 64, 1) == 0);
+  CHECK(decode_workspace_bytes(2, 4, 64, 32) == size_t(4) * 2 * 4 * 32 * 66);
   CHECK(decode_partial_floats(128) == 130);
 }
 

@@ -10,8 +10,11 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <numeric>
 #include <random>
 #include <set>
 
@@ -22,7 +25,10 @@
 #include "tests/random_blocks.h"
 
 #if defined(PREFIXD_HAVE_CUDA)
+#include <cuda_runtime.h>
+
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/kernels.h"
 #include "kernels/cuda/launch_config.h"
 #endif
 
@@ -661,6 +667,203 @@ TEST_CASE("kv_store and paged attention (prefill, cached prefix, split decode) m
         }
       }
       CHECK(block[0] == block[1]);  // kv_store conversions are bit-identical
+    }
+  }
+}
+
+namespace {
+
+// Runs one decode launcher directly on the packed `step` batch (bypassing the
+// backend's choice of kernel and split count) on the legacy stream; returns
+// out (n_tokens, n_heads * head_dim) f32. `a` names device buffers of a backend
+// that has finished its work (synchronize() first).
+std::vector<float> run_decode_direct(bool flash, cuda::AttentionArgs a, const Batch& step,
+                                     int32_t block_size, int32_t n_splits) {
+  const cuda::PackedBatch packed = cuda::pack_batch(step, block_size);
+  cuda::DeviceBatch db;
+  int32_t* words = nullptr;  // device, PackedBatch layout
+  REQUIRE(cudaMalloc(&words, packed.words.size() * sizeof(int32_t)) == cudaSuccess);
+  REQUIRE(cudaMemcpy(words, packed.words.data(), packed.words.size() * sizeof(int32_t),
+                     cudaMemcpyHostToDevice) == cudaSuccess);
+  db.words = words;
+  db.layout = packed;
+  db.layout.words.clear();
+  const size_t ws_bytes =
+      cuda::decode_workspace_bytes(packed.n_decode_seqs, a.n_heads, a.head_dim, n_splits);
+  float* ws = nullptr;  // (n_decode_seqs, n_heads, n_splits, head_dim + 2) f32
+  if (ws_bytes) REQUIRE(cudaMalloc(&ws, ws_bytes) == cudaSuccess);
+  const size_t n_out = size_t(step.n_tokens()) * a.n_heads * a.head_dim;
+  REQUIRE(cudaMemset(a.out, 0xff, n_out * sizeof(float)) ==
+          cudaSuccess);  // NaN where nothing is written
+  if (flash)
+    cuda::launch_attention_decode(a, db, n_splits, ws, nullptr);
+  else
+    cuda::launch_attention_decode_simple(a, db, n_splits, ws, nullptr);
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  std::vector<float> out(n_out);  // (n_tokens, n_heads * head_dim) f32
+  REQUIRE(cudaMemcpy(out.data(), a.out, n_out * sizeof(float), cudaMemcpyDeviceToHost) ==
+          cudaSuccess);
+  if (ws) cudaFree(ws);
+  cudaFree(words);
+  return out;
+}
+
+}  // namespace
+
+// Decode stress: one batch of four one-row sequences of lengths 1000, 1,
+// 8100 and 17 (partial last blocks, block ids shuffled over the pool), GQA
+// 32/8 at head_dim 64 and 128 and a 12-over-1 group (two blocks of heads),
+// every pool dtype, with and without a sliding window. The backend's choice
+// (flash decode, its split count), and both kernels launched directly with
+// split counts 1, 3 and 64 (any count must give the same answer for any
+// lengths: CUDA graphs capture a fixed one), each against F64 attention over
+// K and V as the pool stores them, tolerance 2e-5 as above.
+TEST_CASE(
+    "decode: flash and simple kernels at mixed lengths, GQA, shuffled blocks and windows match "
+    "F64") {
+  std::unique_ptr<Backend> gpu = cuda_backend();
+  struct Heads {
+    int32_t n_heads, n_kv_heads, head_dim;
+  };
+  const std::vector<int32_t> lengths = {1000, 1, 8100,
+                                        17};  // keys of each sequence, new one included
+  const int32_t bs = 16;
+  for (Heads h : {Heads{32, 8, 64}, Heads{32, 8, 128}, Heads{12, 1, 64}}) {
+    for (DType kv : {DType::BF16, DType::F16, DType::F32}) {
+      CAPTURE(h.n_heads);
+      CAPTURE(h.head_dim);
+      CAPTURE(dtype_name(kv));
+      REQUIRE(cuda::flash_decode_shape(kv, h.n_heads, h.n_kv_heads, h.head_dim).supported);
+      const int32_t kv_dim = h.n_kv_heads * h.head_dim, q_dim = h.n_heads * h.head_dim;
+      KvGeometry g;
+      g.n_layers = 1;
+      g.n_blocks = 600;  // 573 used
+      g.block_size = bs;
+      g.n_kv_heads = h.n_kv_heads;
+      g.head_dim = h.head_dim;
+      g.dtype = kv;
+      std::vector<int32_t> ids(g.n_blocks);
+      std::iota(ids.begin(), ids.end(), 0);
+      std::shuffle(ids.begin(), ids.end(), std::mt19937(17));
+      std::vector<std::vector<int32_t>> tables;
+      size_t next_id = 0;
+      for (int32_t len : lengths) {
+        tables.emplace_back(ids.begin() + next_id, ids.begin() + next_id + (len + bs - 1) / bs);
+        next_id += tables.back().size();
+      }
+      // K and V of every position of each sequence, (len, kv_dim) f32, and
+      // the same rounded to the pool dtype (the reference reads those).
+      std::vector<std::vector<float>> ks, vs, ks_pool, vs_pool;
+      for (size_t i = 0; i < lengths.size(); ++i) {
+        ks.push_back(random_vec(size_t(lengths[i]) * kv_dim, 100 + uint32_t(i)));
+        vs.push_back(random_vec(size_t(lengths[i]) * kv_dim, 200 + uint32_t(i)));
+        ks_pool.push_back(ks.back());
+        vs_pool.push_back(vs.back());
+        for (float& x : ks_pool.back()) x = round_to(kv, x);
+        for (float& x : vs_pool.back()) x = round_to(kv, x);
+      }
+      // Fill batch: positions [0, len - 1) of each sequence longer than 1;
+      // step batch: one row at position len - 1 of each.
+      BatchBuilder fill_b(bs), step_b(bs);
+      std::vector<float> kf, vf, k1, v1;  // rows of the two batches, (rows, kv_dim) f32
+      for (size_t i = 0; i < lengths.size(); ++i) {
+        const int32_t len = lengths[i];
+        if (len > 1) {
+          fill_b.add(std::vector<int32_t>(len - 1, 1), 0, tables[i], LogitsWanted::kNone);
+          kf.insert(kf.end(), ks[i].begin(), ks[i].begin() + size_t(len - 1) * kv_dim);
+          vf.insert(vf.end(), vs[i].begin(), vs[i].begin() + size_t(len - 1) * kv_dim);
+        }
+        step_b.add(std::vector<int32_t>{1}, len - 1, tables[i], LogitsWanted::kAll);
+        k1.insert(k1.end(), ks[i].begin() + size_t(len - 1) * kv_dim, ks[i].end());
+        v1.insert(v1.end(), vs[i].begin() + size_t(len - 1) * kv_dim, vs[i].end());
+      }
+      const Batch fill = fill_b.batch(), step = step_b.batch();
+      const std::vector<float> q = random_vec(size_t(step.n_tokens()) * q_dim, 300, -2, 2);
+      const float scale = 1.0f / std::sqrt(float(h.head_dim));
+
+      // (n_tokens, q_dim) F64 attention of the step's rows; window > 0: keys (p - window, p].
+      auto reference = [&](int32_t window) {
+        std::vector<double> ref(q.size());
+        const int32_t group = h.n_heads / h.n_kv_heads;
+        for (size_t i = 0; i < lengths.size(); ++i) {
+          const int32_t qpos = lengths[i] - 1;
+          const int32_t t0 = window > 0 ? std::max(0, qpos - window + 1) : 0;
+          for (int32_t hh = 0; hh < h.n_heads; ++hh) {
+            const float* qv = q.data() + i * q_dim + hh * h.head_dim;
+            const int64_t kv_off = int64_t(hh / group) * h.head_dim;
+            std::vector<double> score(qpos + 1, 0.0);
+            double mx = -1e300, sum = 0;
+            for (int32_t t = t0; t <= qpos; ++t) {
+              double dot = 0;
+              for (int32_t d = 0; d < h.head_dim; ++d)
+                dot += double(qv[d]) * ks_pool[i][t * kv_dim + kv_off + d];
+              score[t] = dot * scale;
+              mx = std::max(mx, score[t]);
+            }
+            for (int32_t t = t0; t <= qpos; ++t) sum += (score[t] = std::exp(score[t] - mx));
+            for (int32_t d = 0; d < h.head_dim; ++d) {
+              double acc = 0;
+              for (int32_t t = t0; t <= qpos; ++t)
+                acc += score[t] * vs_pool[i][t * kv_dim + kv_off + d];
+              ref[i * q_dim + hh * h.head_dim + d] = acc / sum;
+            }
+          }
+        }
+        return ref;
+      };
+      auto check_close = [&](const std::vector<float>& out, const std::vector<double>& ref,
+                             const char* what, int32_t window) {
+        double worst = 0;
+        int64_t bad = 0;
+        for (size_t e = 0; e < out.size(); ++e) {
+          const double err = std::fabs(out[e] - ref[e]);  // NaN (never written) counts as bad
+          worst = std::max(worst, err);
+          if (!(err <= 2e-5)) ++bad;
+        }
+        MESSAGE(what << " heads " << h.n_heads << "/" << h.n_kv_heads << " head_dim " << h.head_dim
+                     << " " << dtype_name(kv) << " window " << window << ": worst |error| "
+                     << worst);
+        CAPTURE(what);
+        CAPTURE(window);
+        CHECK(bad == 0);
+      };
+
+      KvPool pool = gpu->allocate_kv_pool(g).value();
+      float* dkf = put(*gpu, kf);
+      float* dvf = put(*gpu, vf);
+      float* dk1 = put(*gpu, k1);
+      float* dv1 = put(*gpu, v1);
+      float* dq = put(*gpu, q);
+      float* dout = put(*gpu, std::vector<float>(q.size()));
+      gpu->prepare_batch(fill, bs);
+      gpu->kv_store(pool, 0, dkf, dvf);
+      gpu->prepare_batch(step, bs);
+      gpu->kv_store(pool, 0, dk1, dv1);
+      for (int32_t window : {0, 40, 1000}) {
+        const std::vector<double> ref = reference(window);
+        gpu->attention(pool, 0, dq, dout, h.n_heads, scale, window);
+        check_close(get(*gpu, dout, q.size()), ref, "backend", window);
+        gpu->synchronize();
+        cuda::AttentionArgs a;
+        a.k_pool = pool.k[0];
+        a.v_pool = pool.v[0];
+        a.kv_dtype = kv;
+        a.block_size = bs;
+        a.n_heads = h.n_heads;
+        a.n_kv_heads = h.n_kv_heads;
+        a.head_dim = h.head_dim;
+        a.scale = scale;
+        a.window_tokens = window;
+        a.q = dq;
+        a.out = dout;
+        for (int32_t n_splits : {1, 3, 64}) {
+          CAPTURE(n_splits);
+          check_close(run_decode_direct(true, a, step, bs, n_splits), ref, "flash", window);
+          check_close(run_decode_direct(false, a, step, bs, n_splits), ref, "simple", window);
+        }
+      }
+      for (float* x : {dkf, dvf, dk1, dv1, dq, dout}) gpu->free(x);
+      gpu->free_kv_pool(pool);
     }
   }
 }

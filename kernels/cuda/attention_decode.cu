@@ -1,118 +1,263 @@
-// Paged attention for decode: one query row per sequence, split over the KV
-// length for long contexts.
+// Paged attention for decode, flash-decoding: one query row per sequence, the
+// keys split over thread blocks, partial results merged by log-sum-exp; all
+// query heads of a KV head in one block (K and V read once per GQA group);
+// K and V read as 16-byte vectors. Also the reduction of the splits, shared
+// with the simple kernel (attention_decode_simple.cu).
 //
-// Decomposition (launch_config.h: decode_split, attention_decode_launch):
-//   grid (n_decode_seqs, n_heads, n_splits), block kDecodeWarps x 32 threads.
-//   A block owns keys [split * keys_per_split, min(kv_len, (split+1) * keys_per_split))
-//   of one sequence and query head. Warps take 32-key chunks in turn: lane j
-//   scores key c0 + j (reading its K row through the block table), the warp
-//   folds the chunk into its online-softmax state, and lane l accumulates V
-//   dims l + 32 c with p_j broadcast by shuffle (coalesced V reads).
-//   The warps' (m, l, acc) meet in shared memory and merge (op::softmax_merge).
-//   One split: the block writes the normalised output. Several: it writes a
-//   partial (m, l, acc[head_dim]) and attention_decode_reduce_kernel merges the
-//   splits of each (sequence, head) in order.
+// Decomposition (launch_config.h: flash_decode_shape, flash_decode_launch,
+// decode_split_count):
+//   grid (n_decode_seqs, n_kv_heads * head_groups, n_splits), block
+//   kFlashDecodeWarps x 32 threads; GT = heads_per_block query heads
+//   (h0 .. h0 + GT - 1 of KV head kv_head). Nothing in the grid or the
+//   arguments depends on sequence lengths: a block reads its sequence's pos0
+//   and block table from the packed batch and takes split `split` of its
+//   visible keys [paging::window_first_key(pos0), pos0 + 1)
+//   (paging::split_range; blocks past paging::split_count exit).
+//   Lanes: a key row of head_dim elements is VEC-element 16-byte vectors;
+//   TPK = lanes_per_key lanes read one row (lane gl of its group holds vectors
+//   gl, gl + TPK, ...: NV = vecs_per_lane of them), so a warp reads
+//   32 / TPK rows per load instruction, R = keys_per_group rows per lane
+//   group per step (flash_decode_key), K and V of all R issued before use.
+//   Per step: each group's R x GT dot products are reduced over its TPK lanes
+//   (shuffle butterfly: every lane of a group holds the same score); the warp
+//   folds the step's max per head into a warp-uniform running max
+//   (op::softmax_fold_max), then each lane accumulates p * V for its dims.
+//   A lane's sum l and accumulator cover its group's keys; after the last
+//   step the groups of a warp add up (same max), the warps meet in shared
+//   memory and merge (paging::merge_partial_*), and the block writes the
+//   normalised output (one used split) or its partial (m, l, acc[head_dim]).
+// Registers: q (GT, NV * VEC) and acc (GT, NV * VEC) f32 per lane, R x NV
+// 16-byte vectors each of K and V in flight (R = 2 for GT = 8).
+#include <cuda_fp16.h>
+
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/kernels.h"
 #include "kernels/op_math.h"
 #include "kernels/op_math_ext.h"
+#include "kernels/paging.h"
 
 namespace prefixd::cuda {
 namespace {
 
-template <DType T, int DPL>
-__global__ void __launch_bounds__(kDecodeWarps * 32, 1)
-    attention_decode_kernel(const typename Elem<T>::Storage* __restrict__ k_pool,
-                            const typename Elem<T>::Storage* __restrict__ v_pool,
-                            int32_t block_size, int32_t n_heads, int32_t n_kv_heads,
-                            int32_t head_dim, float scale, int32_t window,
-                            const float* __restrict__ q,
-                            float* __restrict__ out, const int32_t* __restrict__ seqs,
-                            const int32_t* __restrict__ tables,
-                            const int32_t* __restrict__ decode_seqs, int32_t keys_per_split,
-                            int32_t n_splits, float* __restrict__ partials) {
-  extern __shared__ float smem[];
-  const int32_t hd = head_dim;
-  float* q_s = smem;         // (hd) f32
-  float* merge = q_s + hd;   // (kDecodeWarps, hd + 2) f32: acc[hd], m, l
+// 16 bytes of a K or V row as floats (exact conversions, as kernels/dtype.h).
+template <DType T>
+struct KvVec;
+template <>
+struct KvVec<DType::F32> {
+  static constexpr int kElems = 4;
+  static __device__ __forceinline__ void to_f32(const uint4& u, float* f) {
+    f[0] = __uint_as_float(u.x);
+    f[1] = __uint_as_float(u.y);
+    f[2] = __uint_as_float(u.z);
+    f[3] = __uint_as_float(u.w);
+  }
+};
+template <>
+struct KvVec<DType::BF16> {
+  static constexpr int kElems = 8;
+  static __device__ __forceinline__ void pair(uint32_t w, float* f) {
+    f[0] = __uint_as_float(w << 16);  // element 2i: the low half (little-endian)
+    f[1] = __uint_as_float(w & 0xffff0000u);
+  }
+  static __device__ __forceinline__ void to_f32(const uint4& u, float* f) {
+    pair(u.x, f);
+    pair(u.y, f + 2);
+    pair(u.z, f + 4);
+    pair(u.w, f + 6);
+  }
+};
+template <>
+struct KvVec<DType::F16> {
+  static constexpr int kElems = 8;
+  static __device__ __forceinline__ void pair(uint32_t w, float* f) {
+    f[0] = __half2float(__ushort_as_half(static_cast<unsigned short>(w & 0xffffu)));
+    f[1] = __half2float(__ushort_as_half(static_cast<unsigned short>(w >> 16)));
+  }
+  static __device__ __forceinline__ void to_f32(const uint4& u, float* f) {
+    pair(u.x, f);
+    pair(u.y, f + 2);
+    pair(u.z, f + 4);
+    pair(u.w, f + 6);
+  }
+};
 
-  const int32_t item = blockIdx.x, head = blockIdx.y, split = blockIdx.z;
+template <DType T, int TPK, int NV, int GT>
+__global__ void __launch_bounds__(kFlashDecodeWarps * 32, 1)
+    attention_decode_kernel(AttentionArgs a, const int32_t* __restrict__ seqs,
+                            const int32_t* __restrict__ tables,
+                            const int32_t* __restrict__ decode_seqs, int32_t n_splits,
+                            float* __restrict__ partials) {
+  constexpr int VEC = KvVec<T>::kElems;
+  constexpr int R = flash_decode_keys_per_group(GT);
+  extern __shared__ float smem[];  // (kFlashDecodeWarps, GT, head_dim + 2) f32: m, l, acc
+
+  const int32_t hd = a.head_dim, n_vec = hd / VEC;
+  const int32_t group = a.n_heads / a.n_kv_heads;
+  const int32_t head_groups = (group + GT - 1) / GT;
+  const int32_t item = blockIdx.x, split = blockIdx.z;
+  const int32_t kv_head = blockIdx.y / head_groups;
+  const int32_t h0 = kv_head * group + (blockIdx.y % head_groups) * GT;  // first query head
+  const int32_t n_h = min(GT, (kv_head + 1) * group - h0);               // heads of this block
   const int32_t* s = seqs + decode_seqs[item] * kSeqWords;
   const int32_t row = s[0], pos0 = s[2];
   const int32_t* table = tables + s[3];
-  const int32_t kv_head = head / (n_heads / n_kv_heads);
-  const int64_t q_stride = int64_t(n_heads) * hd;
-  const int64_t kv_stride = int64_t(n_kv_heads) * hd;
-  const int32_t kv_len = pos0 + 1;
-  const int32_t k_begin = split * keys_per_split;
-  const int32_t k_end = min(kv_len, k_begin + keys_per_split);
-  const int32_t k_lo = window > 0 ? max(0, pos0 - window + 1) : 0;  // first key in the window
-
-  for (int32_t d = threadIdx.x; d < hd; d += blockDim.x) q_s[d] = q[row * q_stride + head * hd + d];
-  __syncthreads();
+  const int32_t first = paging::window_first_key(pos0, a.window_tokens), kv_end = pos0 + 1;
+  const int32_t used = paging::split_count(kv_end - first, kDecodeSplitChunkKeys, n_splits);
+  if (split >= used) return;  // block-uniform: an empty split
+  const paging::KeyRange keys =
+      paging::split_range(first, kv_end, kDecodeSplitChunkKeys, split, used);
 
   const int32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  float acc[DPL];
-#pragma unroll
-  for (int c = 0; c < DPL; ++c) acc[c] = 0.0f;
-  op::SoftmaxState st = op::softmax_init();
+  const int32_t grp = lane / TPK, gl = lane % TPK;
+  const int64_t q_row = int64_t(row) * a.n_heads * hd;  // first float of the row in q and out
 
-  for (int32_t c0 = k_begin + warp * 32; c0 < k_end; c0 += kDecodeWarps * 32) {
-    if (c0 + 32 <= k_lo) continue;  // every key before the window (warp-uniform)
-    const int32_t p = c0 + lane;
-    float score = -INFINITY;
-    int32_t slot = 0;  // pool slot of key p (n_blocks * block_size < 2^31)
-    if (p < k_end && p >= k_lo) {
-      slot = table[p / block_size] * block_size + p % block_size;
-      const int64_t base = slot * kv_stride + kv_head * hd;
-      float dot = 0.0f;
-      for (int32_t d = 0; d < hd; ++d) dot += q_s[d] * Elem<T>::load(k_pool, base + d);
-      score = dot * scale;
+  float qv[GT][NV][VEC];  // this lane's dims of the block's query heads
+#pragma unroll
+  for (int h = 0; h < GT; ++h) {
+#pragma unroll
+    for (int v = 0; v < NV; ++v) {
+      const int32_t vi = v * TPK + gl;
+#pragma unroll
+      for (int e = 0; e < VEC; ++e)
+        qv[h][v][e] =
+            h < n_h && vi < n_vec ? a.q[q_row + int64_t(h0 + h) * hd + vi * VEC + e] : 0.0f;
     }
-    const float factor = op::softmax_fold_max(&st, warp_max(score));
-    const float pj = score == -INFINITY ? 0.0f : expf(score - st.m);
-    st.l += warp_sum(pj);
+  }
+
+  const int64_t slot_vecs = int64_t(a.n_kv_heads) * n_vec;  // 16-byte vectors per pool slot
+  const uint4* k_head = static_cast<const uint4*>(a.k_pool) + int64_t(kv_head) * n_vec;
+  const uint4* v_head = static_cast<const uint4*>(a.v_pool) + int64_t(kv_head) * n_vec;
+
+  op::SoftmaxState st[GT];  // m: warp-uniform; l: this lane group's keys
+  float acc[GT][NV][VEC];   // this lane group's keys, this lane's dims
 #pragma unroll
-    for (int c = 0; c < DPL; ++c) acc[c] *= factor;
-    const int32_t n_keys = min(32, k_end - c0);
-    for (int32_t j = 0; j < n_keys; ++j) {
-      const float pb = __shfl_sync(0xffffffffu, pj, j);
-      const int64_t vb = __shfl_sync(0xffffffffu, slot, j) * kv_stride + kv_head * hd;
+  for (int h = 0; h < GT; ++h) {
+    st[h] = op::softmax_init();
 #pragma unroll
-      for (int c = 0; c < DPL; ++c) {
-        const int32_t d = lane + 32 * c;
-        if (d < hd) acc[c] += pb * Elem<T>::load(v_pool, vb + d);
+    for (int v = 0; v < NV; ++v)
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) acc[h][v][e] = 0.0f;
+  }
+
+  for (int32_t step = 0; flash_decode_key(keys.begin, step, warp, 0, 0, TPK, R) < keys.end;
+       ++step) {
+    uint4 kr[R][NV], vr[R][NV];
+    bool valid[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int32_t key = flash_decode_key(keys.begin, step, warp, r, grp, TPK, R);
+      valid[r] = key < keys.end;
+      const int64_t at =
+          valid[r] ? int64_t(paging::slot_of(table, a.block_size, key)) * slot_vecs : 0;
+#pragma unroll
+      for (int v = 0; v < NV; ++v) {
+        const int32_t vi = v * TPK + gl;
+        if (valid[r] && vi < n_vec) {
+          kr[r][v] = __ldg(k_head + at + vi);
+          vr[r][v] = __ldg(v_head + at + vi);
+        } else {
+          kr[r][v] = make_uint4(0, 0, 0, 0);
+          vr[r][v] = make_uint4(0, 0, 0, 0);
+        }
+      }
+    }
+
+    float sc[R][GT];  // scaled scores; -inf for keys past the split
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      float kf[NV][VEC];
+#pragma unroll
+      for (int v = 0; v < NV; ++v) KvVec<T>::to_f32(kr[r][v], kf[v]);
+#pragma unroll
+      for (int h = 0; h < GT; ++h) {
+        float dot = 0.0f;
+#pragma unroll
+        for (int v = 0; v < NV; ++v)
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) dot += qv[h][v][e] * kf[v][e];
+#pragma unroll
+        for (int off = TPK / 2; off > 0; off /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+        sc[r][h] = valid[r] ? dot * a.scale : -INFINITY;
+      }
+    }
+
+#pragma unroll
+    for (int h = 0; h < GT; ++h) {
+      float step_max = sc[0][h];
+#pragma unroll
+      for (int r = 1; r < R; ++r) step_max = fmaxf(step_max, sc[r][h]);
+      const float factor = op::softmax_fold_max(&st[h], warp_max(step_max));
+#pragma unroll
+      for (int v = 0; v < NV; ++v)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) acc[h][v][e] *= factor;
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      float vf[NV][VEC];
+#pragma unroll
+      for (int v = 0; v < NV; ++v) KvVec<T>::to_f32(vr[r][v], vf[v]);
+#pragma unroll
+      for (int h = 0; h < GT; ++h) {
+        const float p = sc[r][h] == -INFINITY ? 0.0f : expf(sc[r][h] - st[h].m);
+        st[h].l += p;
+#pragma unroll
+        for (int v = 0; v < NV; ++v)
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) acc[h][v][e] += p * vf[v][e];
       }
     }
   }
 
-  float* mine = merge + warp * (hd + 2);
+  // The warp's groups share the running max: their l and acc add up. Lane
+  // gl of group 0 then holds the warp's acc for vectors gl + TPK v.
+  const int32_t stride = GT * (hd + 2);
+  float* mine = smem + warp * stride;
 #pragma unroll
-  for (int c = 0; c < DPL; ++c) {
-    const int32_t d = lane + 32 * c;
-    if (d < hd) mine[d] = acc[c];
-  }
-  if (lane == 0) {
-    mine[hd] = st.m;
-    mine[hd + 1] = st.l;
+  for (int h = 0; h < GT; ++h) {
+    float l = st[h].l;
+#pragma unroll
+    for (int off = TPK; off < 32; off *= 2) l += __shfl_xor_sync(0xffffffffu, l, off);
+#pragma unroll
+    for (int v = 0; v < NV; ++v)
+#pragma unroll
+      for (int e = 0; e < VEC; ++e)
+#pragma unroll
+        for (int off = TPK; off < 32; off *= 2)
+          acc[h][v][e] += __shfl_xor_sync(0xffffffffu, acc[h][v][e], off);
+    if (h < n_h) {
+      float* part = mine + h * (hd + 2);
+      if (lane == 0) {
+        part[0] = st[h].m;
+        part[1] = l;
+      }
+      if (grp == 0) {
+#pragma unroll
+        for (int v = 0; v < NV; ++v) {
+          const int32_t vi = v * TPK + gl;
+          if (vi < n_vec) {
+#pragma unroll
+            for (int e = 0; e < VEC; ++e)
+              part[paging::kPartialHeaderFloats + vi * VEC + e] = acc[h][v][e];
+          }
+        }
+      }
+    }
   }
   __syncthreads();
 
-  for (int32_t d = threadIdx.x; d < hd; d += blockDim.x) {
-    op::SoftmaxState total{merge[hd], merge[hd + 1]};
-    float a = merge[d];
-    for (int w = 1; w < kDecodeWarps; ++w) {
-      const float* other = merge + w * (hd + 2);
-      float sa, sb;
-      total = op::softmax_merge(total, op::SoftmaxState{other[hd], other[hd + 1]}, &sa, &sb);
-      a = a * sa + other[d] * sb;
-    }
-    if (n_splits == 1) {
-      out[row * q_stride + head * hd + d] = a / total.l;
+  for (int32_t i = threadIdx.x; i < n_h * hd; i += blockDim.x) {
+    const int32_t h = i / hd, d = i % hd;
+    const float* parts = smem + h * (hd + 2);  // warp w's partial at parts + w * stride
+    const op::SoftmaxState total = paging::merge_partial_states(parts, kFlashDecodeWarps, stride);
+    const float acc_d = paging::merge_partial_acc(parts, kFlashDecodeWarps, stride, d, total.m);
+    const int32_t head = h0 + h;
+    if (used == 1) {
+      a.out[q_row + int64_t(head) * hd + d] = paging::normalise(acc_d, total.l);
     } else {
-      float* part = partials + ((int64_t(item) * n_heads + head) * n_splits + split) * (hd + 2);
-      part[2 + d] = a;
+      float* part = partials + ((int64_t(item) * a.n_heads + head) * n_splits + split) * (hd + 2);
+      part[paging::kPartialHeaderFloats + d] = acc_d;
       if (d == 0) {
         part[0] = total.m;
         part[1] = total.l;
@@ -121,70 +266,144 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, 1)
   }
 }
 
-// grid (n_decode_seqs, n_heads), one thread per head dim: merges the splits'
-// partials (m, l, acc) of one (sequence, head) in split order.
+// grid (n_decode_seqs, n_heads), block round_up_warp(head_dim), one thread
+// per head dim: merges the used splits' partials (m, l, acc) of one
+// (sequence, head); a sequence with one used split was written by the split
+// kernel. The weights exp(m_i - M) are computed once per block.
 __global__ void attention_decode_reduce_kernel(const float* __restrict__ partials, int32_t n_heads,
-                                               int32_t head_dim, int32_t n_splits,
+                                               int32_t head_dim, int32_t window, int32_t n_splits,
                                                float* __restrict__ out,
                                                const int32_t* __restrict__ seqs,
                                                const int32_t* __restrict__ decode_seqs) {
-  const int32_t hd = head_dim;
+  __shared__ float weight[kDecodeMaxSplits];  // (used) f32
+  const int32_t hd = head_dim, stride = hd + 2;
   const int32_t item = blockIdx.x, head = blockIdx.y, d = threadIdx.x;
+  const int32_t* s = seqs + decode_seqs[item] * kSeqWords;
+  const int32_t row = s[0], pos0 = s[2];
+  const int32_t first = paging::window_first_key(pos0, window);
+  const int32_t used = paging::split_count(pos0 + 1 - first, kDecodeSplitChunkKeys, n_splits);
+  if (used <= 1) return;  // block-uniform
+  const float* part = partials + (int64_t(item) * n_heads + head) * n_splits * stride;
+  const float m = paging::partials_max(part, used, stride);
+  for (int32_t i = threadIdx.x; i < used; i += blockDim.x)
+    weight[i] = paging::partial_weight(part[i * stride], m);
+  __syncthreads();
   if (d >= hd) return;
-  const int32_t row = seqs[decode_seqs[item] * kSeqWords];
-  const float* part = partials + (int64_t(item) * n_heads + head) * n_splits * (hd + 2);
-  op::SoftmaxState total{part[0], part[1]};
-  float a = part[2 + d];
-  for (int32_t sp = 1; sp < n_splits; ++sp) {
-    const float* p = part + sp * (hd + 2);
-    float sa, sb;
-    total = op::softmax_merge(total, op::SoftmaxState{p[0], p[1]}, &sa, &sb);
-    a = a * sa + p[2 + d] * sb;
-  }
-  out[row * int64_t(n_heads) * hd + head * hd + d] = a / total.l;
+  float l = 0.0f, acc = 0.0f;  // the sums of paging::merge_partial_states / merge_partial_acc
+  for (int32_t i = 0; i < used; ++i) l += weight[i] * part[i * stride + 1];
+  for (int32_t i = 0; i < used; ++i)
+    acc += weight[i] * part[i * stride + paging::kPartialHeaderFloats + d];
+  out[int64_t(row) * n_heads * hd + int64_t(head) * hd + d] = paging::normalise(acc, l);
 }
 
-template <DType T, int DPL>
-void launch_variant(const AttentionArgs& a, const DeviceBatch& b, const DecodeSplit& split,
+template <DType T, int TPK, int NV, int GT>
+void launch_variant(const AttentionArgs& a, const DeviceBatch& b, int32_t n_splits,
                     const LaunchConfig& c, float* partials, cudaStream_t stream) {
-  auto kernel = attention_decode_kernel<T, DPL>;
-  if (c.smem_bytes > kSmemDefaultLimitBytes) {
-    PREFIXD_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            static_cast<int>(c.smem_bytes)));
-  }
-  using S = typename Elem<T>::Storage;
-  kernel<<<dim3(c.grid.x, c.grid.y, c.grid.z), dim3(c.block.x), c.smem_bytes, stream>>>(
-      static_cast<const S*>(a.k_pool), static_cast<const S*>(a.v_pool), a.block_size, a.n_heads,
-      a.n_kv_heads, a.head_dim, a.scale, a.window_tokens, a.q, a.out, b.seqs(), b.tables(),
-      b.decode_seqs(),
-      split.keys_per_split, split.n_splits, partials);
+  attention_decode_kernel<T, TPK, NV, GT>
+      <<<dim3(c.grid.x, c.grid.y, c.grid.z), dim3(c.block.x), c.smem_bytes, stream>>>(
+          a, b.seqs(), b.tables(), b.decode_seqs(), n_splits, partials);
   PREFIXD_CUDA_CHECK_LAUNCH();
+}
+
+template <DType T, int TPK, int NV>
+void launch_heads(const FlashDecodeShape& s, const AttentionArgs& a, const DeviceBatch& b,
+                  int32_t n_splits, const LaunchConfig& c, float* partials, cudaStream_t stream) {
+  switch (s.heads_per_block) {
+    case 1:
+      launch_variant<T, TPK, NV, 1>(a, b, n_splits, c, partials, stream);
+      break;
+    case 2:
+      launch_variant<T, TPK, NV, 2>(a, b, n_splits, c, partials, stream);
+      break;
+    case 4:
+      launch_variant<T, TPK, NV, 4>(a, b, n_splits, c, partials, stream);
+      break;
+    default:
+      launch_variant<T, TPK, NV, 8>(a, b, n_splits, c, partials, stream);
+      break;
+  }
+}
+
+// Instantiated layouts: F16/BF16 (8-element vectors) 1..32 lanes per key;
+// F32 (4-element vectors, head_dim a multiple of 8) 2..32 lanes, and 2
+// vectors per lane over 128 elements.
+template <DType T>
+void launch_lanes(const FlashDecodeShape& s, const AttentionArgs& a, const DeviceBatch& b,
+                  int32_t n_splits, const LaunchConfig& c, float* partials, cudaStream_t stream) {
+  if constexpr (T == DType::F32) {
+    switch (s.lanes_per_key) {
+      case 2:
+        launch_heads<T, 2, 1>(s, a, b, n_splits, c, partials, stream);
+        break;
+      case 4:
+        launch_heads<T, 4, 1>(s, a, b, n_splits, c, partials, stream);
+        break;
+      case 8:
+        launch_heads<T, 8, 1>(s, a, b, n_splits, c, partials, stream);
+        break;
+      case 16:
+        launch_heads<T, 16, 1>(s, a, b, n_splits, c, partials, stream);
+        break;
+      default:
+        if (s.vecs_per_lane == 2)
+          launch_heads<T, 32, 2>(s, a, b, n_splits, c, partials, stream);
+        else
+          launch_heads<T, 32, 1>(s, a, b, n_splits, c, partials, stream);
+        break;
+    }
+  } else {
+    switch (s.lanes_per_key) {
+      case 1:
+        launch_heads<T, 1, 1>(s, a, b, n_splits, c, partials, stream);
+        break;
+      case 2:
+        launch_heads<T, 2, 1>(s, a, b, n_splits, c, partials, stream);
+        break;
+      case 4:
+        launch_heads<T, 4, 1>(s, a, b, n_splits, c, partials, stream);
+        break;
+      case 8:
+        launch_heads<T, 8, 1>(s, a, b, n_splits, c, partials, stream);
+        break;
+      case 16:
+        launch_heads<T, 16, 1>(s, a, b, n_splits, c, partials, stream);
+        break;
+      default:
+        launch_heads<T, 32, 1>(s, a, b, n_splits, c, partials, stream);
+        break;
+    }
+  }
 }
 
 }  // namespace
 
-void launch_attention_decode(const AttentionArgs& a, const DeviceBatch& b, const DecodeSplit& split,
+void launch_attention_decode(const AttentionArgs& a, const DeviceBatch& b, int32_t n_splits,
                              float* partials, cudaStream_t stream) {
-  const LaunchConfig c = attention_decode_launch(b.layout.n_decode_seqs, a.n_heads, a.head_dim, split);
+  const FlashDecodeShape s = flash_decode_shape(a.kv_dtype, a.n_heads, a.n_kv_heads, a.head_dim);
+  PREFIXD_CHECK(s.supported, "flash decode does not take this shape (see flash_decode_shape)");
+  const LaunchConfig c =
+      flash_decode_launch(b.layout.n_decode_seqs, a.n_kv_heads, a.head_dim, s, n_splits);
   if (c.empty()) return;
-  PREFIXD_CHECK(a.n_kv_heads > 0 && a.n_heads % a.n_kv_heads == 0, "heads not a multiple of kv heads");
-  PREFIXD_CHECK(split.n_splits == 1 || partials != nullptr, "split decode needs a workspace");
-  const int32_t dpl = attention_dims_per_lane(a.head_dim);
-  PREFIXD_CHECK(dpl != 0, "head_dim unsupported by the CUDA attention kernels (max 256)");
-  PREFIXD_DISPATCH_DTYPE(a.kv_dtype, {
-    switch (dpl) {
-      case 1: launch_variant<kT, 1>(a, b, split, c, partials, stream); break;
-      case 2: launch_variant<kT, 2>(a, b, split, c, partials, stream); break;
-      case 4: launch_variant<kT, 4>(a, b, split, c, partials, stream); break;
-      default: launch_variant<kT, 8>(a, b, split, c, partials, stream); break;
-    }
-  });
-  if (split.n_splits > 1) {
-    const LaunchConfig r = attention_decode_reduce_launch(b.layout.n_decode_seqs, a.n_heads, a.head_dim);
-    attention_decode_reduce_kernel<<<dim3(r.grid.x, r.grid.y), dim3(r.block.x), 0, stream>>>(
-        partials, a.n_heads, a.head_dim, split.n_splits, a.out, b.seqs(), b.decode_seqs());
-    PREFIXD_CUDA_CHECK_LAUNCH();
-  }
+  PREFIXD_CHECK(n_splits >= 1 && n_splits <= kDecodeMaxSplits, "decode split count out of range");
+  PREFIXD_CHECK(n_splits == 1 || partials != nullptr, "split decode needs a workspace");
+  PREFIXD_CHECK(c.smem_bytes <= kSmemDefaultLimitBytes,
+                "flash decode shared memory over the default limit");
+  PREFIXD_CHECK(reinterpret_cast<uintptr_t>(a.k_pool) % kVecBytes == 0 &&
+                    reinterpret_cast<uintptr_t>(a.v_pool) % kVecBytes == 0,
+                "KV pool not 16-byte aligned");
+  PREFIXD_DISPATCH_DTYPE(a.kv_dtype, { launch_lanes<kT>(s, a, b, n_splits, c, partials, stream); });
+  launch_attention_decode_reduce(a, b, n_splits, partials, stream);
+}
+
+void launch_attention_decode_reduce(const AttentionArgs& a, const DeviceBatch& b, int32_t n_splits,
+                                    float* partials, cudaStream_t stream) {
+  if (n_splits <= 1) return;
+  const LaunchConfig r =
+      attention_decode_reduce_launch(b.layout.n_decode_seqs, a.n_heads, a.head_dim);
+  if (r.empty()) return;
+  attention_decode_reduce_kernel<<<dim3(r.grid.x, r.grid.y), dim3(r.block.x), 0, stream>>>(
+      partials, a.n_heads, a.head_dim, a.window_tokens, n_splits, a.out, b.seqs(), b.decode_seqs());
+  PREFIXD_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace prefixd::cuda

@@ -20,6 +20,7 @@
 #include "kernels/cuda/kernels.h"
 #include "kernels/op_math.h"
 #include "kernels/op_math_ext.h"
+#include "kernels/paging.h"
 
 namespace prefixd::cuda {
 namespace {
@@ -50,7 +51,8 @@ __global__ void __launch_bounds__(kPrefillWarps * 32, 1)
   const int32_t n_rows = min(kPrefillTileQ, n_q - row0);
   const int64_t q_stride = int64_t(n_heads) * hd;     // floats per q/out row
   const int64_t kv_stride = int64_t(n_kv_heads) * hd; // elements per pool slot
-  const int32_t kv_end = pos0 + row0 + n_rows;        // keys [0, kv_end) are needed
+  const int32_t kv_end =
+      paging::causal_key_end(row0 + n_rows - 1, n_q, pos0 + n_q);  // keys [0, kv_end) are needed
 
   for (int32_t e = threadIdx.x; e < kPrefillTileQ * hd; e += blockDim.x) {
     const int32_t r = e / hd, d = e % hd;
@@ -68,7 +70,7 @@ __global__ void __launch_bounds__(kPrefillWarps * 32, 1)
   }
 
   // The first row's window starts the key tiles (0 without a window).
-  const int32_t k_first = window > 0 ? max(0, pos0 + row0 - window + 1) / kTileKeys * kTileKeys : 0;
+  const int32_t k_first = paging::window_first_key(pos0 + row0, window) / kTileKeys * kTileKeys;
   for (int32_t k0 = k_first; k0 < kv_end; k0 += kTileKeys) {
     __syncthreads();  // the previous tile is consumed (and, the first time, Q is staged)
     for (int32_t e = threadIdx.x; e < kTileKeys * hd; e += blockDim.x) {
@@ -76,7 +78,7 @@ __global__ void __launch_bounds__(kPrefillWarps * 32, 1)
       const int32_t p = k0 + j;
       float kv = 0.0f, vv = 0.0f;
       if (p < kv_end) {
-        const int64_t slot = int64_t(table[p / block_size]) * block_size + p % block_size;
+        const int64_t slot = paging::slot_of(table, block_size, p);
         const int64_t idx = slot * kv_stride + kv_head * hd + d;
         kv = Elem<T>::load(k_pool, idx);
         vv = Elem<T>::load(v_pool, idx);
@@ -90,11 +92,13 @@ __global__ void __launch_bounds__(kPrefillWarps * 32, 1)
     for (int i = 0; i < kPrefillRowsPerWarp; ++i) {
       const int32_t r = warp * kPrefillRowsPerWarp + i;
       const int32_t q_pos = pos0 + row0 + r;
-      const int32_t q_lo = window > 0 ? q_pos - window + 1 : 0;  // first key in the row's window
-      if (r >= n_rows || k0 > q_pos || k0 + kTileKeys <= q_lo) continue;  // warp-uniform
+      const int32_t q_end = paging::causal_key_end(row0 + r, n_q, pos0 + n_q);  // q_pos + 1
+      const int32_t q_lo =
+          paging::window_first_key(q_pos, window);  // first key in the row's window
+      if (r >= n_rows || k0 >= q_end || k0 + kTileKeys <= q_lo) continue;  // warp-uniform
       const int32_t p = k0 + lane;
       float score = -INFINITY;
-      if (p <= q_pos && p >= q_lo) {
+      if (p < q_end && p >= q_lo) {
         const float* qr = q_s + r * hd;
         const float* kr = k_s + lane * (hd + 1);
         float dot = 0.0f;
@@ -106,7 +110,7 @@ __global__ void __launch_bounds__(kPrefillWarps * 32, 1)
       st[i].l += warp_sum(pj);
 #pragma unroll
       for (int c = 0; c < DPL; ++c) acc[i][c] *= factor;
-      const int32_t n_keys = min(kTileKeys, q_pos - k0 + 1);
+      const int32_t n_keys = min(kTileKeys, q_end - k0);
       for (int32_t j = 0; j < n_keys; ++j) {
         const float pb = __shfl_sync(0xffffffffu, pj, j);
         const float* vr = v_s + j * hd;

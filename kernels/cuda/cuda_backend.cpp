@@ -382,12 +382,21 @@ class CudaBackend final : public Backend {
     a.out = out;
     cuda::launch_attention_prefill(a, batch_, stream_);
     if (batch_.layout.n_decode_seqs > 0) {
-      const cuda::DecodeSplit split = cuda::decode_split(
-          batch_.layout.n_decode_seqs, n_heads, batch_.layout.max_decode_kv_len, n_sms_);
-      const size_t ws_bytes =
-          cuda::decode_workspace_bytes(batch_.layout.n_decode_seqs, n_heads, a.head_dim, split);
+      // Flash decode where it takes the shape, else the simple kernel; the
+      // split count is a power of two from the longest context.
+      const int32_t n_seqs = batch_.layout.n_decode_seqs;
+      const cuda::FlashDecodeShape flash =
+          cuda::flash_decode_shape(a.kv_dtype, n_heads, a.n_kv_heads, a.head_dim);
+      const int64_t blocks_per_split =
+          int64_t(n_seqs) * (flash.supported ? a.n_kv_heads * flash.head_groups : n_heads);
+      const int32_t n_splits =
+          cuda::decode_split_count(blocks_per_split, batch_.layout.max_decode_kv_len, n_sms_);
+      const size_t ws_bytes = cuda::decode_workspace_bytes(n_seqs, n_heads, a.head_dim, n_splits);
       float* ws = ws_bytes ? static_cast<float*>(decode_ws_.ensure(ws_bytes, stream_)) : nullptr;
-      cuda::launch_attention_decode(a, batch_, split, ws, stream_);
+      if (flash.supported)
+        cuda::launch_attention_decode(a, batch_, n_splits, ws, stream_);
+      else
+        cuda::launch_attention_decode_simple(a, batch_, n_splits, ws, stream_);
     }
   }
 

@@ -96,9 +96,23 @@ struct AttentionArgs {
 // attention_prefill.cu: sequences with n_q > 1 (the batch's prefill tiles).
 void launch_attention_prefill(const AttentionArgs& a, const DeviceBatch& b, cudaStream_t stream);
 
-// attention_decode.cu: sequences with n_q == 1. `partials` holds
-// decode_workspace_bytes(...) bytes (may be null when that is 0).
-void launch_attention_decode(const AttentionArgs& a, const DeviceBatch& b, const DecodeSplit& split,
+// Decode: sequences with n_q == 1, their keys split `n_splits` ways
+// (decode_split_count; any value in [1, kDecodeMaxSplits] is correct for any
+// lengths). `partials` holds decode_workspace_bytes(n_decode_seqs, n_heads,
+// head_dim, n_splits) bytes (may be null when that is 0). Neither the grids
+// nor the kernel arguments depend on sequence lengths: the launches may be
+// captured in a CUDA graph and replayed over new batch contents of the same
+// sequence count.
+// attention_decode.cu: flash decode, for shapes flash_decode_shape() supports
+// (aborts otherwise); pools 16-byte aligned.
+void launch_attention_decode(const AttentionArgs& a, const DeviceBatch& b, int32_t n_splits,
                              float* partials, cudaStream_t stream);
+// attention_decode_simple.cu: the simple kernel, any head_dim <= 256.
+void launch_attention_decode_simple(const AttentionArgs& a, const DeviceBatch& b, int32_t n_splits,
+                                    float* partials, cudaStream_t stream);
+// attention_decode.cu: merges the partials both decode kernels write (a no-op
+// for n_splits == 1); each launcher above calls it.
+void launch_attention_decode_reduce(const AttentionArgs& a, const DeviceBatch& b, int32_t n_splits,
+                                    float* partials, cudaStream_t stream);
 
 }  // namespace prefixd::cuda

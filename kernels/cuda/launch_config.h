@@ -13,8 +13,9 @@
 #include "common/result.h"
 #include "kernels/backend.h"
 #include "kernels/dtype.h"
-#include "kernels/quant/weight_type.h"
 #include "kernels/op_math_ext.h"
+#include "kernels/paging.h"
+#include "kernels/quant/weight_type.h"
 
 namespace prefixd::cuda {
 
@@ -114,36 +115,131 @@ inline LaunchConfig attention_prefill_launch(int32_t n_tiles, int32_t n_heads, i
   return c;
 }
 
-// Decode: one query row per sequence. A block of kDecodeWarps warps owns one
-// (sequence, head, split); warps take 32-key chunks of the split in turn, each
-// keeping its own online-softmax state, merged through shared memory:
-//   q      (head_dim) f32
-//   merge  (kDecodeWarps, head_dim + 2) f32: acc, m, l per warp
-// With more than one split, each block writes a partial (m, l, acc[head_dim])
-// to the workspace and attention_decode_reduce combines them.
-inline constexpr int32_t kDecodeWarps = 4;
-inline constexpr int32_t kDecodeMinKeysPerSplit = 128;
-inline constexpr int32_t kDecodeMaxSplits = 64;
+// Decode: one query row per sequence, the keys of each sequence split over
+// thread blocks (split-KV). The grid is (n_decode_seqs, blocks per sequence,
+// n_splits); n_splits is one of a few powers of two (decode_split_count) and
+// every other grid dimension depends only on the batch's sequence count and
+// the model, never on sequence lengths, so a captured CUDA graph replays for
+// any lengths. Each block reads its sequence's length, table and window from
+// device memory and takes split s of its visible keys [window first key, pos0]
+// (paging::split_range over kDecodeSplitChunkKeys-key chunks); splits beyond
+// paging::split_count exit at once. With n_splits > 1 each block writes a
+// partial (m, l, acc[head_dim]) and attention_decode_reduce merges a
+// sequence's used splits (a sequence with one used split is written
+// directly, and the reduce skips it).
+inline constexpr int32_t kDecodeSplitChunkKeys = 64;  // granularity of the split partition
+inline constexpr int32_t kDecodeMaxSplits = 64;       // a power of two
+inline constexpr int32_t kDecodeTargetBlocksPerSm = 4;
 
-struct DecodeSplit {
-  int32_t n_splits = 1;        // >= 1
-  int32_t keys_per_split = 0;  // multiple of 32, n_splits * keys_per_split >= max_kv_len
+// Splits for a decode launch with `blocks_per_split` blocks per split
+// (n_decode_seqs * blocks per sequence): enough for about
+// kDecodeTargetBlocksPerSm blocks per SM, no more than the longest visible
+// key range has chunks, rounded up to a power of two (1, 2, 4 .. 64). Any
+// value >= 1 is correct for any lengths: the count only sets the parallelism.
+inline int32_t decode_split_count(int64_t blocks_per_split, int32_t max_kv_len, int32_t n_sms) {
+  const int64_t blocks = std::max<int64_t>(blocks_per_split, 1);
+  const int64_t want = ceil_div(int64_t(kDecodeTargetBlocksPerSm) * std::max(n_sms, 1), blocks);
+  const int64_t useful = ceil_div(std::max(max_kv_len, 1), kDecodeSplitChunkKeys);
+  const int64_t n = std::clamp<int64_t>(std::min(want, useful), 1, kDecodeMaxSplits);
+  int32_t p = 1;
+  while (p < n) p *= 2;
+  return p;
+}
+
+// Flash decode (attention_decode.cu): one block per (sequence, KV head, split)
+// holding all query heads of the KV head (or heads_per_block of them when a
+// group has more than kFlashDecodeMaxHeads), so K and V are read once per
+// group. A key row of head_dim elements is read as 16-byte vectors by
+// lanes_per_key lanes (vecs_per_lane vectors each); a warp scores
+// 32 / lanes_per_key keys at once and keys_per_group of them per step.
+inline constexpr int32_t kFlashDecodeWarps = 4;
+inline constexpr int32_t kFlashDecodeMaxHeads = 8;  // query heads per block
+inline constexpr int32_t kVecBytes = 16;
+
+// Keys one lane group loads per step: 4, or 2 with 8 heads per block (the
+// query and accumulator registers grow with the heads).
+PREFIXD_HD constexpr int32_t flash_decode_keys_per_group(int32_t heads_per_block) {
+  return heads_per_block >= 8 ? 2 : 4;
+}
+
+struct FlashDecodeShape {
+  bool supported = false;       // else the simple decode kernel runs
+  int32_t vec_elems = 0;        // elements per 16-byte vector: 8 (F16/BF16) or 4 (F32)
+  int32_t lanes_per_key = 0;    // power of two <= 32
+  int32_t vecs_per_lane = 0;    // 1, or 2 (F32 rows over 128 elements)
+  int32_t heads_per_block = 0;  // power of two <= kFlashDecodeMaxHeads (>= the group, or 8)
+  int32_t head_groups = 0;      // blocks per KV head: ceil(group / heads_per_block)
+  int32_t keys_per_group = 0;   // keys one lane group loads per step (registers: K, V of each)
 };
 
-// Splits the longest KV length so that the grid has about two blocks per SM,
-// never with fewer than kDecodeMinKeysPerSplit keys per split.
-inline DecodeSplit decode_split(int32_t n_seqs, int32_t n_heads, int32_t max_kv_len, int32_t n_sms) {
-  DecodeSplit s;
-  const int64_t kv = std::max(max_kv_len, 1);
-  const int64_t blocks = std::max<int64_t>(int64_t(n_seqs) * n_heads, 1);
-  const int64_t want = ceil_div(2 * std::max(n_sms, 1), blocks);
-  const int64_t most = std::max<int64_t>(kv / kDecodeMinKeysPerSplit, 1);
-  int64_t n = std::clamp<int64_t>(want, 1, std::min<int64_t>(most, kDecodeMaxSplits));
-  int64_t keys = ceil_div(ceil_div(kv, n), kWarpSize) * kWarpSize;
-  s.keys_per_split = static_cast<int32_t>(keys);
-  s.n_splits = static_cast<int32_t>(ceil_div(kv, keys));
+inline int32_t pow2_ceil(int32_t n) {
+  int32_t p = 1;
+  while (p < n) p *= 2;
+  return p;
+}
+
+// The flash decode layout of a shape: head_dim a multiple of 8 (whole
+// 16-byte vectors of F16/BF16, an even number of F32 ones), at most
+// kMaxHeadDim, query heads a multiple of KV heads. Otherwise unsupported (the
+// simple kernel takes any head_dim <= 256).
+inline constexpr int32_t kFlashDecodeHeadDimMultiple = 8;
+inline FlashDecodeShape flash_decode_shape(DType kv, int32_t n_heads, int32_t n_kv_heads,
+                                           int32_t head_dim) {
+  FlashDecodeShape s;
+  s.vec_elems = kVecBytes / static_cast<int32_t>(dtype_bytes(kv));
+  if (head_dim <= 0 || head_dim > kMaxHeadDim || head_dim % kFlashDecodeHeadDimMultiple != 0 ||
+      n_kv_heads <= 0 || n_heads <= 0 || n_heads % n_kv_heads != 0)
+    return s;
+  const int32_t n_vec = head_dim / s.vec_elems;
+  s.lanes_per_key = std::min<int32_t>(kWarpSize, pow2_ceil(n_vec));
+  s.vecs_per_lane = static_cast<int32_t>(ceil_div(n_vec, s.lanes_per_key));
+  const int32_t group = n_heads / n_kv_heads;
+  s.heads_per_block = std::min(kFlashDecodeMaxHeads, pow2_ceil(group));
+  s.head_groups = static_cast<int32_t>(ceil_div(group, s.heads_per_block));
+  s.keys_per_group = flash_decode_keys_per_group(s.heads_per_block);
+  s.supported = s.vecs_per_lane <= 2;
   return s;
 }
+
+// Key handled in step `step` by lane group `grp` (of 32 / lanes_per_key) of
+// warp `warp`, slot r < keys_per_group, in a split whose keys start at
+// `begin`: a warp step covers keys_per_group * (32 / lanes_per_key)
+// consecutive keys, consecutive groups read consecutive keys, and the warps
+// take steps in turn. Keys at or past the split's end are masked.
+PREFIXD_HD constexpr int32_t flash_decode_key(int32_t begin, int32_t step, int32_t warp, int32_t r,
+                                              int32_t grp, int32_t lanes_per_key,
+                                              int32_t keys_per_group) {
+  const int32_t groups = 32 / lanes_per_key;
+  return begin + (step * kFlashDecodeWarps + warp) * keys_per_group * groups + r * groups + grp;
+}
+
+// Dynamic shared memory of flash decode: the warps' partials,
+// (kFlashDecodeWarps, heads_per_block, head_dim + 2) f32: m, l, acc.
+inline size_t flash_decode_smem_bytes(const FlashDecodeShape& s, int32_t head_dim) {
+  return sizeof(float) * static_cast<size_t>(kFlashDecodeWarps) * s.heads_per_block *
+         (head_dim + 2);
+}
+
+// grid (n_seqs, n_kv_heads * head_groups, n_splits), block kFlashDecodeWarps warps.
+inline LaunchConfig flash_decode_launch(int32_t n_seqs, int32_t n_kv_heads, int32_t head_dim,
+                                        const FlashDecodeShape& s, int32_t n_splits) {
+  LaunchConfig c;
+  c.block.x = kFlashDecodeWarps * kWarpSize;
+  c.grid.x = static_cast<uint32_t>(std::max(n_seqs, 0));
+  c.grid.y = static_cast<uint32_t>(std::max(n_kv_heads, 0) * s.head_groups);
+  c.grid.z = static_cast<uint32_t>(std::max(n_splits, 0));
+  c.smem_bytes = flash_decode_smem_bytes(s, head_dim);
+  return c;
+}
+
+// Simple decode (attention_decode_simple.cu; any head_dim <= 256, the
+// fallback and the reference of the start-up self-check): a block of
+// kDecodeWarps warps owns one (sequence, query head, split); warps take
+// 32-key chunks of the split in turn, each keeping its own online-softmax
+// state, merged through shared memory:
+//   q      (head_dim) f32
+//   merge  (kDecodeWarps, head_dim + 2) f32: m, l, acc per warp
+inline constexpr int32_t kDecodeWarps = 4;
 
 inline size_t decode_smem_bytes(int32_t head_dim) {
   return sizeof(float) * (static_cast<size_t>(head_dim) +
@@ -152,17 +248,18 @@ inline size_t decode_smem_bytes(int32_t head_dim) {
 
 // grid (n_seqs, n_heads, n_splits).
 inline LaunchConfig attention_decode_launch(int32_t n_seqs, int32_t n_heads, int32_t head_dim,
-                                            const DecodeSplit& split) {
+                                            int32_t n_splits) {
   LaunchConfig c;
   c.block.x = kDecodeWarps * kWarpSize;
   c.grid.x = static_cast<uint32_t>(std::max(n_seqs, 0));
   c.grid.y = static_cast<uint32_t>(std::max(n_heads, 0));
-  c.grid.z = static_cast<uint32_t>(std::max(split.n_splits, 0));
+  c.grid.z = static_cast<uint32_t>(std::max(n_splits, 0));
   c.smem_bytes = decode_smem_bytes(head_dim);
   return c;
 }
 
-// Reduction of the splits: grid (n_seqs, n_heads), one thread per head dim.
+// Reduction of the splits (both decode kernels): grid (n_seqs, n_heads), one
+// thread per head dim.
 inline LaunchConfig attention_decode_reduce_launch(int32_t n_seqs, int32_t n_heads, int32_t head_dim) {
   LaunchConfig c;
   c.block.x = round_up_warp(head_dim);
@@ -171,12 +268,13 @@ inline LaunchConfig attention_decode_reduce_launch(int32_t n_seqs, int32_t n_hea
   return c;
 }
 
-// Floats of one split partial: m, l, acc[head_dim].
+// Floats of one split partial: m, l, acc[head_dim] (paging.h's layout).
 inline size_t decode_partial_floats(int32_t head_dim) { return static_cast<size_t>(head_dim) + 2; }
+// Workspace of a decode launch: (n_seqs, n_heads, n_splits, head_dim + 2) f32; 0 for one split.
 inline size_t decode_workspace_bytes(int32_t n_seqs, int32_t n_heads, int32_t head_dim,
-                                     const DecodeSplit& split) {
-  if (split.n_splits <= 1) return 0;
-  return sizeof(float) * static_cast<size_t>(n_seqs) * n_heads * split.n_splits *
+                                     int32_t n_splits) {
+  if (n_splits <= 1) return 0;
+  return sizeof(float) * static_cast<size_t>(n_seqs) * n_heads * n_splits *
          decode_partial_floats(head_dim);
 }
 
@@ -238,8 +336,8 @@ inline Status validate_batch(const Batch& b, int32_t block_size) {
     for (int32_t r = 0; r < s.n_q; ++r) {
       const int32_t pos = s.pos0 + r;
       if (b.positions[s.q_start + r] != pos) return Status::error(at + "position mismatch");
-      const int32_t block = b.block_tables[s.table_start + pos / block_size];
-      if (b.slots[s.q_start + r] != block * block_size + pos % block_size)
+      if (b.slots[s.q_start + r] !=
+          paging::slot_of(b.block_tables.data() + s.table_start, block_size, pos))
         return Status::error(at + "slot does not follow the block table");
     }
     row += s.n_q;

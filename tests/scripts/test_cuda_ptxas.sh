@@ -29,7 +29,7 @@ trap 'rm -rf "$tmp"' EXIT
 # --- 1. register and local-memory use of the attention and quantized kernels ---
 fail=0
 printf '%-6s %5s %6s %8s %8s  %s\n' arch regs stack spill_st spill_ld kernel
-for src in kernels/cuda/attention_prefill.cu kernels/cuda/attention_decode.cu \
+for src in kernels/cuda/attention_prefill.cu kernels/cuda/attention_decode.cu kernels/cuda/attention_decode_simple.cu \
            kernels/cuda/quant_matvec.cu kernels/cuda/quant_dequantize.cu; do
   if ! "$nvcc" -std=c++17 -O3 -I. -gencode arch=compute_80,code=sm_80 \
        -gencode arch=compute_90,code=sm_90 -Xptxas -v -c "$src" -o "$tmp/k.o" 2> "$tmp/ptxas.log"; then
