@@ -145,7 +145,8 @@ class CudaBackend final : public Backend, private cuda::StepHost {
     if (st != CUBLAS_STATUS_SUCCESS)
       return Status::error(std::string("cublasSetWorkspace: ") + cublasGetStatusString(st));
     graphs_ = std::make_unique<cuda::DecodeGraphs>(static_cast<cuda::StepHost&>(*this),
-                                                  options_.decode_graphs);
+                                                  options_.decode_graphs,
+                                                  options_.corrupt_checked_replays_for_test);
     return Status::ok_status();
   }
 

@@ -26,6 +26,10 @@ struct CudaBackendOptions {
   // The ops that produce a 16-bit GEMM's input write its 16-bit copy too,
   // instead of a conversion kernel before the GEMM (activation_twins.h).
   bool activation_twins = true;
+  // Test hook: every graph replay that is checked against its eager run
+  // (decode_graph.h) has its first logit overwritten first, so the check
+  // fails: graphs switch off and the step is served by its eager run.
+  bool corrupt_checked_replays_for_test = false;
 };
 
 // A backend on `device` (0-based); fails with a message when there is no

@@ -44,7 +44,8 @@ struct DecodeGraphs::Graph {
   }
 };
 
-DecodeGraphs::DecodeGraphs(StepHost& host, DecodeGraphMode mode) : host_(host), mode_(mode) {
+DecodeGraphs::DecodeGraphs(StepHost& host, DecodeGraphMode mode, bool corrupt_checked_replays)
+    : host_(host), mode_(mode), corrupt_checked_replays_(corrupt_checked_replays) {
   stats_.mode = mode;
   if (mode_ == DecodeGraphMode::kOff) return;
   if (cudaEventCreateWithFlags(&staging_read_, cudaEventDisableTiming) != cudaSuccess) {
@@ -239,6 +240,7 @@ void DecodeGraphs::record(const DecodeGraphKey& key, const Batch& padded, Packed
     disable(std::string("cudaGraphLaunch: ") + cudaGetErrorString(err));
     return;  // nothing ran: the eager results stand
   }
+  corrupt_for_test(info);
   const std::vector<float> replayed = logits(*g, info);
   if (!same_bits(replayed, eager)) {
     disable("the graph of a decode step (" + describe(key) +
@@ -271,6 +273,7 @@ void DecodeGraphs::replay(Graph& g, const Batch& padded, PackedBatch packed, con
     // First replay on a step of its own: the eager run of the same step must
     // give the same bits (and rewrites its K/V slots, whatever the graph did).
     --g.checks_left;
+    corrupt_for_test(info);
     const std::vector<float> replayed = logits(g, info);
     host_.forget_current_twin();
     body(padded);
@@ -291,6 +294,12 @@ void DecodeGraphs::evict_oldest() {
       graphs_.begin(), graphs_.end(),
       [](const std::unique_ptr<Graph>& a, const std::unique_ptr<Graph>& b) { return a->last_use < b->last_use; });
   if (oldest != graphs_.end()) graphs_.erase(oldest);
+}
+
+void DecodeGraphs::corrupt_for_test(const StepInfo& info) {
+  if (!corrupt_checked_replays_) return;
+  PREFIXD_CUDA_CHECK(cudaMemsetAsync(const_cast<float*>(info.logits), 0xff, sizeof(float),
+                                     host_.step_stream()));
 }
 
 void DecodeGraphs::drop_all() { graphs_.clear(); }

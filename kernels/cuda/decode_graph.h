@@ -63,7 +63,9 @@ class StepHost {
 
 class DecodeGraphs {
  public:
-  DecodeGraphs(StepHost& host, DecodeGraphMode mode);
+  // corrupt_checked_replays: a test hook (CudaBackendOptions) that spoils the
+  // first logit after every graph replay that is then checked.
+  DecodeGraphs(StepHost& host, DecodeGraphMode mode, bool corrupt_checked_replays = false);
   ~DecodeGraphs();
   DecodeGraphs(const DecodeGraphs&) = delete;
   DecodeGraphs& operator=(const DecodeGraphs&) = delete;
@@ -91,10 +93,13 @@ class DecodeGraphs {
   // (bucket, logit_cols) f32 logits of the step, downloaded (waits).
   std::vector<float> logits(const Graph& g, const StepInfo& info);
   void disable(const std::string& reason);
+  // The test hook: overwrites the first logit on the stream.
+  void corrupt_for_test(const StepInfo& info);
   void evict_oldest();
 
   StepHost& host_;
   DecodeGraphMode mode_;
+  bool corrupt_checked_replays_;
   std::vector<std::unique_ptr<Graph>> graphs_;
   uint64_t use_clock_ = 0;
   void* staging_ = nullptr;       // pinned, (staging_words_) int32: packed words on their way up
