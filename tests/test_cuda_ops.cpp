@@ -794,7 +794,7 @@ void check_graphs_served(const Backend& be) {
                             << " eager steps");
   CHECK_MESSAGE(!s.disabled, s.disabled_reason);
   CHECK(s.captures > 0);
-  CHECK(s.replays > s.captures);
+  CHECK(s.replays > 0);
   CHECK(s.checked_replays > 0);
 }
 
