@@ -148,7 +148,7 @@ struct StepInfo {
   const void* owner = nullptr;    // the caller (a ForwardPass): its steps may share state
   int32_t max_rows = 0;           // tokens and output rows the caller's buffers hold
   int64_t token_limit = 0;        // token ids are below this (the embedding table's rows)
-  const float* logits = nullptr;  // (output rows, logit_cols) f32, backend memory: what the step yields
+  const float* logits = nullptr;  // (output rows, logit_cols) f32 in backend memory: the result
   int64_t logit_cols = 0;
 };
 

@@ -42,7 +42,8 @@ inline Status check_bench_backend(const std::string& name) {
 // usable device, with the CUDA runtime's reason), replaying decode steps as
 // CUDA graphs unless `cuda_graphs` is false (--cuda-graphs off).
 inline Result<std::unique_ptr<Backend>> make_bench_backend(const std::string& name, int n_threads,
-                                                           cpu::CpuIsa isa, bool cuda_graphs = true) {
+                                                           cpu::CpuIsa isa,
+                                                           bool cuda_graphs = true) {
   if (Status s = check_bench_backend(name); !s.ok()) return s;
   if (name == "cpu") return make_cpu_backend(n_threads, isa);
 #if defined(PREFIXD_HAVE_CUDA)

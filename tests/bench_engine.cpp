@@ -416,7 +416,8 @@ int main(int argc, char** argv) {
   }
   // Every engine below (the fresh ones of the tier cases too) gets its own backend.
   b.new_backend = [&]() -> std::unique_ptr<Backend> {
-    Result<std::unique_ptr<Backend>> be = make_bench_backend(a.backend_name, a.threads, isa.value(), a.cuda_graphs);
+    Result<std::unique_ptr<Backend>> be =
+        make_bench_backend(a.backend_name, a.threads, isa.value(), a.cuda_graphs);
     if (!be.ok()) {
       std::fprintf(stderr, "bench_engine: %s\n", be.message().c_str());
       std::exit(1);

@@ -200,10 +200,10 @@ int bench_model(Backend& backend, const Args& a, DType kv, const std::string& la
 #if defined(PREFIXD_HAVE_CUDA)
   if (backend.name() == "cuda") {
     const cuda::DecodeGraphStats gs = decode_graph_stats(backend);
+    using ll = long long;
     std::printf("  cuda graphs %s: %lld recorded, %lld replays (%lld checked), %lld eager steps%s%s\n",
-                a.cuda_graphs.c_str(), static_cast<long long>(gs.captures), static_cast<long long>(gs.replays),
-                static_cast<long long>(gs.checked_replays), static_cast<long long>(gs.eager_steps),
-                gs.disabled ? "; OFF: " : "", gs.disabled_reason.c_str());
+                a.cuda_graphs.c_str(), ll(gs.captures), ll(gs.replays), ll(gs.checked_replays),
+                ll(gs.eager_steps), gs.disabled ? "; OFF: " : "", gs.disabled_reason.c_str());
   }
 #endif
   std::fflush(stdout);
@@ -229,7 +229,8 @@ int main(int argc, char** argv) {
   std::string dir = std::filesystem::temp_directory_path() / "prefixd-bench-models";
   std::filesystem::create_directories(dir);
   if (a.cuda_graphs != "on" && a.cuda_graphs != "off") {
-    std::fprintf(stderr, "bench_forward: --cuda-graphs '%s' is not one of on, off\n", a.cuda_graphs.c_str());
+    std::fprintf(stderr, "bench_forward: --cuda-graphs '%s' is not one of on, off\n",
+                 a.cuda_graphs.c_str());
     return 2;
   }
   Result<std::unique_ptr<Backend>> made =

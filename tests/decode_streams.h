@@ -18,9 +18,9 @@
 namespace prefixd::testing {
 
 struct DecodeStreamsRun {
-  std::vector<std::vector<float>> logits;   // per pass: (output rows, n_vocab) f32
-  std::vector<std::vector<int32_t>> rows;   // per pass: the sequence of each output row
-  std::vector<std::vector<int32_t>> tokens; // per sequence: prompt, then every greedy token
+  std::vector<std::vector<float>> logits;    // per pass: (output rows, n_vocab) f32
+  std::vector<std::vector<int32_t>> rows;    // per pass: the sequence of each output row
+  std::vector<std::vector<int32_t>> tokens;  // per sequence: prompt, then every greedy token
 };
 
 // n_seqs sequences with prompts of 3 + 5 i tokens (sequence i), prefilled in
@@ -47,14 +47,16 @@ inline DecodeStreamsRun run_decode_streams(const Model& model, DType kv_dtype, i
   KvPool pool = be.allocate_kv_pool(g).value();
   std::vector<std::vector<int32_t>> tables(static_cast<size_t>(n_seqs));
   for (int32_t s = 0; s < n_seqs; ++s)
-    for (int32_t b = 0; b < blocks_per_seq; ++b) tables[s].push_back((s + 1) * blocks_per_seq - 1 - b);
+    for (int32_t b = 0; b < blocks_per_seq; ++b)
+      tables[s].push_back((s + 1) * blocks_per_seq - 1 - b);
 
   DecodeStreamsRun run;
   ForwardPass fwd(model, 3 + 5 * n_seqs * n_seqs + 64, max_outputs);
   run.tokens.resize(static_cast<size_t>(n_seqs));
   BatchBuilder b(block_size);
   for (int32_t s = 0; s < n_seqs; ++s) {
-    for (int32_t i = 0; i < 3 + 5 * s; ++i) run.tokens[s].push_back(1 + (s * 131 + i * 17) % (c.n_vocab - 1));
+    for (int32_t i = 0; i < 3 + 5 * s; ++i)
+      run.tokens[s].push_back(1 + (s * 131 + i * 17) % (c.n_vocab - 1));
     b.add(run.tokens[s], 0, tables[s], LogitsWanted::kLast);
   }
   std::vector<int32_t> rows(static_cast<size_t>(n_seqs));

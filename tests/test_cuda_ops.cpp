@@ -789,9 +789,9 @@ void check_same_run(const DecodeStreamsRun& a, const DecodeStreamsRun& b) {
 
 void check_graphs_served(const Backend& be) {
   const cuda::DecodeGraphStats s = decode_graph_stats(be);
-  MESSAGE("decode graphs: " << s.captures << " recorded, " << s.replays << " replays (" << s.checked_replays
-                            << " checked), " << s.padded_eager_steps << " padded eager runs, " << s.eager_steps
-                            << " eager steps");
+  MESSAGE("decode graphs: " << s.captures << " recorded, " << s.replays << " replays ("
+                            << s.checked_replays << " checked), " << s.padded_eager_steps
+                            << " padded eager runs, " << s.eager_steps << " eager steps");
   CHECK_MESSAGE(!s.disabled, s.disabled_reason);
   CHECK(s.captures > 0);
   CHECK(s.replays > 0);
@@ -806,9 +806,10 @@ std::vector<std::string> graph_test_models() {
           "quant/rand-q-q4-k-m"};
 }
 
-TEST_CASE("decode graphs: greedy decode equals the padded steps run eagerly, bit for bit, batch sizes 1 to 9") {
-  std::unique_ptr<Backend> on = cuda_backend_with(graphs_mode(cuda::DecodeGraphMode::kOn));
-  std::unique_ptr<Backend> eager = cuda_backend_with(graphs_mode(cuda::DecodeGraphMode::kPaddedEager));
+TEST_CASE("decode graphs: greedy decode equals the padded steps run eagerly, bit for bit, 1-9 rows") {
+  using cuda::DecodeGraphMode;
+  std::unique_ptr<Backend> on = cuda_backend_with(graphs_mode(DecodeGraphMode::kOn));
+  std::unique_ptr<Backend> eager = cuda_backend_with(graphs_mode(DecodeGraphMode::kPaddedEager));
   for (const std::string& name : graph_test_models()) {
     auto file = GgufFile::open(shared_path("models/" + name + ".gguf"));
     REQUIRE(file.ok());
@@ -852,14 +853,15 @@ TEST_CASE("decode graphs: at bucket sizes, graphs on equal graphs off bit for bi
   CHECK(decode_graph_stats(*off).captures == 0);
 }
 
-TEST_CASE("activation twins: the GEMM inputs the producing ops write equal the conversion kernel's, bit for bit") {
+TEST_CASE("activation twins: GEMM inputs written by the producing ops equal the conversion kernel's") {
   CudaBackendOptions fused = graphs_mode(cuda::DecodeGraphMode::kOff);
   CudaBackendOptions separate = fused;
   separate.activation_twins = false;
   std::unique_ptr<Backend> a = cuda_backend_with(fused);
   std::unique_ptr<Backend> b = cuda_backend_with(separate);
-  for (const std::string& name : {std::string("rand-mqa-f16"), std::string("rand-qwen2-bf16"),
-                                  std::string("rand-gemma3-bf16"), std::string("quant/rand-q-q4-k-m")}) {
+  for (const char* model : {"rand-mqa-f16", "rand-qwen2-bf16", "rand-gemma3-bf16",
+                            "quant/rand-q-q4-k-m"}) {
+    const std::string name = model;
     CAPTURE(name);
     auto file = GgufFile::open(shared_path("models/" + name + ".gguf"));
     REQUIRE(file.ok());
@@ -896,9 +898,10 @@ TEST_CASE("decode graphs: a failed check switches them off and the eager results
   CHECK(s.live_graphs == 0);
 }
 
-TEST_CASE("decode graphs: scratch replaced by a long prefill between decode steps, graphs re-recorded") {
-  std::unique_ptr<Backend> on = cuda_backend_with(graphs_mode(cuda::DecodeGraphMode::kOn));
-  std::unique_ptr<Backend> eager = cuda_backend_with(graphs_mode(cuda::DecodeGraphMode::kPaddedEager));
+TEST_CASE("decode graphs: scratch replaced by a long prefill between decode steps, re-recorded") {
+  using cuda::DecodeGraphMode;
+  std::unique_ptr<Backend> on = cuda_backend_with(graphs_mode(DecodeGraphMode::kOn));
+  std::unique_ptr<Backend> eager = cuda_backend_with(graphs_mode(DecodeGraphMode::kPaddedEager));
   auto file = GgufFile::open(shared_path("models/rand-qwen2-bf16.gguf"));
   REQUIRE(file.ok());
   // Sequence A decodes; then B's 700-token prompt (a GEMM input beyond a

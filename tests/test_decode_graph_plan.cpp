@@ -73,7 +73,8 @@ TEST_CASE("table capacity: the next power of two; scratch blocks: one slot per p
   CHECK(decode_scratch_blocks(48) == 2);
   CHECK(decode_scratch_blocks(64) == 1);
   CHECK(decode_scratch_blocks(256) == 1);
-  for (int32_t bs : {1, 3, 16, 48, 64, 256}) CHECK(decode_scratch_blocks(bs) * bs >= kMaxDecodeGraphRows);
+  for (int32_t bs : {1, 3, 16, 48, 64, 256})
+    CHECK(decode_scratch_blocks(bs) * bs >= kMaxDecodeGraphRows);
 }
 
 TEST_CASE("step kinds: only one-row sequences whose every row is an output row are recorded") {
@@ -91,21 +92,25 @@ TEST_CASE("step kinds: only one-row sequences whose every row is an output row a
   {
     BatchBuilder b(bs);
     b.add(std::vector<int32_t>{1}, 4, std::vector<int32_t>{0}, LogitsWanted::kLast);
-    b.add(std::vector<int32_t>{1, 2}, 0, std::vector<int32_t>{1}, LogitsWanted::kLast);  // a 2-row chunk
+    b.add(std::vector<int32_t>{1, 2}, 0, std::vector<int32_t>{1},
+          LogitsWanted::kLast);  // a 2-row chunk
     CHECK(plan_decode_step(b.batch(), 64, bs).kind == StepKind::kNotDecode);
   }
   {
     BatchBuilder b(bs);
     b.add(std::vector<int32_t>{1}, 4, std::vector<int32_t>{0}, LogitsWanted::kLast);
-    b.add(std::vector<int32_t>{1}, 0, std::vector<int32_t>{1}, LogitsWanted::kNone);  // a 1-token chunk
+    b.add(std::vector<int32_t>{1}, 0, std::vector<int32_t>{1},
+          LogitsWanted::kNone);  // a 1-token chunk
     CHECK(plan_decode_step(b.batch(), 64, bs).kind == StepKind::kPartialOutputs);
   }
   {
     BatchBuilder b(bs);
-    b.add(std::vector<int32_t>{1}, 4, std::vector<int32_t>{0}, LogitsWanted::kLast, std::vector<int32_t>{3});
+    b.add(std::vector<int32_t>{1}, 4, std::vector<int32_t>{0}, LogitsWanted::kLast,
+          std::vector<int32_t>{3});
     CHECK(plan_decode_step(b.batch(), 64, bs).kind == StepKind::kWindowTables);
   }
-  CHECK(plan_decode_step(decode_batch(std::vector<int32_t>(65, 3), bs), 1000, bs).kind == StepKind::kTooManyRows);
+  CHECK(plan_decode_step(decode_batch(std::vector<int32_t>(65, 3), bs), 1000, bs).kind ==
+        StepKind::kTooManyRows);
   CHECK(plan_decode_step(decode_batch({1, 2, 3}, bs), 3, bs).kind == StepKind::kTooManyRows);
   {
     // 33 sequences (bucket 64), one of 20000 blocks (capacity 32768): 2M table words.
@@ -123,9 +128,12 @@ TEST_CASE("step kinds: only one-row sequences whose every row is an output row a
   }
 }
 
-TEST_CASE("padded batch: valid, the step's rows first and unchanged, inert rows in scratch slots of their own") {
+TEST_CASE(
+    "padded batch: valid, the step's rows first and unchanged, inert rows in scratch slots of "
+    "their own") {
   for (int32_t bs : {1, 4, 16}) {
-    for (const std::vector<int32_t>& pos : std::vector<std::vector<int32_t>>{{0}, {5, 40, 17}, {3, 3, 3, 3, 3}, {63}}) {
+    for (const std::vector<int32_t>& pos :
+         std::vector<std::vector<int32_t>>{{0}, {5, 40, 17}, {3, 3, 3, 3, 3}, {63}}) {
       CAPTURE(bs);
       CAPTURE(pos.size());
       const Batch b = decode_batch(pos, bs);
@@ -259,7 +267,8 @@ class PaddingBackend final : public Backend {
   std::set<int32_t> buckets;  // buckets of the padded steps
   int64_t padded_steps = 0;
 
-  void run_step(const Batch& batch, const KvPool& pool, const StepInfo& info, const StepBody& body) override {
+  void run_step(const Batch& batch, const KvPool& pool, const StepInfo& info,
+                const StepBody& body) override {
     const int32_t bs = pool.geom.block_size;
     const DecodeStepPlan p = plan_decode_step(batch, info.max_rows, bs);
     if (p.kind != StepKind::kGraph) {
@@ -290,40 +299,58 @@ class PaddingBackend final : public Backend {
   void upload(void* d, const void* s, size_t n) override { in_->upload(d, s, n); }
   void download(void* d, const void* s, size_t n) override { in_->download(d, s, n); }
   void synchronize() override { in_->synchronize(); }
-  std::unique_ptr<Matrix> upload_matrix(WeightType t, int64_t r, int64_t c, const void* h, bool o) override {
+  std::unique_ptr<Matrix> upload_matrix(WeightType t, int64_t r, int64_t c, const void* h,
+                                        bool o) override {
     return in_->upload_matrix(t, r, c, h, o);
   }
   bool supports_window_group() const override { return false; }
   void free_kv_pool(KvPool& pool) override { in_->free_kv_pool(pool); }
   void prepare_batch(const Batch& b, int32_t bs) override { in_->prepare_batch(b, bs); }
   void embed(const Matrix& t, float* out) override { in_->embed(t, out); }
-  void rmsnorm(const float* x, const float* w, float* out, int64_t n, int64_t dim, float eps) override {
+  void rmsnorm(const float* x, const float* w, float* out, int64_t n, int64_t dim,
+               float eps) override {
     in_->rmsnorm(x, w, out, n, dim, eps);
   }
-  void matmul(const Matrix& w, const float* x, float* y, int64_t n) override { in_->matmul(w, x, y, n); }
-  void matmul_same_x(const Matrix* const* ws, const float* x, float* const* ys, int count, int64_t n) override {
+  void matmul(const Matrix& w, const float* x, float* y, int64_t n) override {
+    in_->matmul(w, x, y, n);
+  }
+  void matmul_same_x(const Matrix* const* ws, const float* x, float* const* ys, int count,
+                     int64_t n) override {
     in_->matmul_same_x(ws, x, ys, count, n);
   }
-  void add_bias(float* y, const float* b, int64_t n, int64_t dim) override { in_->add_bias(y, b, n, dim); }
+  void add_bias(float* y, const float* b, int64_t n, int64_t dim) override {
+    in_->add_bias(y, b, n, dim);
+  }
   void add(float* y, const float* x, int64_t n) override { in_->add(y, x, n); }
-  void swiglu(const float* g, const float* u, float* out, int64_t n) override { in_->swiglu(g, u, out, n); }
-  void geglu(const float* g, const float* u, float* out, int64_t n) override { in_->geglu(g, u, out, n); }
+  void swiglu(const float* g, const float* u, float* out, int64_t n) override {
+    in_->swiglu(g, u, out, n);
+  }
+  void geglu(const float* g, const float* u, float* out, int64_t n) override {
+    in_->geglu(g, u, out, n);
+  }
   void scale(float* y, float f, int64_t n) override { in_->scale(y, f, n); }
-  void rope(float* x, int32_t nh, int32_t hd, int32_t rd, float base, const float* ff, RopeStyle st) override {
+  void rope(float* x, int32_t nh, int32_t hd, int32_t rd, float base, const float* ff,
+            RopeStyle st) override {
     in_->rope(x, nh, hd, rd, base, ff, st);
   }
   void kv_store(KvPool& pool, int32_t layer, const float* k, const float* v) override {
     KvPool all = with_scratch(pool);
     in_->kv_store(all, layer, k, v);
   }
-  void attention(const KvPool& pool, int32_t layer, const float* q, float* out, int32_t nh, float sc,
-                 int32_t window) override {
+  void attention(const KvPool& pool, int32_t layer, const float* q, float* out, int32_t nh,
+                 float sc, int32_t window) override {
     in_->attention(with_scratch(pool), layer, q, out, nh, sc, window);
   }
-  void gather_output_rows(const float* x, float* out, int64_t dim) override { in_->gather_output_rows(x, out, dim); }
+  void gather_output_rows(const float* x, float* out, int64_t dim) override {
+    in_->gather_output_rows(x, out, dim);
+  }
   void copy_block(KvPool& pool, int32_t s, int32_t d) override { in_->copy_block(pool, s, d); }
-  void read_block(const KvPool& pool, int32_t id, void* dst) override { in_->read_block(pool, id, dst); }
-  void write_block(KvPool& pool, int32_t id, const void* src) override { in_->write_block(pool, id, src); }
+  void read_block(const KvPool& pool, int32_t id, void* dst) override {
+    in_->read_block(pool, id, dst);
+  }
+  void write_block(KvPool& pool, int32_t id, const void* src) override {
+    in_->write_block(pool, id, src);
+  }
 
  private:
   // The pool as the CPU backend allocated it: with the scratch blocks.
@@ -338,7 +365,9 @@ class PaddingBackend final : public Backend {
 
 }  // namespace
 
-TEST_CASE("the forward pass over padded decode steps, each run twice, equals it over the steps as given") {
+TEST_CASE(
+    "the forward pass over padded decode steps, each run twice, equals it over the steps as "
+    "given") {
   // Models without a window group (a padded step is never a window-tables step).
   for (const std::string name : {"stories260K", "rand-qwen3-bf16"}) {
     CAPTURE(name);
@@ -355,8 +384,10 @@ TEST_CASE("the forward pass over padded decode steps, each run twice, equals it 
     for (int32_t bs : {4, 16}) {
       CAPTURE(bs);
       const int32_t n_seqs = 9, n_steps = 12;
-      const testing::DecodeStreamsRun a = testing::run_decode_streams(*m_plain.value(), DType::F32, bs, n_seqs, n_steps, 16);
-      const testing::DecodeStreamsRun b = testing::run_decode_streams(*m_pad.value(), DType::F32, bs, n_seqs, n_steps, 16);
+      const testing::DecodeStreamsRun a =
+          testing::run_decode_streams(*m_plain.value(), DType::F32, bs, n_seqs, n_steps, 16);
+      const testing::DecodeStreamsRun b =
+          testing::run_decode_streams(*m_pad.value(), DType::F32, bs, n_seqs, n_steps, 16);
       CHECK(a.tokens == b.tokens);
       REQUIRE(a.logits.size() == b.logits.size());
       double worst = 0;
@@ -365,7 +396,8 @@ TEST_CASE("the forward pass over padded decode steps, each run twice, equals it 
         for (size_t i = 0; i < a.logits[t].size(); ++i)
           worst = std::max(worst, std::fabs(double(a.logits[t][i]) - b.logits[t][i]));
       }
-      MESSAGE(name << " block size " << bs << ": padded vs as given, max logit difference " << worst);
+      MESSAGE(name << " block size " << bs << ": padded vs as given, max logit difference "
+                   << worst);
       CHECK(worst <= 1e-4);
     }
     CHECK(pad->padded_steps == 2 * 12);

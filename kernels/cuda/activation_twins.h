@@ -34,9 +34,9 @@ class ActivationTwins {
   static constexpr int64_t kTwinRows = 256;
 
   struct Twin {
-    void* data = nullptr;   // device, (capacity) elements of `type`
+    void* data = nullptr;  // device, (capacity) elements of `type`
     DType type = DType::F16;
-    int64_t capacity = 0;   // elements
+    int64_t capacity = 0;  // elements
   };
 
   // The twin an op writing n elements at `out` should write too, or nullptr

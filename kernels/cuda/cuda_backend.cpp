@@ -192,7 +192,8 @@ class CudaBackend final : public Backend, private cuda::StepHost {
     // at the same address is not the one they recorded.
     if (graphs_) graphs_->drop_all();
     ++capture_.epoch;
-    for (const cuda::ActivationTwins::Twin& t : twins_.remove(ptr)) PREFIXD_CUDA_CHECK(cudaFree(t.data));
+    for (const cuda::ActivationTwins::Twin& t : twins_.remove(ptr))
+      PREFIXD_CUDA_CHECK(cudaFree(t.data));
     if (ptr) PREFIXD_CUDA_CHECK(cudaFree(ptr));  // cudaFree waits for work using it
   }
   // Pinned, portable (usable from every thread and context). Called from
@@ -268,8 +269,9 @@ class CudaBackend final : public Backend, private cuda::StepHost {
     pool.geom = geom;
     // n_blocks blocks for the engine, then decode_scratch_blocks() where the
     // inert rows of a padded decode step write (decode_graph_plan.h).
-    const size_t layer_bytes = cuda::kv_layer_bytes(geom) +
-                               geom.layer_block_bytes() * size_t(cuda::decode_scratch_blocks(geom.block_size));
+    const size_t scratch_blocks = size_t(cuda::decode_scratch_blocks(geom.block_size));
+    const size_t layer_bytes =
+        cuda::kv_layer_bytes(geom) + geom.layer_block_bytes() * scratch_blocks;
     for (int32_t l = 0; l < geom.n_layers; ++l) {
       for (std::vector<void*>* side : {&pool.k, &pool.v}) {
         void* p = nullptr;
@@ -646,7 +648,8 @@ class CudaBackend final : public Backend, private cuda::StepHost {
     return t == nullptr ? cuda::TwinOut{} : cuda::TwinOut{t->data, t->type};
   }
   void wrote(const float* out, int64_t count, const cuda::TwinOut& twin) {
-    if (twin.data != nullptr) twins_.wrote(out, count, cuda::ActivationTwins::Twin{twin.data, twin.type, count});
+    if (twin.data != nullptr)
+      twins_.wrote(out, count, cuda::ActivationTwins::Twin{twin.data, twin.type, count});
   }
 
   // x (n, cols) f32 in `type` for a GEMM: the current twin when it holds x;

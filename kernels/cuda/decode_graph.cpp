@@ -30,13 +30,13 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 
 struct DecodeGraphs::Graph {
   DecodeGraphKey key;
-  PackedBatch layout;             // the recorded step's layout (words empty)
-  int32_t* words = nullptr;       // device, (n_words) int32: the packed batch every replay reads
+  PackedBatch layout;        // the recorded step's layout (words empty)
+  int32_t* words = nullptr;  // device, (n_words) int32: the packed batch every replay reads
   size_t n_words = 0;
   cudaGraphExec_t exec = nullptr;
-  uint64_t epoch = 0;             // CaptureState::epoch when recorded
+  uint64_t epoch = 0;  // CaptureState::epoch when recorded
   uint64_t last_use = 0;
-  int32_t checks_left = 1;        // replays on later steps still to compare with their eager run
+  int32_t checks_left = 1;  // replays on later steps still to compare with their eager run
 
   ~Graph() {
     if (exec != nullptr) cudaGraphExecDestroy(exec);  // in flight: freed on completion
@@ -290,16 +290,18 @@ void DecodeGraphs::replay(Graph& g, const Batch& padded, PackedBatch packed, con
 }
 
 void DecodeGraphs::evict_oldest() {
-  auto oldest = std::min_element(
-      graphs_.begin(), graphs_.end(),
-      [](const std::unique_ptr<Graph>& a, const std::unique_ptr<Graph>& b) { return a->last_use < b->last_use; });
+  auto oldest =
+      std::min_element(graphs_.begin(), graphs_.end(),
+                       [](const std::unique_ptr<Graph>& a, const std::unique_ptr<Graph>& b) {
+                         return a->last_use < b->last_use;
+                       });
   if (oldest != graphs_.end()) graphs_.erase(oldest);
 }
 
 void DecodeGraphs::corrupt_for_test(const StepInfo& info) {
   if (!corrupt_checked_replays_) return;
-  PREFIXD_CUDA_CHECK(cudaMemsetAsync(const_cast<float*>(info.logits), 0xff, sizeof(float),
-                                     host_.step_stream()));
+  PREFIXD_CUDA_CHECK(
+      cudaMemsetAsync(const_cast<float*>(info.logits), 0xff, sizeof(float), host_.step_stream()));
 }
 
 void DecodeGraphs::drop_all() { graphs_.clear(); }

@@ -36,9 +36,9 @@ namespace prefixd::cuda {
 
 // Device memory events of the backend that a recorded graph depends on.
 struct CaptureState {
-  bool capturing = false;  // a step is being captured on the backend's stream
-  bool spoiled = false;    // something allocated during the capture: discard it
-  uint64_t epoch = 0;      // bumped whenever memory a graph may point at is replaced or added
+  bool capturing = false;      // a step is being captured on the backend's stream
+  bool spoiled = false;        // something allocated during the capture: discard it
+  uint64_t epoch = 0;          // bumped whenever memory a graph may point at is replaced or added
   std::vector<void*> retired;  // device buffers replaced during a capture, freed after it
 };
 
@@ -102,7 +102,7 @@ class DecodeGraphs {
   bool corrupt_checked_replays_;
   std::vector<std::unique_ptr<Graph>> graphs_;
   uint64_t use_clock_ = 0;
-  void* staging_ = nullptr;       // pinned, (staging_words_) int32: packed words on their way up
+  void* staging_ = nullptr;  // pinned, (staging_words_) int32: packed words on their way up
   size_t staging_words_ = 0;
   cudaEvent_t staging_read_ = nullptr;  // recorded after the last copy out of staging_
   DecodeGraphStats stats_;

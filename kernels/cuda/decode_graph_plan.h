@@ -62,9 +62,9 @@ inline int32_t decode_table_capacity(int32_t max_n_table) {
   return cap;
 }
 
-// What a step is, for the graph path.
+// What a step is, for the graph path (in the order of step_kind_name's names).
 enum class StepKind : uint8_t {
-  kGraph,           // one row per sequence, all output rows, fits a bucket: padded, recorded, replayed
+  kGraph,           // one row per sequence, all of them output rows, within a bucket
   kEmpty,           // no rows
   kNotDecode,       // a sequence with more than one row (prefill, a chunk, a suffix)
   kPartialOutputs,  // a row whose logits are not wanted (output rows are not every row)
@@ -74,16 +74,11 @@ enum class StepKind : uint8_t {
 };
 
 inline const char* step_kind_name(StepKind k) {
-  switch (k) {
-    case StepKind::kGraph: return "graph";
-    case StepKind::kEmpty: return "empty";
-    case StepKind::kNotDecode: return "not decode";
-    case StepKind::kPartialOutputs: return "partial outputs";
-    case StepKind::kTooManyRows: return "too many rows";
-    case StepKind::kWindowTables: return "window tables";
-    case StepKind::kTableTooLarge: return "table too large";
-  }
-  return "?";
+  static constexpr const char* kNames[] = {"graph",           "empty",         "not decode",
+                                           "partial outputs", "too many rows", "window tables",
+                                           "table too large"};
+  const auto i = static_cast<size_t>(k);
+  return i < sizeof(kNames) / sizeof(kNames[0]) ? kNames[i] : "?";
 }
 
 struct DecodeStepPlan {
@@ -187,7 +182,8 @@ inline Batch pad_decode_batch(const Batch& b, const DecodeStepPlan& p, int32_t b
 // sequence of the key can be, so the split's grid is the key's; and
 // max_block_id / max_token (checked on the host against the pool and the
 // vocabulary) those of the step as given, not the scratch blocks'.
-inline PackedBatch pack_decode_step(const Batch& padded, const DecodeStepPlan& p, int32_t block_size) {
+inline PackedBatch pack_decode_step(const Batch& padded, const DecodeStepPlan& p,
+                                    int32_t block_size) {
   PackedBatch packed = pack_batch(padded, block_size);
   packed.max_decode_kv_len = p.table_capacity * block_size;
   packed.max_block_id = p.max_block_id;
@@ -202,9 +198,8 @@ inline PackedBatch pack_decode_step(const Batch& padded, const DecodeStepPlan& p
 static_assert(sizeof(PackedBatch) == sizeof(std::vector<int32_t>) + 16 * sizeof(int32_t),
               "PackedBatch gained a field: decide whether same_graph_layout compares it");
 inline bool same_graph_layout(const PackedBatch& a, const PackedBatch& b) {
-  return a.tokens_off == b.tokens_off &&
-         a.positions_off == b.positions_off && a.slots_off == b.slots_off &&
-         a.seqs_off == b.seqs_off && a.tables_off == b.tables_off &&
+  return a.tokens_off == b.tokens_off && a.positions_off == b.positions_off &&
+         a.slots_off == b.slots_off && a.seqs_off == b.seqs_off && a.tables_off == b.tables_off &&
          a.output_rows_off == b.output_rows_off && a.prefill_tiles_off == b.prefill_tiles_off &&
          a.decode_seqs_off == b.decode_seqs_off && a.n_tokens == b.n_tokens &&
          a.n_seqs == b.n_seqs && a.n_output_rows == b.n_output_rows &&
@@ -221,22 +216,22 @@ struct DecodeGraphKey {
   int32_t bucket = 0;
   int32_t table_capacity = 0;
   bool operator==(const DecodeGraphKey& o) const {
-    return owner == o.owner && pool == o.pool && block_size == o.block_size &&
-           bucket == o.bucket && table_capacity == o.table_capacity;
+    return owner == o.owner && pool == o.pool && block_size == o.block_size && bucket == o.bucket &&
+           table_capacity == o.table_capacity;
   }
 };
 
 // Counters of the graph path, for tests, logs and health reports.
 struct DecodeGraphStats {
   DecodeGraphMode mode = DecodeGraphMode::kOff;
-  int64_t captures = 0;           // graphs recorded (each checked against its eager run)
-  int64_t replays = 0;            // steps run from a graph
-  int64_t checked_replays = 0;    // replays also run eagerly and compared, bit for bit
-  int64_t padded_eager_steps = 0; // padded steps run eagerly (kPaddedEager, or while recording)
-  int64_t eager_steps = 0;        // steps run as given (not a graph step, or graphs off)
-  int64_t layout_misses = 0;      // a key's step packed differently from its graph (re-recorded)
+  int64_t captures = 0;            // graphs recorded (each checked against its eager run)
+  int64_t replays = 0;             // steps run from a graph
+  int64_t checked_replays = 0;     // replays also run eagerly and compared, bit for bit
+  int64_t padded_eager_steps = 0;  // padded steps run eagerly (kPaddedEager, or while recording)
+  int64_t eager_steps = 0;         // steps run as given (not a graph step, or graphs off)
+  int64_t layout_misses = 0;       // a key's step packed differently from its graph (re-recorded)
   int32_t live_graphs = 0;
-  bool disabled = false;          // switched off for the process (a check failed)
+  bool disabled = false;  // switched off for the process (a check failed)
   std::string disabled_reason;
 };
 
