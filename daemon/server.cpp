@@ -33,6 +33,9 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/isa_plan.h"
+#if defined(PREFIXD_HAVE_CUDA)
+#include "kernels/cuda/cuda_backend.h"
+#endif
 #include "storage/tier_manager.h"
 
 namespace prefixd {
@@ -78,7 +81,10 @@ std::string model_id_for(const std::string& model_arg) {
 Result<std::unique_ptr<Backend>> make_backend(const ServerOptions& o, std::string* name) {
 #if defined(PREFIXD_HAVE_CUDA)
   if (o.backend == "cuda" || o.backend == "auto") {
-    auto b = make_cuda_backend(0);
+    CudaBackendOptions cuda_options;
+    cuda_options.decode_graphs =
+        o.cuda_graphs == "off" ? cuda::DecodeGraphMode::kOff : cuda::DecodeGraphMode::kOn;
+    auto b = make_cuda_backend(0, cuda_options);
     if (b.ok()) {
       *name = "cuda";
       return std::move(b.value());

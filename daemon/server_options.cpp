@@ -46,6 +46,9 @@ Status check_engine_flags(ServerOptions& o) {
   if (o.backend != "cpu" && o.backend != "cuda" && o.backend != "auto") {
     return Status::error("--backend '" + o.backend + "' is not one of cpu, cuda, auto");
   }
+  if (o.cuda_graphs != "on" && o.cuda_graphs != "off") {
+    return Status::error("--cuda-graphs '" + o.cuda_graphs + "' is not one of on, off");
+  }
   if (o.n_threads < 1 || o.n_threads > 256)
     return range_error("threads", std::to_string(o.n_threads), "1..256");
   Result<cpu::CpuIsa> isa = o.cpu_isa_option.choose();
@@ -229,6 +232,10 @@ void add_engine_flags(CLI::App& app, ServerOptions& o) {
   app.add_option("--cache-dir", o.cache_dir, "where generated models are kept")
       ->capture_default_str();
   app.add_option("--backend", o.backend, "cpu, cuda or auto")->capture_default_str();
+  app.add_option("--cuda-graphs", o.cuda_graphs,
+                 "on: the CUDA backend replays decode steps as CUDA graphs (checked bit for bit "
+                 "against an eager run first); off: every op launched on its own")
+      ->capture_default_str();
   app.add_option("--threads,-t", o.n_threads, "compute threads")->capture_default_str();
   add_cpu_isa_flag(app, o.cpu_isa_option);
   app.add_option("--kv-pool-mib", o.kv_pool_mib, "device KV pool size in MiB")

@@ -53,6 +53,7 @@ struct ServerOptions {
   std::string model = kDefaultModel;     // GGUF path, stories260K, demo, or preset:NAME[:dtype]
   std::string cache_dir;                 // where generated models live (default_cache_dir())
   std::string backend = "auto";          // cpu | cuda | auto
+  std::string cuda_graphs = "on";        // on | off: decode steps as CUDA graphs (cuda backend)
   int32_t n_threads = 2;                 // compute threads of the CPU backend
   CpuIsaOption cpu_isa_option;           // --cpu-isa / PREFIXD_CPU_ISA, as given
   cpu::CpuIsa cpu_isa{};                 // the set it resolves to (filled by validate)

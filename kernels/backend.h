@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -142,6 +143,19 @@ struct BlockRead {
   int32_t window_block_id = -1;
 };
 
+// One forward step as its caller describes it to Backend::run_step.
+struct StepInfo {
+  const void* owner = nullptr;    // the caller (a ForwardPass): its steps may share state
+  int32_t max_rows = 0;           // tokens and output rows the caller's buffers hold
+  int64_t token_limit = 0;        // token ids are below this (the embedding table's rows)
+  const float* logits = nullptr;  // (output rows, logit_cols) f32 in backend memory: the result
+  int64_t logit_cols = 0;
+};
+
+// The ops of one step over the batch the backend made current (the `step`
+// passed in; see run_step). Issues backend ops only.
+using StepBody = std::function<void(const Batch& step)>;
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -221,6 +235,26 @@ class Backend {
                          int32_t n_heads, float scale, int32_t window_tokens) = 0;
   // out (n_rows, dim) = the batch's output_rows of x (n_tokens, dim).
   virtual void gather_output_rows(const float* x, float* out, int64_t dim) = 0;
+
+  // A whole forward step: makes `batch` current and runs `body` over it; when
+  // this returns, info.logits holds the logits of batch.output_rows in their
+  // order (rows beyond them are the backend's own). The default, which the
+  // CPU backend keeps, is prepare_batch(batch) then body(batch). A backend may
+  // instead run body over a larger batch that begins with `batch`'s rows and
+  // output rows (the CUDA backend pads a decode step to a batch-size bucket,
+  // within info.max_rows), run it more than once, or replay a recording of an
+  // earlier run of it (a CUDA graph); it does so only for steps of one row
+  // per sequence whose every row is an output row. So `body` must issue
+  // backend ops only (no download, synchronize, alloc or free; prepare_batch
+  // only in steps of other shapes), issue the same ops for the same step
+  // shape, take everything that varies from step to step from the step
+  // batch, and be safe to run twice (its K/V writes land where they did).
+  virtual void run_step(const Batch& batch, const KvPool& pool, const StepInfo& info,
+                        const StepBody& body) {
+    (void)info;
+    prepare_batch(batch, pool.geom.block_size);
+    body(batch);
+  }
 
   // --- block transfers (tiers, copy-on-write) --------------------------------
   // Copies block `src` to block `dst` in every layer.

@@ -50,7 +50,7 @@ programs=(prefixd prefixctl tests/test_cuda_ops tests/test_cuda_launch tests/tes
 # The models the bundled tests read: golden_models() and quant_golden_models()
 # of tests/golden.h, with their golden outputs.
 models=(README.md golden quant stories260K.gguf rand-mqa-f16.gguf rand-qwen2-bf16.gguf
-        rand-llama3rope-f16.gguf rand-qwen3-bf16.gguf)
+        rand-llama3rope-f16.gguf rand-qwen3-bf16.gguf rand-gemma3-bf16.gguf)
 
 missing=()
 for p in "${programs[@]}"; do [[ -x "$build/$p" ]] || missing+=("$build/$p"); done

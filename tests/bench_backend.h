@@ -1,6 +1,6 @@
 // The benchmark programs' --backend flag: `cpu` (the default) or `cuda` (device
 // 0; only in a build with the CUDA backend, a clear error otherwise), so that
-// the same program measures both backends.
+// the same program measures both backends; and --cuda-graphs on|off.
 #pragma once
 
 #include <memory>
@@ -9,6 +9,9 @@
 #include "common/result.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_isa.h"
+#if defined(PREFIXD_HAVE_CUDA)
+#include "kernels/cuda/cuda_backend.h"
+#endif
 
 namespace prefixd::testing {
 
@@ -36,13 +39,17 @@ inline Status check_bench_backend(const std::string& name) {
 
 // The backend named by --backend: the CPU backend with `n_threads` threads and
 // instruction set `isa`, or the CUDA backend on device 0 (fails without a
-// usable device, with the CUDA runtime's reason).
+// usable device, with the CUDA runtime's reason), replaying decode steps as
+// CUDA graphs unless `cuda_graphs` is false (--cuda-graphs off).
 inline Result<std::unique_ptr<Backend>> make_bench_backend(const std::string& name, int n_threads,
-                                                           cpu::CpuIsa isa) {
+                                                           cpu::CpuIsa isa,
+                                                           bool cuda_graphs = true) {
   if (Status s = check_bench_backend(name); !s.ok()) return s;
   if (name == "cpu") return make_cpu_backend(n_threads, isa);
 #if defined(PREFIXD_HAVE_CUDA)
-  auto cuda = make_cuda_backend(0);
+  CudaBackendOptions options;
+  options.decode_graphs = cuda_graphs ? cuda::DecodeGraphMode::kOn : cuda::DecodeGraphMode::kOff;
+  auto cuda = make_cuda_backend(0, options);
   if (!cuda.ok()) return Status::error("--backend cuda: " + cuda.message());
   return std::move(cuda.value());
 #else

@@ -14,6 +14,7 @@
 //                     [--question 100] [--out 16] [--reps 3] [--suffix-only 1] [--kv auto] [--tiers DIR]
 //                     [--cpu-isa auto|avx512bf16|avx512|avx2|portable (default $PREFIXD_CPU_ISA)]
 //                     [--backend cpu|cuda (cuda: device 0, builds with the CUDA backend only)]
+//                     [--cuda-graphs on|off (default on: decode steps replayed as CUDA graphs)]
 // The model is written on first use to $TMPDIR/prefixd-bench-models/PRESET-TYPE.gguf
 // (`prefixd gen-model` may write the file there beforehand).
 #include <algorithm>
@@ -70,6 +71,7 @@ double median(std::vector<double> v) {
 // The command line (see the usage above).
 struct Args {
   std::string model_spec = "smol-135m:bf16", kv_name = "auto", tier_dir, backend_name = "cpu";
+  bool cuda_graphs = true;
   std::string isa_name = "auto", isa_source = "PREFIXD_CPU_ISA";
   int threads = 2, n_system = 2000, n_question = 100, n_out = 16, reps = 3;
   bool suffix_only = false;  // profiling aid: only the bare suffix prefill, `reps` times
@@ -90,7 +92,14 @@ int parse_args(int argc, char** argv, Args* a) {
     else if (f == "--suffix-only") a->suffix_only = std::atoi(argv[i + 1]) != 0;
     else if (f == "--tiers") a->tier_dir = argv[i + 1];
     else if (f == "--backend") a->backend_name = argv[i + 1];
-    else if (f == "--cpu-isa") {
+    else if (f == "--cuda-graphs") {
+      const std::string v = argv[i + 1];
+      if (v != "on" && v != "off") {
+        std::fprintf(stderr, "--cuda-graphs '%s' is not one of on, off\n", v.c_str());
+        return 2;
+      }
+      a->cuda_graphs = v == "on";
+    } else if (f == "--cpu-isa") {
       a->isa_name = argv[i + 1];
       a->isa_source = "--cpu-isa";
     } else {
@@ -407,7 +416,8 @@ int main(int argc, char** argv) {
   }
   // Every engine below (the fresh ones of the tier cases too) gets its own backend.
   b.new_backend = [&]() -> std::unique_ptr<Backend> {
-    Result<std::unique_ptr<Backend>> be = make_bench_backend(a.backend_name, a.threads, isa.value());
+    Result<std::unique_ptr<Backend>> be =
+        make_bench_backend(a.backend_name, a.threads, isa.value(), a.cuda_graphs);
     if (!be.ok()) {
       std::fprintf(stderr, "bench_engine: %s\n", be.message().c_str());
       std::exit(1);

@@ -9,6 +9,7 @@
 //                      [--reps R] [--chunk 512] [--kv f16] [--prefill 0 (decode only, for profiling; pp prints 0)]
 //                      [--cpu-isa auto|avx512bf16|avx512|avx2|portable (default $PREFIXD_CPU_ISA)]
 //                      [--backend cpu|cuda (cuda: device 0, builds with the CUDA backend only)]
+//                      [--cuda-graphs on|off (default on: decode steps replayed as CUDA graphs)]
 // Presets are written on first use to $TMPDIR/prefixd-bench-models/PRESET-TYPE.gguf
 // (`prefixd gen-model` may write the file there beforehand).
 #include <unistd.h>
@@ -65,7 +66,7 @@ double resident_mb() {
 struct Args {
   int threads = 2, reps = 3, chunk = 512;
   std::string models = "smol-135m:f32,smol-135m:bf16,tiny:f32,tiny:bf16";
-  std::string kv_name = "f16", backend_name = "cpu";
+  std::string kv_name = "f16", backend_name = "cpu", cuda_graphs = "on";
   std::string isa_name = "auto", isa_source = "PREFIXD_CPU_ISA";
   std::vector<std::string> files;  // --model FILE: any GGUF, in addition to the presets
   bool models_given = false;
@@ -88,6 +89,7 @@ Args parse_args(int argc, char** argv) {
     else if (f == "--chunk") a.chunk = std::atoi(argv[i + 1]);
     else if (f == "--kv") a.kv_name = argv[i + 1];
     else if (f == "--backend") a.backend_name = argv[i + 1];
+    else if (f == "--cuda-graphs") a.cuda_graphs = argv[i + 1];
     else if (f == "--cpu-isa") {
       a.isa_name = argv[i + 1];
       a.isa_source = "--cpu-isa";
@@ -195,6 +197,15 @@ int bench_model(Backend& backend, const Args& a, DType kv, const std::string& la
   results.push_back(decode_tps(fwd, pool, table, a.reps));
   std::printf("%-24s %-8s %10.1f %10.1f %10.1f %9.1f %9.1f\n", label.c_str(), type.c_str(), results[0],
               results[1], results[2], file_mb, load_mb);
+#if defined(PREFIXD_HAVE_CUDA)
+  if (backend.name() == "cuda") {
+    const cuda::DecodeGraphStats gs = decode_graph_stats(backend);
+    using ll = long long;
+    std::printf("  cuda graphs %s: %lld recorded, %lld replays (%lld checked), %lld eager steps%s%s\n",
+                a.cuda_graphs.c_str(), ll(gs.captures), ll(gs.replays), ll(gs.checked_replays),
+                ll(gs.eager_steps), gs.disabled ? "; OFF: " : "", gs.disabled_reason.c_str());
+  }
+#endif
   std::fflush(stdout);
   backend.free_kv_pool(pool);
   return 0;
@@ -217,7 +228,13 @@ int main(int argc, char** argv) {
   DType kv = a.kv_name == "f32" ? DType::F32 : a.kv_name == "bf16" ? DType::BF16 : DType::F16;
   std::string dir = std::filesystem::temp_directory_path() / "prefixd-bench-models";
   std::filesystem::create_directories(dir);
-  Result<std::unique_ptr<Backend>> made = testing::make_bench_backend(a.backend_name, a.threads, isa.value());
+  if (a.cuda_graphs != "on" && a.cuda_graphs != "off") {
+    std::fprintf(stderr, "bench_forward: --cuda-graphs '%s' is not one of on, off\n",
+                 a.cuda_graphs.c_str());
+    return 2;
+  }
+  Result<std::unique_ptr<Backend>> made =
+      testing::make_bench_backend(a.backend_name, a.threads, isa.value(), a.cuda_graphs == "on");
   if (!made.ok()) {
     std::fprintf(stderr, "bench_forward: %s\n", made.message().c_str());
     return 1;

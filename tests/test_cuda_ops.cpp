@@ -21,6 +21,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/quant/dequantize.h"
 #include "tests/block_list_check.h"
+#include "tests/decode_streams.h"
 #include "tests/golden.h"
 #include "tests/random_blocks.h"
 
@@ -960,6 +961,225 @@ TEST_CASE("whole forward pass on the golden models: llama.cpp, CPU backend, cach
       }
     }
   }
+}
+
+// --- decode graphs and activation twins -------------------------------------
+
+std::unique_ptr<Backend> cuda_backend_with(const CudaBackendOptions& o) {
+  auto r = make_cuda_backend(0, o);
+  REQUIRE_MESSAGE(r.ok(), r.message());
+  return std::move(r.value());
+}
+
+CudaBackendOptions graphs_mode(cuda::DecodeGraphMode mode) {
+  CudaBackendOptions o;
+  o.decode_graphs = mode;
+  return o;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// Every pass of two runs equal bit for bit, and the same greedy tokens.
+void check_same_run(const DecodeStreamsRun& a, const DecodeStreamsRun& b) {
+  CHECK(a.tokens == b.tokens);
+  REQUIRE(a.logits.size() == b.logits.size());
+  int32_t differing = 0;
+  for (size_t t = 0; t < a.logits.size(); ++t) differing += !same_bits(a.logits[t], b.logits[t]);
+  CHECK_MESSAGE(differing == 0, differing << " of " << a.logits.size() << " passes differ");
+}
+
+void check_graphs_served(const Backend& be) {
+  const cuda::DecodeGraphStats s = decode_graph_stats(be);
+  MESSAGE("decode graphs: " << s.captures << " recorded, " << s.replays << " replays ("
+                            << s.checked_replays << " checked), " << s.padded_eager_steps
+                            << " padded eager runs, " << s.eager_steps << " eager steps");
+  CHECK_MESSAGE(!s.disabled, s.disabled_reason);
+  CHECK(s.captures > 0);
+  CHECK(s.replays > 0);
+  CHECK(s.checked_replays > 0);
+}
+
+// F32 (stories260K), F16 with MQA, BF16 with q/k/v bias (qwen2) and q/k norms
+// (qwen3), Gemma 3 (GeGLU, post norms, a sliding window, logit softcap), and
+// Q4_K_M blocks (the matvec up to 8 rows, dequantized GEMMs at 16).
+std::vector<std::string> graph_test_models() {
+  return {"stories260K", "rand-mqa-f16", "rand-qwen2-bf16", "rand-qwen3-bf16", "rand-gemma3-bf16",
+          "quant/rand-q-q4-k-m"};
+}
+
+TEST_CASE("decode graphs: greedy decode equals the padded steps run eagerly, bit for bit, 1-9 rows") {
+  using cuda::DecodeGraphMode;
+  std::unique_ptr<Backend> on = cuda_backend_with(graphs_mode(DecodeGraphMode::kOn));
+  std::unique_ptr<Backend> eager = cuda_backend_with(graphs_mode(DecodeGraphMode::kPaddedEager));
+  for (const std::string& name : graph_test_models()) {
+    auto file = GgufFile::open(shared_path("models/" + name + ".gguf"));
+    REQUIRE(file.ok());
+    auto m_on = Model::load(file.value(), *on);
+    auto m_eager = Model::load(file.value(), *eager);
+    REQUIRE(m_on.ok());
+    REQUIRE(m_eager.ok());
+    for (DType kv : {DType::F16, DType::BF16}) {
+      for (int32_t bs : {4, 16}) {
+        CAPTURE(name);
+        CAPTURE(dtype_name(kv));
+        CAPTURE(bs);
+        // 40 passes over 1..9 sequences: buckets 1, 2, 4, 8, 16, each replayed.
+        check_same_run(run_decode_streams(*m_on.value(), kv, bs, 9, 40, 16),
+                       run_decode_streams(*m_eager.value(), kv, bs, 9, 40, 16));
+      }
+    }
+  }
+  check_graphs_served(*on);
+  CHECK(decode_graph_stats(*eager).captures == 0);
+}
+
+TEST_CASE("decode graphs: at bucket sizes, graphs on equal graphs off bit for bit") {
+  // No padding rows at 1, 2, 4 and 8 sequences, and contexts below 256 keys
+  // (one decode split either way): the graph runs what the eager step runs.
+  std::unique_ptr<Backend> on = cuda_backend_with(graphs_mode(cuda::DecodeGraphMode::kOn));
+  std::unique_ptr<Backend> off = cuda_backend_with(graphs_mode(cuda::DecodeGraphMode::kOff));
+  for (const std::string& name : graph_test_models()) {
+    CAPTURE(name);
+    auto file = GgufFile::open(shared_path("models/" + name + ".gguf"));
+    REQUIRE(file.ok());
+    auto m_on = Model::load(file.value(), *on);
+    auto m_off = Model::load(file.value(), *off);
+    REQUIRE(m_on.ok());
+    REQUIRE(m_off.ok());
+    check_same_run(run_decode_streams(*m_on.value(), DType::F16, 16, 8, 32, 8, {1, 2, 4, 8}),
+                   run_decode_streams(*m_off.value(), DType::F16, 16, 8, 32, 8, {1, 2, 4, 8}));
+  }
+  check_graphs_served(*on);
+  CHECK(decode_graph_stats(*off).eager_steps > 0);
+  CHECK(decode_graph_stats(*off).captures == 0);
+}
+
+TEST_CASE("activation twins: GEMM inputs written by the producing ops equal the conversion kernel's") {
+  CudaBackendOptions fused = graphs_mode(cuda::DecodeGraphMode::kOff);
+  CudaBackendOptions separate = fused;
+  separate.activation_twins = false;
+  std::unique_ptr<Backend> a = cuda_backend_with(fused);
+  std::unique_ptr<Backend> b = cuda_backend_with(separate);
+  for (const char* model : {"rand-mqa-f16", "rand-qwen2-bf16", "rand-gemma3-bf16",
+                            "quant/rand-q-q4-k-m"}) {
+    const std::string name = model;
+    CAPTURE(name);
+    auto file = GgufFile::open(shared_path("models/" + name + ".gguf"));
+    REQUIRE(file.ok());
+    auto ma = Model::load(file.value(), *a);
+    auto mb = Model::load(file.value(), *b);
+    REQUIRE(ma.ok());
+    REQUIRE(mb.ok());
+    // A 366-row prefill (beyond a twin's 256 rows: converted as before), then decode.
+    check_same_run(run_decode_streams(*ma.value(), DType::F16, 16, 12, 14, 16),
+                   run_decode_streams(*mb.value(), DType::F16, 16, 12, 14, 16));
+  }
+}
+
+TEST_CASE("decode graphs: a failed check switches them off and the eager results are served") {
+  CudaBackendOptions broken = graphs_mode(cuda::DecodeGraphMode::kOn);
+  broken.corrupt_checked_replays_for_test = true;
+  std::unique_ptr<Backend> bad = cuda_backend_with(broken);
+  std::unique_ptr<Backend> off = cuda_backend_with(graphs_mode(cuda::DecodeGraphMode::kOff));
+  auto file = GgufFile::open(shared_path("models/rand-qwen2-bf16.gguf"));
+  REQUIRE(file.ok());
+  auto m_bad = Model::load(file.value(), *bad);
+  auto m_off = Model::load(file.value(), *off);
+  REQUIRE(m_bad.ok());
+  REQUIRE(m_off.ok());
+  // The first decode pass (one sequence: no padding) is the failed recording;
+  // every later step runs eagerly as given, as with graphs off.
+  check_same_run(run_decode_streams(*m_bad.value(), DType::F16, 16, 6, 12, 8),
+                 run_decode_streams(*m_off.value(), DType::F16, 16, 6, 12, 8));
+  const cuda::DecodeGraphStats s = decode_graph_stats(*bad);
+  CHECK(s.disabled);
+  CHECK(s.disabled_reason.find("differ") != std::string::npos);
+  CHECK(s.captures == 0);
+  CHECK(s.replays == 0);
+  CHECK(s.live_graphs == 0);
+}
+
+TEST_CASE("decode graphs: scratch replaced by a long prefill between decode steps, re-recorded") {
+  using cuda::DecodeGraphMode;
+  std::unique_ptr<Backend> on = cuda_backend_with(graphs_mode(DecodeGraphMode::kOn));
+  std::unique_ptr<Backend> eager = cuda_backend_with(graphs_mode(DecodeGraphMode::kPaddedEager));
+  auto file = GgufFile::open(shared_path("models/rand-qwen2-bf16.gguf"));
+  REQUIRE(file.ok());
+  // Sequence A decodes; then B's 700-token prompt (a GEMM input beyond a
+  // twin: the conversion scratch grows) arrives; then both decode.
+  auto run = [&](Backend& be, int64_t* captures_before_b) {
+    auto m = Model::load(file.value(), be);
+    REQUIRE(m.ok());
+    const ModelConfig& c = m.value()->config();
+    KvGeometry g;
+    g.n_layers = c.n_layers;
+    g.n_blocks = 64;
+    g.block_size = 16;
+    g.n_kv_heads = c.n_kv_heads;
+    g.head_dim = c.head_dim;
+    g.dtype = DType::F16;
+    KvPool pool = be.allocate_kv_pool(g).value();
+    std::vector<int32_t> ta, tb;
+    for (int32_t i = 0; i < 8; ++i) ta.push_back(7 - i);
+    for (int32_t i = 8; i < 64; ++i) tb.push_back(i);
+    std::vector<std::vector<float>> out;
+    {
+      ForwardPass fwd(*m.value(), 1024, 4);
+      std::vector<int32_t> a_tokens(20), b_tokens(700);
+      for (size_t i = 0; i < a_tokens.size(); ++i) a_tokens[i] = int32_t(1 + (i * 37) % (c.n_vocab - 1));
+      for (size_t i = 0; i < b_tokens.size(); ++i) b_tokens[i] = int32_t(1 + (i * 53) % (c.n_vocab - 1));
+      auto pass = [&](BatchBuilder& b) {
+        std::vector<float> logits;
+        fwd.run(b.batch(), pool, &logits);
+        out.push_back(logits);
+        return logits;
+      };
+      auto greedy = [&](const std::vector<float>& l, size_t row) {
+        const float* p = l.data() + row * size_t(c.n_vocab);
+        return int32_t(std::max_element(p, p + c.n_vocab) - p);
+      };
+      BatchBuilder b(16);
+      b.add(a_tokens, 0, ta, LogitsWanted::kLast);
+      int32_t next_a = greedy(pass(b), 0), pos_a = 20;
+      for (int i = 0; i < 4; ++i, ++pos_a) {
+        b.clear();
+        b.add(std::vector<int32_t>{next_a}, pos_a, ta, LogitsWanted::kLast);
+        next_a = greedy(pass(b), 0);
+      }
+      *captures_before_b = decode_graph_stats(be).captures;
+      b.clear();
+      b.add(b_tokens, 0, tb, LogitsWanted::kLast);
+      int32_t next_b = greedy(pass(b), 0), pos_b = 700;
+      for (int i = 0; i < 4; ++i, ++pos_a, ++pos_b) {
+        b.clear();
+        b.add(std::vector<int32_t>{next_a}, pos_a, ta, LogitsWanted::kLast);
+        b.add(std::vector<int32_t>{next_b}, pos_b, tb, LogitsWanted::kLast);
+        const std::vector<float> l = pass(b);
+        next_a = greedy(l, 0);
+        next_b = greedy(l, 1);
+      }
+      b.clear();
+      b.add(std::vector<int32_t>{next_a}, pos_a, ta, LogitsWanted::kLast);  // bucket 1 again
+      pass(b);
+    }
+    be.free_kv_pool(pool);
+    return out;
+  };
+  int64_t on_before = 0, eager_before = 0;
+  const std::vector<std::vector<float>> a = run(*on, &on_before);
+  const std::vector<std::vector<float>> b = run(*eager, &eager_before);
+  REQUIRE(a.size() == b.size());
+  for (size_t t = 0; t < a.size(); ++t) {
+    CAPTURE(t);
+    CHECK(same_bits(a[t], b[t]));
+  }
+  const cuda::DecodeGraphStats s = decode_graph_stats(*on);
+  CHECK_MESSAGE(!s.disabled, s.disabled_reason);
+  CHECK(on_before == 1);      // bucket 1, table capacity 2
+  CHECK(s.captures >= 3);     // bucket 2 after B's prompt, bucket 1 recorded again
+  CHECK(s.replays >= 3);
 }
 
 #endif  // PREFIXD_HAVE_CUDA

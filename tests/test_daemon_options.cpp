@@ -29,6 +29,7 @@ TEST_CASE("ServerOptions::validate checks every range and name") {
   };
   CHECK(bad([](ServerOptions& x) { x.port = 70000; }));
   CHECK(bad([](ServerOptions& x) { x.backend = "tpu"; }));
+  CHECK(bad([](ServerOptions& x) { x.cuda_graphs = "auto"; }));
   CHECK(bad([](ServerOptions& x) { x.kv_dtype = "q4"; }));
   CHECK(bad([](ServerOptions& x) { x.block_size = 0; }));
   CHECK(bad([](ServerOptions& x) { x.n_threads = 0; }));
@@ -47,6 +48,11 @@ TEST_CASE("ServerOptions::validate checks every range and name") {
   CHECK(w.validate().message() == "--kv-window-share 0.97 is out of range (0..0.95)");
   w.kv_window_share = 0;
   CHECK(w.validate().ok());
+  ServerOptions g;
+  g.cuda_graphs = "off";
+  CHECK(g.validate().ok());
+  g.cuda_graphs = "yes";
+  CHECK(g.validate().message() == "--cuda-graphs 'yes' is not one of on, off");
   ServerOptions d;
   d.log_level_name = "debug";
   REQUIRE(d.validate().ok());

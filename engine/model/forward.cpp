@@ -3,6 +3,7 @@
 // residual add, sliding-window attention on its window layers).
 #include "engine/model/forward.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace prefixd {
@@ -80,10 +81,33 @@ void ForwardPass::run(const Batch& batch, KvPool& pool, std::vector<float>* logi
   const int64_t n_out = static_cast<int64_t>(batch.output_rows.size());
   PREFIXD_CHECK(n > 0 && n <= max_tokens_, "batch size out of range");
   PREFIXD_CHECK(n_out <= max_outputs_, "too many output rows");
+  StepInfo info;
+  info.owner = this;
+  info.max_rows = std::min(max_tokens_, max_outputs_);
+  info.token_limit = model_.token_embd().rows;
+  info.logits = logits_;
+  info.logit_cols = c.n_vocab;
+  backend_.run_step(batch, pool, info, [&](const Batch& step) { compute(step, pool); });
+  if (n_out == 0) {
+    logits_out->clear();
+    backend_.synchronize();
+    return;
+  }
+  logits_out->resize(static_cast<size_t>(n_out) * c.n_vocab);
+  backend_.download(logits_out->data(), logits_, logits_out->size() * sizeof(float));
+  if (c.final_logit_softcap > 0) {  // on the host copy: cap * tanh(logit / cap)
+    const float cap = c.final_logit_softcap;
+    for (float& v : *logits_out) v = cap * std::tanh(v / cap);
+  }
+}
+
+void ForwardPass::compute(const Batch& batch, KvPool& pool) {
+  const ModelConfig& c = model_.config();
+  const int64_t n = batch.n_tokens();
+  const int64_t n_out = static_cast<int64_t>(batch.output_rows.size());
   const int64_t q_dim = static_cast<int64_t>(c.n_heads) * c.head_dim;
   const int64_t kv_dim = static_cast<int64_t>(c.n_kv_heads) * c.head_dim;
 
-  backend_.prepare_batch(batch, pool.geom.block_size);
   backend_.embed(model_.token_embd(), x_);
   if (c.embed_scale != 1.0f) backend_.scale(x_, c.embed_scale, n * c.n_embd);
   for (int32_t il = 0; il < c.n_layers; ++il) {
@@ -113,11 +137,7 @@ void ForwardPass::run(const Batch& batch, KvPool& pool, std::vector<float>* logi
     }
     // The last layer, with rows whose output nothing reads: only the output
     // rows (their Q and residual gathered) go on, as a batch of their own.
-    if (n_out == 0) {
-      logits_out->clear();
-      backend_.synchronize();
-      return;
-    }
+    if (n_out == 0) return;
     backend_.gather_output_rows(q_, out_q_, q_dim);
     backend_.gather_output_rows(x_, out_x_, c.n_embd);
     backend_.prepare_batch(output_batch(batch), pool.geom.block_size);
@@ -126,12 +146,6 @@ void ForwardPass::run(const Batch& batch, KvPool& pool, std::vector<float>* logi
   if (n_out == n) backend_.gather_output_rows(x_, out_x_, c.n_embd);
   backend_.rmsnorm(out_x_, model_.output_norm(), out_x_, n_out, c.n_embd, c.rms_eps);
   backend_.matmul(model_.output(), out_x_, logits_, n_out);
-  logits_out->resize(static_cast<size_t>(n_out) * c.n_vocab);
-  backend_.download(logits_out->data(), logits_, logits_out->size() * sizeof(float));
-  if (c.final_logit_softcap > 0) {  // on the host copy: cap * tanh(logit / cap)
-    const float cap = c.final_logit_softcap;
-    for (float& v : *logits_out) v = cap * std::tanh(v / cap);
-  }
 }
 
 }  // namespace prefixd

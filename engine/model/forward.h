@@ -26,9 +26,14 @@ class ForwardPass {
   // The last layer writes every row's K/V, but its attention and
   // feed-forward run for the output rows only (none in a prefill chunk
   // without outputs): no later layer reads the other rows.
+  // The step goes to the backend as one Backend::run_step (which may pad a
+  // decode step and replay a recording of it; see there).
   void run(const Batch& batch, KvPool& pool, std::vector<float>* logits_out);
 
  private:
+  // Every op of one step over `batch` (made current by the backend): the
+  // logits of its output rows into logits_. The StepBody of run().
+  void compute(const Batch& batch, KvPool& pool);
   // Attention and feed-forward sub-layers of layer `il` after its K/V are
   // stored: x (n, n_embd) += attention(q); x += FFN(x), over the backend's
   // prepared batch of n rows.

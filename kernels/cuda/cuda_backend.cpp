@@ -13,7 +13,9 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/cuda/activation_twins.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/decode_graph.h"
 #include "kernels/cuda/kernels.h"
 #include "kernels/cuda/launch_config.h"
 #include "kernels/op_math_ext.h"
@@ -51,10 +53,14 @@ Status cuda_status(cudaError_t err, const std::string& what) {
 }
 
 // A device buffer that grows on demand. Growing waits for the stream, since
-// work issued earlier may still read the old buffer.
+// work issued earlier may still read the old buffer. With a CaptureState
+// (buffers a recorded decode graph may point at): growing bumps its epoch,
+// and during a capture it neither waits nor frees (the old buffer is retired
+// until the capture ends) and spoils the capture.
 struct DeviceScratch {
   void* ptr = nullptr;
   size_t capacity_bytes = 0;
+  cuda::CaptureState* graphs = nullptr;
   void* ensure(size_t n_bytes, cudaStream_t stream) {
     if (n_bytes <= capacity_bytes) return ptr;
     return grow_to(n_bytes + n_bytes / 2, stream);
@@ -65,10 +71,17 @@ struct DeviceScratch {
     return grow_to(n_bytes, stream);
   }
   void* grow_to(size_t n_bytes, cudaStream_t stream) {
-    PREFIXD_CUDA_CHECK(cudaStreamSynchronize(stream));
-    if (ptr) PREFIXD_CUDA_CHECK(cudaFree(ptr));
+    if (graphs != nullptr && graphs->capturing) {
+      if (ptr) graphs->retired.push_back(ptr);
+      graphs->spoiled = true;
+    } else {
+      PREFIXD_CUDA_CHECK(cudaStreamSynchronize(stream));
+      if (ptr) PREFIXD_CUDA_CHECK(cudaFree(ptr));
+    }
+    ptr = nullptr;
     capacity_bytes = n_bytes;
     PREFIXD_CUDA_CHECK(cudaMalloc(&ptr, capacity_bytes));
+    if (graphs != nullptr) ++graphs->epoch;
     return ptr;
   }
   void release() {
@@ -99,9 +112,16 @@ struct PinnedScratch {
   }
 };
 
-class CudaBackend final : public Backend {
+// cuBLAS workspace, set once so that eager and captured GEMMs choose alike
+// and a capture allocates nothing (32 MiB: cuBLAS's recommendation for Hopper).
+inline constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;
+
+class CudaBackend final : public Backend, private cuda::StepHost {
  public:
-  CudaBackend(int device, int n_sms) : device_(device), n_sms_(n_sms) {}
+  CudaBackend(int device, int n_sms, const CudaBackendOptions& options)
+      : device_(device), n_sms_(n_sms), options_(options) {
+    for (DeviceScratch* s : {&act_scratch_, &dequant_scratch_, &decode_ws_}) s->graphs = &capture_;
+  }
 
   // Creates streams, events and the cuBLAS handle; a failure is a Status.
   Status init() {
@@ -120,6 +140,15 @@ class CudaBackend final : public Backend {
     st = cublasSetStream(cublas_, stream_);
     if (st != CUBLAS_STATUS_SUCCESS)
       return Status::error(std::string("cublasSetStream: ") + cublasGetStatusString(st));
+    // After cublasSetStream, which resets the workspace to cuBLAS's own pool.
+    if ((e = cudaMalloc(&cublas_workspace_, kCublasWorkspaceBytes)) != cudaSuccess)
+      return cuda_status(e, "cuBLAS workspace");
+    st = cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspaceBytes);
+    if (st != CUBLAS_STATUS_SUCCESS)
+      return Status::error(std::string("cublasSetWorkspace: ") + cublasGetStatusString(st));
+    graphs_ = std::make_unique<cuda::DecodeGraphs>(static_cast<cuda::StepHost&>(*this),
+                                                  options_.decode_graphs,
+                                                  options_.corrupt_checked_replays_for_test);
     return Status::ok_status();
   }
 
@@ -127,6 +156,8 @@ class CudaBackend final : public Backend {
     cudaSetDevice(device_);
     if (stream_) cudaStreamSynchronize(stream_);
     if (copy_stream_) cudaStreamSynchronize(copy_stream_);
+    graphs_.reset();
+    for (const cuda::ActivationTwins::Twin& t : twins_.remove_all()) cudaFree(t.data);
     for (RopeTable& t : rope_tables_) cudaFree(t.inv_freq);
     act_scratch_.release();
     dequant_scratch_.release();
@@ -135,6 +166,7 @@ class CudaBackend final : public Backend {
     batch_host_.release();
     block_staging_.release();
     if (cublas_) cublasDestroy(cublas_);
+    if (cublas_workspace_) cudaFree(cublas_workspace_);
     for (cudaEvent_t ev : {batch_uploaded_, compute_done_, copy_done_})
       if (ev) cudaEventDestroy(ev);
     if (copy_stream_) cudaStreamDestroy(copy_stream_);
@@ -158,12 +190,18 @@ class CudaBackend final : public Backend {
   }
   void free(void* ptr) override {
     activate();
+    // Recorded decode graphs may point at it, and a buffer allocated later
+    // at the same address is not the one they recorded.
+    if (graphs_) graphs_->drop_all();
+    ++capture_.epoch;
+    for (const cuda::ActivationTwins::Twin& t : twins_.remove(ptr))
+      PREFIXD_CUDA_CHECK(cudaFree(t.data));
     if (ptr) PREFIXD_CUDA_CHECK(cudaFree(ptr));  // cudaFree waits for work using it
   }
   // Pinned, portable (usable from every thread and context). Called from
   // tier I/O threads: no stream work, no device state beyond the context.
   void* alloc_host(size_t n_bytes) override {
-    activate();
+    select_device();
     void* p = nullptr;
     if (cudaHostAlloc(&p, n_bytes, cudaHostAllocPortable) != cudaSuccess) return nullptr;
     return p;
@@ -228,9 +266,14 @@ class CudaBackend final : public Backend {
     if (cuda::attention_dims_per_lane(geom.head_dim) == 0)
       return Status::error("head_dim " + std::to_string(geom.head_dim) +
                            " exceeds the CUDA attention kernels' limit of 256");
+    if (graphs_) graphs_->drop_all();
     KvPool pool;
     pool.geom = geom;
-    const size_t layer_bytes = cuda::kv_layer_bytes(geom);
+    // n_blocks blocks for the engine, then decode_scratch_blocks() where the
+    // inert rows of a padded decode step write (decode_graph_plan.h).
+    const size_t scratch_blocks = size_t(cuda::decode_scratch_blocks(geom.block_size));
+    const size_t layer_bytes =
+        cuda::kv_layer_bytes(geom) + geom.layer_block_bytes() * scratch_blocks;
     for (int32_t l = 0; l < geom.n_layers; ++l) {
       for (std::vector<void*>* side : {&pool.k, &pool.v}) {
         void* p = nullptr;
@@ -250,6 +293,7 @@ class CudaBackend final : public Backend {
   }
   void free_kv_pool(KvPool& pool) override {
     activate();
+    if (graphs_) graphs_->drop_all();
     for (void* p : pool.k) PREFIXD_CUDA_CHECK(cudaFree(p));
     for (void* p : pool.v) PREFIXD_CUDA_CHECK(cudaFree(p));
     pool.k.clear();
@@ -261,7 +305,35 @@ class CudaBackend final : public Backend {
     activate();
     Status valid = cuda::validate_batch(batch, block_size);
     PREFIXD_CHECK(valid.ok(), valid.message().c_str());
-    PackedBatch packed = cuda::pack_batch(batch, block_size);
+    upload_packed(cuda::pack_batch(batch, block_size), block_size);
+  }
+
+  void run_step(const Batch& batch, const KvPool& pool, const StepInfo& info,
+                const StepBody& body) override {
+    activate();
+    graphs_->run_step(batch, pool, info, body);
+  }
+
+  cuda::DecodeGraphStats decode_graph_stats() const { return graphs_->stats(); }
+
+  // --- cuda::StepHost ---------------------------------------------------------
+  cudaStream_t step_stream() const override { return stream_; }
+  void prepare_step_batch(const Batch& batch, int32_t block_size) override {
+    prepare_batch(batch, block_size);
+  }
+  void use_packed(const int32_t* words, const PackedBatch& layout, int32_t block_size) override {
+    activate();
+    batch_.words = words;
+    batch_.layout = layout;
+    block_size_ = block_size;
+  }
+  void forget_current_twin() override { twins_.forget_current(); }
+  cuda::CaptureState& capture_state() override { return capture_; }
+
+  // The rest of prepare_batch: a packed batch uploaded from pinned staging
+  // to batch_dev_ and made current.
+  void upload_packed(PackedBatch packed, int32_t block_size) override {
+    activate();
     const size_t n_bytes = packed.words.size() * sizeof(int32_t);
     // The previous batch's upload must have read the pinned buffer before it is reused.
     PREFIXD_CUDA_CHECK(cudaEventSynchronize(batch_uploaded_));
@@ -291,25 +363,27 @@ class CudaBackend final : public Backend {
   void rmsnorm(const float* x, const float* weight, float* out, int64_t n, int64_t dim,
                float eps) override {
     activate();
-    cuda::launch_rmsnorm(x, weight, out, n, dim, eps, stream_);
+    const cuda::TwinOut twin = twin_for(out, n * dim);
+    cuda::launch_rmsnorm(x, weight, out, n, dim, eps, stream_, twin);
+    wrote(out, n * dim, twin);
   }
 
+  // A GEMM keeps the current activation twin (it reads it; select_device,
+  // not activate) unless y overlaps the buffer it is the twin of.
   void matmul(const Matrix& w, const float* x, float* y, int64_t n) override {
-    activate();
+    select_device();
     if (n == 0) return;
     PREFIXD_CHECK(n <= INT_MAX, "GEMM batch too large");
     const auto& m = static_cast<const CudaMatrix&>(w);
+    if (twins_.overlaps_current(y, static_cast<size_t>(n * m.rows) * sizeof(float)))
+      twins_.forget_current();
     if (m.blocks && cuda::quant_matmul_path(n) == cuda::QuantMatmulPath::kMatvec) {
       cuda::launch_quant_matvec(m.data, m.source_type, m.rows, m.cols, x, y, n, stream_);
       return;
     }
     const DType act_type = cuda::gemm_dispatch(m.source_type).activation;
     const void* act = x;  // (n, cols) in act_type
-    if (act_type != DType::F32) {
-      void* scratch = act_scratch_.ensure(cuda::gemm_activation_bytes(n, m.cols, act_type), stream_);
-      cuda::launch_convert_f32(x, scratch, act_type, n * m.cols, stream_);
-      act = scratch;
-    }
+    if (act_type != DType::F32) act = gemm_input(x, n, m.cols, act_type);
     if (!m.blocks) {
       gemm(m.data, m.stored, m.rows, m.cols, act, act_type, n, y, m.rows);
       return;
@@ -338,11 +412,15 @@ class CudaBackend final : public Backend {
   }
   void swiglu(const float* gate, const float* up, float* out, int64_t n) override {
     activate();
-    cuda::launch_swiglu(gate, up, out, n, stream_);
+    const cuda::TwinOut twin = twin_for(out, n);
+    cuda::launch_swiglu(gate, up, out, n, stream_, twin);
+    wrote(out, n, twin);
   }
   void geglu(const float* gate, const float* up, float* out, int64_t n) override {
     activate();
-    cuda::launch_geglu(gate, up, out, n, stream_);
+    const cuda::TwinOut twin = twin_for(out, n);
+    cuda::launch_geglu(gate, up, out, n, stream_, twin);
+    wrote(out, n, twin);
   }
   void scale(float* y, float factor, int64_t n) override {
     activate();
@@ -565,7 +643,53 @@ class CudaBackend final : public Backend {
     double* inv_freq;            // device, (rope_dim / 2) f64
   };
 
-  void activate() const { PREFIXD_CUDA_CHECK(cudaSetDevice(device_)); }
+  // Every op on the engine thread starts here: the device made current and
+  // the current activation twin forgotten (the op may write its buffer; the
+  // producing ops set it again after their launch, activation_twins.h).
+  void activate() {
+    select_device();
+    twins_.forget_current();
+  }
+  void select_device() const { PREFIXD_CUDA_CHECK(cudaSetDevice(device_)); }
+
+  // The twin an op writing `count` f32 elements at `out` writes too (none
+  // when `out` has no twin).
+  cuda::TwinOut twin_for(const float* out, int64_t count) const {
+    const cuda::ActivationTwins::Twin* t = twins_.target_for(out, count);
+    return t == nullptr ? cuda::TwinOut{} : cuda::TwinOut{t->data, t->type};
+  }
+  void wrote(const float* out, int64_t count, const cuda::TwinOut& twin) {
+    if (twin.data != nullptr)
+      twins_.wrote(out, count, cuda::ActivationTwins::Twin{twin.data, twin.type, count});
+  }
+
+  // x (n, cols) f32 in `type` for a GEMM: the current twin when it holds x;
+  // else converted, into x's twin (given to x here the first time, for at
+  // most kTwinRows rows, outside captures) or into act_scratch_, and made
+  // current for the GEMMs after this one on the same x.
+  const void* gemm_input(const float* x, int64_t n, int64_t cols, DType type) {
+    const int64_t count = n * cols;
+    if (const void* t = twins_.current_for(x, count, type)) return t;
+    if (options_.activation_twins && !capture_.capturing && !twins_.has(x) &&
+        n <= cuda::ActivationTwins::kTwinRows) {
+      cuda::ActivationTwins::Twin t;
+      t.type = type;
+      t.capacity = cuda::ActivationTwins::kTwinRows * cols;
+      if (cudaMalloc(&t.data, static_cast<size_t>(t.capacity) * dtype_bytes(type)) == cudaSuccess) {
+        twins_.add(x, t);
+        ++capture_.epoch;
+      } else {
+        cudaGetLastError();  // no twin: converted into the scratch, as before
+      }
+    }
+    const cuda::ActivationTwins::Twin* t = twins_.target_for(x, count);
+    void* dst = t != nullptr && t->type == type
+                    ? t->data
+                    : act_scratch_.ensure(cuda::gemm_activation_bytes(n, cols, type), stream_);
+    cuda::launch_convert_f32(x, dst, type, count, stream_);
+    twins_.converted(x, count, dst, type);
+    return dst;
+  }
 
   // y (n, ldy) f32, columns [0, rows) = act (n, cols) · Wᵀ, W (rows, cols)
   // row-major in w_type. Column-major that is yᵀ (rows, n) = op_T(W as
@@ -589,6 +713,11 @@ class CudaBackend final : public Backend {
     if (freq_factors != nullptr) factors.assign(freq_factors, freq_factors + half);
     for (const RopeTable& t : rope_tables_)
       if (t.rope_dim == rope_dim && t.base == base && t.factors == factors) return t.inv_freq;
+    if (capture_.capturing) {  // a new table waits for the stream: not in a capture
+      capture_.spoiled = true;
+      return nullptr;
+    }
+    ++capture_.epoch;
     std::vector<double> host(half);  // (rope_dim / 2) f64
     for (int32_t i = 0; i < half; ++i) {
       host[i] = op::rope_inv_freq(i, rope_dim, base);
@@ -615,6 +744,7 @@ class CudaBackend final : public Backend {
 
   int device_;
   int n_sms_;
+  CudaBackendOptions options_;
   cudaStream_t stream_ = nullptr;       // all compute, uploads and downloads
   cudaStream_t copy_stream_ = nullptr;  // tier block transfers
   cudaEvent_t batch_uploaded_ = nullptr;
@@ -632,11 +762,24 @@ class CudaBackend final : public Backend {
   DeviceScratch decode_ws_;       // (n_decode_seqs, n_heads, n_splits, head_dim + 2) f32
   PinnedScratch block_staging_;   // (geom.block_bytes()) one block, all layers, K then V
   std::vector<RopeTable> rope_tables_;
+  void* cublas_workspace_ = nullptr;  // (kCublasWorkspaceBytes) device
+  cuda::CaptureState capture_;        // what recorded decode graphs depend on
+  cuda::ActivationTwins twins_;       // 16-bit twins of GEMM inputs (storage owned here)
+  std::unique_ptr<cuda::DecodeGraphs> graphs_;
 };
 
 }  // namespace
 
 Result<std::unique_ptr<Backend>> make_cuda_backend(int device) {
+  return make_cuda_backend(device, CudaBackendOptions{});
+}
+
+cuda::DecodeGraphStats decode_graph_stats(const Backend& backend) {
+  const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
+  return cuda != nullptr ? cuda->decode_graph_stats() : cuda::DecodeGraphStats{};
+}
+
+Result<std::unique_ptr<Backend>> make_cuda_backend(int device, const CudaBackendOptions& options) {
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) {
@@ -656,7 +799,7 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(int device) {
                               std::to_string(prop.major) + std::to_string(prop.minor) +
                               "); rebuild with CMAKE_CUDA_ARCHITECTURES including it");
   }
-  auto backend = std::make_unique<CudaBackend>(device, prop.multiProcessorCount);
+  auto backend = std::make_unique<CudaBackend>(device, prop.multiProcessorCount, options);
   if (Status s = backend->init(); !s.ok()) return s;
   return std::unique_ptr<Backend>(std::move(backend));
 }

@@ -5,18 +5,39 @@
 //
 // Thread: like every Backend, used by one thread at a time (the engine thread).
 // All compute is ordered on one stream owned by the backend; tier block copies
-// (read_block/write_block) run on a second stream, ordered with events.
+// (read_block/write_block) run on a second stream, ordered with events. A
+// pure decode step may run as a replayed CUDA graph (CudaBackendOptions).
 #pragma once
 
 #include <memory>
 
 #include "common/result.h"
 #include "kernels/backend.h"
+#include "kernels/cuda/decode_graph_plan.h"
 
 namespace prefixd {
 
+struct CudaBackendOptions {
+  // Pure decode steps recorded once per batch-size bucket as a CUDA graph and
+  // replayed (kernels/cuda/decode_graph.h); kOff: every step launched op by
+  // op (the daemon's --cuda-graphs off); kPaddedEager: the graph path's
+  // padded steps launched op by op (what kOn equals bit for bit; tests).
+  cuda::DecodeGraphMode decode_graphs = cuda::DecodeGraphMode::kOn;
+  // The ops that produce a 16-bit GEMM's input write its 16-bit copy too,
+  // instead of a conversion kernel before the GEMM (activation_twins.h).
+  bool activation_twins = true;
+  // Test hook: every graph replay that is checked against its eager run
+  // (decode_graph.h) has its first logit overwritten first, so the check
+  // fails: graphs switch off and the step is served by its eager run.
+  bool corrupt_checked_replays_for_test = false;
+};
+
 // A backend on `device` (0-based); fails with a message when there is no
 // driver, no such device, or the binary holds no kernels for its architecture.
-Result<std::unique_ptr<Backend>> make_cuda_backend(int device);
+Result<std::unique_ptr<Backend>> make_cuda_backend(int device);  // default options
+Result<std::unique_ptr<Backend>> make_cuda_backend(int device, const CudaBackendOptions& options);
+
+// The decode-graph counters of a CUDA backend (all zero for another backend).
+cuda::DecodeGraphStats decode_graph_stats(const Backend& backend);
 
 }  // namespace prefixd

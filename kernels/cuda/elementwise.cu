@@ -1,6 +1,7 @@
-// Elementwise kernels over f32 activations (grid-stride loops): SwiGLU, GeGLU, scale, add,
-// bias add, f32 -> F16/BF16 conversion for the GEMM inputs, and the gather of
-// output rows before the logits.
+// Elementwise kernels over f32 activations (grid-stride loops): SwiGLU, GeGLU
+// (with an optional 16-bit twin of their output, kernels.h TwinOut), scale,
+// add, bias add, f32 -> F16/BF16 conversion for the GEMM inputs, and the
+// gather of output rows before the logits.
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/kernels.h"
@@ -13,12 +14,25 @@ namespace {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); \
        i += int64_t(gridDim.x) * blockDim.x)
 
-__global__ void swiglu_kernel(const float* gate, const float* up, float* out, int64_t n) {
-  PREFIXD_GRID_STRIDE(i, n) out[i] = op::swiglu(gate[i], up[i]);
+// kTwin F16/BF16: each stored value also written converted to kTwin; F32: none.
+template <DType kTwin>
+__global__ void swiglu_kernel(const float* gate, const float* up, float* out, int64_t n,
+                              typename Elem<kTwin>::Storage* twin) {
+  PREFIXD_GRID_STRIDE(i, n) {
+    const float y = op::swiglu(gate[i], up[i]);
+    out[i] = y;
+    if constexpr (kTwin != DType::F32) Elem<kTwin>::store(twin, i, y);
+  }
 }
 
-__global__ void geglu_kernel(const float* gate, const float* up, float* out, int64_t n) {
-  PREFIXD_GRID_STRIDE(i, n) out[i] = op::geglu(gate[i], up[i]);
+template <DType kTwin>
+__global__ void geglu_kernel(const float* gate, const float* up, float* out, int64_t n,
+                             typename Elem<kTwin>::Storage* twin) {
+  PREFIXD_GRID_STRIDE(i, n) {
+    const float y = op::geglu(gate[i], up[i]);
+    out[i] = y;
+    if constexpr (kTwin != DType::F32) Elem<kTwin>::store(twin, i, y);
+  }
 }
 
 __global__ void scale_kernel(float* y, float factor, int64_t n) {
@@ -46,17 +60,27 @@ __global__ void gather_rows_kernel(const float* x, float* out, int64_t dim, cons
 
 }  // namespace
 
-void launch_swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream) {
+void launch_swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream,
+                   TwinOut twin) {
   const LaunchConfig c = elementwise_launch(n);
   if (c.empty()) return;
-  swiglu_kernel<<<dim3(c.grid.x), dim3(c.block.x), 0, stream>>>(gate, up, out, n);
+  const DType t = twin.data == nullptr ? DType::F32 : twin.type;
+  PREFIXD_DISPATCH_DTYPE(t, {
+    swiglu_kernel<kT><<<dim3(c.grid.x), dim3(c.block.x), 0, stream>>>(
+        gate, up, out, n, static_cast<typename Elem<kT>::Storage*>(twin.data));
+  });
   PREFIXD_CUDA_CHECK_LAUNCH();
 }
 
-void launch_geglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream) {
+void launch_geglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream,
+                  TwinOut twin) {
   const LaunchConfig c = elementwise_launch(n);
   if (c.empty()) return;
-  geglu_kernel<<<dim3(c.grid.x), dim3(c.block.x), 0, stream>>>(gate, up, out, n);
+  const DType t = twin.data == nullptr ? DType::F32 : twin.type;
+  PREFIXD_DISPATCH_DTYPE(t, {
+    geglu_kernel<kT><<<dim3(c.grid.x), dim3(c.block.x), 0, stream>>>(
+        gate, up, out, n, static_cast<typename Elem<kT>::Storage*>(twin.data));
+  });
   PREFIXD_CUDA_CHECK_LAUNCH();
 }
 

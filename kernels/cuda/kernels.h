@@ -52,18 +52,30 @@ void launch_quant_matvec(const void* w, WeightType type, int64_t rows, int64_t c
 // (cudaErrorNoKernelImageForDevice otherwise); never aborts.
 cudaError_t probe_kernel_image();
 
-// rmsnorm.cu: out (n, dim) = x * rms_inv * weight (dim); out may equal x.
+// A second copy of an op's f32 output in a 16-bit type (a GEMM input in the
+// weight's type, activation_twins.h): element i = round-to-nearest-even of
+// the f32 value the op stores at i, so equal bit for bit to
+// launch_convert_f32 of the output. data (n) F16 or BF16, device; null: none.
+struct TwinOut {
+  void* data = nullptr;
+  DType type = DType::BF16;
+};
+
+// rmsnorm.cu: out (n, dim) = x * rms_inv * weight (dim); out may equal x;
+// twin (n, dim) the same values in twin.type.
 void launch_rmsnorm(const float* x, const float* weight, float* out, int64_t n, int64_t dim,
-                    float eps, cudaStream_t stream);
+                    float eps, cudaStream_t stream, TwinOut twin = {});
 
 // rope.cu: in place on x (n_tokens, n_heads, head_dim); inv_freq (rope_dim / 2) f64.
 void launch_rope(float* x, const DeviceBatch& b, int32_t n_heads, int32_t head_dim,
                  int32_t rope_dim, const double* inv_freq, RopeStyle style, cudaStream_t stream);
 
-// elementwise.cu
-void launch_swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream);
-// out (n) = op::geglu(gate, up) (tanh GELU gate).
-void launch_geglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream);
+// elementwise.cu: out (n) = op::swiglu(gate, up); twin (n) the same values in twin.type.
+void launch_swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream,
+                   TwinOut twin = {});
+// out (n) = op::geglu(gate, up) (tanh GELU gate); twin as launch_swiglu's.
+void launch_geglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream,
+                  TwinOut twin = {});
 // y (n) *= factor.
 void launch_scale(float* y, float factor, int64_t n, cudaStream_t stream);
 void launch_add(float* y, const float* x, int64_t n, cudaStream_t stream);
