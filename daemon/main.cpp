@@ -91,6 +91,11 @@ int main(int argc, char** argv) {
   // Environment variables count only where the flag was not given.
   serve.cpu_isa_option.take_env(std::getenv(prefixd::kCpuIsaEnvVar));
   gen.cpu_isa_option.take_env(std::getenv(prefixd::kCpuIsaEnvVar));
+  if (const char* v = std::getenv("PREFIXD_CUDNN_LIB"); serve.cudnn_lib.empty() && v != nullptr) serve.cudnn_lib = v;
+  for (const char* var : {"VIRTUAL_ENV", "CONDA_PREFIX"})
+    if (const char* v = std::getenv(var); v != nullptr && v[0] != '\0') serve.cudnn_python_prefixes.push_back(v);
+  if (const char* home = std::getenv("HOME"); home != nullptr && home[0] != '\0')
+    serve.cudnn_python_prefixes.push_back(std::string(home) + "/.local");
 
   if (g->parsed()) {
     if (!prompt_ids.empty()) {

@@ -78,7 +78,11 @@ std::string model_id_for(const std::string& model_arg) {
 Result<std::unique_ptr<Backend>> make_backend(const ServerOptions& o, std::string* name) {
 #if defined(PREFIXD_HAVE_CUDA)
   if (o.backend == "cuda" || o.backend == "auto") {
-    auto b = make_cuda_backend(0);
+    CudaBackendOptions cuda;
+    cuda.cudnn_lib = o.cudnn_lib;
+    cuda.python_prefixes = o.cudnn_python_prefixes;
+    cuda.log = [&o](const std::string& line) { log_line(o, LogLevel::kInfo, line); };
+    auto b = make_cuda_backend(0, cuda);
     if (b.ok()) {
       *name = "cuda";
       return std::move(b.value());
@@ -239,6 +243,7 @@ void fill_context(Server::State& s, const std::string& backend_name) {
   ctx.model.chat_template = s.chat_template.get();
   ctx.build.backend_name = backend_name;
   ctx.build.cpu_isa_name = cpu::cpu_isa_name(o.cpu_isa);
+  ctx.fast_paths = [backend = s.backend.get()] { return backend->fast_path_report(); };
   ctx.metrics = &s.metrics;
   ctx.admission = s.admission.get();
   ctx.tiers = s.tiers.get();

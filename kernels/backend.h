@@ -11,12 +11,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "common/result.h"
 #include "kernels/dtype.h"
+#include "kernels/fast_path_report.h"
 #include "kernels/quant/weight_type.h"
 
 namespace prefixd {
@@ -147,6 +149,10 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string name() const = 0;  // "cpu" or "cuda"
   virtual int n_threads() const { return 1; }
+  // Which fast paths serve (library attention, tuned kernels), their call
+  // counts and self-check verdicts, for /health and /metrics. Any thread.
+  // Empty for a backend without fast paths (the CPU's).
+  virtual FastPathReport fast_path_report() const { return {}; }
 
   // --- memory -------------------------------------------------------------
   virtual void* alloc(size_t n_bytes) = 0;  // zero-initialised; aborts on OOM
@@ -284,8 +290,25 @@ enum class CpuIsa : int;  // kernels/cpu/cpu_isa.h
 // (`auto`), each family on the set cpu::auto_plan() timed fastest.
 std::unique_ptr<Backend> make_cpu_backend(int n_threads);
 std::unique_ptr<Backend> make_cpu_backend(int n_threads, cpu::CpuIsa isa);
+
+// Options of the CUDA backend, filled by the daemon from its flags and
+// environment (kernels/cuda/README.md, "cuDNN attention").
+struct CudaBackendOptions {
+  // cuDNN for prefill attention, loaded at run time: an operator-named
+  // libcudnn.so.9 or the folder holding it, tried alone; "off" loads none;
+  // empty: the dynamic loader's search path, then Python environments.
+  std::string cudnn_lib;
+  // Python environments searched for nvidia/cudnn/lib before /usr/local and
+  // /usr, in order (the daemon passes $VIRTUAL_ENV, $CONDA_PREFIX, ~/.local).
+  std::vector<std::string> python_prefixes;
+  // Info lines (which attention path serves each shape, self-check
+  // verdicts); null: stderr.
+  std::function<void(const std::string&)> log;
+};
+
 #if defined(PREFIXD_HAVE_CUDA)
 Result<std::unique_ptr<Backend>> make_cuda_backend(int device);
+Result<std::unique_ptr<Backend>> make_cuda_backend(int device, const CudaBackendOptions& options);
 #endif
 
 }  // namespace prefixd

@@ -3,6 +3,7 @@
 // the same program measures both backends.
 #pragma once
 
+#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -34,6 +35,18 @@ inline Status check_bench_backend(const std::string& name) {
   return Status();
 }
 
+// The CUDA backend's options as the daemon fills them from its environment
+// (PREFIXD_CUDNN_LIB; $VIRTUAL_ENV, $CONDA_PREFIX, ~/.local for cuDNN).
+inline CudaBackendOptions bench_cuda_options() {
+  CudaBackendOptions o;
+  if (const char* v = std::getenv("PREFIXD_CUDNN_LIB"); v != nullptr) o.cudnn_lib = v;
+  for (const char* var : {"VIRTUAL_ENV", "CONDA_PREFIX"})
+    if (const char* v = std::getenv(var); v != nullptr && v[0] != '\0') o.python_prefixes.push_back(v);
+  if (const char* home = std::getenv("HOME"); home != nullptr && home[0] != '\0')
+    o.python_prefixes.push_back(std::string(home) + "/.local");
+  return o;
+}
+
 // The backend named by --backend: the CPU backend with `n_threads` threads and
 // instruction set `isa`, or the CUDA backend on device 0 (fails without a
 // usable device, with the CUDA runtime's reason).
@@ -42,7 +55,7 @@ inline Result<std::unique_ptr<Backend>> make_bench_backend(const std::string& na
   if (Status s = check_bench_backend(name); !s.ok()) return s;
   if (name == "cpu") return make_cpu_backend(n_threads, isa);
 #if defined(PREFIXD_HAVE_CUDA)
-  auto cuda = make_cuda_backend(0);
+  auto cuda = make_cuda_backend(0, bench_cuda_options());
   if (!cuda.ok()) return Status::error("--backend cuda: " + cuda.message());
   return std::move(cuda.value());
 #else

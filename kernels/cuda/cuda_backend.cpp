@@ -16,6 +16,8 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/kernels.h"
 #include "kernels/cuda/launch_config.h"
+#include "kernels/cuda/prefill_attention.h"
+#include "kernels/cuda/self_check.h"
 #include "kernels/op_math_ext.h"
 
 namespace prefixd {
@@ -99,7 +101,8 @@ struct PinnedScratch {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, int n_sms) : device_(device), n_sms_(n_sms) {}
+  CudaBackend(int device, int n_sms, CudaBackendOptions options)
+      : device_(device), n_sms_(n_sms), options_(std::move(options)) {}
 
   // Creates streams, events and the cuBLAS handle; a failure is a Status.
   Status init() {
@@ -118,6 +121,7 @@ class CudaBackend final : public Backend {
     st = cublasSetStream(cublas_, stream_);
     if (st != CUBLAS_STATUS_SUCCESS)
       return Status::error(std::string("cublasSetStream: ") + cublasGetStatusString(st));
+    prefill_ = std::make_unique<cuda::PrefillAttention>(options_, stream_, &fast_paths_);
     return Status::ok_status();
   }
 
@@ -125,6 +129,7 @@ class CudaBackend final : public Backend {
     cudaSetDevice(device_);
     if (stream_) cudaStreamSynchronize(stream_);
     if (copy_stream_) cudaStreamSynchronize(copy_stream_);
+    prefill_.reset();
     for (RopeTable& t : rope_tables_) cudaFree(t.inv_freq);
     act_scratch_.release();
     dequant_scratch_.release();
@@ -140,6 +145,7 @@ class CudaBackend final : public Backend {
   }
 
   std::string name() const override { return "cuda"; }
+  FastPathReport fast_path_report() const override { return fast_paths_.report(); }
 
   // --- memory -------------------------------------------------------------
   void* alloc(size_t n_bytes) override {
@@ -274,6 +280,7 @@ class CudaBackend final : public Backend {
     batch_.words = static_cast<const int32_t*>(dev);
     batch_.layout = std::move(packed);
     block_size_ = block_size;
+    prefill_->prepare_batch(batch, block_size);
   }
 
   void embed(const Matrix& table, float* out) override {
@@ -378,7 +385,7 @@ class CudaBackend final : public Backend {
     a.window_tokens = window_tokens;
     a.q = q;
     a.out = out;
-    cuda::launch_attention_prefill(a, batch_, stream_);
+    prefill_->run(a, pool.geom.n_blocks, batch_);
     if (batch_.layout.n_decode_seqs > 0) {
       const cuda::DecodeSplit split = cuda::decode_split(
           batch_.layout.n_decode_seqs, n_heads, batch_.layout.max_decode_kv_len, n_sms_);
@@ -604,6 +611,9 @@ class CudaBackend final : public Backend {
 
   int device_;
   int n_sms_;
+  CudaBackendOptions options_;
+  cuda::FastPathRegistry fast_paths_;              // which attention paths serve (any thread reads)
+  std::unique_ptr<cuda::PrefillAttention> prefill_;  // n_q > 1: cuDNN or the simple kernel
   cudaStream_t stream_ = nullptr;       // all compute, uploads and downloads
   cudaStream_t copy_stream_ = nullptr;  // tier block transfers
   cudaEvent_t batch_uploaded_ = nullptr;
@@ -626,6 +636,10 @@ class CudaBackend final : public Backend {
 }  // namespace
 
 Result<std::unique_ptr<Backend>> make_cuda_backend(int device) {
+  return make_cuda_backend(device, CudaBackendOptions{});
+}
+
+Result<std::unique_ptr<Backend>> make_cuda_backend(int device, const CudaBackendOptions& options) {
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) {
@@ -645,7 +659,7 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(int device) {
                               std::to_string(prop.major) + std::to_string(prop.minor) +
                               "); rebuild with CMAKE_CUDA_ARCHITECTURES including it");
   }
-  auto backend = std::make_unique<CudaBackend>(device, prop.multiProcessorCount);
+  auto backend = std::make_unique<CudaBackend>(device, prop.multiProcessorCount, options);
   if (Status s = backend->init(); !s.ok()) return s;
   return std::unique_ptr<Backend>(std::move(backend));
 }

@@ -18,5 +18,6 @@ namespace prefixd {
 // A backend on `device` (0-based); fails with a message when there is no
 // driver, no such device, or the binary holds no kernels for its architecture.
 Result<std::unique_ptr<Backend>> make_cuda_backend(int device);
+Result<std::unique_ptr<Backend>> make_cuda_backend(int device, const CudaBackendOptions& options);
 
 }  // namespace prefixd

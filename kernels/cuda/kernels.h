@@ -96,6 +96,9 @@ struct AttentionArgs {
 // attention_prefill.cu: sequences with n_q > 1 (the batch's prefill tiles).
 void launch_attention_prefill(const AttentionArgs& a, const DeviceBatch& b, cudaStream_t stream);
 
+// convert_to_f32.cu: dst (n) f32 = src (n) in `type` (F16 or BF16; F32 copies).
+void launch_convert_to_f32(const void* src, DType type, float* dst, int64_t n, cudaStream_t stream);
+
 // attention_decode.cu: sequences with n_q == 1. `partials` holds
 // decode_workspace_bytes(...) bytes (may be null when that is 0).
 void launch_attention_decode(const AttentionArgs& a, const DeviceBatch& b, const DecodeSplit& split,
