@@ -3,6 +3,7 @@
 // pack_batch's), the per-sequence words cuDNN reads (lengths, padded page
 // table), the runs of rows and tiles each path serves, the limits prefixd
 // keeps from cuDNN by version, and the order in which libcudnn.so.9 is searched.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -154,6 +155,13 @@ TEST_CASE("limits prefixd keeps from cuDNN, by version") {
   band.max_kv = band.max_q;
   CHECK_FALSE(sdpa_known_limits(band, 90900).empty());
   CHECK(sdpa_known_limits(band, 91002).empty());
+  SdpaShape odd = s;
+  odd.n_heads = 3;
+  odd.n_kv_heads = 1;
+  odd.head_dim = 12;  // 36-value rows: 72 bytes
+  CHECK(sdpa_known_limits(odd, 91900).find("16-byte") != std::string::npos);
+  odd.head_dim = 8;   // 24 and 8 values: 48 and 16 bytes
+  CHECK(sdpa_known_limits(odd, 91900).empty());
   SdpaShape huge = s;
   huge.n_pool_blocks = int32_t((int64_t(1) << 31) / (16 * 8 * 64));
   CHECK(sdpa_known_limits(huge, 91900).find("2^31") != std::string::npos);

@@ -3,6 +3,7 @@
 // run, the wrong length) is switched off with its error and the simple path
 // keeps serving; a right one (within the dtype-derived tolerance) stays on;
 // the registry counts calls and reports verdicts for /health and /metrics.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -76,7 +77,7 @@ TEST_CASE("a right fast path stays on; a wrong one is switched off with its erro
 
   // Right: every element within the tolerance (rounding-sized differences).
   std::vector<float> close = ref;
-  for (size_t i = 0; i < close.size(); ++i) close[i] += float((i % 7) - 3) * float(tol / 4);
+  for (size_t i = 0; i < close.size(); ++i) close[i] += float(int(i % 7) - 3) * float(tol / 4);
   SelfCheckVerdict v = run_self_check(reg, "cudnn_prefill", "bf16 bucket a", tol, returns(close), returns(ref));
   CHECK(v.passed);
   CHECK(v.error.empty());

@@ -92,10 +92,14 @@ struct DeviceBuffer {
   }
 };
 
-// Device memory of one self-check, freed with it.
+// Device memory of one self-check, freed with it; uploads are ordered on
+// `stream` (the host buffers outlive the check).
 struct CheckAllocations {
+  cudaStream_t stream;
   std::vector<void*> ptrs;
+  explicit CheckAllocations(cudaStream_t s) : stream(s) {}
   ~CheckAllocations() {
+    cudaStreamSynchronize(stream);
     for (void* p : ptrs) cudaFree(p);
   }
   Status upload(const void* host, size_t n_bytes, void** dev) {
@@ -105,7 +109,7 @@ struct CheckAllocations {
       return Status::error("cudaMalloc of " + std::to_string(n_bytes) + " bytes: " + cudaGetErrorString(e));
     }
     ptrs.push_back(p);
-    if (n_bytes) PREFIXD_CUDA_CHECK(cudaMemcpy(p, host, n_bytes, cudaMemcpyHostToDevice));
+    if (n_bytes) PREFIXD_CUDA_CHECK(cudaMemcpyAsync(p, host, n_bytes, cudaMemcpyHostToDevice, stream));
     *dev = p;
     return Status::ok_status();
   }
@@ -321,7 +325,9 @@ struct PrefillAttention::Impl {
     const int32_t n_tiles = seqs.empty() ? 0 : seqs.back().first_tile + seqs.back().n_tiles;
     PREFIXD_CHECK(n_tiles == b.layout.n_prefill_tiles, "prefill attention: batch differs from prepare_batch's");
     std::vector<const SdpaPlan*> chosen(seqs.size(), nullptr);
-    if (cudnn_on() && !meta_offsets.empty()) {
+    if (cudnn_on() && a.kv_dtype == DType::F32) {
+      log_class_once(shape_of(a, n_pool_blocks, seqs.front()), "the simple kernel (cuDNN takes BF16 or F16 pools)");
+    } else if (cudnn_on() && !meta_offsets.empty()) {
       for (size_t i = 0; i < seqs.size() && cudnn_on(); ++i)
         chosen[i] = plan_for(shape_of(a, n_pool_blocks, seqs[i]), a);
       if (!cudnn_on()) std::fill(chosen.begin(), chosen.end(), nullptr);  // a self-check just failed
@@ -428,7 +434,7 @@ struct PrefillAttention::Impl {
       write_sdpa_meta(p, cb.batch.block_tables.data() + p.table_start, s.block_size, s.table_len(),
                       meta.data() + offsets.back());
     }
-    CheckAllocations mem;
+    CheckAllocations mem(stream);
     void *dk = nullptr, *dv = nullptr, *dq = nullptr, *dwords = nullptr, *dmeta = nullptr, *dout = nullptr;
     const std::vector<float> zeros(size_t(n_tokens) * row, 0.0f);
     Status st = mem.upload(k_bits.data(), k_bits.size() * 2, &dk);
@@ -458,8 +464,10 @@ struct PrefillAttention::Impl {
         log(std::string("cuDNN self-check: the device failed: ") + cudaGetErrorString(e));
         PREFIXD_CUDA_CHECK(e);
       }
-      PREFIXD_CUDA_CHECK(cudaMemcpy(out->data(), dout, out->size() * sizeof(float), cudaMemcpyDeviceToHost));
-      PREFIXD_CUDA_CHECK(cudaMemset(dout, 0, out->size() * sizeof(float)));
+      PREFIXD_CUDA_CHECK(
+          cudaMemcpyAsync(out->data(), dout, out->size() * sizeof(float), cudaMemcpyDeviceToHost, stream));
+      PREFIXD_CUDA_CHECK(cudaMemsetAsync(dout, 0, out->size() * sizeof(float), stream));
+      PREFIXD_CUDA_CHECK(cudaStreamSynchronize(stream));
       return Status::ok_status();
     };
     const CheckRun simple = [&](std::vector<float>* out) {

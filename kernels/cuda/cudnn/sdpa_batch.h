@@ -60,7 +60,9 @@ struct SdpaShape {
 };
 
 // Why prefixd does not ask cuDNN `version` (cudnnGetVersion()) for a plan
-// of `s`, or "" when it does: pools other than BF16/F16; a container of
+// of `s`, or "" when it does: pools other than BF16/F16; rows of Q, O or a
+// pool slot that are not a multiple of 16 bytes (a sequence's Q and O views
+// start at any row; cuDNN's tensors are declared 16-byte aligned); a container of
 // 2^31 elements or more (kernel index arithmetic); and limits that
 // cudnn-frontend's support checks name for the composite attention graph
 // (paged K/V with head dim > 128 before 9.10; a bottom-right band before 9.6;
@@ -69,6 +71,8 @@ struct SdpaShape {
 inline std::string sdpa_known_limits(const SdpaShape& s, size_t version) {
   if (s.dtype != DType::BF16 && s.dtype != DType::F16)
     return std::string("cuDNN attention takes BF16 or F16 pools, not ") + dtype_name(s.dtype);
+  if ((int64_t(s.n_heads) * s.head_dim) % 8 != 0 || (int64_t(s.n_kv_heads) * s.head_dim) % 8 != 0)
+    return "rows of " + std::to_string(s.head_dim) + "-dim heads are not 16-byte aligned";
   const int64_t elements = int64_t(s.n_pool_blocks) * s.block_size * s.n_kv_heads * s.head_dim;
   if (elements >= (int64_t(1) << 31))
     return "a layer's pool holds " + std::to_string(elements) + " elements (2^31 or more)";
