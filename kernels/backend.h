@@ -299,7 +299,8 @@ struct CudaBackendOptions {
   // empty: the dynamic loader's search path, then Python environments.
   std::string cudnn_lib;
   // Python environments searched for nvidia/cudnn/lib before /usr/local and
-  // /usr, in order (the daemon passes $VIRTUAL_ENV, $CONDA_PREFIX, ~/.local).
+  // /usr, in order (the daemon passes $VIRTUAL_ENV, $CONDA_PREFIX, the
+  // environment of the first python3 on $PATH, ~/.local).
   std::vector<std::string> python_prefixes;
   // Info lines (which attention path serves each shape, self-check
   // verdicts); null: stderr.

@@ -26,6 +26,9 @@
 #   scripts/gpu_check.sh BUNDLE.tar.xz
 #   GPU_CHECK_STEPS=ops,e2e scripts/gpu_check.sh ...   (a subset, in the order above)
 #   GPU_CHECK_BUDGET_S=420                             (overall seconds)
+#   PREFIXD_CUDNN_LIB=off  the simple attention kernels only (the "before" figures);
+#                          unset: PyTorch's cuDNN (python3's nvidia/cudnn/lib) when
+#                          there is one, else the backend's own search
 #   GPU_CHECK_DRY_CPU=1   the same steps on the CPU with the `tiny` preset and a
 #                         1000 + 100 shape: checks this script's plumbing on a
 #                         machine without a GPU (its figures mean nothing)
@@ -85,7 +88,12 @@ record() {
 }
 want() { [[ "$steps" == *",$1,"* ]]; }
 
-say "setup: bundle $bundle_tar, out $OUT, backend $backend"
+# cuDNN for prefill attention: PyTorch's, unless PREFIXD_CUDNN_LIB names one (or "off").
+if [[ -z "${PREFIXD_CUDNN_LIB:-}" ]]; then
+  cudnn_dir=$(python3 -c 'import os, nvidia.cudnn; print(os.path.join(list(nvidia.cudnn.__path__)[0], "lib"))' 2>/dev/null)
+  [[ -n "$cudnn_dir" && -e "$cudnn_dir/libcudnn.so.9" ]] && export PREFIXD_CUDNN_LIB=$cudnn_dir
+fi
+say "setup: bundle $bundle_tar, out $OUT, backend $backend, cuDNN ${PREFIXD_CUDNN_LIB:-searched by the backend}"
 {
   if command -v nvidia-smi >/dev/null; then
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>&1

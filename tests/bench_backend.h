@@ -10,6 +10,7 @@
 #include "common/result.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_isa.h"
+#include "kernels/cuda/cudnn/cudnn_search.h"
 
 namespace prefixd::testing {
 
@@ -36,12 +37,15 @@ inline Status check_bench_backend(const std::string& name) {
 }
 
 // The CUDA backend's options as the daemon fills them from its environment
-// (PREFIXD_CUDNN_LIB; $VIRTUAL_ENV, $CONDA_PREFIX, ~/.local for cuDNN).
+// (PREFIXD_CUDNN_LIB; $VIRTUAL_ENV, $CONDA_PREFIX, the first python3 on
+// $PATH, ~/.local for cuDNN).
 inline CudaBackendOptions bench_cuda_options() {
   CudaBackendOptions o;
   if (const char* v = std::getenv("PREFIXD_CUDNN_LIB"); v != nullptr) o.cudnn_lib = v;
   for (const char* var : {"VIRTUAL_ENV", "CONDA_PREFIX"})
     if (const char* v = std::getenv(var); v != nullptr && v[0] != '\0') o.python_prefixes.push_back(v);
+  if (const char* path = std::getenv("PATH"); path != nullptr)
+    if (std::string p = cuda::python_prefix_on_path(path); !p.empty()) o.python_prefixes.push_back(p);
   if (const char* home = std::getenv("HOME"); home != nullptr && home[0] != '\0')
     o.python_prefixes.push_back(std::string(home) + "/.local");
   return o;

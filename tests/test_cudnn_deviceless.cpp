@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -61,6 +62,7 @@ std::vector<std::string> candidates() {
   search.explicit_lib = env_or_empty("PREFIXD_CUDNN_LIB");
   for (const char* var : {"VIRTUAL_ENV", "CONDA_PREFIX"})
     if (env_or_empty(var)[0] != '\0') search.python_prefixes.push_back(env_or_empty(var));
+  if (std::string p = python_prefix_on_path(env_or_empty("PATH")); !p.empty()) search.python_prefixes.push_back(p);
   if (env_or_empty("HOME")[0] != '\0') search.python_prefixes.push_back(std::string(env_or_empty("HOME")) + "/.local");
   std::vector<std::string> c = cudnn_library_candidates(search);
 #if defined(PREFIXD_TEST_CUDNN_LIBRARY)
@@ -242,6 +244,26 @@ TEST_CASE("a head dim cuDNN refuses (60) is refused, so the simple kernel serves
   // The same shape with head dim 64 plans.
   s.head_dim = 64;
   CHECK(cache.get(s).plan != nullptr);
+}
+
+TEST_CASE("an execution's variant pack finalizes with every tensor of the graph") {
+  for (bool windowed : {false, true}) {
+    SdpaShape s;
+    s.windowed = windowed;
+    alignas(16) static int32_t meta[64];
+    alignas(16) static char buffers[4][256];
+    SdpaArgs a;
+    a.q = buffers[0];
+    a.k_pool = buffers[1];
+    a.v_pool = buffers[2];
+    a.out = buffers[3];
+    a.meta = meta;
+    a.scale = 0.125f;
+    a.window = 512;
+    const float masked = -std::numeric_limits<float>::infinity();
+    Result<CudnnDescriptor> pack = make_sdpa_variant_pack(*g_api, s, a, &masked);
+    CHECK_MESSAGE(pack.ok(), pack.message());
+  }
 }
 
 TEST_CASE("shapes prefixd keeps from cuDNN never reach it") {

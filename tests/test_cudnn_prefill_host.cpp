@@ -162,6 +162,12 @@ TEST_CASE("limits prefixd keeps from cuDNN, by version") {
   CHECK(sdpa_known_limits(odd, 91900).find("16-byte") != std::string::npos);
   odd.head_dim = 8;   // 24 and 8 values: 48 and 16 bytes
   CHECK(sdpa_known_limits(odd, 91900).empty());
+  SdpaShape big_blocks = s;
+  big_blocks.block_size = 256;
+  big_blocks.max_kv = 128;
+  CHECK(sdpa_known_limits(big_blocks, 91900).find("whole blocks") != std::string::npos);
+  big_blocks.max_kv = 512;
+  CHECK(sdpa_known_limits(big_blocks, 91900).empty());
   SdpaShape huge = s;
   huge.n_pool_blocks = int32_t((int64_t(1) << 31) / (16 * 8 * 64));
   CHECK(sdpa_known_limits(huge, 91900).find("2^31") != std::string::npos);
@@ -206,6 +212,12 @@ TEST_CASE("libcudnn.so.9 is searched: a named path alone, else the loader, then 
   CHECK(cudnn_library_candidates(s) == std::vector<std::string>{venv});
   s.explicit_lib = "/no/such/libcudnn.so.9";
   CHECK(cudnn_library_candidates(s) == std::vector<std::string>{"/no/such/libcudnn.so.9"});
+  // The environment of the first python3 on PATH.
+  make_lib("venv/bin/python3");
+  CHECK(python_prefix_on_path("/no/such/bin:" + tmp.path + "/venv/bin:/usr/bin") == tmp.path + "/venv");
+  CHECK(python_prefix_on_path(tmp.path + "/venv/bin/") == tmp.path + "/venv");
+  CHECK(python_prefix_on_path(tmp.path + "/nowhere") == "");
+  CHECK(python_prefix_on_path("") == "");
   s.explicit_lib = "off";
   CHECK(cudnn_disabled(s));
   CHECK(cudnn_library_candidates(s).empty());

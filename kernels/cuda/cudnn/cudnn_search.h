@@ -7,8 +7,9 @@
 // search (LD_LIBRARY_PATH, the ld.so cache: bare "libcudnn.so.9"), then the
 // `nvidia/cudnn/lib` folder of Python environments (where PyTorch's pip
 // packages put it): for each prefix in `python_prefixes` (the daemon passes
-// $VIRTUAL_ENV, $CONDA_PREFIX and ~/.local, in that order), then /usr/local
-// and /usr, every <prefix>/lib/python3*/{site,dist}-packages that has one.
+// $VIRTUAL_ENV, $CONDA_PREFIX, the environment of the first python3 on
+// $PATH and ~/.local, in that order), then /usr/local and /usr, every
+// <prefix>/lib/python3*/{site,dist}-packages that has one.
 #pragma once
 
 #include <algorithm>
@@ -51,6 +52,26 @@ inline std::vector<std::string> python_cudnn_libraries(const std::string& prefix
     }
   }
   return found;
+}
+
+// The environment prefix of the first `python3` on a PATH-style list
+// ("/opt/venv/bin:/usr/bin" -> "/opt/venv" when /opt/venv/bin/python3
+// exists; symbolic links are not followed: a virtual environment's python3
+// links out of it). "" when none is found.
+inline std::string python_prefix_on_path(const std::string& path_env) {
+  namespace fs = std::filesystem;
+  size_t start = 0;
+  while (start <= path_env.size()) {
+    const size_t end = std::min(path_env.find(':', start), path_env.size());
+    const std::string dir = path_env.substr(start, end - start);
+    std::error_code ec;
+    if (!dir.empty() && fs::exists(fs::path(dir) / "python3", ec)) {
+      const fs::path bin = fs::path(dir).lexically_normal();
+      return (bin.filename().empty() ? bin.parent_path().parent_path() : bin.parent_path()).string();
+    }
+    start = end + 1;
+  }
+  return "";
 }
 
 // The candidates to dlopen, in order (empty when cuDNN is off).

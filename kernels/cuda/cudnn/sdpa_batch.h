@@ -62,7 +62,8 @@ struct SdpaShape {
 // Why prefixd does not ask cuDNN `version` (cudnnGetVersion()) for a plan
 // of `s`, or "" when it does: pools other than BF16/F16; rows of Q, O or a
 // pool slot that are not a multiple of 16 bytes (a sequence's Q and O views
-// start at any row; cuDNN's tensors are declared 16-byte aligned); a container of
+// start at any row; cuDNN's tensors are declared 16-byte aligned); buckets
+// that are not whole blocks (block sizes above 128); a container of
 // 2^31 elements or more (kernel index arithmetic); and limits that
 // cudnn-frontend's support checks name for the composite attention graph
 // (paged K/V with head dim > 128 before 9.10; a bottom-right band before 9.6;
@@ -76,6 +77,8 @@ inline std::string sdpa_known_limits(const SdpaShape& s, size_t version) {
   const int64_t elements = int64_t(s.n_pool_blocks) * s.block_size * s.n_kv_heads * s.head_dim;
   if (elements >= (int64_t(1) << 31))
     return "a layer's pool holds " + std::to_string(elements) + " elements (2^31 or more)";
+  if (s.max_kv % s.block_size != 0)
+    return "a bucket of " + std::to_string(s.max_kv) + " keys is not whole blocks of " + std::to_string(s.block_size);
   if (s.head_dim > 128 && version < 91000) return "paged attention with head dim > 128 needs cuDNN 9.10";
   if (s.windowed && version < 90600) return "a sliding window with bottom-right alignment needs cuDNN 9.6";
   if (s.windowed && version < 91000 && s.max_q == s.max_kv)

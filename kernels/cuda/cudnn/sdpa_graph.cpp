@@ -363,10 +363,9 @@ Result<std::unique_ptr<SdpaPlan>> build_sdpa_plan(const CudnnApi& api, const Pla
   return Status::error("cuDNN refuses every engine for " + shape.describe() + " (" + refusals + ")");
 }
 
-Status execute_sdpa_plan(const CudnnApi& api, cudnnHandle_t handle, const SdpaPlan& plan, const SdpaArgs& a) {
-  if (!plan.executable) return Status::error("plan " + plan.shape.describe() + " is not executable");
-  const float neg_inf = masked_score(api.version);
-  const int64_t uids[] = {kUidQ,      kUidK,          kUidV,          kUidO,     kUidSeqQ,   kUidSeqKv,
+Result<CudnnDescriptor> make_sdpa_variant_pack(const CudnnApi& api, const SdpaShape& shape, const SdpaArgs& a,
+                                               const float* masked) {
+  const int64_t uids[] = {kUidQ,          kUidK,          kUidV,     kUidO,      kUidSeqQ,  kUidSeqKv,
                           kUidPageTableK, kUidPageTableV, kUidScale, kUidNegInf, kUidWindow};
   void* ptrs[] = {const_cast<void*>(a.q),
                   const_cast<void*>(a.k_pool),
@@ -377,9 +376,9 @@ Status execute_sdpa_plan(const CudnnApi& api, cudnnHandle_t handle, const SdpaPl
                   const_cast<int32_t*>(a.meta + kSdpaTableWord),
                   const_cast<int32_t*>(a.meta + kSdpaTableWord),
                   const_cast<float*>(&a.scale),
-                  const_cast<float*>(&neg_inf),
+                  const_cast<float*>(masked),
                   const_cast<int32_t*>(&a.window)};
-  const int64_t n = plan.shape.windowed ? 11 : 10;
+  const int64_t n = shape.windowed ? 11 : 10;  // WINDOW last: in windowed graphs only
   cudnnBackendDescriptor_t pack = nullptr;
   cudnnStatus_t s = api.BackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack);
   if (s != CUDNN_STATUS_SUCCESS) return Status::error(api.describe(s, "variant pack"));
@@ -393,7 +392,15 @@ Status execute_sdpa_plan(const CudnnApi& api, cudnnHandle_t handle, const SdpaPl
           CUDNN_STATUS_SUCCESS ||
       (s = api.BackendFinalize(pack)) != CUDNN_STATUS_SUCCESS)
     return Status::error(api.describe(s, "variant pack"));
-  if ((s = api.BackendExecute(handle, plan.plan, pack)) != CUDNN_STATUS_SUCCESS)
+  return owned;
+}
+
+Status execute_sdpa_plan(const CudnnApi& api, cudnnHandle_t handle, const SdpaPlan& plan, const SdpaArgs& a) {
+  if (!plan.executable) return Status::error("plan " + plan.shape.describe() + " is not executable");
+  const float masked = masked_score(api.version);  // read by cudnnBackendExecute (by value)
+  Result<CudnnDescriptor> pack = make_sdpa_variant_pack(api, plan.shape, a, &masked);
+  if (!pack.ok()) return pack.status();
+  if (cudnnStatus_t s = api.BackendExecute(handle, plan.plan, pack.value().get()); s != CUDNN_STATUS_SUCCESS)
     return Status::error(api.describe(s, "execute " + plan.shape.describe()));
   return Status::ok_status();
 }

@@ -101,6 +101,12 @@ struct SdpaArgs {
   int32_t window = 0;            // windowed shapes: keys (p - window, p] of a query at p
 };
 
+// The variant pack of one execution: every non-virtual tensor's pointer by
+// its unique id (the by-value scalars from `a` and `masked`, the score
+// masked keys get, read when the pack is executed), the workspace.
+Result<CudnnDescriptor> make_sdpa_variant_pack(const CudnnApi& api, const SdpaShape& shape, const SdpaArgs& a,
+                                               const float* masked);
+
 // Enqueues one execution on the handle's stream.
 Status execute_sdpa_plan(const CudnnApi& api, cudnnHandle_t handle, const SdpaPlan& plan, const SdpaArgs& args);
 
