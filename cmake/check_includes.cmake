@@ -17,8 +17,10 @@
 #   daemon/auth/        common/ daemon/auth/
 #   daemon/validation/  common/ engine/ daemon/http/api_error.h daemon/http/api_result.h daemon/validation/
 #   daemon/monitoring/  common/ storage/ engine/ daemon/monitoring/
+#                       kernels/fast_path_report.h (the backend's attention paths)
 #   daemon/api/         common/ storage/ engine/ daemon/http/ daemon/auth/
 #                       daemon/validation/ daemon/monitoring/ daemon/api/
+#                       kernels/fast_path_report.h
 #   daemon/commands/    common/ kernels/ engine/ daemon/commands/
 #                       daemon/model_source.h daemon/cpu_isa_option.h
 #   daemon/ (its own files)  common/ kernels/ storage/ engine/ daemon/
@@ -42,8 +44,8 @@ set(RULES
   "daemon/http/|common/ daemon/http/"
   "daemon/auth/|common/ daemon/auth/"
   "daemon/validation/|common/ engine/ daemon/http/api_error.h daemon/http/api_result.h daemon/validation/"
-  "daemon/monitoring/|common/ storage/ engine/ daemon/monitoring/"
-  "daemon/api/|common/ storage/ engine/ daemon/http/ daemon/auth/ daemon/validation/ daemon/monitoring/ daemon/api/"
+  "daemon/monitoring/|common/ storage/ engine/ daemon/monitoring/ kernels/fast_path_report.h"
+  "daemon/api/|common/ storage/ engine/ daemon/http/ daemon/auth/ daemon/validation/ daemon/monitoring/ daemon/api/ kernels/fast_path_report.h"
   "daemon/commands/|common/ kernels/ engine/ daemon/commands/ daemon/model_source.h daemon/cpu_isa_option.h"
   "daemon/|common/ kernels/ storage/ engine/ daemon/"
   "client/|common/ client/")

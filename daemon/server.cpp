@@ -84,6 +84,9 @@ Result<std::unique_ptr<Backend>> make_backend(const ServerOptions& o, std::strin
     CudaBackendOptions cuda_options;
     cuda_options.decode_graphs =
         o.cuda_graphs == "off" ? cuda::DecodeGraphMode::kOff : cuda::DecodeGraphMode::kOn;
+    cuda_options.cudnn_lib = o.cudnn_lib;
+    cuda_options.python_prefixes = o.cudnn_python_prefixes;
+    cuda_options.log = [&o](const std::string& line) { log_line(o, LogLevel::kInfo, line); };
     auto b = make_cuda_backend(0, cuda_options);
     if (b.ok()) {
       *name = "cuda";
@@ -248,6 +251,7 @@ void fill_context(Server::State& s, const std::string& backend_name) {
   ctx.model.chat_template = s.chat_template.get();
   ctx.build.backend_name = backend_name;
   ctx.build.cpu_isa_name = cpu::cpu_isa_name(o.cpu_isa);
+  ctx.fast_paths = [backend = s.backend.get()] { return backend->fast_path_report(); };
   ctx.metrics = &s.metrics;
   ctx.admission = s.admission.get();
   ctx.tiers = s.tiers.get();

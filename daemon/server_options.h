@@ -57,6 +57,11 @@ struct ServerOptions {
   int32_t n_threads = 2;                 // compute threads of the CPU backend
   CpuIsaOption cpu_isa_option;           // --cpu-isa / PREFIXD_CPU_ISA, as given
   cpu::CpuIsa cpu_isa{};                 // the set it resolves to (filled by validate)
+  // cuDNN for the CUDA backend's prefill attention (CudaBackendOptions):
+  // --cudnn-lib, else PREFIXD_CUDNN_LIB: a libcudnn.so.9 or its folder, or
+  // "off"; empty: the library path, then Python environments.
+  std::string cudnn_lib;
+  std::vector<std::string> cudnn_python_prefixes;  // $VIRTUAL_ENV, $CONDA_PREFIX, python3's on $PATH, ~/.local (main.cpp)
   int64_t kv_pool_mib = 256;             // device KV pool budget, MiB
   // Share of the pool that holds a sliding-window model's window layers in a
   // space of their own (EngineOptions::window_share); 0: one space. [0, 0.95]

@@ -18,6 +18,7 @@
 
 #include "common/result.h"
 #include "kernels/dtype.h"
+#include "kernels/fast_path_report.h"
 #include "kernels/quant/weight_type.h"
 
 namespace prefixd {
@@ -161,6 +162,10 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string name() const = 0;  // "cpu" or "cuda"
   virtual int n_threads() const { return 1; }
+  // Which fast paths serve (library attention, tuned kernels), their call
+  // counts and self-check verdicts, for /health and /metrics. Any thread.
+  // Empty for a backend without fast paths (the CPU's).
+  virtual FastPathReport fast_path_report() const { return {}; }
 
   // --- memory -------------------------------------------------------------
   virtual void* alloc(size_t n_bytes) = 0;  // zero-initialised; aborts on OOM
@@ -318,8 +323,6 @@ enum class CpuIsa : int;  // kernels/cpu/cpu_isa.h
 // (`auto`), each family on the set cpu::auto_plan() timed fastest.
 std::unique_ptr<Backend> make_cpu_backend(int n_threads);
 std::unique_ptr<Backend> make_cpu_backend(int n_threads, cpu::CpuIsa isa);
-#if defined(PREFIXD_HAVE_CUDA)
-Result<std::unique_ptr<Backend>> make_cuda_backend(int device);
-#endif
+
 
 }  // namespace prefixd

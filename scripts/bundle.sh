@@ -47,6 +47,9 @@ shared=$(sed -n 's/^PREFIXD_SHARED_DIR:PATH=//p' "$build/CMakeCache.txt" 2>/dev/
 # Programs: path in the build -> name in bin/.
 programs=(prefixd prefixctl tests/test_cuda_ops tests/test_cuda_launch tests/test_forward_golden
           tests/bench_forward tests/bench_engine)
+# Built only where cuDNN's headers were found: carried when present (its
+# --dump mode saves the GPU's device description for the deviceless plan test).
+[[ -x "$build/tests/test_cudnn_deviceless" ]] && programs+=(tests/test_cudnn_deviceless)
 # The models the bundled tests read: golden_models() and quant_golden_models()
 # of tests/golden.h, with their golden outputs.
 models=(README.md golden quant stories260K.gguf rand-mqa-f16.gguf rand-qwen2-bf16.gguf

@@ -3,6 +3,9 @@
 # scripts/bundle.sh, then runs, each step under `timeout` within one overall
 # budget (default 420 s), logs in $OUT (default $TMPDIR/prefixd-gpu-check/out):
 #   ops        test_cuda_ops (every op, every block format, golden forward passes)
+#   cudnn      the cuDNN the backend loads (version, path) and the GPU's device
+#              description, saved as $OUT/cudnn_h100_device.json: commit it as
+#              tests/data/cudnn_h100_device.json (the deviceless plan test's)
 #   sanitize   compute-sanitizer memcheck and racecheck on the rope and attention
 #              cases (skipped when compute-sanitizer is not installed)
 #   e2e        stories260K served with --backend cuda and --backend cpu: greedy
@@ -23,6 +26,9 @@
 #   scripts/gpu_check.sh BUNDLE.tar.xz
 #   GPU_CHECK_STEPS=ops,e2e scripts/gpu_check.sh ...   (a subset, in the order above)
 #   GPU_CHECK_BUDGET_S=420                             (overall seconds)
+#   PREFIXD_CUDNN_LIB=off  the simple attention kernels only (the "before" figures);
+#                          unset: PyTorch's cuDNN (python3's nvidia/cudnn/lib) when
+#                          there is one, else the backend's own search
 #   GPU_CHECK_DRY_CPU=1   the same steps on the CPU with the `tiny` preset and a
 #                         1000 + 100 shape: checks this script's plumbing on a
 #                         machine without a GPU (its figures mean nothing)
@@ -32,7 +38,7 @@ set -uo pipefail
 bundle_tar=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 work=${TMPDIR:-/tmp}/prefixd-gpu-check
 OUT=${OUT:-$work/out}
-steps=",${GPU_CHECK_STEPS:-ops,sanitize,e2e,gen,forward,engine,restart,tput,hf},"
+steps=",${GPU_CHECK_STEPS:-ops,cudnn,sanitize,e2e,gen,forward,engine,restart,tput,hf},"
 budget_s=${GPU_CHECK_BUDGET_S:-420}
 dry=${GPU_CHECK_DRY_CPU:-0}
 backend=cuda preset=llama-1b system=8000 pool_mib=300 threads=8
@@ -82,7 +88,12 @@ record() {
 }
 want() { [[ "$steps" == *",$1,"* ]]; }
 
-say "setup: bundle $bundle_tar, out $OUT, backend $backend"
+# cuDNN for prefill attention: PyTorch's, unless PREFIXD_CUDNN_LIB names one (or "off").
+if [[ -z "${PREFIXD_CUDNN_LIB:-}" ]]; then
+  cudnn_dir=$(python3 -c 'import os, nvidia.cudnn; print(os.path.join(list(nvidia.cudnn.__path__)[0], "lib"))' 2>/dev/null)
+  [[ -n "$cudnn_dir" && -e "$cudnn_dir/libcudnn.so.9" ]] && export PREFIXD_CUDNN_LIB=$cudnn_dir
+fi
+say "setup: bundle $bundle_tar, out $OUT, backend $backend, cuDNN ${PREFIXD_CUDNN_LIB:-searched by the backend}"
 {
   if command -v nvidia-smi >/dev/null; then
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>&1
@@ -98,6 +109,15 @@ grep -E "not found|cublas|cudart" "$OUT/setup.log"
 if want ops; then
   step ops 150 "$run" test_cuda_ops --duration=true
   record ops "$(grep -E '^skipped|^\[doctest\] (test cases|assertions)' "$OUT/ops.log" | tr -s ' ' | tr '\n' ' ')"
+fi
+
+if want cudnn; then
+  if [[ -x "$B/bin/test_cudnn_deviceless" ]]; then
+    step cudnn 60 "$run" test_cudnn_deviceless --dump "$OUT/cudnn_h100_device.json"
+    record cudnn "$(grep -E '^cuDNN|^skipped|^wrote' "$OUT/cudnn.log" | tr '\n' ' ')"
+  else
+    summary+=("$(printf '%-10s %-8s %6s  %s' cudnn skipped - "bundle built without cuDNN headers")")
+  fi
 fi
 
 if want sanitize; then
@@ -133,6 +153,14 @@ start_daemon() {  # start_daemon NAME ARGS...: waits for /health (30 s); sets dp
   echo "daemon $name did not start:"; tail -n 20 "$OUT/daemon-$name.log"; return 1
 }
 stop_daemon() { kill -TERM "$dpid" 2>/dev/null; wait "$dpid" 2>/dev/null; }
+attention_health() {  # attention_health NAME: /health to $OUT/health-NAME.json; prints the attention paths
+  curl -fsS --max-time 10 "127.0.0.1:$E2E_PORT/health" >"$OUT/health-$1.json" 2>/dev/null || return 0
+  python3 -c 'import json,sys; a=json.load(open(sys.argv[1])).get("attention") or {}
+for k, v in a.items():
+    if isinstance(v, str): print("ATTENTION %s: %s" % (k, v))
+for n, p in (a.get("paths") or {}).items(): print("ATTENTION path %s: %s, %d calls (%s)" % (n, "on" if p["enabled"] else "off", p["calls"], p["detail"]))
+for c in a.get("self_checks") or []: print("SELF-CHECK %s %s: %s (max error %s, tolerance %s) %s" % (c["path"], c["shape"], "passed" if c["passed"] else "FAILED", c["max_error"], c["tolerance"], c["error"]))' "$OUT/health-$1.json"
+}
 complete() {  # greedy 48 tokens of $E2E_PROMPT: prints the text (JSON), then cached tokens
   python3 -c 'import json,os; print(json.dumps({"prompt": os.environ["E2E_PROMPT"], "max_tokens": 48, "temperature": 0}))' |
     curl -fsS --max-time 30 "127.0.0.1:$E2E_PORT/v1/completions" -H 'Content-Type: application/json' -d @- |
@@ -144,7 +172,7 @@ e2e() {
   start_daemon cpu --backend cpu -t 8 && complete >"$OUT/e2e-cpu.txt"; stop_daemon
   rm -rf "$work/disk"
   if start_daemon cuda --backend "$backend" --disk-cache-dir "$work/disk"; then
-    complete >"$OUT/e2e-cuda.txt"; complete >"$OUT/e2e-cuda-again.txt"; stop_daemon
+    complete >"$OUT/e2e-cuda.txt"; complete >"$OUT/e2e-cuda-again.txt"; attention_health e2e; stop_daemon
     start_daemon cuda-restart --backend "$backend" --disk-cache-dir "$work/disk" && complete >"$OUT/e2e-cuda-restart.txt"
     stop_daemon
   fi
@@ -160,7 +188,7 @@ e2e() {
   [[ -n "$cached" && "$cached" -gt 0 ]] || bad=1
   return $bad
 }
-export -f start_daemon stop_daemon complete e2e
+export -f start_daemon stop_daemon attention_health complete e2e
 if want e2e; then
   step e2e 60 bash -c e2e
   record e2e "$(grep -E '^E2E' "$OUT/e2e.log") ($(grep -E '^after the restart' "$OUT/e2e.log"))"
@@ -208,6 +236,7 @@ tput() {
   "$run" prefixctl --port "$E2E_PORT" bench -q --system-prompts 1 --system-tokens 500 --question-tokens 10 \
     --concurrency 1 --requests 2 --output-tokens 256 --vocab-lo 300 --vocab-hi 31000 --seed 9 >"$OUT/tput-1.txt"
   rc=$((rc | $?))
+  attention_health tput
   stop_daemon
   echo "16 clients:"; cat "$OUT/tput-16.txt"; echo "1 client, 256 out:"; cat "$OUT/tput-1.txt"
   return $rc
@@ -215,6 +244,7 @@ tput() {
 export -f tput
 if want tput; then
   step tput 120 bash -c tput
+  grep -E '^(ATTENTION|SELF-CHECK)' "$OUT/tput.log" | head -n 12
   record tput "16 clients: $(grep -iE 'output tok' "$OUT/tput-16.txt" | head -n 1 | tr -s ' '); 1 client: $(grep -iE 'output tok' "$OUT/tput-1.txt" | head -n 1 | tr -s ' ')"
 fi
 

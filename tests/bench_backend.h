@@ -3,6 +3,7 @@
 // the same program measures both backends; and --cuda-graphs on|off.
 #pragma once
 
+#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -11,6 +12,7 @@
 #include "kernels/cpu/cpu_isa.h"
 #if defined(PREFIXD_HAVE_CUDA)
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cudnn/cudnn_search.h"
 #endif
 
 namespace prefixd::testing {
@@ -37,6 +39,23 @@ inline Status check_bench_backend(const std::string& name) {
   return Status();
 }
 
+#if defined(PREFIXD_HAVE_CUDA)
+// The CUDA backend's options as the daemon fills them from its environment
+// (PREFIXD_CUDNN_LIB; $VIRTUAL_ENV, $CONDA_PREFIX, the first python3 on
+// $PATH, ~/.local for cuDNN).
+inline CudaBackendOptions bench_cuda_options() {
+  CudaBackendOptions o;
+  if (const char* v = std::getenv("PREFIXD_CUDNN_LIB"); v != nullptr) o.cudnn_lib = v;
+  for (const char* var : {"VIRTUAL_ENV", "CONDA_PREFIX"})
+    if (const char* v = std::getenv(var); v != nullptr && v[0] != '\0') o.python_prefixes.push_back(v);
+  if (const char* path = std::getenv("PATH"); path != nullptr)
+    if (std::string p = cuda::python_prefix_on_path(path); !p.empty()) o.python_prefixes.push_back(p);
+  if (const char* home = std::getenv("HOME"); home != nullptr && home[0] != '\0')
+    o.python_prefixes.push_back(std::string(home) + "/.local");
+  return o;
+}
+#endif
+
 // The backend named by --backend: the CPU backend with `n_threads` threads and
 // instruction set `isa`, or the CUDA backend on device 0 (fails without a
 // usable device, with the CUDA runtime's reason), replaying decode steps as
@@ -47,7 +66,7 @@ inline Result<std::unique_ptr<Backend>> make_bench_backend(const std::string& na
   if (Status s = check_bench_backend(name); !s.ok()) return s;
   if (name == "cpu") return make_cpu_backend(n_threads, isa);
 #if defined(PREFIXD_HAVE_CUDA)
-  CudaBackendOptions options;
+  CudaBackendOptions options = bench_cuda_options();
   options.decode_graphs = cuda_graphs ? cuda::DecodeGraphMode::kOn : cuda::DecodeGraphMode::kOff;
   auto cuda = make_cuda_backend(0, options);
   if (!cuda.ok()) return Status::error("--backend cuda: " + cuda.message());

@@ -70,6 +70,26 @@ TEST_CASE("Metrics exposition carries prefixd_build_info (backend, CPU instructi
   CHECK(m.render(s, build).find("# HELP prefixd_build_info ") != std::string::npos);
 }
 
+TEST_CASE("the backend's attention paths in /metrics: which serves, calls, switches, self-checks") {
+  std::string out;
+  render_fast_paths(FastPathReport{}, &out);
+  CHECK(out.empty());  // the CPU backend reports none
+  FastPathReport r;
+  r.summary = {{"prefill_attention", "none: cuDNN self-check failed on \"bf16\" q<=128"}};
+  r.paths = {{"cudnn_prefill", false, "self-check failed", 12}, {"simple_prefill", true, "", 40}};
+  r.self_checks = {{"cudnn_prefill", "a", true, 1e-3, 1.6e-2, ""}, {"cudnn_prefill", "b", false, 0.5, 1.6e-2, "off"}};
+  render_fast_paths(r, &out);
+  CHECK(out.find("# TYPE prefixd_attention_path_info gauge\n") != std::string::npos);
+  CHECK(out.find("prefixd_attention_path_info{family=\"prefill_attention\",path=\"none: cuDNN self-check failed "
+                 "on \\\"bf16\\\" q<=128\"} 1\n") != std::string::npos);
+  CHECK(out.find("prefixd_attention_calls_total{path=\"cudnn_prefill\"} 12\n") != std::string::npos);
+  CHECK(out.find("prefixd_attention_calls_total{path=\"simple_prefill\"} 40\n") != std::string::npos);
+  CHECK(out.find("prefixd_fast_path_enabled{path=\"cudnn_prefill\"} 0\n") != std::string::npos);
+  CHECK(out.find("prefixd_fast_path_enabled{path=\"simple_prefill\"} 1\n") != std::string::npos);
+  CHECK(out.find("prefixd_fast_path_self_checks{result=\"passed\"} 1\n") != std::string::npos);
+  CHECK(out.find("prefixd_fast_path_self_checks{result=\"failed\"} 1\n") != std::string::npos);
+}
+
 TEST_CASE("one StatsSnapshot feeds /metrics, /v1/cache/stats and the dashboard alike") {
   StatsSnapshot s;
   s.has_host_tier = true;

@@ -6,11 +6,13 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "daemon/monitoring/metrics.h"
 #include "daemon/validation/model_info.h"
+#include "kernels/fast_path_report.h"
 
 namespace prefixd {
 
@@ -71,6 +73,9 @@ struct DaemonContext {
   Engine* engine = nullptr;  // not owned
   ModelInfo model;
   BuildInfo build;                     // backend and CPU instruction set (/health, /metrics)
+  // The backend's attention paths, call counts and self-check verdicts
+  // (/health, /metrics); any thread. Null: nothing to report.
+  std::function<FastPathReport()> fast_paths;
   Metrics* metrics = nullptr;          // not owned
   AdmissionGate* admission = nullptr;  // not owned
   int32_t retry_after_s = 1;           // Retry-After of 429 answers

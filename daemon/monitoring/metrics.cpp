@@ -320,6 +320,48 @@ uint64_t Metrics::requests(RequestOutcome outcome) const {
   return requests_[static_cast<size_t>(outcome)];
 }
 
+namespace {
+
+// A Prometheus label value: backslash, double quote and newline escaped.
+std::string label_value(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+void render_fast_paths(const FastPathReport& r, std::string* out) {
+  if (r.empty()) return;
+  header(out, "prefixd_attention_path_info", "gauge",
+         "Always 1; the labels say which attention implementation serves each operation family "
+         "(a library and its version, or none and why).");
+  for (const auto& [family, line] : r.summary)
+    sample(out, "prefixd_attention_path_info",
+           "family=\"" + label_value(family) + "\",path=\"" + label_value(line) + "\"", 1);
+  header(out, "prefixd_attention_calls_total", "counter",
+         "Attention calls served by each path (a library execution or a kernel launch for one layer).");
+  for (const FastPathState& p : r.paths)
+    sample(out, "prefixd_attention_calls_total", "path=\"" + label_value(p.name) + "\"", p.calls);
+  header(out, "prefixd_fast_path_enabled", "gauge",
+         "1 while a path may serve; 0 when unavailable or switched off by a failed self-check.");
+  for (const FastPathState& p : r.paths)
+    sample(out, "prefixd_fast_path_enabled", "path=\"" + label_value(p.name) + "\"", p.enabled ? 1 : 0);
+  int64_t passed = 0, failed = 0;
+  for (const SelfCheckVerdict& v : r.self_checks) (v.passed ? passed : failed) += 1;
+  header(out, "prefixd_fast_path_self_checks", "gauge",
+         "Start-up self-checks of fast paths against the simple kernels, by result.");
+  sample(out, "prefixd_fast_path_self_checks", "result=\"passed\"", passed);
+  sample(out, "prefixd_fast_path_self_checks", "result=\"failed\"", failed);
+}
+
 std::string Metrics::render(const StatsSnapshot& s, const BuildInfo& build) const {
   std::string out;
   out.reserve(8192);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "daemon/monitoring/stats_snapshot.h"
+#include "kernels/fast_path_report.h"
 
 namespace prefixd {
 
@@ -53,6 +54,14 @@ struct BuildInfo {
   std::string backend_name = "cpu";  // "cpu" | "cuda"
   std::string cpu_isa_name;          // the CPU backend's instruction set, e.g. "avx2"
 };
+
+// The backend's attention paths in the exposition (appended to `out`):
+//   prefixd_attention_path_info{family,path="cudnn 9.19.0"|"none: ..."} 1
+//   prefixd_attention_calls_total{path}            calls of each path
+//   prefixd_fast_path_enabled{path}                1 while a path may serve
+//   prefixd_fast_path_self_checks{result="passed"|"failed"}
+// Nothing for an empty report (the CPU backend's).
+void render_fast_paths(const FastPathReport& report, std::string* out);
 
 class Metrics {
  public:

@@ -18,6 +18,8 @@
 #include "kernels/cuda/decode_graph.h"
 #include "kernels/cuda/kernels.h"
 #include "kernels/cuda/launch_config.h"
+#include "kernels/cuda/prefill_attention.h"
+#include "kernels/cuda/self_check.h"
 #include "kernels/op_math_ext.h"
 
 namespace prefixd {
@@ -149,6 +151,7 @@ class CudaBackend final : public Backend, private cuda::StepHost {
     graphs_ = std::make_unique<cuda::DecodeGraphs>(static_cast<cuda::StepHost&>(*this),
                                                   options_.decode_graphs,
                                                   options_.corrupt_checked_replays_for_test);
+    prefill_ = std::make_unique<cuda::PrefillAttention>(options_, stream_, &fast_paths_);
     return Status::ok_status();
   }
 
@@ -158,6 +161,7 @@ class CudaBackend final : public Backend, private cuda::StepHost {
     if (copy_stream_) cudaStreamSynchronize(copy_stream_);
     graphs_.reset();
     for (const cuda::ActivationTwins::Twin& t : twins_.remove_all()) cudaFree(t.data);
+    prefill_.reset();
     for (RopeTable& t : rope_tables_) cudaFree(t.inv_freq);
     act_scratch_.release();
     dequant_scratch_.release();
@@ -174,6 +178,7 @@ class CudaBackend final : public Backend, private cuda::StepHost {
   }
 
   std::string name() const override { return "cuda"; }
+  FastPathReport fast_path_report() const override { return fast_paths_.report(); }
 
   // --- memory -------------------------------------------------------------
   void* alloc(size_t n_bytes) override {
@@ -348,6 +353,7 @@ class CudaBackend final : public Backend, private cuda::StepHost {
     batch_.words = static_cast<const int32_t*>(dev);
     batch_.layout = std::move(packed);
     block_size_ = block_size;
+    prefill_->prepare_batch(batch, block_size);
   }
 
   void embed(const Matrix& table, float* out) override {
@@ -458,7 +464,7 @@ class CudaBackend final : public Backend, private cuda::StepHost {
     a.window_tokens = window_tokens;
     a.q = q;
     a.out = out;
-    cuda::launch_attention_prefill(a, batch_, stream_);
+    prefill_->run(a, pool.geom.n_blocks, batch_);
     if (batch_.layout.n_decode_seqs > 0) {
       // Flash decode where it takes the shape, else the simple kernel; the
       // split count is a power of two from the longest context.
@@ -745,6 +751,8 @@ class CudaBackend final : public Backend, private cuda::StepHost {
   int device_;
   int n_sms_;
   CudaBackendOptions options_;
+  cuda::FastPathRegistry fast_paths_;              // which attention paths serve (any thread reads)
+  std::unique_ptr<cuda::PrefillAttention> prefill_;  // n_q > 1: cuDNN or the simple kernel
   cudaStream_t stream_ = nullptr;       // all compute, uploads and downloads
   cudaStream_t copy_stream_ = nullptr;  // tier block transfers
   cudaEvent_t batch_uploaded_ = nullptr;

@@ -9,7 +9,10 @@
 // pure decode step may run as a replayed CUDA graph (CudaBackendOptions).
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "common/result.h"
 #include "kernels/backend.h"
@@ -30,6 +33,17 @@ struct CudaBackendOptions {
   // (decode_graph.h) has its first logit overwritten first, so the check
   // fails: graphs switch off and the step is served by its eager run.
   bool corrupt_checked_replays_for_test = false;
+  // cuDNN for prefill attention, loaded at run time: an operator-named
+  // libcudnn.so.9 or the folder holding it, tried alone; "off" loads none;
+  // empty: the dynamic loader's search path, then Python environments.
+  std::string cudnn_lib;
+  // Python environments searched for nvidia/cudnn/lib before /usr/local and
+  // /usr, in order (the daemon passes $VIRTUAL_ENV, $CONDA_PREFIX, the
+  // environment of the first python3 on $PATH, ~/.local).
+  std::vector<std::string> python_prefixes;
+  // Info lines (which attention path serves each shape, self-check
+  // verdicts); null: stderr.
+  std::function<void(const std::string&)> log;
 };
 
 // A backend on `device` (0-based); fails with a message when there is no

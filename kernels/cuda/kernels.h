@@ -108,6 +108,9 @@ struct AttentionArgs {
 // attention_prefill.cu: sequences with n_q > 1 (the batch's prefill tiles).
 void launch_attention_prefill(const AttentionArgs& a, const DeviceBatch& b, cudaStream_t stream);
 
+// convert_to_f32.cu: dst (n) f32 = src (n) in `type` (F16 or BF16; F32 copies).
+void launch_convert_to_f32(const void* src, DType type, float* dst, int64_t n, cudaStream_t stream);
+
 // Decode: sequences with n_q == 1, their keys split `n_splits` ways
 // (decode_split_count; any value in [1, kDecodeMaxSplits] is correct for any
 // lengths). `partials` holds decode_workspace_bytes(n_decode_seqs, n_heads,
