@@ -26,6 +26,8 @@
 #   scripts/gpu_check.sh BUNDLE.tar.xz
 #   GPU_CHECK_STEPS=ops,e2e scripts/gpu_check.sh ...   (a subset, in the order above)
 #   GPU_CHECK_BUDGET_S=420                             (overall seconds)
+#   GPU_CHECK_CUDA_GRAPHS=off  forward and engine with every decode op launched on
+#                          its own (with PREFIXD_CUDNN_LIB=off: the "before" figures)
 #   PREFIXD_CUDNN_LIB=off  the simple attention kernels only (the "before" figures);
 #                          unset: PyTorch's cuDNN (python3's nvidia/cudnn/lib) when
 #                          there is one, else the backend's own search
@@ -41,6 +43,7 @@ OUT=${OUT:-$work/out}
 steps=",${GPU_CHECK_STEPS:-ops,cudnn,sanitize,e2e,gen,forward,engine,restart,tput,hf},"
 budget_s=${GPU_CHECK_BUDGET_S:-420}
 dry=${GPU_CHECK_DRY_CPU:-0}
+graphs=${GPU_CHECK_CUDA_GRAPHS:-on}
 backend=cuda preset=llama-1b system=8000 pool_mib=300 threads=8
 if [[ "$dry" == 1 ]]; then backend=cpu preset=tiny system=1000 pool_mib=80 threads=2; fi
 t_start=$(date +%s)
@@ -201,12 +204,12 @@ if want gen; then
 fi
 
 if want forward; then
-  step forward 90 "$run" bench_forward --backend "$backend" --models "$preset:bf16" --reps 2 --threads "$threads"
+  step forward 90 "$run" bench_forward --backend "$backend" --models "$preset:bf16" --reps 2 --threads "$threads" --cuda-graphs "$graphs"
   record forward "$(grep -E "^$preset" "$OUT/forward.log" | awk '{printf "pp512 %s, pp2048 %s, tg128 %s t/s", $3, $4, $5}')"
 fi
 
 if want engine; then
-  step engine 150 "$run" bench_engine --backend "$backend" --model "$preset:bf16" --system "$system" \
+  step engine 150 "$run" bench_engine --backend "$backend" --cuda-graphs "$graphs" --model "$preset:bf16" --system "$system" \
     --question 100 --out 16 --reps 2 --threads "$threads" --tiers "$work/tiers"
   record engine "$(awk '
     function ttft(line) { sub(/.*TTFT +/, "", line); sub(/ ms.*/, "", line); return line }

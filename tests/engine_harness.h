@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <chrono>
 #include <filesystem>
@@ -14,7 +15,6 @@
 #include "engine/engine.h"
 #include "engine/text/tokenizer.h"
 #include "kernels/cpu/cpu_isa.h"
-#include "tests/cpu_isa_under_test.h"
 #include "tests/golden.h"
 #include "tests/temp_dir.h"
 
@@ -51,6 +51,15 @@ inline Collected collect(const std::shared_ptr<RequestChannel>& ch) {
   }
 }
 
+// The set (or plan: cpu::plan_for_isa) engines under test run by default:
+// PREFIXD_CPU_ISA's, as tests/cpu_isa_under_test.h resolves it (ctest runs the
+// engine tests under mixed plans too), else the best set (`auto`).
+inline cpu::CpuIsa engine_test_isa() {
+  const char* env = std::getenv("PREFIXD_CPU_ISA");
+  Result<cpu::CpuIsa> isa = cpu::choose_cpu_isa(env != nullptr ? env : "");
+  return isa.ok() ? isa.value() : cpu::best_cpu_isa();
+}
+
 struct EngineUnderTest {
   std::shared_ptr<GgufFile> file;
   std::unique_ptr<Backend> backend;
@@ -60,7 +69,7 @@ struct EngineUnderTest {
 
   // auto_kv_dtype: opts.kv_dtype is replaced by the model's (`--kv-dtype auto`).
   explicit EngineUnderTest(const std::string& model_path, EngineOptions opts = {}, TierManager* tiers = nullptr,
-                           int n_threads = 2, cpu::CpuIsa isa = isa_under_test(), bool auto_kv_dtype = false)
+                           int n_threads = 2, cpu::CpuIsa isa = engine_test_isa(), bool auto_kv_dtype = false)
       : EngineUnderTest(model_path, std::move(opts), tiers, make_cpu_backend(n_threads, isa), auto_kv_dtype) {}
   // The same on a backend the caller made (the benchmarks' --backend cuda).
   EngineUnderTest(const std::string& model_path, EngineOptions opts, TierManager* tiers,

@@ -7,6 +7,7 @@
 
 #include <thread>
 
+#include "tests/cpu_isa_under_test.h"
 #include "tests/engine_harness.h"
 
 using namespace prefixd;

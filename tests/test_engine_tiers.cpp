@@ -13,6 +13,7 @@
 
 #include "engine/kv/block_hash.h"
 #include "storage/tier_manager.h"
+#include "tests/cpu_isa_under_test.h"
 #include "tests/engine_harness.h"
 
 using namespace prefixd;

@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 
 #include "storage/tier_manager.h"
+#include "tests/cpu_isa_under_test.h"
 #include "tests/engine_harness.h"
 
 using namespace prefixd;

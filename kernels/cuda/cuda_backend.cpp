@@ -311,6 +311,9 @@ class CudaBackend final : public Backend, private cuda::StepHost {
     Status valid = cuda::validate_batch(batch, block_size);
     PREFIXD_CHECK(valid.ok(), valid.message().c_str());
     upload_packed(cuda::pack_batch(batch, block_size), block_size);
+    // The prefill sequences' cuDNN inputs (a padded decode step has none:
+    // PrefillAttention::run returns at once for a batch without prefill tiles).
+    prefill_->prepare_batch(batch, block_size);
   }
 
   void run_step(const Batch& batch, const KvPool& pool, const StepInfo& info,
@@ -353,7 +356,6 @@ class CudaBackend final : public Backend, private cuda::StepHost {
     batch_.words = static_cast<const int32_t*>(dev);
     batch_.layout = std::move(packed);
     block_size_ = block_size;
-    prefill_->prepare_batch(batch, block_size);
   }
 
   void embed(const Matrix& table, float* out) override {

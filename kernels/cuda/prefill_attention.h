@@ -30,6 +30,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/backend.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/kernels.h"
 #include "kernels/cuda/self_check.h"
 
