@@ -237,6 +237,19 @@ void rows_matmul(const CpuKernels& k, ThreadPool& pool, std::span<const CpuMatri
   });
 }
 
+// Row-major (rows, cols) -> panels (cols, kPanel) of T, rows past `rows` zero:
+// the F32 and F16 panel layout.
+template <class T>
+T* pack_columns(const T* src, int64_t rows, int64_t cols) {
+  const int64_t n_panels = (rows + kPanel - 1) / kPanel;
+  auto* dst = static_cast<T*>(alloc_aligned(n_panels * cols * kPanel * sizeof(T)));
+  for (int64_t r = 0; r < rows; ++r) {
+    T* p = dst + (r / kPanel) * cols * kPanel + r % kPanel;
+    for (int64_t c = 0; c < cols; ++c) p[c * kPanel] = src[r * cols + c];
+  }
+  return dst;
+}
+
 }  // namespace
 
 void pack_matrix(CpuMatrix& m, DType dtype, const void* row_major) {
@@ -244,21 +257,9 @@ void pack_matrix(CpuMatrix& m, DType dtype, const void* row_major) {
   const int64_t n_panels = (rows + kPanel - 1) / kPanel;
   m.dtype = dtype;
   if (dtype == DType::F32) {
-    const auto* src = static_cast<const float*>(row_major);
-    auto* dst = static_cast<float*>(alloc_aligned(n_panels * cols * kPanel * sizeof(float)));
-    for (int64_t r = 0; r < rows; ++r) {
-      float* p = dst + (r / kPanel) * cols * kPanel + r % kPanel;
-      for (int64_t c = 0; c < cols; ++c) p[c * kPanel] = src[r * cols + c];
-    }
-    m.packed = dst;
+    m.packed = pack_columns(static_cast<const float*>(row_major), rows, cols);
   } else if (dtype == DType::F16) {
-    const auto* src = static_cast<const uint16_t*>(row_major);
-    auto* dst = static_cast<uint16_t*>(alloc_aligned(n_panels * cols * kPanel * sizeof(uint16_t)));
-    for (int64_t r = 0; r < rows; ++r) {
-      uint16_t* p = dst + (r / kPanel) * cols * kPanel + r % kPanel;
-      for (int64_t c = 0; c < cols; ++c) p[c * kPanel] = src[r * cols + c];
-    }
-    m.packed = dst;
+    m.packed = pack_columns(static_cast<const uint16_t*>(row_major), rows, cols);
   } else {
     PREFIXD_CHECK(dtype == DType::BF16, "packed matrices are F32, F16 or BF16");
     const int64_t k2 = (cols + 1) / 2;
