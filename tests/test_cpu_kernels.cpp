@@ -611,7 +611,7 @@ TEST_CASE("kv_store and paged attention match a double reference (varlen, GQA, e
       CAPTURE(c.n_heads);
       CAPTURE(c.n_kv_heads);
       CAPTURE(c.head_dim);
-      CAPTURE(dtype_name(dt));
+      CAPTURE(std::string(dtype_name(dt)));
       KvGeometry geom;
       geom.n_layers = 2;
       geom.n_blocks = 64;
@@ -680,7 +680,7 @@ TEST_CASE("kv_store and paged attention match a double reference (varlen, GQA, e
       // and a probability's rounding (relative 2^-9) moves an output by at
       // most 2^-9 of the largest |v| (2); their exp2 (relative 3e-6) far less.
       const bool bf16_operands =
-          static_cast<const cpu::CpuBackend&>(*be).kernels().attn_bf16_operands(dt, c.head_dim);
+          static_cast<const cpu::CpuBackend&>(*be).kernels(cpu::KernelFamily::kAttention).attn_bf16_operands(dt, c.head_dim);
       const double tolerance = bf16_operands ? 2.0 / 512 + 2e-4 : 2e-5;
       double worst = 0;
       int64_t bad = 0;
@@ -758,7 +758,7 @@ TEST_CASE("paged attention rows do not depend on the batch: prefill, suffix and 
     const int32_t block_size = sh.block_size, n = sh.n;
     const int64_t q_row = static_cast<int64_t>(n_heads) * head_dim, kv_row = static_cast<int64_t>(n_kv_heads) * head_dim;
     CAPTURE(n);
-    CAPTURE(dtype_name(dt));
+    CAPTURE(std::string(dtype_name(dt)));
     KvGeometry geom;
     geom.n_layers = 1;
     geom.n_blocks = n / block_size + 8;
@@ -855,7 +855,7 @@ TEST_CASE("read_block, write_block and copy_block round trip every layer's K and
 TEST_CASE("write_blocks and read_blocks move a list of blocks exactly as write_block and read_block do") {
   auto be = make_cpu_backend(2, testing::isa_under_test());
   for (DType dt : {DType::F32, DType::F16, DType::BF16}) {
-    CAPTURE(dtype_name(dt));
+    CAPTURE(std::string(dtype_name(dt)));
     KvGeometry geom;
     geom.n_layers = 3;
     geom.n_blocks = 16;

@@ -534,7 +534,7 @@ TEST_CASE("kv_store and paged attention (prefill, cached prefix, split decode) m
     for (DType kv : {DType::F32, DType::F16, DType::BF16}) {
       CAPTURE(h.head_dim);
       CAPTURE(h.n_heads);
-      CAPTURE(dtype_name(kv));
+      CAPTURE(std::string(dtype_name(kv)));
       const int32_t bs = 16, kv_dim = h.n_kv_heads * h.head_dim, q_dim = h.n_heads * h.head_dim;
       KvGeometry g;
       g.n_layers = 2;
@@ -661,7 +661,7 @@ TEST_CASE("kv_store and paged attention (prefill, cached prefix, split decode) m
         b->free_kv_pool(pool);
         const bool bf16_operands =
             b->name() == "cpu" &&
-            static_cast<const cpu::CpuBackend&>(*b).kernels().attn_bf16_operands(kv, h.head_dim);
+            static_cast<const cpu::CpuBackend&>(*b).kernels(cpu::KernelFamily::kAttention).attn_bf16_operands(kv, h.head_dim);
         for (size_t w = 0; w < windows.size(); ++w) {
           const double tolerance = bf16_operands ? 2.0 / 512 + 2e-4
                                    : by_cudnn[w] ? 2 * std::ldexp(1.0, kv == DType::BF16 ? -8 : -11) + 2e-4
@@ -752,7 +752,7 @@ TEST_CASE(
     for (DType kv : {DType::BF16, DType::F16, DType::F32}) {
       CAPTURE(h.n_heads);
       CAPTURE(h.head_dim);
-      CAPTURE(dtype_name(kv));
+      CAPTURE(std::string(dtype_name(kv)));
       REQUIRE(cuda::flash_decode_shape(kv, h.n_heads, h.n_kv_heads, h.head_dim).supported);
       const int32_t kv_dim = h.n_kv_heads * h.head_dim, q_dim = h.n_heads * h.head_dim;
       KvGeometry g;
@@ -956,7 +956,7 @@ TEST_CASE("whole forward pass on the golden models: llama.cpp, CPU backend, cach
       for (const GoldenCase& c : g.cases) {
         CAPTURE(name);
         CAPTURE(c.name);
-        CAPTURE(dtype_name(kv));
+        CAPTURE(std::string(dtype_name(kv)));
         const int32_t n = static_cast<int32_t>(c.ids.size());
         SequenceRunner rg(*gm.value(), kv, n + 1);
         SequenceRunner rc(*cm.value(), kv, n + 1);
@@ -1042,7 +1042,7 @@ TEST_CASE("decode graphs: greedy decode equals the padded steps run eagerly, bit
     for (DType kv : {DType::F16, DType::BF16}) {
       for (int32_t bs : {4, 16}) {
         CAPTURE(name);
-        CAPTURE(dtype_name(kv));
+        CAPTURE(std::string(dtype_name(kv)));
         CAPTURE(bs);
         // 40 passes over 1..9 sequences: buckets 1, 2, 4, 8, 16, each replayed.
         check_same_run(run_decode_streams(*m_on.value(), kv, bs, 9, 40, 16),
