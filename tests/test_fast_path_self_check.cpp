@@ -3,14 +3,17 @@
 // run, the wrong length) is switched off with its error and the simple path
 // keeps serving; a right one (within the dtype-derived tolerance) stays on;
 // the registry counts calls and reports verdicts for /health and /metrics.
+// Also the batch flash decode's check runs (decode_check_batch.h).
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <limits>
 #include <random>
+#include <set>
 #include <thread>
 
+#include "kernels/cuda/decode_check_batch.h"
 #include "kernels/cuda/self_check.h"
 
 using namespace prefixd;
@@ -176,4 +179,33 @@ TEST_CASE("the registry counts calls, keeps summaries and is read from other thr
   CHECK(find(r, "simple_prefill")->enabled);
   CHECK_FALSE(r.empty());
   CHECK(FastPathReport{}.empty());
+}
+
+TEST_CASE("flash decode's check batch reaches every branch: one key, a partial block, split keys, shuffled ids") {
+  for (int32_t bs : {1, 7, 16, 32, 256}) {
+    CAPTURE(bs);
+    const DecodeCheckBatch c = decode_check_batch(bs);
+    REQUIRE(validate_batch(c.batch, bs).ok());
+    const PackedBatch p = pack_batch(c.batch, bs);
+    CHECK(p.n_decode_seqs == 3);  // every row a decode row
+    CHECK(p.n_prefill_tiles == 0);
+    std::vector<int32_t> kv;
+    for (const BatchSeq& s : c.batch.seqs) {
+      CHECK(s.n_q == 1);
+      kv.push_back(s.pos0 + 1);
+    }
+    CHECK(kv[0] == 1);                                    // a single key
+    if (bs > 1) CHECK(kv[1] % bs != 0);                   // its last block partial
+    if (bs > 1) CHECK(kv[2] % bs != 0);
+    CHECK(kv[2] > 3 * kDecodeSplitChunkKeys);             // keys over several splits
+    CHECK(c.max_kv_len == kv[2]);
+    CHECK(p.max_decode_kv_len == kv[2]);
+    // Ids distinct, in the pool, not in order, and not all of them named.
+    const std::set<int32_t> ids(c.batch.block_tables.begin(), c.batch.block_tables.end());
+    CHECK(ids.size() == c.batch.block_tables.size());
+    CHECK(*ids.begin() >= 0);
+    CHECK(*ids.rbegin() < c.n_blocks);
+    CHECK(static_cast<int32_t>(ids.size()) < c.n_blocks);
+    CHECK_FALSE(std::is_sorted(c.batch.block_tables.begin(), c.batch.block_tables.end()));
+  }
 }

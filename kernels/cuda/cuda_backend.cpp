@@ -16,6 +16,7 @@
 #include "kernels/cuda/activation_twins.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/decode_graph.h"
+#include "kernels/cuda/decode_self_check.h"
 #include "kernels/cuda/kernels.h"
 #include "kernels/cuda/launch_config.h"
 #include "kernels/cuda/prefill_attention.h"
@@ -152,6 +153,9 @@ class CudaBackend final : public Backend, private cuda::StepHost {
                                                   options_.decode_graphs,
                                                   options_.corrupt_checked_replays_for_test);
     prefill_ = std::make_unique<cuda::PrefillAttention>(options_, stream_, &fast_paths_);
+    decode_check_ = std::make_unique<cuda::DecodeSelfCheck>(stream_, n_sms_, &fast_paths_,
+                                                           cuda::info_log_or_stderr(options_.log),
+                                                           options_.corrupt_flash_decode_for_test);
     return Status::ok_status();
   }
 
@@ -468,18 +472,17 @@ class CudaBackend final : public Backend, private cuda::StepHost {
     a.out = out;
     prefill_->run(a, pool.geom.n_blocks, batch_);
     if (batch_.layout.n_decode_seqs > 0) {
-      // Flash decode where it takes the shape, else the simple kernel; the
-      // split count is a power of two from the longest context.
+      // Flash decode where it takes the shape and its self-check passed,
+      // else the simple kernel; the split count is a power of two from the
+      // longest context.
       const int32_t n_seqs = batch_.layout.n_decode_seqs;
-      const cuda::FlashDecodeShape flash =
-          cuda::flash_decode_shape(a.kv_dtype, n_heads, a.n_kv_heads, a.head_dim);
-      const int64_t blocks_per_split =
-          int64_t(n_seqs) * (flash.supported ? a.n_kv_heads * flash.head_groups : n_heads);
+      const bool flash = cuda::flash_decode_shape(a.kv_dtype, n_heads, a.n_kv_heads, a.head_dim).supported &&
+                         decode_check_->flash_serves(a, capture_.capturing);
       const int32_t n_splits =
-          cuda::decode_split_count(blocks_per_split, batch_.layout.max_decode_kv_len, n_sms_);
+          cuda::decode_splits(a, flash, n_seqs, batch_.layout.max_decode_kv_len, n_sms_);
       const size_t ws_bytes = cuda::decode_workspace_bytes(n_seqs, n_heads, a.head_dim, n_splits);
       float* ws = ws_bytes ? static_cast<float*>(decode_ws_.ensure(ws_bytes, stream_)) : nullptr;
-      if (flash.supported)
+      if (flash)
         cuda::launch_attention_decode(a, batch_, n_splits, ws, stream_);
       else
         cuda::launch_attention_decode_simple(a, batch_, n_splits, ws, stream_);
@@ -755,6 +758,7 @@ class CudaBackend final : public Backend, private cuda::StepHost {
   CudaBackendOptions options_;
   cuda::FastPathRegistry fast_paths_;              // which attention paths serve (any thread reads)
   std::unique_ptr<cuda::PrefillAttention> prefill_;  // n_q > 1: cuDNN or the simple kernel
+  std::unique_ptr<cuda::DecodeSelfCheck> decode_check_;  // n_q == 1: flash decode's per-class verdicts
   cudaStream_t stream_ = nullptr;       // all compute, uploads and downloads
   cudaStream_t copy_stream_ = nullptr;  // tier block transfers
   cudaEvent_t batch_uploaded_ = nullptr;

@@ -33,6 +33,10 @@ struct CudaBackendOptions {
   // (decode_graph.h) has its first logit overwritten first, so the check
   // fails: graphs switch off and the step is served by its eager run.
   bool corrupt_checked_replays_for_test = false;
+  // Test hook: flash decode's self-check output (decode_self_check.h) is off
+  // by 1 in its first value, so the check fails: flash decode switches off
+  // and the simple decode kernel serves.
+  bool corrupt_flash_decode_for_test = false;
   // cuDNN for prefill attention, loaded at run time: an operator-named
   // libcudnn.so.9 or the folder holding it, tried alone; "off" loads none;
   // empty: the dynamic loader's search path, then Python environments.

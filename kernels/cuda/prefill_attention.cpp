@@ -14,6 +14,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/launch_config.h"
+#include "kernels/cuda/self_check_memory.h"
 
 #if defined(PREFIXD_HAVE_CUDNN)
 #include "kernels/cuda/cudnn/cudnn_api.h"
@@ -24,11 +25,6 @@
 
 namespace prefixd::cuda {
 namespace {
-
-std::function<void(const std::string&)> log_function(const CudaBackendOptions& o) {
-  if (o.log) return o.log;
-  return [](const std::string& line) { std::fprintf(stderr, "prefixd [info] %s\n", line.c_str()); };
-}
 
 // The simple kernel over prefill tiles [first_tile, first_tile + n_tiles) of `b`.
 void launch_simple_tiles(const AttentionArgs& a, const DeviceBatch& b, int32_t first_tile, int32_t n_tiles,
@@ -91,38 +87,6 @@ struct DeviceBuffer {
     bytes = 0;
   }
 };
-
-// Device memory of one self-check, freed with it; uploads are ordered on
-// `stream` (the host buffers outlive the check).
-struct CheckAllocations {
-  cudaStream_t stream;
-  std::vector<void*> ptrs;
-  explicit CheckAllocations(cudaStream_t s) : stream(s) {}
-  ~CheckAllocations() {
-    cudaStreamSynchronize(stream);
-    for (void* p : ptrs) cudaFree(p);
-  }
-  Status upload(const void* host, size_t n_bytes, void** dev) {
-    void* p = nullptr;
-    if (cudaError_t e = cudaMalloc(&p, std::max<size_t>(n_bytes, 16)); e != cudaSuccess) {
-      cudaGetLastError();
-      return Status::error("cudaMalloc of " + std::to_string(n_bytes) + " bytes: " + cudaGetErrorString(e));
-    }
-    ptrs.push_back(p);
-    if (n_bytes) PREFIXD_CUDA_CHECK(cudaMemcpyAsync(p, host, n_bytes, cudaMemcpyHostToDevice, stream));
-    *dev = p;
-    return Status::ok_status();
-  }
-};
-
-// A value in [-1, 1] that `t` holds exactly, and its bits.
-uint16_t random_half(std::mt19937& rng, DType t, float* value) {
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  const float x = u(rng);
-  const uint16_t bits = t == DType::BF16 ? f32_to_bf16(x) : f32_to_f16(x);
-  *value = t == DType::BF16 ? bf16_to_f32(bits) : f16_to_f32(bits);
-  return bits;
-}
 
 }  // namespace
 
@@ -500,7 +464,7 @@ PrefillAttention::PrefillAttention(const CudaBackendOptions& options, cudaStream
     : impl_(new Impl) {
   impl_->stream = stream;
   impl_->registry = registry;
-  impl_->log = log_function(options);
+  impl_->log = info_log_or_stderr(options.log);
   registry->declare(kSimplePrefillPath, true, "launch_attention_prefill");
   impl_->load(options);
 }

@@ -2,6 +2,7 @@
 #include "kernels/cuda/self_check.h"
 
 #include <cmath>
+#include <cstdio>
 #include <limits>
 
 namespace prefixd::cuda {
@@ -99,6 +100,11 @@ FastPathState* FastPathRegistry::find_locked(const std::string& path) {
   for (FastPathState& p : state_.paths)
     if (p.name == path) return &p;
   return nullptr;
+}
+
+std::function<void(const std::string&)> info_log_or_stderr(std::function<void(const std::string&)> log) {
+  if (log) return log;
+  return [](const std::string& line) { std::fprintf(stderr, "prefixd [info] %s\n", line.c_str()); };
 }
 
 SelfCheckVerdict run_self_check(FastPathRegistry& registry, const std::string& path, const std::string& shape,

@@ -70,6 +70,10 @@ class FastPathRegistry {
   FastPathReport state_;
 };
 
+// `log`, or when null a function writing "prefixd [info] LINE" to stderr:
+// where the self-checks' verdict lines go.
+std::function<void(const std::string&)> info_log_or_stderr(std::function<void(const std::string&)> log);
+
 // Runs `fast` and `simple` on the same data, compares their outputs within
 // `tolerance`, records the verdict in `registry` (a failure switches `path`
 // off) and returns it. A run that fails, or outputs of different lengths,
