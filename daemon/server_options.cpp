@@ -237,8 +237,9 @@ void add_engine_flags(CLI::App& app, ServerOptions& o) {
                  "against an eager run first); off: every op launched on its own")
       ->capture_default_str();
   app.add_option("--cudnn-lib", o.cudnn_lib,
-                 "CUDA backend: libcudnn.so.9 (or its folder) for prefill attention, or `off`; default "
-                 "$PREFIXD_CUDNN_LIB, else the library path, then Python environments' nvidia/cudnn/lib");
+                 "CUDA backend: cuDNN for prefill attention: a libcudnn.so.9 (or its folder), `auto` (the "
+                 "library path, then Python environments' nvidia/cudnn/lib) or `off`; default "
+                 "$PREFIXD_CUDNN_LIB, else off (not yet shown to run right on a GPU)");
   app.add_option("--threads,-t", o.n_threads, "compute threads")->capture_default_str();
   add_cpu_isa_flag(app, o.cpu_isa_option);
   app.add_option("--kv-pool-mib", o.kv_pool_mib, "device KV pool size in MiB")

@@ -58,8 +58,9 @@ struct ServerOptions {
   CpuIsaOption cpu_isa_option;           // --cpu-isa / PREFIXD_CPU_ISA, as given
   cpu::CpuIsa cpu_isa{};                 // the set it resolves to (filled by validate)
   // cuDNN for the CUDA backend's prefill attention (CudaBackendOptions):
-  // --cudnn-lib, else PREFIXD_CUDNN_LIB: a libcudnn.so.9 or its folder, or
-  // "off"; empty: the library path, then Python environments.
+  // --cudnn-lib, else PREFIXD_CUDNN_LIB: a libcudnn.so.9 or its folder,
+  // "auto" (the library path, then Python environments) or "off"; empty
+  // (neither given): off.
   std::string cudnn_lib;
   std::vector<std::string> cudnn_python_prefixes;  // $VIRTUAL_ENV, $CONDA_PREFIX, python3's on $PATH, ~/.local (main.cpp)
   int64_t kv_pool_mib = 256;             // device KV pool budget, MiB

@@ -38,9 +38,12 @@ struct CudaBackendOptions {
   // and the simple decode kernel serves.
   bool corrupt_flash_decode_for_test = false;
   // cuDNN for prefill attention, loaded at run time: an operator-named
-  // libcudnn.so.9 or the folder holding it, tried alone; "off" loads none;
-  // empty: the dynamic loader's search path, then Python environments.
-  std::string cudnn_lib;
+  // libcudnn.so.9 or the folder holding it, tried alone; "auto": the dynamic
+  // loader's search path, then Python environments; "off" (the default)
+  // loads none. Off by default: on the one GPU run so far (an H200, cuDNN
+  // 9.19) a fused cuDNN kernel wrote outside its buffers during the
+  // self-check, which a process cannot survive (kernels/cuda/README.md).
+  std::string cudnn_lib = "off";
   // Python environments searched for nvidia/cudnn/lib before /usr/local and
   // /usr, in order (the daemon passes $VIRTUAL_ENV, $CONDA_PREFIX, the
   // environment of the first python3 on $PATH, ~/.local).

@@ -136,7 +136,7 @@ struct PrefillAttention::Impl {
 
   void load(const CudaBackendOptions& options) {
     CudnnSearch search;
-    search.explicit_lib = options.cudnn_lib;
+    search.explicit_lib = options.cudnn_lib == kCudnnAuto ? "" : options.cudnn_lib;
     search.python_prefixes = options.python_prefixes;
     if (cudnn_disabled(search)) return unavailable("turned off (--cudnn-lib off)");
     Result<std::shared_ptr<const CudnnApi>> loaded = load_cudnn(cudnn_library_candidates(search));

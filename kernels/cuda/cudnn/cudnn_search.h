@@ -22,6 +22,7 @@ namespace prefixd::cuda {
 
 inline constexpr const char* kCudnnLibrary = "libcudnn.so.9";
 inline constexpr const char* kCudnnOff = "off";
+inline constexpr const char* kCudnnAuto = "auto";  // --cudnn-lib auto: search (explicit_lib empty)
 
 struct CudnnSearch {
   std::string explicit_lib;                  // --cudnn-lib / PREFIXD_CUDNN_LIB; empty: search

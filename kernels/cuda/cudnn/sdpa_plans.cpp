@@ -5,22 +5,13 @@ namespace prefixd::cuda {
 
 const SdpaPlanCache::Entry& SdpaPlanCache::get(const SdpaShape& shape, bool* built) {
   SdpaShape key = shape;
-  key.out_dtype = DType::F32;
+  key.out_dtype = key.dtype;
   if (built != nullptr) *built = false;
   for (const auto& [k, e] : entries_)
     if (k == key) return e;
   Entry e;
   Result<std::unique_ptr<SdpaPlan>> plan = build_sdpa_plan(*api_, target_, key);
-  if (!plan.ok()) {
-    SdpaShape narrow = key;
-    narrow.out_dtype = key.dtype;
-    Result<std::unique_ptr<SdpaPlan>> second = build_sdpa_plan(*api_, target_, narrow);
-    if (second.ok()) {
-      plan = std::move(second);
-    } else {
-      e.refusal = "F32 output: " + plan.message() + "; " + dtype_name(key.dtype) + " output: " + second.message();
-    }
-  }
+  if (!plan.ok()) e.refusal = plan.message();
   if (plan.ok()) e.plan = std::move(plan.value());
   if (built != nullptr) *built = true;
   entries_.emplace_back(key, std::move(e));

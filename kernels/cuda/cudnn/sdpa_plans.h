@@ -3,10 +3,12 @@
 // for its device; tests/test_cudnn_deviceless.cpp builds the same ones for a
 // saved device description.
 //
-// Each shape is tried with an F32 output first (the backend's own output
-// dtype: no conversion afterwards), then with the pool dtype; a shape cuDNN
-// refuses both ways is remembered with cuDNN's reason, and the simple kernel
-// serves it.
+// Each shape's plan writes O in the pool dtype (then widened to F32 by the
+// backend), as cudnn-frontend's SDPA graphs do. An F32 O is not asked for:
+// cuDNN 9.19 builds and heuristically picks the fused flash kernel
+// (sdpa_sm90_flash_fprop) for it, and on an H200 that kernel wrote outside
+// every allocation (compute-sanitizer memcheck). A shape cuDNN refuses is
+// remembered with cuDNN's reason, and the simple kernel serves it.
 //
 // Thread-safety: one thread at a time (the backend's).
 #pragma once
@@ -31,7 +33,7 @@ class SdpaPlanCache {
     std::string refusal;             // cuDNN's reason, when it does
   };
 
-  // The entry of `shape` (its out_dtype is ignored: chosen as above), found
+  // The entry of `shape` (its out_dtype is ignored: the pool dtype), found
   // or built now (then `*built`, when given, is set to true). Entries stay
   // where they are for the cache's life.
   const Entry& get(const SdpaShape& shape, bool* built = nullptr);
@@ -41,7 +43,7 @@ class SdpaPlanCache {
  private:
   std::shared_ptr<const CudnnApi> api_;
   PlanTarget target_;
-  std::deque<std::pair<SdpaShape, Entry>> entries_;  // keys with out_dtype F32; few, searched in order
+  std::deque<std::pair<SdpaShape, Entry>> entries_;  // keys with out_dtype = dtype; few, searched in order
 };
 
 }  // namespace prefixd::cuda
