@@ -17,6 +17,7 @@
 #include "daemon/api/daemon_context.h"
 #include "daemon/api/routes.h"
 #include "daemon/api/ttl_pins.h"
+#include "daemon/cpu_plan_memory.h"
 #include "daemon/auth/tenant_limits.h"
 #include "daemon/http/connection_server.h"
 #include "daemon/http/listener.h"
@@ -110,12 +111,22 @@ Status load_model(Server::State& s, const std::string& path, std::string* backen
   if (!file.ok()) return Status::error("cannot open model '" + path + "': " + file.message());
   s.file = std::move(file.value());
   log_line(o, LogLevel::kInfo, o.cpu_isa_option.describe(o.cpu_isa));
+  // `auto`: the plan this CPU was first calibrated to, kept in the cache
+  // directory (cpu_plan_memory.h), so restarts compute the same bits.
+  std::string plan_source = "forced";
+  const std::string& requested = o.cpu_isa_option.requested;
+  if ((requested.empty() || requested == "auto") && o.backend != "cuda") {
+    const RememberedCpuPlan r = remember_auto_cpu_plan(o.cache_dir.empty() ? default_cache_dir() : o.cache_dir);
+    if (!r.warning.empty()) log_line(o, LogLevel::kWarn, r.warning);
+    cpu::remember_forced_plan(r.plan);  // plan_for_isa(o.cpu_isa) answers it
+    plan_source = r.path.empty() ? "auto" : r.read_back ? "auto, kept in " + r.path
+                                                        : "auto, calibrated now and kept in " + r.path;
+  }
   auto backend = make_backend(o, backend_name);
   if (!backend.ok()) return backend.status();
   if (*backend_name == "cpu") {
     const cpu::CpuIsaPlan plan = cpu::plan_for_isa(o.cpu_isa);
-    log_line(o, LogLevel::kInfo, std::string("CPU kernel families (") + (plan.automatic ? "auto" : "forced") +
-                                     "): " + plan.describe());
+    log_line(o, LogLevel::kInfo, "CPU kernel families (" + plan_source + "): " + plan.describe());
   }
   s.backend = std::move(backend.value());
   auto model = Model::load(s.file, *s.backend);

@@ -30,7 +30,7 @@
 #                          its own (with PREFIXD_CUDNN_LIB=off: the "before" figures)
 #   PREFIXD_CUDNN_LIB=off  the simple attention kernels only (the "before" figures);
 #                          unset: PyTorch's cuDNN (python3's nvidia/cudnn/lib) when
-#                          there is one, else the backend's own search
+#                          there is one, else the backend's own search (auto)
 #   GPU_CHECK_DRY_CPU=1   the same steps on the CPU with the `tiny` preset and a
 #                         1000 + 100 shape: checks this script's plumbing on a
 #                         machine without a GPU (its figures mean nothing)
@@ -91,8 +91,10 @@ record() {
 }
 want() { [[ "$steps" == *",$1,"* ]]; }
 
-# cuDNN for prefill attention: PyTorch's, unless PREFIXD_CUDNN_LIB names one (or "off").
+# cuDNN for prefill attention (off by default in the daemon): PyTorch's, else
+# the backend's own search (auto), unless PREFIXD_CUDNN_LIB names one (or "off").
 if [[ -z "${PREFIXD_CUDNN_LIB:-}" ]]; then
+  export PREFIXD_CUDNN_LIB=auto
   cudnn_dir=$(python3 -c 'import os, nvidia.cudnn; print(os.path.join(list(nvidia.cudnn.__path__)[0], "lib"))' 2>/dev/null)
   [[ -n "$cudnn_dir" && -e "$cudnn_dir/libcudnn.so.9" ]] && export PREFIXD_CUDNN_LIB=$cudnn_dir
 fi

@@ -60,6 +60,7 @@ const char* env_or_empty(const char* name) {
 std::vector<std::string> candidates() {
   CudnnSearch search;
   search.explicit_lib = env_or_empty("PREFIXD_CUDNN_LIB");
+  if (search.explicit_lib == kCudnnAuto) search.explicit_lib.clear();  // auto: search
   for (const char* var : {"VIRTUAL_ENV", "CONDA_PREFIX"})
     if (env_or_empty(var)[0] != '\0') search.python_prefixes.push_back(env_or_empty(var));
   if (std::string p = python_prefix_on_path(env_or_empty("PATH")); !p.empty()) search.python_prefixes.push_back(p);

@@ -69,7 +69,12 @@ struct AttentionCase {
   std::vector<uint16_t> k_rows, v_rows;
   std::vector<float> q = filler(static_cast<size_t>(kQRows) * kHeads * kHeadDim, 3);
   AttentionCase() {
-    kv.geom = KvGeometry{1, kKeys / 16, 16, 1, kHeadDim, DType::F16};
+    kv.geom.n_layers = 1;
+    kv.geom.n_blocks = kKeys / 16;
+    kv.geom.block_size = 16;
+    kv.geom.n_kv_heads = 1;
+    kv.geom.head_dim = kHeadDim;
+    kv.geom.dtype = DType::F16;
     for (auto [rows, seed] : {std::pair{&k_rows, 4u}, std::pair{&v_rows, 5u}}) {
       const std::vector<float> f = filler(static_cast<size_t>(kKeys) * kHeadDim, seed);
       rows->resize(f.size());

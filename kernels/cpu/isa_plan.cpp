@@ -20,6 +20,15 @@ const char* kernel_family_name(KernelFamily f) {
   return "?";
 }
 
+std::string plan_spec(const CpuIsaPlan& plan) {
+  std::string s = cpu_isa_name(plan.base);
+  for (int fi = 0; fi < kKernelFamilies; ++fi) {
+    const auto f = static_cast<KernelFamily>(fi);
+    if (plan.of(f) != plan.base) s += std::string(",") + kernel_family_name(f) + "=" + cpu_isa_name(plan.of(f));
+  }
+  return s;
+}
+
 std::string CpuIsaPlan::describe() const {
   std::string s;
   for (int fi = 0; fi < kKernelFamilies; ++fi) {

@@ -45,6 +45,10 @@ struct CpuIsaPlan {
   std::string describe() const;
 };
 
+// The plan in the words parse_cpu_isa_plan takes: the base set, then
+// FAMILY=SET for each family on another set, e.g. "avx512bf16,bf16_tiles=avx512".
+std::string plan_spec(const CpuIsaPlan& plan);
+
 // Every family on `isa` (which this CPU must support).
 CpuIsaPlan forced_plan(CpuIsa isa);
 
@@ -85,8 +89,8 @@ IsaTimings measure_isa_timings(const std::vector<CpuIsa>& candidates);
 
 // The plan of `auto` on this CPU: the sets this CPU supports (without
 // `portable` where an x86 set exists), calibrated on the first call and kept
-// for the life of the process. (Not cached on disk: a few ms per start, and a
-// VM may start on another host CPU the next time.)
+// for the life of the process. The daemon keeps it across starts in its cache
+// directory (daemon/cpu_plan_memory.h), since a plan decides results' last bits.
 const CpuIsaPlan& auto_plan();
 
 }  // namespace prefixd::cpu
