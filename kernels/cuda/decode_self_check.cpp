@@ -94,27 +94,11 @@ bool DecodeSelfCheck::check(const AttentionArgs& layer, const std::string& shape
          "); the simple kernel serves this class");
     return false;
   }
-  AttentionArgs a = layer;
-  a.k_pool = dk;
-  a.v_pool = dv;
-  a.q = static_cast<const float*>(dq);
-  a.out = static_cast<float*>(dout);
-  DeviceBatch db;
-  db.words = static_cast<const int32_t*>(dwords);
-  db.layout = packed;
-  db.layout.words.clear();
+  const AttentionArgs a = check_attention_args(layer, dk, dv, dq, dout);
+  const DeviceBatch db = check_device_batch(dwords, packed);
   float* ws = ws_bytes ? static_cast<float*>(dws) : nullptr;
   auto download = [&](std::vector<float>* out) {
-    out->assign(q.size(), 0.0f);
-    if (const cudaError_t e = cudaStreamSynchronize(stream_); e != cudaSuccess) {
-      log_(std::string("flash decode self-check: the device failed: ") + cudaGetErrorString(e));
-      PREFIXD_CUDA_CHECK(e);
-    }
-    PREFIXD_CUDA_CHECK(
-        cudaMemcpyAsync(out->data(), dout, out->size() * sizeof(float), cudaMemcpyDeviceToHost, stream_));
-    PREFIXD_CUDA_CHECK(cudaMemsetAsync(dout, 0, out->size() * sizeof(float), stream_));
-    PREFIXD_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    return Status::ok_status();
+    return mem.download_and_clear(a.out, q.size(), out, "flash decode self-check", log_);
   };
   const CheckRun simple = [&](std::vector<float>* out) {
     launch_attention_decode_simple(a, db, splits_simple, ws, stream_);

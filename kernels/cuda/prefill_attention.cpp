@@ -412,27 +412,10 @@ struct PrefillAttention::Impl {
           "); the simple kernel serves this bucket");
       return false;
     }
-    AttentionArgs a = layer;
-    a.k_pool = dk;
-    a.v_pool = dv;
-    a.q = static_cast<const float*>(dq);
-    a.out = static_cast<float*>(dout);
-    DeviceBatch db;
-    db.words = static_cast<const int32_t*>(dwords);
-    db.layout = packed;
-    db.layout.words.clear();
+    const AttentionArgs a = check_attention_args(layer, dk, dv, dq, dout);
+    const DeviceBatch db = check_device_batch(dwords, packed);
     auto download = [&](std::vector<float>* out) {
-      out->assign(zeros.size(), 0.0f);
-      const cudaError_t e = cudaStreamSynchronize(stream);
-      if (e != cudaSuccess) {
-        log(std::string("cuDNN self-check: the device failed: ") + cudaGetErrorString(e));
-        PREFIXD_CUDA_CHECK(e);
-      }
-      PREFIXD_CUDA_CHECK(
-          cudaMemcpyAsync(out->data(), dout, out->size() * sizeof(float), cudaMemcpyDeviceToHost, stream));
-      PREFIXD_CUDA_CHECK(cudaMemsetAsync(dout, 0, out->size() * sizeof(float), stream));
-      PREFIXD_CUDA_CHECK(cudaStreamSynchronize(stream));
-      return Status::ok_status();
+      return mem.download_and_clear(a.out, zeros.size(), out, "cuDNN self-check", log);
     };
     const CheckRun simple = [&](std::vector<float>* out) {
       launch_attention_prefill(a, db, stream);

@@ -12,8 +12,11 @@
 #include <string>
 #include <vector>
 
+#include <functional>
+
 #include "common/result.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/kernels.h"
 #include "kernels/dtype.h"
 
 namespace prefixd::cuda {
@@ -41,7 +44,41 @@ struct CheckAllocations {
     *dev = p;
     return Status::ok_status();
   }
+  // One run's output: waits for the stream (a device fault is logged with
+  // `who`, then aborts: the context is lost), copies n floats of `dev` into
+  // *out and zeroes `dev` for the next run.
+  Status download_and_clear(float* dev, size_t n, std::vector<float>* out, const std::string& who,
+                            const std::function<void(const std::string&)>& log) {
+    out->assign(n, 0.0f);
+    if (const cudaError_t e = cudaStreamSynchronize(stream); e != cudaSuccess) {
+      log(who + ": the device failed: " + cudaGetErrorString(e));
+      PREFIXD_CUDA_CHECK(e);
+    }
+    PREFIXD_CUDA_CHECK(cudaMemcpyAsync(out->data(), dev, n * sizeof(float), cudaMemcpyDeviceToHost, stream));
+    PREFIXD_CUDA_CHECK(cudaMemsetAsync(dev, 0, n * sizeof(float), stream));
+    PREFIXD_CUDA_CHECK(cudaStreamSynchronize(stream));
+    return Status::ok_status();
+  }
 };
+
+// `layer`'s attention (heads, scale, window) over a check's own pools, q
+// and output, and the check's packed batch at device `words`.
+inline AttentionArgs check_attention_args(const AttentionArgs& layer, const void* k_pool, const void* v_pool,
+                                          const void* q, void* out) {
+  AttentionArgs a = layer;
+  a.k_pool = k_pool;
+  a.v_pool = v_pool;
+  a.q = static_cast<const float*>(q);
+  a.out = static_cast<float*>(out);
+  return a;
+}
+inline DeviceBatch check_device_batch(const void* words, const PackedBatch& packed) {
+  DeviceBatch db;
+  db.words = static_cast<const int32_t*>(words);
+  db.layout = packed;
+  db.layout.words.clear();
+  return db;
+}
 
 // A value in [-1, 1] that `t` (F16 or BF16) holds exactly, and its bits.
 inline uint16_t random_half(std::mt19937& rng, DType t, float* value) {
