@@ -229,6 +229,9 @@ Status open_tiers(Server::State& s, const Hash128& fingerprint, EngineOptions* e
   auto wp = parse_write_policy(o.write_policy);
   if (!wp.ok()) return wp.status();
   to.write_policy = *wp;
+  auto priority = parse_writer_priority(o.cache_writer_priority);
+  if (!priority.ok()) return priority.status();
+  to.writer_priority = *priority;
   auto tiers = TierManager::create(to);
   if (!tiers.ok()) return Status::error("cannot open the cache tiers: " + tiers.message());
   s.tiers = std::move(tiers.value());
@@ -243,8 +246,21 @@ Status open_tiers(Server::State& s, const Hash128& fingerprint, EngineOptions* e
                ? std::string("off")
                : o.disk_cache_dir + " (" + std::to_string(o.disk_cache_bytes() >> 20) + " MiB)") +
           ", remote " + (o.remote_cache.empty() ? std::string("off") : o.remote_cache) + ", " +
-          o.write_policy);
+          o.write_policy + ", writers " + o.cache_writer_priority);
   return Status::ok_status();
+}
+
+// One line on the TTL pins taken back from the disk tier, and one per pin dropped.
+void log_pin_restore(const ServerOptions& o, const PinRestoreReport& r) {
+  if (!r.error.empty()) log_line(o, LogLevel::kWarn, "stored cache pins not read: " + r.error);
+  for (const std::string& d : r.damaged)
+    log_line(o, LogLevel::kWarn, "damaged cache pin record skipped (its prefix stays cached, unpinned): " + d);
+  for (const std::string& d : r.dropped) log_line(o, LogLevel::kInfo, "stored cache pin dropped: " + d);
+  if (r.restored + r.expired > 0 || !r.dropped.empty() || !r.damaged.empty())
+    log_line(o, LogLevel::kInfo,
+             "cache pins restored: " + std::to_string(r.restored) + " (" + std::to_string(r.expired) +
+                 " expired, " + std::to_string(r.dropped.size()) + " dropped, " + std::to_string(r.damaged.size()) +
+                 " damaged)");
 }
 
 // What every handler reads (DaemonContext), and the dashboard with its sampler.
@@ -278,7 +294,12 @@ void fill_context(Server::State& s, const std::string& backend_name) {
   pins.block_size = o.block_size;
   pins.min_cache_tokens = o.min_cache_tokens;
   pins.ttl_scale = o.cache_ttl_scale;
-  ctx.ttl_pins = std::make_shared<TtlPins>(s.engine.get(), s.tenant_limits.get(), pins);
+  std::vector<std::string> tenant_names;
+  if (s.tenant_limits)
+    for (const Tenant& t : o.api_keys->tenants()) tenant_names.push_back(t.name);
+  ctx.ttl_pins = std::make_shared<TtlPins>(s.engine.get(), s.tenant_limits.get(), pins, s.tiers.get(),
+                                           std::move(tenant_names));
+  log_pin_restore(o, ctx.ttl_pins->restore());
   ctx.dashboard =
       std::make_shared<Dashboard>(ctx.engine, ctx.tiers, ctx.model.tokenizer, DashboardOptions{});
 }

@@ -11,6 +11,7 @@
 #include "common/private_files.h"
 #include "daemon/auth/secret_file.h"
 #include "daemon/deployment_secret.h"
+#include "storage/writer_priority.h"
 #include "daemon/http/listener.h"
 
 namespace prefixd {
@@ -117,6 +118,9 @@ Status check_tier_flags(ServerOptions& o) {
   if (o.write_policy != "write-through" && o.write_policy != "evict-only") {
     return Status::error("--write-policy '" + o.write_policy +
                          "' is not one of write-through, evict-only");
+  }
+  if (auto priority = parse_writer_priority(o.cache_writer_priority); !priority.ok()) {
+    return Status::error("--cache-writer-priority: " + priority.message());
   }
   if (o.onboard_policy != "auto" && o.onboard_policy != "always" && o.onboard_policy != "never") {
     return Status::error("--restore-policy '" + o.onboard_policy +
@@ -329,6 +333,10 @@ void add_tier_flags(CLI::App& app, ServerOptions& o) {
                "when the RocksDB database in --disk-cache-dir is damaged, rename it to "
                "DIR.corrupt-<time> and start with an empty one (default: refuse to start)");
   app.add_option("--write-policy", o.write_policy, "write-through or evict-only")
+      ->capture_default_str();
+  app.add_option("--cache-writer-priority", o.cache_writer_priority,
+                 "CPU share of the disk and remote writers: batch:N (SCHED_BATCH at nice N, 0..19: keeps "
+                 "write-through up under load) or idle (SCHED_IDLE: only idle CPU time)")
       ->capture_default_str();
   app.add_option("--restore-policy", o.onboard_policy,
                  "blocks found in host/disk: auto (restore when faster than recompute), always, never")

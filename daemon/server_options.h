@@ -84,6 +84,7 @@ struct ServerOptions {
   double disk_cache_gb = 10.0;                 // disk tier capacity, GB
   bool disk_cache_reset_on_corruption = false;  // move a damaged database aside, start empty
   std::string write_policy = "write-through";  // write-through | evict-only
+  std::string cache_writer_priority = "batch:10";  // idle | batch:N (storage/writer_priority.h)
   std::string onboard_policy = "auto";         // --restore-policy: auto | always | never (onboard vs recompute)
   // A memcached pool shared by replicas: "memcached://HOST:PORT[,HOST:PORT...]"; empty = none.
   std::string remote_cache;

@@ -258,6 +258,13 @@ class Engine::Impl {
     return r;
   }
 
+  ChainKeys chain_keys(const std::vector<int32_t>& prompt, const std::string& salt) const {
+    ChainKeys k;
+    k.namespace_seed = namespace_seed_for(salt);
+    k.block_hashes = hash_blocks(prompt, opts_.block_size, k.namespace_seed);
+    return k;
+  }
+
   Result<PinResult> pin_now(const std::vector<int32_t>& prompt, const std::string& salt, bool pin) {
     const uint64_t ns_seed = namespace_seed_for(salt);
     std::vector<BlockHash> hashes = hash_blocks(prompt, opts_.block_size, ns_seed);
@@ -286,6 +293,8 @@ class Engine::Impl {
     }
     r.pinned_blocks = m.n_ready();
     r.pinned_tokens = r.pinned_blocks * opts_.block_size;
+    r.namespace_seed = ns_seed;
+    r.block_hashes.assign(hashes.begin(), hashes.begin() + r.pinned_blocks);
     return r;
   }
 
@@ -738,6 +747,10 @@ EngineStats Engine::stats() { return impl_->call<EngineStats>([this] { return im
 LookupResult Engine::lookup(const std::vector<int32_t>& prompt, const std::string& salt) {
   return impl_->call<LookupResult>([&] { return impl_->lookup_now(prompt, salt); });
 }
+ChainKeys Engine::chain_keys(const std::vector<int32_t>& prompt, const std::string& salt) const {
+  return impl_->chain_keys(prompt, salt);
+}
+
 Result<PinResult> Engine::pin(const std::vector<int32_t>& prompt, const std::string& salt, bool pin) {
   return impl_->call<Result<PinResult>>([&] { return impl_->pin_now(prompt, salt, pin); });
 }

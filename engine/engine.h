@@ -122,6 +122,14 @@ struct LookupResult {
 struct PinResult {
   int32_t pinned_blocks = 0;
   int32_t pinned_tokens = 0;
+  uint64_t namespace_seed = 0;       // of the salt (BlockKey::namespace_seed)
+  std::vector<Hash128> block_hashes;  // [pinned_blocks] the pinned chain's hashes
+};
+
+// The tier keys of a prompt's full blocks under a salt.
+struct ChainKeys {
+  uint64_t namespace_seed = 0;
+  std::vector<Hash128> block_hashes;  // [prompt tokens / block_size]
 };
 
 class Engine {
@@ -143,6 +151,8 @@ class Engine {
   EngineStats stats();
   LookupResult lookup(const std::vector<int32_t>& prompt, const std::string& cache_salt);
   Result<PinResult> pin(const std::vector<int32_t>& prompt, const std::string& cache_salt, bool pin);
+  // Pure computation on the caller's thread (no engine round trip).
+  ChainKeys chain_keys(const std::vector<int32_t>& prompt, const std::string& cache_salt) const;
   int32_t clear_cache();  // drops every unreferenced cached block from the pool (and tiers)
 
  private:

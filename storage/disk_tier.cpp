@@ -29,6 +29,7 @@ namespace {
 
 constexpr char kAccessFamily[] = "access";
 constexpr char kMetaFamily[] = "meta";
+constexpr char kPinsFamily[] = "pins";
 constexpr char kSecretKey[] = "deployment_secret";
 constexpr char kLayoutKey[] = "layout_version";
 constexpr char kLayoutVersion[] = "prefixd-disk-tier-2";  // records carry a MAC trailer
@@ -184,6 +185,7 @@ std::vector<rocksdb::ColumnFamilyDescriptor> column_families(const DiskTierOptio
       {rocksdb::kDefaultColumnFamilyName, records_options},
       {kAccessFamily, small_options},
       {kMetaFamily, small_options},
+      {kPinsFamily, small_options},
   };
 }
 
@@ -272,6 +274,7 @@ Result<std::unique_ptr<DiskTier>> DiskTier::open_once(const DiskTierOptions& opt
   tier->records_cf_ = handles[0];
   tier->access_cf_ = handles[1];
   tier->meta_cf_ = handles[2];
+  tier->pins_cf_ = handles[3];
 
   // Reading the meta and access families may meet a damaged block too.
   Status st = tier->load_or_create_secret();
@@ -289,7 +292,7 @@ Result<std::unique_ptr<DiskTier>> DiskTier::open_once(const DiskTierOptions& opt
 DiskTier::~DiskTier() {
   if (db_ == nullptr) return;
   (void)flush();
-  for (auto* cf : {records_cf_, access_cf_, meta_cf_}) {
+  for (auto* cf : {records_cf_, access_cf_, meta_cf_, pins_cf_}) {
     if (cf != nullptr) db_->DestroyColumnFamilyHandle(cf);
   }
   db_->Close();
@@ -350,7 +353,7 @@ Status DiskTier::drop_records(const char* why) {
   // the caller).
   const std::string end(sizeof(Key) + 1, '\xff');  // above every 24-byte key
   rocksdb::WriteBatch batch;
-  for (auto* cf : {records_cf_, access_cf_}) batch.DeleteRange(cf, rocksdb::Slice(), end);
+  for (auto* cf : {records_cf_, access_cf_, pins_cf_}) batch.DeleteRange(cf, rocksdb::Slice(), end);
   batch.Put(meta_cf_, kLayoutKey, kLayoutVersion);
   rocksdb::WriteOptions durable;
   durable.sync = true;
@@ -434,14 +437,18 @@ Status DiskTier::put(const BlockKey& key, std::span<const uint8_t> record) {
     // Replacing a key: its old bytes leave first.
     uint64_t used = stats_.used_bytes;
     if (auto old = index_.find(k); old != index_.end()) used -= old->second.record_bytes;
-    for (auto it = lru_.begin(); used + n_bytes > options_.capacity_bytes; ++it) {
-      PREFIXD_CHECK(it != lru_.end(), "disk tier accounting: bytes used with no entries");
-      if (it->second == k) continue;
-      used -= index_.at(it->second).record_bytes;
-      victims.push_back(it->second);
-      batch.Delete(records_cf_, key_slice(it->second));
-      batch.Delete(access_cf_, key_slice(it->second));
+    // Least recently used first; records of pinned chains only when the
+    // unpinned ones do not make room.
+    for (const bool take_pinned : {false, true}) {
+      for (auto it = lru_.begin(); it != lru_.end() && used + n_bytes > options_.capacity_bytes; ++it) {
+        if (it->second == k || (pin_counts_.count(it->second) != 0) != take_pinned) continue;
+        used -= index_.at(it->second).record_bytes;
+        victims.push_back(it->second);
+        batch.Delete(records_cf_, key_slice(it->second));
+        batch.Delete(access_cf_, key_slice(it->second));
+      }
     }
+    PREFIXD_CHECK(used + n_bytes <= options_.capacity_bytes, "disk tier accounting: bytes used with no entries");
     seq = next_seq_++;
   }
   const auto access = access_value(seq, n_bytes);
@@ -683,9 +690,55 @@ Status DiskTier::clear() {
 Status DiskTier::flush() {
   rocksdb::FlushOptions fo;
   fo.wait = true;
-  rocksdb::Status s = db_->Flush(fo, {records_cf_, access_cf_, meta_cf_});
+  rocksdb::Status s = db_->Flush(fo, {records_cf_, access_cf_, meta_cf_, pins_cf_});
   if (!s.ok()) return rocks_error("flush", s);
   return Status::ok_status();
+}
+
+Status DiskTier::put_pin(std::span<const uint8_t> key, std::span<const uint8_t> record) {
+  std::lock_guard<std::mutex> write_lock(write_mu_);
+  rocksdb::Status s = db_->Put(rocksdb::WriteOptions(), pins_cf_, bytes_slice(key.data(), key.size()),
+                               bytes_slice(record.data(), record.size()));
+  if (!s.ok()) return rocks_error("put pin", s);
+  return Status::ok_status();
+}
+
+Status DiskTier::erase_pin(std::span<const uint8_t> key) {
+  std::lock_guard<std::mutex> write_lock(write_mu_);
+  rocksdb::Status s = db_->Delete(rocksdb::WriteOptions(), pins_cf_, bytes_slice(key.data(), key.size()));
+  if (!s.ok()) return rocks_error("erase pin", s);
+  return Status::ok_status();
+}
+
+Result<std::vector<DiskTier::StoredPin>> DiskTier::pin_records() const {
+  std::vector<StoredPin> out;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), pins_cf_));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    const rocksdb::Slice k = it->key(), v = it->value();
+    out.push_back(StoredPin{std::vector<uint8_t>(k.data(), k.data() + k.size()),
+                            std::vector<uint8_t>(v.data(), v.data() + v.size())});
+  }
+  if (!it->status().ok()) return rocks_error("read pins", it->status());
+  return out;
+}
+
+void DiskTier::set_pinned(std::span<const BlockKey> keys, bool pinned) {
+  std::lock_guard<std::mutex> lock(index_mu_);
+  for (const BlockKey& key : keys) {
+    const Key k = encode_key(key);
+    if (pinned) {
+      ++pin_counts_[k];
+    } else if (auto it = pin_counts_.find(k); it != pin_counts_.end() && --it->second <= 0) {
+      pin_counts_.erase(it);
+    }
+  }
+}
+
+uint64_t DiskTier::pinned_blocks() const {
+  std::lock_guard<std::mutex> lock(index_mu_);
+  uint64_t n = 0;
+  for (const auto& [k, count] : pin_counts_) n += index_.count(k);
+  return n;
 }
 
 DiskTierStats DiskTier::stats() const {

@@ -80,7 +80,9 @@ struct DiskTierStats {
 // RecordMac trailer (nonce, Poly1305 tag under a key derived from the
 // deployment secret); "access" maps key -> (last-access sequence u64 LE,
 // stored bytes u64 LE);
-// "meta" holds the deployment secret and the layout version. Keys are
+// "meta" holds the deployment secret and the layout version; "pins" holds
+// TTL pin records (pin_record.h), written with the WAL so that a pin survives
+// a crash. Block keys are
 // namespace seed (8 bytes big-endian) || block hash (hi then lo, 8 bytes
 // big-endian each). atomic_flush keeps the three families consistent with the
 // WAL off: a crash loses recent writes, never half of one.
@@ -122,8 +124,25 @@ class DiskTier {
   bool contains(const BlockKey& key) const;
   // Removes a record if present. Returns whether it was indexed.
   bool erase(const BlockKey& key);
-  // Removes every record (keeps the deployment secret).
+  // Removes every record (keeps the deployment secret and the pin records).
   Status clear();
+
+  // Pin records ("pins" family; the bytes are pin_record.h's). put_pin
+  // overwrites a key; pin_records() lists them all, in key order.
+  Status put_pin(std::span<const uint8_t> key, std::span<const uint8_t> record);
+  Status erase_pin(std::span<const uint8_t> key);
+  struct StoredPin {
+    std::vector<uint8_t> key;
+    std::vector<uint8_t> record;
+  };
+  Result<std::vector<StoredPin>> pin_records() const;
+  // Marks (pinned = true) or unmarks the blocks of a pinned chain: a count
+  // per key, so overlapping pins add up; keys need not be stored (a block
+  // written later is marked from the start). put() evicts every unmarked
+  // record before a marked one. In memory only: the owner marks again after
+  // a restart from pin_records().
+  void set_pinned(std::span<const BlockKey> keys, bool pinned);
+  uint64_t pinned_blocks() const;  // stored records that are marked
   // Writes memtables to disk (all column families, atomically).
   Status flush();
   DiskTierStats stats() const;
@@ -178,6 +197,7 @@ class DiskTier {
   rocksdb::ColumnFamilyHandle* records_cf_ = nullptr;  // "default"
   rocksdb::ColumnFamilyHandle* access_cf_ = nullptr;   // "access"
   rocksdb::ColumnFamilyHandle* meta_cf_ = nullptr;     // "meta"
+  rocksdb::ColumnFamilyHandle* pins_cf_ = nullptr;     // "pins"
   std::array<uint8_t, 16> secret_{};
   std::unique_ptr<RecordMac> mac_;  // keyed by secret_
 
@@ -193,6 +213,7 @@ class DiskTier {
   mutable std::mutex index_mu_;  // guards the members below
   std::unordered_map<Key, IndexEntry, KeyHasher> index_;
   std::map<uint64_t, Key> lru_;  // access_seq -> key, oldest first
+  std::unordered_map<Key, int32_t, KeyHasher> pin_counts_;  // set_pinned marks (> 0)
   uint64_t next_seq_ = 1;
   DiskTierStats stats_;
 };

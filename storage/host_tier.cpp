@@ -24,7 +24,8 @@ HostInsert HostTier::insert(const BlockKey& key, RecordPtr record) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = map_.find(key);
     if (it != map_.end()) {
-      lru_.splice(lru_.begin(), lru_, it->second);
+      LruList& list = list_of(*it->second);
+      list.splice(list.begin(), list, it->second);
       return HostInsert::kAlreadyPresent;
     }
     if (n_bytes > capacity_bytes_) {
@@ -32,17 +33,20 @@ HostInsert HostTier::insert(const BlockKey& key, RecordPtr record) {
       return HostInsert::kDeclined;
     }
     while (stats_.used_bytes + n_bytes > capacity_bytes_) {
-      PREFIXD_CHECK(!lru_.empty(), "host tier accounting: bytes used with no entries");
-      Entry& victim = lru_.back();
+      LruList& from = lru_.empty() ? pinned_lru_ : lru_;  // pinned chains last
+      PREFIXD_CHECK(!from.empty(), "host tier accounting: bytes used with no entries");
+      Entry& victim = from.back();
       stats_.used_bytes -= victim.record->size();
       --stats_.blocks;
       ++stats_.evictions;
       map_.erase(victim.key);
       evicted.push_back(std::move(victim));
-      lru_.pop_back();
+      from.pop_back();
     }
-    lru_.push_front(Entry{key, std::move(record)});
-    map_.emplace(key, lru_.begin());
+    const bool pinned = pin_counts_.count(key) != 0;
+    LruList& list = pinned ? pinned_lru_ : lru_;
+    list.push_front(Entry{key, std::move(record), pinned});
+    map_.emplace(key, list.begin());
     stats_.used_bytes += n_bytes;
     ++stats_.blocks;
     ++stats_.inserts;
@@ -63,7 +67,8 @@ RecordPtr HostTier::lookup(const BlockKey& key) {
     return nullptr;
   }
   ++stats_.hits;
-  lru_.splice(lru_.begin(), lru_, it->second);
+  LruList& list = list_of(*it->second);
+  list.splice(list.begin(), list, it->second);
   return it->second->record;
 }
 
@@ -86,16 +91,17 @@ bool HostTier::erase(const BlockKey& key) {
   doomed = std::move(it->second->record);
   stats_.used_bytes -= doomed->size();
   --stats_.blocks;
-  lru_.erase(it->second);
+  list_of(*it->second).erase(it->second);
   map_.erase(it);
   return true;
 }
 
 void HostTier::clear() {
-  LruList doomed;
+  LruList doomed, doomed_pinned;
   {
     std::lock_guard<std::mutex> lock(mu_);
     doomed.swap(lru_);
+    doomed_pinned.swap(pinned_lru_);
     map_.clear();
     stats_.used_bytes = 0;
     stats_.blocks = 0;
@@ -110,9 +116,37 @@ HostTierStats HostTier::stats() const {
 std::vector<BlockKey> HostTier::keys_lru_order() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<BlockKey> keys;
-  keys.reserve(lru_.size());
+  keys.reserve(lru_.size() + pinned_lru_.size());
   for (auto it = lru_.rbegin(); it != lru_.rend(); ++it) keys.push_back(it->key);
+  for (auto it = pinned_lru_.rbegin(); it != pinned_lru_.rend(); ++it) keys.push_back(it->key);
   return keys;
+}
+
+void HostTier::set_pinned(std::span<const BlockKey> keys, bool pinned) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const BlockKey& key : keys) {
+    bool marked;
+    if (pinned) {
+      marked = ++pin_counts_[key] > 0;
+    } else {
+      auto c = pin_counts_.find(key);
+      if (c == pin_counts_.end()) continue;
+      marked = --c->second > 0;
+      if (!marked) pin_counts_.erase(c);
+    }
+    auto it = map_.find(key);
+    if (it == map_.end() || it->second->pinned == marked) continue;
+    // Move the record to the other list, keeping its recency at the front.
+    LruList& from = list_of(*it->second);
+    it->second->pinned = marked;
+    LruList& to = list_of(*it->second);
+    to.splice(to.begin(), from, it->second);
+  }
+}
+
+uint64_t HostTier::pinned_blocks() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return pinned_lru_.size();
 }
 
 }  // namespace prefixd

@@ -7,6 +7,7 @@
 #include <functional>
 #include <list>
 #include <mutex>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -65,20 +66,31 @@ class HostTier {
   // Drops every record (not counted as evictions, no callback).
   void clear();
   HostTierStats stats() const;
-  // Keys from least to most recently used (tests and debugging).
+  // Keys from least to most recently used (tests and debugging); records of
+  // pinned chains come after every unpinned one (they are evicted last).
   std::vector<BlockKey> keys_lru_order() const;
+  // Marks (pinned = true) or unmarks the blocks of a pinned chain: a count
+  // per key, so overlapping pins add up; a key need not be held (a record
+  // inserted later is marked from the start). Eviction takes every unmarked
+  // record before a marked one.
+  void set_pinned(std::span<const BlockKey> keys, bool pinned);
+  uint64_t pinned_blocks() const;  // held records that are marked
 
  private:
   struct Entry {
     BlockKey key;
     RecordPtr record;
+    bool pinned = false;  // in pinned_lru_ (else lru_)
   };
   using LruList = std::list<Entry>;  // front = most recently used
+  LruList& list_of(const Entry& e) { return e.pinned ? pinned_lru_ : lru_; }
 
   const uint64_t capacity_bytes_;
   EvictCallback on_evict_;
   mutable std::mutex mu_;
-  LruList lru_;
+  LruList lru_;         // records of no pinned chain
+  LruList pinned_lru_;  // records of pinned chains
+  std::unordered_map<BlockKey, int32_t, BlockKeyHasher> pin_counts_;  // set_pinned marks (> 0)
   std::unordered_map<BlockKey, LruList::iterator, BlockKeyHasher> map_;
   HostTierStats stats_;
 };

@@ -5,11 +5,6 @@
 // waiting request never queues behind writes and writes yield to prefill.
 #include "storage/tier_manager.h"
 
-#include <sched.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -132,7 +127,7 @@ void TierManager::queue_disk_write(const BlockKey& key, RecordPtr record) {
     }
     pending_offload_bytes_ += record->size();
     queued_disk_keys_.insert(key);
-    offload_queue_.push_back(OffloadJob{key, std::move(record)});
+    offload_queue_.push_back(OffloadJob{key, std::move(record), std::chrono::steady_clock::now()});
   }
   work_cv_.notify_all();  // threads differ in the jobs they take
 }
@@ -275,17 +270,13 @@ void TierManager::prefault_async(uint64_t n_bytes) {
 
 void TierManager::io_loop(IoRole role) {
   if (role == IoRole::kOffload) {
-    // Disk writes run only on otherwise idle CPU time (SCHED_IDLE; Linux
-    // schedules threads individually), so write-through never competes with
-    // prefill. Under constant load the queue fills and writes are dropped
-    // (counted), which a cache may do. Best effort: a refusal is harmless.
-    // At shutdown begin_shutdown() lifts this thread back to normal priority.
-    const pid_t tid = static_cast<pid_t>(syscall(SYS_gettid));
-    sched_param param{};
-    if (sched_setscheduler(tid, SCHED_IDLE, &param) != 0) {
-      (void)setpriority(PRIO_PROCESS, static_cast<id_t>(tid), 19);
-    }
-    writer_tid_.store(tid);
+    // Disk writes (and the builds before them) run at the writer priority:
+    // a bounded share of the CPU under load (batch:N), so write-through
+    // keeps up without slowing prefill down much; at SCHED_IDLE (idle) they
+    // run only in quiet moments, and under constant load the queue fills and
+    // writes are dropped (counted). Best effort: a refusal is harmless. At
+    // shutdown begin_shutdown() lifts this thread back to normal priority.
+    writer_tid_.store(apply_writer_priority(options_.writer_priority));
   }
   const bool onboards = role != IoRole::kOffload;
   const bool offloads = role != IoRole::kOnboard;
@@ -388,10 +379,7 @@ void TierManager::begin_shutdown(std::chrono::steady_clock::time_point deadline)
   disk_blocks_at_shutdown_ = counters_.offload_disk_blocks;
   const pid_t tid = writer_tid_.load();
   if (tid != 0) {
-    // Leaving SCHED_IDLE (or nice 19) needs CAP_SYS_NICE or an RLIMIT_NICE of 20.
-    sched_param param{};
-    writer_raised_ = sched_setscheduler(tid, SCHED_OTHER, &param) == 0 &&
-                     setpriority(PRIO_PROCESS, static_cast<id_t>(tid), 0) == 0;
+    writer_raised_ = raise_writer_to_normal(tid);
     writer_parked_ = !writer_raised_;
   }
   if (remote_) remote_writer_raised_ = remote_->begin_shutdown(deadline);
@@ -427,7 +415,10 @@ void TierManager::run_offload(OffloadJob& job) {
   const Status s = disk_->put(job.key, job.record->bytes());
   if (!s.ok()) return;  // counted by the disk tier (io_errors); a cache may drop writes
   if (!disk_->contains(job.key)) return;  // declined (larger than capacity)
+  const double lag_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - job.queued_at).count();
   std::lock_guard<std::mutex> lock(mu_);
+  disk_write_lag_.add(lag_ms);
   ++counters_.offload_disk_blocks;
   counters_.offload_disk_bytes += job.record->size();
 }
@@ -601,12 +592,53 @@ Status TierManager::clear() {
   return Status::ok_status();
 }
 
+Status TierManager::store_pin(const PinRecord& pin) {
+  PREFIXD_CHECK(!pin.block_hashes.empty(), "store_pin of an empty chain");
+  if (!disk_) return Status::ok_status();
+  const std::vector<uint8_t> key = pin_record_key(pin.namespace_seed, pin.block_hashes.back());
+  return disk_->put_pin(key, encode_pin_record(pin));
+}
+
+Status TierManager::erase_pin(uint64_t namespace_seed, const Hash128& last_block_hash) {
+  if (!disk_) return Status::ok_status();
+  return disk_->erase_pin(pin_record_key(namespace_seed, last_block_hash));
+}
+
+Result<TierManager::StoredPins> TierManager::stored_pins() {
+  StoredPins out;
+  if (!disk_) return out;
+  Result<std::vector<DiskTier::StoredPin>> stored = disk_->pin_records();
+  if (!stored.ok()) return stored.status();
+  for (const DiskTier::StoredPin& p : stored.value()) {
+    Result<PinRecord> pin = decode_pin_record(p.record);
+    if (pin.ok()) {
+      out.pins.push_back(std::move(pin).value());
+      continue;
+    }
+    std::string key_hex;
+    for (uint8_t b : p.key) {
+      static const char* digits = "0123456789abcdef";
+      key_hex += digits[b >> 4];
+      key_hex += digits[b & 15];
+    }
+    out.damaged.push_back(key_hex + ": " + pin.message());
+    (void)disk_->erase_pin(p.key);
+  }
+  return out;
+}
+
+void TierManager::mark_pinned(std::span<const BlockKey> keys, bool pinned) {
+  host_->set_pinned(keys, pinned);
+  if (disk_) disk_->set_pinned(keys, pinned);
+}
+
 TierManagerStats TierManager::stats() const {
   TierManagerStats s;
   {
     std::lock_guard<std::mutex> lock(mu_);
     s = counters_;
     s.pending_offload_bytes = pending_offload_bytes_;
+    s.disk_write_lag = disk_write_lag_.summary();
   }
   s.host = host_->stats();
   s.has_disk = disk_ != nullptr;

@@ -25,9 +25,12 @@
 #include "storage/block_record.h"
 #include "storage/disk_tier.h"
 #include "storage/host_tier.h"
+#include "storage/lag_histogram.h"
 #include "storage/record_slab_allocator.h"
 #include "storage/remote_tier.h"
 #include "storage/onboard_policy.h"
+#include "storage/pin_record.h"
+#include "storage/writer_priority.h"
 
 namespace prefixd {
 
@@ -52,6 +55,10 @@ struct TierManagerOptions {
   std::optional<std::array<uint8_t, 16>> deployment_secret;
   WritePolicy write_policy = WritePolicy::kWriteThrough;
   int32_t n_io_threads = 2;
+  // The disk writer thread's (and the remote writer's) share of the CPU
+  // (writer_priority.h). batch:10 keeps write-through up with serving at
+  // full load (docs/cache.md, "Write-through under load").
+  WriterPriority writer_priority;
   // Disk writes queued beyond this many bytes are dropped (counted), so a
   // slow disk cannot grow memory without bound.
   uint64_t max_pending_offload_bytes = 256ull << 20;
@@ -117,6 +124,9 @@ struct TierManagerStats {
   uint64_t builds_deferred = 0;      // records built on the offload thread (offload_published_later)
   uint64_t builds_refused = 0;       // ... refused: the build queue was over its bound
   uint64_t pending_offload_bytes = 0;
+  // From a disk write's queueing (offload: the block was just computed or
+  // evicted) to its record being stored.
+  LagSummary disk_write_lag;
   uint64_t onboard_requests = 0;
   uint64_t onboard_host_blocks = 0;
   uint64_t onboard_disk_blocks = 0;
@@ -255,6 +265,22 @@ class TierManager {
   Status clear();
   TierManagerStats stats() const;
 
+  // Durable TTL pins (pin_record.h), kept in the disk tier's "pins" family;
+  // without a disk tier nothing is stored (store_pin succeeds, the pin lives
+  // in memory only). I/O: call from HTTP or admin threads, not the engine's.
+  Status store_pin(const PinRecord& pin);
+  Status erase_pin(uint64_t namespace_seed, const Hash128& last_block_hash);
+  struct StoredPins {
+    std::vector<PinRecord> pins;
+    // Records that failed to decode: key and why. Erased here.
+    std::vector<std::string> damaged;
+  };
+  // Every stored pin record (start-up); damaged ones are erased and named.
+  Result<StoredPins> stored_pins();
+  // Marks or unmarks a pinned chain's blocks in host and disk, which evict
+  // them only after every unpinned record (counts: overlapping pins add up).
+  void mark_pinned(std::span<const BlockKey> keys, bool pinned);
+
   // Direct access to the tiers (tests, metrics). Their own thread-safety holds.
   HostTier& host() { return *host_; }
   DiskTier* disk() { return disk_.get(); }
@@ -264,6 +290,7 @@ class TierManager {
   struct OffloadJob {
     BlockKey key;
     RecordPtr record;
+    std::chrono::steady_clock::time_point queued_at;
   };
   struct OnboardJob {
     uint64_t request_id = 0;
@@ -338,6 +365,7 @@ class TierManager {
   uint64_t prefault_bytes_ = 0;             // requested by prefault_async, taken by the offload thread
   std::atomic<bool> stop_prefault_{false};  // set on destruction
   TierManagerStats counters_;  // offload/onboard counters only
+  LagHistogram disk_write_lag_;
 
   std::mutex completions_mu_;
   std::vector<OnboardCompletion> completions_;

@@ -329,7 +329,7 @@ TEST_CASE("disk_tier_written_before_macs_is_emptied_at_open_and_keeps_its_secret
   }
   {  // Mark the directory as the layout without MACs, as an older prefixd wrote it.
     std::vector<rocksdb::ColumnFamilyDescriptor> families = {
-        {rocksdb::kDefaultColumnFamilyName, {}}, {"access", {}}, {"meta", {}}};
+        {rocksdb::kDefaultColumnFamilyName, {}}, {"access", {}}, {"meta", {}}, {"pins", {}}};
     std::vector<rocksdb::ColumnFamilyHandle*> handles;
     rocksdb::DB* db = nullptr;
     REQUIRE(rocksdb::DB::Open(rocksdb::DBOptions(), dir.path, families, &handles, &db).ok());

@@ -112,6 +112,12 @@ json cache_stats_json(const StatsSnapshot& s, int32_t block_size) {
   disk["write_errors"] = s.disk_write_errors;
   disk["io_errors"] = s.disk_io_errors;
   disk["writes_stopped"] = s.disk_writes_stopped;
+  disk["writes_dropped"] = s.disk_writes_dropped;
+  disk["pending_write_bytes"] = s.disk_pending_write_bytes;
+  disk["write_lag_ms"] = {{"count", s.disk_write_lag.count},
+                          {"p50", s.disk_write_lag.p50_ms},
+                          {"p99", s.disk_write_lag.p99_ms},
+                          {"max", s.disk_write_lag.max_ms}};
   out["tiers"] = {{"device", device}, {"host", tier_json(s.host)}, {"disk", disk}};
   if (s.has_remote_tier) {
     const RemoteFigures& r = s.remote_io;

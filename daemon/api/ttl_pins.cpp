@@ -1,18 +1,51 @@
 // TTL pins over Engine::pin: pin or refresh, refresh on hits, the sweeper
-// that unpins expired prefixes, and the per-TTL counts.
+// that unpins expired prefixes, the per-TTL counts, and the pin records that
+// carry them across a restart.
 #include "daemon/api/ttl_pins.h"
 
 #include <algorithm>
 
 #include "daemon/auth/tenant_limits.h"
 #include "engine/engine.h"
+#include "storage/tier_manager.h"
 
 namespace prefixd {
 
 using SteadyClock = std::chrono::steady_clock;
+using SystemClock = std::chrono::system_clock;
 
-TtlPins::TtlPins(Engine* engine, TenantLimits* tenant_limits, TtlPinOptions options)
-    : engine_(engine), tenant_limits_(tenant_limits), options_(options) {
+namespace {
+
+int64_t ms_of(SteadyClock::duration d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); }
+
+// A steady-clock expiry as wall-clock milliseconds since 1970, and back.
+int64_t unix_ms_of(SteadyClock::time_point t) {
+  const int64_t now_unix =
+      std::chrono::duration_cast<std::chrono::milliseconds>(SystemClock::now().time_since_epoch()).count();
+  return now_unix + ms_of(t - SteadyClock::now());
+}
+SteadyClock::time_point steady_of(int64_t unix_ms) {
+  const int64_t now_unix =
+      std::chrono::duration_cast<std::chrono::milliseconds>(SystemClock::now().time_since_epoch()).count();
+  return SteadyClock::now() + std::chrono::milliseconds(unix_ms - now_unix);
+}
+
+std::vector<BlockKey> block_keys(uint64_t namespace_seed, const std::vector<Hash128>& hashes) {
+  std::vector<BlockKey> keys;
+  keys.reserve(hashes.size());
+  for (const Hash128& h : hashes) keys.push_back(BlockKey{namespace_seed, h});
+  return keys;
+}
+
+}  // namespace
+
+TtlPins::TtlPins(Engine* engine, TenantLimits* tenant_limits, TtlPinOptions options, TierManager* tiers,
+                 std::vector<std::string> tenant_names)
+    : engine_(engine),
+      tenant_limits_(tenant_limits),
+      tiers_(tiers),
+      tenant_names_(std::move(tenant_names)),
+      options_(options) {
   sweeper_ = std::thread([this] { sweeper_loop(); });
 }
 
@@ -46,6 +79,8 @@ BreakpointOutcome TtlPins::pin(const std::string& salt, const std::vector<int32_
     if (ttl_seconds(breakpoint.ttl) > ttl_seconds(e.ttl)) e.ttl = breakpoint.ttl;
     e.expires = std::max(e.expires, now + ttl_duration(breakpoint.ttl));
     ++e.hits;
+    repin(it->first, e);
+    store(it->first, e);
     out.status = PinStatus::kRefreshed;
     out.pinned_tokens = e.pinned_blocks * options_.block_size;
     return out;
@@ -67,15 +102,20 @@ BreakpointOutcome TtlPins::pin(const std::string& salt, const std::vector<int32_
   }
   // Only the blocks found are pinned: the entry holds exactly that prefix.
   key.second.resize(static_cast<size_t>(pinned) * options_.block_size);
-  Entry e{breakpoint.ttl, tenant, pinned, now + ttl_duration(breakpoint.ttl), 0};
+  Entry e{breakpoint.ttl, tenant, pinned, now + ttl_duration(breakpoint.ttl), 0, r->namespace_seed,
+          r->block_hashes, true};
   auto [it, inserted] = pins_.emplace(key, e);
   if (!inserted) {
     // A shorter prefix already pinned: one pin per prefix, so this one is let go.
     engine_->pin(key.second, salt, /*pin=*/false);
     if (tenant >= 0 && tenant_limits_) tenant_limits_->unpinned(tenant, pinned);
     it->second.expires = std::max(it->second.expires, e.expires);
+    repin(it->first, it->second);
+    store(it->first, it->second);
     out.status = PinStatus::kRefreshed;
   } else {
+    mark(it->second, true);
+    store(it->first, it->second);
     out.status = PinStatus::kPinned;
   }
   out.pinned_tokens = pinned * options_.block_size;
@@ -91,10 +131,120 @@ void TtlPins::refresh_hits(const std::string& salt, const std::vector<int32_t>& 
     if (!std::equal(key.second.begin(), key.second.end(), prompt.begin())) continue;
     e.expires = std::max(e.expires, now + ttl_duration(e.ttl));
     ++e.hits;
+    repin(key, e);
+    store(key, e);
   }
 }
 
+void TtlPins::store(const Key& key, const Entry& e) {
+  if (tiers_ == nullptr) return;
+  PinRecord rec;
+  rec.model_fingerprint = tiers_->model_fingerprint();
+  rec.namespace_seed = e.namespace_seed;
+  rec.cache_salt = key.first;
+  if (e.tenant >= 0 && static_cast<size_t>(e.tenant) < tenant_names_.size())
+    rec.tenant = tenant_names_[static_cast<size_t>(e.tenant)];
+  rec.ttl_ms = std::max<int64_t>(1, ms_of(ttl_duration(e.ttl)));
+  rec.ttl_class = static_cast<int32_t>(e.ttl);
+  rec.expires_unix_ms = unix_ms_of(e.expires);
+  rec.tokens = key.second;
+  rec.block_hashes = e.block_hashes;
+  // A failed write leaves the pin in memory only (the disk tier counts and
+  // logs its write errors); serving goes on.
+  (void)tiers_->store_pin(rec);
+}
+
+void TtlPins::mark(const Entry& e, bool pinned) {
+  if (tiers_ == nullptr) return;
+  const std::vector<BlockKey> keys = block_keys(e.namespace_seed, e.block_hashes);
+  tiers_->mark_pinned(keys, pinned);
+}
+
+void TtlPins::repin(const Key& key, Entry& e) {
+  if (e.engine_pinned) return;
+  Result<PinResult> r = engine_->pin(key.second, key.first, /*pin=*/true);
+  if (!r.ok()) return;  // the pin budget is full: the tiers keep the prefix marked
+  if (r->pinned_blocks == e.pinned_blocks) {
+    e.engine_pinned = true;
+  } else if (r->pinned_blocks > 0) {
+    (void)engine_->pin(key.second, key.first, /*pin=*/false);  // part of the prefix: not a pin
+  }
+}
+
+PinRestoreReport TtlPins::restore() {
+  PinRestoreReport report;
+  if (tiers_ == nullptr) return report;
+  Result<TierManager::StoredPins> stored = tiers_->stored_pins();
+  if (!stored.ok()) {
+    report.error = stored.message();
+    return report;
+  }
+  report.damaged = stored->damaged;
+  const Hash128 model = tiers_->model_fingerprint();
+  const int64_t now_unix =
+      std::chrono::duration_cast<std::chrono::milliseconds>(SystemClock::now().time_since_epoch()).count();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (PinRecord& p : stored->pins) {
+    const std::string name = "pin of " + std::to_string(p.tokens.size()) + " tokens (salt '" + p.cache_salt + "')";
+    auto drop = [&](const std::string& why) {
+      report.dropped.push_back(name + ": " + why);
+      (void)tiers_->erase_pin(p.namespace_seed, p.block_hashes.back());
+    };
+    if (p.model_fingerprint != model) {
+      drop("stored for another model (fingerprint " + p.model_fingerprint.hex() + ")");
+      continue;
+    }
+    if (p.expires_unix_ms <= now_unix) {
+      ++report.expired;
+      (void)tiers_->erase_pin(p.namespace_seed, p.block_hashes.back());
+      continue;
+    }
+    const ChainKeys keys = engine_->chain_keys(p.tokens, p.cache_salt);
+    if (keys.namespace_seed != p.namespace_seed || keys.block_hashes != p.block_hashes ||
+        p.tokens.size() != p.block_hashes.size() * static_cast<size_t>(options_.block_size)) {
+      drop("its blocks hash differently here (another block size, KV dtype or deployment secret)");
+      continue;
+    }
+    if (p.ttl_class < 0 || p.ttl_class >= kCacheTtlCount) {
+      drop("TTL class " + std::to_string(p.ttl_class));
+      continue;
+    }
+    int32_t tenant = -1;
+    if (!p.tenant.empty()) {
+      auto it = std::find(tenant_names_.begin(), tenant_names_.end(), p.tenant);
+      if (it == tenant_names_.end() || tenant_limits_ == nullptr) {
+        drop("tenant '" + p.tenant + "' is not in the key file");
+        continue;
+      }
+      tenant = static_cast<int32_t>(it - tenant_names_.begin());
+    }
+    const int32_t n_blocks = static_cast<int32_t>(p.block_hashes.size());
+    if (tenant >= 0) {
+      if (!tenant_limits_->reserve_pins(tenant, n_blocks)) {
+        drop("tenant '" + p.tenant + "' is at its pinned-block limit");
+        continue;
+      }
+      tenant_limits_->settle_pins(tenant, n_blocks, n_blocks);
+    }
+    Key key{p.cache_salt, p.tokens};
+    if (pins_.count(key) != 0) continue;  // one pin per prefix
+    Entry e{static_cast<CacheTtl>(p.ttl_class), tenant, n_blocks, steady_of(p.expires_unix_ms), 0,
+            p.namespace_seed, p.block_hashes, /*engine_pinned=*/false};
+    mark(e, true);
+    pins_.emplace(std::move(key), std::move(e));
+    ++report.restored;
+  }
+  return report;
+}
+
 void TtlPins::unpin(const Key& key, const Entry& e) {
+  mark(e, false);
+  if (tiers_ != nullptr && !e.block_hashes.empty()) (void)tiers_->erase_pin(e.namespace_seed, e.block_hashes.back());
+  if (!e.engine_pinned) {
+    // Restored and never read again: no device pin; its blocks were reserved.
+    if (e.tenant >= 0 && tenant_limits_) tenant_limits_->unpinned(e.tenant, e.pinned_blocks);
+    return;
+  }
   // An admin's /v1/cache/unpin may have dropped this pin already: the
   // engine then refuses, and nothing is left to undo.
   Result<PinResult> r = engine_->pin(key.second, key.first, /*pin=*/false);

@@ -8,6 +8,15 @@
 // error. Pinned device blocks are never evicted, so a pinned prefix stays in
 // the device pool while its pin lives.
 //
+// With a disk tier a pin is durable: its record (storage/pin_record.h) is
+// written beside the KV blocks when it is made or refreshed and erased when
+// it ends, and its chain is marked in the host and disk tiers, which evict it
+// only after every unpinned block. restore() at start takes the stored pins
+// back with their remaining TTL (the blocks are on disk; the device pin is
+// taken again when a request next reads the prefix); expired pins, pins of
+// another model or configuration, of a tenant no longer in the key file, and
+// damaged records are dropped and reported.
+//
 // Thread-safety: every method may be called from any thread (one mutex; the
 // engine calls are made under it, and the engine never calls back).
 #pragma once
@@ -23,18 +32,29 @@
 #include <utility>
 #include <vector>
 
+#include "common/hash128.h"
 #include "daemon/validation/cache_breakpoints.h"
 
 namespace prefixd {
 
 class Engine;
 class TenantLimits;
+class TierManager;
 
 struct TtlPinOptions {
   int32_t block_size = 16;          // the engine's tokens per block
   int32_t min_cache_tokens = 1024;  // --min-cache-tokens: shorter prefixes are not pinned
   double ttl_scale = 1.0;           // --cache-ttl-scale: every TTL is multiplied by it (tests)
   double sweep_interval_s = 0.1;    // how often the sweeper looks for expired pins
+};
+
+// What restore() found among the stored pins.
+struct PinRestoreReport {
+  int32_t restored = 0;
+  int32_t expired = 0;              // dropped: past their expiry
+  std::vector<std::string> dropped;  // other model or configuration, tenant gone, budget: why
+  std::vector<std::string> damaged;  // records that did not decode: key and why
+  std::string error;                 // reading the stored pins failed (none restored)
 };
 
 // One TTL pin as /v1/cache/prefixes and the dashboard list it.
@@ -50,8 +70,11 @@ struct TtlPinView {
 class TtlPins {
  public:
   // `engine` must outlive this object; `tenant_limits` may be null (no
-  // --api-keys file). Starts the sweeper.
-  TtlPins(Engine* engine, TenantLimits* tenant_limits, TtlPinOptions options);
+  // --api-keys file); `tiers` may be null (pins live in memory only).
+  // `tenant_names`: by Tenant::index (pin records name their tenant). Starts
+  // the sweeper.
+  TtlPins(Engine* engine, TenantLimits* tenant_limits, TtlPinOptions options, TierManager* tiers = nullptr,
+          std::vector<std::string> tenant_names = {});
   ~TtlPins();  // stops the sweeper; the pins stay (the engine goes next)
   TtlPins(const TtlPins&) = delete;
   TtlPins& operator=(const TtlPins&) = delete;
@@ -70,6 +93,9 @@ class TtlPins {
   // refreshed (expiry = now + its TTL).
   void refresh_hits(const std::string& salt, const std::vector<int32_t>& prompt,
                     int32_t cached_tokens);
+
+  // Takes back the pins stored by an earlier run (call once, before serving).
+  PinRestoreReport restore();
 
   // Unpins every pin expired at `now`; returns how many. The sweeper calls it.
   int32_t sweep(std::chrono::steady_clock::time_point now);
@@ -99,15 +125,29 @@ class TtlPins {
     int32_t pinned_blocks = 0;
     std::chrono::steady_clock::time_point expires;
     int64_t hits = 0;
+    uint64_t namespace_seed = 0;
+    std::vector<Hash128> block_hashes;  // [pinned_blocks]
+    // False for a pin restored at start until a request reads its prefix
+    // again (its blocks were on disk, not in the device pool).
+    bool engine_pinned = true;
   };
   using Key = std::pair<std::string, std::vector<int32_t>>;  // salt, block-aligned prefix
 
   std::chrono::steady_clock::duration ttl_duration(CacheTtl ttl) const;
   void unpin(const Key& key, const Entry& e);  // mu_ held
+  // mu_ held: writes the pin's record (with its expiry) when tiers_ is set;
+  // marks or unmarks its chain in host and disk.
+  void store(const Key& key, const Entry& e);
+  void mark(const Entry& e, bool pinned);
+  // mu_ held: takes the device pin of a restored entry whose prefix a request
+  // just read (its blocks are in the pool now).
+  void repin(const Key& key, Entry& e);
   void sweeper_loop();
 
   Engine* engine_;
   TenantLimits* tenant_limits_;
+  TierManager* tiers_;
+  const std::vector<std::string> tenant_names_;
   const TtlPinOptions options_;
   mutable std::mutex mu_;
   std::map<Key, Entry> pins_;

@@ -3,6 +3,7 @@
 #include "daemon/monitoring/metrics.h"
 
 #include <charconv>
+#include <cstdio>
 
 namespace prefixd {
 namespace {
@@ -31,6 +32,16 @@ void sample(std::string* out, const std::string& name, const std::string& labels
   if (!labels.empty()) *out += "{" + labels + "}";
   *out += ' ';
   *out += std::to_string(v);
+  *out += '\n';
+}
+
+void sample_real(std::string* out, const std::string& name, const std::string& labels, double v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.6g", v);
+  *out += name;
+  if (!labels.empty()) *out += "{" + labels + "}";
+  *out += ' ';
+  *out += text;
   *out += '\n';
 }
 
@@ -158,6 +169,16 @@ void render_disk_errors(const StatsSnapshot& s, std::string* out) {
     header(out, "prefixd_disk_writes_stopped", "gauge",
            "1 while the disk tier refuses writes after a failed one (e.g. the disk is full).");
     sample(out, "prefixd_disk_writes_stopped", "", s.disk_writes_stopped ? 1 : 0);
+    header(out, "prefixd_disk_writes_dropped_total", "counter",
+           "Disk writes dropped because the write queue was over its byte bound (the writer fell behind).");
+    sample(out, "prefixd_disk_writes_dropped_total", "", s.disk_writes_dropped);
+    header(out, "prefixd_disk_write_lag_seconds", "gauge",
+           "Since start: from a block's disk write being queued to its record being stored; quantile 1 "
+           "is the largest (0.5 and 0.99 are bucket bounds, within 19 %).");
+    const LagSummary& lag = s.disk_write_lag;
+    sample_real(out, "prefixd_disk_write_lag_seconds", "quantile=\"0.5\"", lag.p50_ms / 1000.0);
+    sample_real(out, "prefixd_disk_write_lag_seconds", "quantile=\"0.99\"", lag.p99_ms / 1000.0);
+    sample_real(out, "prefixd_disk_write_lag_seconds", "quantile=\"1\"", lag.max_ms / 1000.0);
   }
 }
 

@@ -69,6 +69,9 @@ StatsSnapshot read_stats(Engine& engine, const TierManager* tiers) {
       s.disk_write_errors = static_cast<int64_t>(ts.disk.write_errors);
       s.disk_io_errors = static_cast<int64_t>(ts.disk.io_errors);
       s.disk_writes_stopped = ts.disk.writes_stopped;
+      s.disk_writes_dropped = static_cast<int64_t>(ts.offload_dropped);
+      s.disk_pending_write_bytes = static_cast<int64_t>(ts.pending_offload_bytes);
+      s.disk_write_lag = ts.disk_write_lag;
     }
     s.host.offload_blocks = static_cast<int64_t>(ts.offload_host_blocks);
     s.host.offload_bytes = static_cast<int64_t>(ts.offload_host_bytes);
@@ -118,7 +121,8 @@ StatsSnapshot stats_delta(const StatsSnapshot& now, const StatsSnapshot& before)
   take_increases(d, now, before, &StatsSnapshot::prompt_tokens, &StatsSnapshot::prefill_tokens,
                  &StatsSnapshot::generated_tokens, &StatsSnapshot::onboard_bytes,
                  &StatsSnapshot::corrupt_records, &StatsSnapshot::unauthenticated_records,
-                 &StatsSnapshot::disk_write_errors, &StatsSnapshot::disk_io_errors);
+                 &StatsSnapshot::disk_write_errors, &StatsSnapshot::disk_io_errors,
+                 &StatsSnapshot::disk_writes_dropped);
   return d;
 }
 

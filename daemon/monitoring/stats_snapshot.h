@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "storage/lag_histogram.h"
+
 namespace prefixd {
 
 class Engine;
@@ -66,6 +68,9 @@ struct StatsSnapshot {
   int64_t disk_write_errors = 0;  // disk records not written: a failed write, or writes stopped
   int64_t disk_io_errors = 0;     // RocksDB errors other than NotFound (reads and writes)
   bool disk_writes_stopped = false;  // gauge: the disk tier refuses writes until a retry works
+  int64_t disk_writes_dropped = 0;   // disk writes dropped: the write queue was over its byte bound
+  int64_t disk_pending_write_bytes = 0;  // gauge: disk writes queued
+  LagSummary disk_write_lag;         // since start: queued -> stored (count is a counter)
 
   // Gauges.
   int32_t running = 0;  // requests running in the engine
