@@ -116,7 +116,8 @@ std::shared_ptr<RecordBuffer> TierManager::start_record(uint64_t namespace_seed,
   return start_block_record(info, token_ids, options_.allocator);
 }
 
-void TierManager::queue_disk_write(const BlockKey& key, RecordPtr record) {
+void TierManager::queue_disk_write(const BlockKey& key, RecordPtr record,
+                                   std::chrono::steady_clock::time_point since) {
   if (!disk_ || disk_->contains(key)) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -127,17 +128,23 @@ void TierManager::queue_disk_write(const BlockKey& key, RecordPtr record) {
     }
     pending_offload_bytes_ += record->size();
     queued_disk_keys_.insert(key);
-    offload_queue_.push_back(OffloadJob{key, std::move(record), std::chrono::steady_clock::now()});
+    offload_queue_.push_back(OffloadJob{key, std::move(record), since});
   }
   work_cv_.notify_all();  // threads differ in the jobs they take
 }
 
-void TierManager::write_below(const BlockKey& key, const RecordPtr& record) {
+void TierManager::write_below(const BlockKey& key, const RecordPtr& record,
+                              std::chrono::steady_clock::time_point since) {
   if (remote_) remote_->put_async(key, record);
-  queue_disk_write(key, record);
+  queue_disk_write(key, record, since);
 }
 
 void TierManager::offload(const BlockKey& key, RecordPtr record, OffloadReason reason) {
+  offload_since(key, std::move(record), reason, std::chrono::steady_clock::now());
+}
+
+void TierManager::offload_since(const BlockKey& key, RecordPtr record, OffloadReason reason,
+                                std::chrono::steady_clock::time_point since) {
   PREFIXD_CHECK(record != nullptr, "offload of a null record");
   const bool write_through = options_.write_policy == WritePolicy::kWriteThrough;
   if (reason == OffloadReason::kPublished && !write_through) return;
@@ -150,7 +157,7 @@ void TierManager::offload(const BlockKey& key, RecordPtr record, OffloadReason r
   }
   // Disk and remote: always under write-through; under evict-only only when
   // the host cannot hold it (host evictions reach them through the evict callback).
-  if (write_through || inserted == HostInsert::kDeclined) write_below(key, record);
+  if (write_through || inserted == HostInsert::kDeclined) write_below(key, record, since);
 }
 
 bool TierManager::offload_published_later(uint64_t namespace_seed, const Hash128& block_hash,
@@ -170,7 +177,7 @@ bool TierManager::offload_published_later(uint64_t namespace_seed, const Hash128
     ++counters_.builds_deferred;
     build_queue_.push_back(BuildJob{namespace_seed, block_hash, parent_hash,
                                     std::vector<int32_t>(token_ids.begin(), token_ids.end()),
-                                    std::move(fill), std::move(done)});
+                                    std::move(fill), std::move(done), std::chrono::steady_clock::now()});
   }
   work_cv_.notify_all();
   return true;
@@ -183,7 +190,9 @@ void TierManager::run_build(BuildJob& job) {
     seal_block_record(*rec);
   }
   job.done();  // the block may change from here on; the record is complete
-  if (rec) offload(BlockKey{job.namespace_seed, job.block_hash}, std::move(rec), OffloadReason::kPublished);
+  if (rec)
+    offload_since(BlockKey{job.namespace_seed, job.block_hash}, std::move(rec), OffloadReason::kPublished,
+                  job.queued_at);
 }
 
 void TierManager::wait_builds() {
@@ -562,7 +571,7 @@ size_t TierManager::onboard_from_remote(const ChainQuery& query, size_t i, Onboa
     ++c.n_from_remote;
     c.remote_bytes += got[j]->size();
     host_->insert(keys[j], got[j]);
-    queue_disk_write(keys[j], got[j]);
+    queue_disk_write(keys[j], got[j], std::chrono::steady_clock::now());
   }
   return i;
 }

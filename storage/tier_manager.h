@@ -124,8 +124,9 @@ struct TierManagerStats {
   uint64_t builds_deferred = 0;      // records built on the offload thread (offload_published_later)
   uint64_t builds_refused = 0;       // ... refused: the build queue was over its bound
   uint64_t pending_offload_bytes = 0;
-  // From a disk write's queueing (offload: the block was just computed or
-  // evicted) to its record being stored.
+  // From a block's offer to the tiers (published: when it was computed, a
+  // deferred build's queueing included; evicted: its eviction) to its record
+  // being stored on disk.
   LagSummary disk_write_lag;
   uint64_t onboard_requests = 0;
   uint64_t onboard_host_blocks = 0;
@@ -303,6 +304,7 @@ class TierManager {
     std::vector<int32_t> token_ids;
     std::function<void(uint8_t*)> fill;
     std::function<void()> done;
+    std::chrono::steady_clock::time_point queued_at;  // the block's publication
   };
 
   explicit TierManager(const TierManagerOptions& options);
@@ -320,9 +322,14 @@ class TierManager {
   bool past_shutdown_deadline() const;  // mu_ held
   // Queues a disk write unless the disk is absent, the key is already queued
   // or the queue is over its byte bound.
-  void queue_disk_write(const BlockKey& key, RecordPtr record);
+  // `since`: when the block was offered (its write lag is measured from then).
+  void queue_disk_write(const BlockKey& key, RecordPtr record, std::chrono::steady_clock::time_point since);
   // What leaves host RAM: a disk write and a remote write.
-  void write_below(const BlockKey& key, const RecordPtr& record);
+  void write_below(const BlockKey& key, const RecordPtr& record,
+                   std::chrono::steady_clock::time_point since = std::chrono::steady_clock::now());
+  // offload() with the time the block was published (a deferred build's queueing).
+  void offload_since(const BlockKey& key, RecordPtr record, OffloadReason reason,
+                     std::chrono::steady_clock::time_point since);
   // Onboard steps: records for chain blocks [i, end) from disk (or host) and
   // from the remote tier, appended to c; each returns the next block index.
   size_t onboard_from_disk(const ChainQuery& query, size_t i, OnboardCompletion& c);
