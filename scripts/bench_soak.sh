@@ -11,10 +11,15 @@
 #   scripts/bench_soak.sh [--model FILE] [--build DIR] [--minutes M] [--concurrency C]
 #                         [--system-prompts K] [--requests-per-round N]
 #                         [--system-tokens S] [--question-tokens Q] [--output-tokens O]
-#                         [--configs "off idle batch:10"] [-- extra prefixd flags]
+#                         [--configs "off idle batch:10"] [--segments G] [-- extra prefixd flags]
 #
 # A configuration is `off` (no disk tier) or a --cache-writer-priority value
-# (disk tier on, write-through). Without --model it generates smol-135m BF16.
+# (disk tier on, write-through). With --segments G each configuration's M
+# minutes are served as G segments taken in turn (off, idle, batch:10, off,
+# ...), each on a fresh daemon and disk directory, so that a shared machine's
+# drift falls on every configuration alike; the figures add up the segments
+# (lag: the largest p99 and max). Throughput is given as a fraction of the
+# first configuration's. Without --model it generates smol-135m BF16.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,6 +33,7 @@ S=1000
 Q=100
 O=16
 configs="off batch:10"
+segments=1
 extra=()
 while (($#)); do
   case "$1" in
@@ -41,6 +47,7 @@ while (($#)); do
     --question-tokens) Q="$2"; shift 2 ;;
     --output-tokens) O="$2"; shift 2 ;;
     --configs) configs="$2"; shift 2 ;;
+    --segments) segments="$2"; shift 2 ;;
     --) shift; extra=("$@"); break ;;
     *) echo "bench_soak: unknown argument '$1'" >&2; exit 2 ;;
   esac
@@ -69,9 +76,10 @@ free_port() {
   exit 1
 }
 
-# run_config NAME: serves M minutes of rounds, prints one result line.
+# run_config NAME SECONDS: serves rounds for SECONDS on a fresh daemon, appends
+# one JSON line of figures to $work/results.
 run_config() {
-  local name=$1 port disk_flags=()
+  local name=$1 seconds=$2 port disk_flags=()
   port=$(free_port)
   rm -rf "$work/disk"
   if [[ "$name" != off ]]; then disk_flags=(--disk-cache-dir "$work/disk" --cache-writer-priority "$name"); fi
@@ -88,19 +96,20 @@ run_config() {
     cat "$work/daemon.log" >&2
     exit 1
   fi
-  local t0 t1 round=0 requests=0
+  local t0 t1 round=0 requests=0 end
   t0=$(date +%s.%N)
-  local end=$(( $(date +%s) + minutes * 60 ))
+  end=$(( $(date +%s) + seconds ))
   while (( $(date +%s) < end )); do
     round=$((round + 1))
-    "$build/prefixctl" --port "$port" bench -q --seed "$round" --system-prompts "$K" --requests "$N" \
-      --concurrency "$C" --order random --system-tokens "$S" --question-tokens "$Q" --output-tokens "$O" \
-      >"$work/bench.txt"
+    "$build/prefixctl" --port "$port" bench -q --seed "$((segment * 1000 + round))" --system-prompts "$K" \
+      --requests "$N" --concurrency "$C" --order random --system-tokens "$S" --question-tokens "$Q" \
+      --output-tokens "$O" >"$work/bench.txt"
     requests=$((requests + N))
   done
   t1=$(date +%s.%N)
   curl -fsS "http://127.0.0.1:$port/v1/cache/stats" >"$work/stats_end.json"
-  # Queued writes still pending when the load stopped: wait for them (bounded).
+  # Writes still queued when the load stopped: wait for them (bounded); the
+  # lag figures include them.
   for _ in $(seq 600); do
     curl -fsS "http://127.0.0.1:$port/v1/cache/stats" >"$work/stats.json"
     python3 -c 'import json,sys; d=json.load(open(sys.argv[1]))["tiers"]["disk"]; sys.exit(0 if d.get("pending_write_bytes",0)==0 else 1)' \
@@ -110,25 +119,42 @@ run_config() {
   kill -TERM "$pid"
   wait "$pid" || true
   pid=""
-  python3 - "$name" "$work/stats_end.json" "$work/stats.json" "$t0" "$t1" "$requests" <<'EOF'
+  python3 - "$name" "$work/stats_end.json" "$work/stats.json" "$t0" "$t1" "$requests" >>"$work/results" <<'EOF'
 import json, sys
 name, end_path, path, t0, t1, requests = sys.argv[1:]
 end, s = json.load(open(end_path)), json.load(open(path))
-wall = float(t1) - float(t0)
-tokens = end["prefill_tokens"] + end["generated_tokens"]
-line = (f"{name:>9}: {int(requests):5d} requests in {wall:6.1f} s, {int(requests) / wall:6.2f} req/s, "
-        f"{tokens / wall:8.1f} tok/s (prefill+generated), hit {end['tokens_saved'] / max(1, end['prompt_tokens']):.3f}")
 disk = s["tiers"]["disk"]
-if name != "off":
-    lag = disk["write_lag_ms"]
-    line += (f"\n           disk: {lag['count']} blocks written"
-             f", {disk['writes_dropped']} dropped, lag p50 {lag['p50']:.1f} ms,"
-             f" p99 {lag['p99']:.1f} ms, max {lag['max']:.1f} ms")
-print(line)
+print(json.dumps({"name": name, "wall_s": float(t1) - float(t0), "requests": int(requests),
+                  "tokens": end["prefill_tokens"] + end["generated_tokens"],
+                  "saved": end["tokens_saved"], "prompt": end["prompt_tokens"],
+                  "lag": disk.get("write_lag_ms"), "dropped": disk.get("writes_dropped", 0)}))
 EOF
 }
 
 cpu=$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')
-echo "prefixd bench_soak: $(basename "$model"), $minutes min per configuration, C=$C K=$K (new per round) N=$N S=$S Q=$Q O=$O"
+echo "prefixd bench_soak: $(basename "$model"), $minutes min per configuration in $segments segment(s), C=$C K=$K (new per round) N=$N S=$S Q=$Q O=$O"
 echo "CPU: $cpu, $(nproc) cores"
-for c in $configs; do run_config "$c"; done
+seconds=$(( minutes * 60 / segments ))
+for segment in $(seq "$segments"); do
+  for c in $configs; do run_config "$c" "$seconds"; done
+done
+python3 - "$work/results" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+base = None
+for name in dict.fromkeys(r["name"] for r in rows):
+    rs = [r for r in rows if r["name"] == name]
+    wall = sum(r["wall_s"] for r in rs)
+    req = sum(r["requests"] for r in rs)
+    tok = sum(r["tokens"] for r in rs) / wall
+    base = tok if base is None else base
+    line = (f"{name:>9}: {req:5d} requests in {wall:6.1f} s, {req / wall:6.2f} req/s, {tok:8.1f} tok/s "
+            f"(prefill+generated; {tok / base:.3f} of {rows[0]['name']}), hit "
+            f"{sum(r['saved'] for r in rs) / max(1, sum(r['prompt'] for r in rs)):.3f}")
+    lags = [r["lag"] for r in rs if r["lag"] and name != "off"]
+    if lags:
+        line += (f"\n           disk: {sum(l['count'] for l in lags)} blocks written, "
+                 f"{sum(r['dropped'] for r in rs)} dropped, lag p50 {max(l['p50'] for l in lags):.1f} ms, "
+                 f"p99 {max(l['p99'] for l in lags):.1f} ms, max {max(l['max'] for l in lags):.1f} ms")
+    print(line)
+EOF
