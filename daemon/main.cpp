@@ -44,6 +44,8 @@ std::vector<int32_t> parse_ids(const std::string& s, std::string* error) {
 
 }  // namespace
 
+// Stays long: the command line's flag table, one paragraph per subcommand, then
+// the dispatch; split, CLI11's option objects would pass between the pieces.
 int main(int argc, char** argv) {
   // Whatever prefixd creates (the disk tier's RocksDB files, generated models,
   // fingerprints) is this user's alone: 0600 files, 0700 directories.

@@ -38,6 +38,58 @@ void Scheduler::admit(Clock::time_point now) {
   }
 }
 
+MatchResult Scheduler::match_prefix(const Sequence& s, bool whole_prompt) const {
+  // Prompt logprobs need the logits of every prompt position, which cached
+  // blocks do not have: such a sequence looks nothing up and computes all.
+  MatchResult m =
+      whole_prompt ? MatchResult{} : blocks_.match(s.namespace_seed, s.hashes, s.tokens);
+  // A window model resumes only where the window layers' K/V it reads are here.
+  if (window_ && m.n_ready() > 0)
+    m.block_ids.resize(static_cast<size_t>(
+        window_->usable_prefix(m.block_ids, static_cast<int32_t>(s.tokens.size()))));
+  return m;
+}
+
+int32_t Scheduler::offer_below(const Sequence& s, int32_t k, int32_t n_full, const char** path) {
+  int32_t n_below = 0;
+  if (hooks_.offer && k < n_full) {
+    const TierOffer offer = hooks_.offer(s, k, n_full);
+    if (offer.n_blocks > 0) {
+      if (offer.onboard) {
+        n_below = offer.n_blocks;
+      } else {
+        *path = "recompute";
+      }
+    }
+  }
+  return n_below;
+}
+
+void Scheduler::take_matched(Sequence& s, const std::vector<int32_t>& block_ids) {
+  const int32_t k = static_cast<int32_t>(block_ids.size());
+  blocks_.acquire(block_ids);
+  s.block_table = block_ids;
+  s.window_first = 0;
+  if (window_) {
+    s.window_held.assign(static_cast<size_t>(k), 0);
+    const int32_t first = k > 0 ? window_first_block(s, k) : 0;
+    for (int32_t i = first; i < k; ++i) hold_part(s, i);
+  }
+}
+
+void Scheduler::start_loading(Sequence& s, int32_t k, int32_t n_below, int32_t onboard_first,
+                              Clock::time_point now) {
+  std::vector<int32_t> reserved = blocks_.allocate(n_below);
+  s.block_table.insert(s.block_table.end(), reserved.begin(), reserved.end());
+  if (window_) {
+    s.window_held.resize(s.block_table.size(), 0);
+    for (int32_t i = onboard_first; i < k + n_below; ++i) attach_part(s, i);
+  }
+  s.state = SeqState::kLoading;
+  s.t_loading_start = now;
+  hooks_.onboard(s, k, k + n_below);
+}
+
 bool Scheduler::try_admit(Sequence& s, Clock::time_point now) {
   const int32_t B = options_.block_size;
   const bool first_admission = !s.cache.admitted;
@@ -49,15 +101,8 @@ bool Scheduler::try_admit(Sequence& s, Clock::time_point now) {
   // Hashes of every full block of the known tokens.
   const int32_t n_full = static_cast<int32_t>(s.tokens.size()) / B;
   extend_block_hashes(s.hashes, s.tokens, B, s.namespace_seed);
-  // Prompt logprobs need the logits of every prompt position, which cached
-  // blocks do not have: such a sequence looks nothing up and computes all.
   const bool whole_prompt = s.wants_prompt_logits();
-  MatchResult m =
-      whole_prompt ? MatchResult{} : blocks_.match(s.namespace_seed, s.hashes, s.tokens);
-  // A window model resumes only where the window layers' K/V it reads are here.
-  if (window_ && m.n_ready() > 0)
-    m.block_ids.resize(static_cast<size_t>(
-        window_->usable_prefix(m.block_ids, static_cast<int32_t>(s.tokens.size()))));
+  const MatchResult m = match_prefix(s, whole_prompt);
   const int32_t k = m.n_ready();
   // In-flight coalescing: another sequence is computing our next block.
   if (k < n_full && !whole_prompt) {
@@ -65,29 +110,12 @@ bool Scheduler::try_admit(Sequence& s, Clock::time_point now) {
     if (it != inflight_.end() && it->second != s.id) return false;
   }
   // Below the device: the chain's continuation in host RAM or on disk.
-  int32_t n_below = 0;
   const char* path = "none";
-  if (hooks_.offer && k < n_full && !whole_prompt) {
-    const TierOffer offer = hooks_.offer(s, k, n_full);
-    if (offer.n_blocks > 0) {
-      if (offer.onboard) {
-        n_below = offer.n_blocks;
-      } else {
-        path = "recompute";
-      }
-    }
-  }
+  int32_t n_below = whole_prompt ? 0 : offer_below(s, k, n_full, &path);
   if (!whole_prompt) blocks_.count_lookup(k, n_full - k);
   // Take the matched blocks first: acquiring them takes them off the LRU,
   // which shrinks what an allocation may evict.
-  blocks_.acquire(m.block_ids);
-  s.block_table = m.block_ids;
-  s.window_first = 0;
-  if (window_) {
-    s.window_held.assign(static_cast<size_t>(k), 0);
-    const int32_t first = k > 0 ? window_first_block(s, k) : 0;
-    for (int32_t i = first; i < k; ++i) hold_part(s, i);
-  }
+  take_matched(s, m.block_ids);
   // Onboarded blocks get window parts from the window before the chain's end
   // on (the earlier ones are onboarded without: no row will read them).
   const int32_t onboard_first = n_below > 0 && window_ ? std::max(k, window_first_block(s, k + n_below)) : 0;
@@ -105,15 +133,7 @@ bool Scheduler::try_admit(Sequence& s, Clock::time_point now) {
   s.cache.admit(k, path);
   if (n_below > 0) {
     // Reserve pool blocks for the chain and wait in `loading` for the tiers.
-    std::vector<int32_t> reserved = blocks_.allocate(n_below);
-    s.block_table.insert(s.block_table.end(), reserved.begin(), reserved.end());
-    if (window_) {
-      s.window_held.resize(s.block_table.size(), 0);
-      for (int32_t i = onboard_first; i < k + n_below; ++i) attach_part(s, i);
-    }
-    s.state = SeqState::kLoading;
-    s.t_loading_start = now;
-    hooks_.onboard(s, k, k + n_below);
+    start_loading(s, k, n_below, onboard_first, now);
     return true;
   }
   start_running(s, k, /*n_onboarded=*/0);

@@ -195,6 +195,18 @@ class Scheduler {
   // in a window layer.
   int32_t window_first_block(const Sequence& seq, int32_t n_blocks) const;
   bool try_admit(Sequence& seq, Clock::time_point now);
+  // try_admit()'s parts: the cached blocks matching the sequence's prefix
+  // (none when it needs every prompt position's logits), cut to where a
+  // window model can resume; how many blocks after the first k (of n_full)
+  // the tiers below offer to onboard (*path "recompute" when they hold some
+  // but would not); the matched blocks taken as the table's start; and the
+  // n_below blocks after k reserved for the tiers' chain, the sequence then
+  // waiting in `loading` (window parts from block onboard_first on).
+  MatchResult match_prefix(const Sequence& seq, bool whole_prompt) const;
+  int32_t offer_below(const Sequence& seq, int32_t k, int32_t n_full, const char** path);
+  void take_matched(Sequence& seq, const std::vector<int32_t>& block_ids);
+  void start_loading(Sequence& seq, int32_t k, int32_t n_below, int32_t onboard_first,
+                     Clock::time_point now);
   // Starts computing after the first n_device + n_onboarded blocks of the table.
   void start_running(Sequence& seq, int32_t n_device, int32_t n_onboarded);
   void publish_full_blocks(Sequence& seq);

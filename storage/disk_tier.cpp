@@ -463,6 +463,12 @@ Status DiskTier::put(const BlockKey& key, std::span<const uint8_t> record) {
     return rocks_error("put", s);
   }
   on_write_ok_locked_write();
+  index_written_put_locked_write(k, seq, n_bytes, victims);
+  return Status::ok_status();
+}
+
+void DiskTier::index_written_put_locked_write(const Key& k, uint64_t seq, uint64_t n_bytes,
+                                              const std::vector<Key>& victims) {
   std::lock_guard<std::mutex> lock(index_mu_);
   auto drop = [this](const Key& key) {
     auto it = index_.find(key);
@@ -479,7 +485,6 @@ Status DiskTier::put(const BlockKey& key, std::span<const uint8_t> record) {
   stats_.used_bytes += n_bytes;
   stats_.blocks = index_.size();
   ++stats_.inserts;
-  return Status::ok_status();
 }
 
 bool DiskTier::may_write_locked_write() {

@@ -191,6 +191,11 @@ class DiskTier {
   bool may_write_locked_write();
   void on_write_failed_locked_write(const std::string& error);
   void on_write_ok_locked_write();
+  // put()'s index update once its batch is written (write_mu_ held): the
+  // victims and k's old entry leave, k's new entry (access seq, n_bytes)
+  // comes in.
+  void index_written_put_locked_write(const Key& k, uint64_t seq, uint64_t n_bytes,
+                                      const std::vector<Key>& victims);
 
   DiskTierOptions options_;
   rocksdb::DB* db_ = nullptr;

@@ -56,12 +56,9 @@ std::optional<int64_t> content_length(const httplib::Request& req) {
   return first;
 }
 
-}  // namespace
-
-ApiResult<void> check_request_bounds(const httplib::Request& req, BodyUse use,
-                                     int64_t max_body_bytes) {
-  const std::string endpoint = req.method + " " + req.path;
-  // httplib inflates gzip, deflate and br bodies before any reader sees them.
+// httplib inflates gzip, deflate and br bodies before any reader sees them:
+// only "identity" is accepted.
+ApiResult<void> check_content_encoding(const httplib::Request& req) {
   for (size_t i = 0; i < req.get_header_value_count("Content-Encoding"); ++i) {
     const std::string encoding = req.get_header_value("Content-Encoding", i);
     if (lower_trimmed(encoding) != "identity") {
@@ -70,10 +67,12 @@ ApiResult<void> check_request_bounds(const httplib::Request& req, BodyUse use,
                                               "uncompressed, without a Content-Encoding header");
     }
   }
-  if (use == BodyUse::kGetOnly && req.method != "GET" && req.method != "HEAD") {
-    return refusal(405, req.path + " answers GET and HEAD only", "method_not_allowed");
-  }
+  return {};
+}
 
+// How the body is framed: Transfer-Encoding "chunked" alone, or one
+// Content-Length (*length; repeats must agree), never both.
+ApiResult<void> check_framing(const httplib::Request& req, std::optional<int64_t>* length) {
   // httplib takes a body as chunked only when the first Transfer-Encoding is
   // exactly "chunked"; any other value would be read until the connection ends.
   const size_t n_transfer_encodings = req.get_header_value_count("Transfer-Encoding");
@@ -86,20 +85,25 @@ ApiResult<void> check_request_bounds(const httplib::Request& req, BodyUse use,
             " is not accepted: send the body with a Content-Length, or as 'chunked' alone",
         "unsupported_transfer_encoding");
   }
-  const std::optional<int64_t> length = content_length(req);
-  if (length && *length < 0) {
+  *length = content_length(req);
+  if (*length && **length < 0) {
     return ApiError::bad_request(
         "",
         "Content-Length " + quoted(req.get_header_value("Content-Length")) + " is not one number",
         "invalid_content_length");
   }
-  if (length && chunked) {
+  if (*length && chunked) {
     return ApiError::bad_request("",
                                  "a request may not have both Content-Length and Transfer-Encoding",
                                  "conflicting_body_length");
   }
+  return {};
+}
 
-  if (!carries_body(req)) return {};
+// Whether `endpoint`, read as `use`, takes the body the request carries
+// (with a Content-Length when has_length).
+ApiResult<void> check_body_use(const std::string& endpoint, BodyUse use, bool has_length,
+                               int64_t max_body_bytes) {
   switch (use) {
     case BodyUse::kNoRoute:
     case BodyUse::kGetOnly:  // (GET and HEAD on its path are kNone)
@@ -108,7 +112,7 @@ ApiResult<void> check_request_bounds(const httplib::Request& req, BodyUse use,
       return ApiError::bad_request("", endpoint + " takes no request body; it was not read",
                                    "body_not_allowed");
     case BodyUse::kHttplib:
-      if (!length) {
+      if (!has_length) {
         return refusal(411,
                        endpoint + " needs a Content-Length of at most " +
                            std::to_string(max_body_bytes) +
@@ -119,6 +123,23 @@ ApiResult<void> check_request_bounds(const httplib::Request& req, BodyUse use,
     case BodyUse::kStreamed:
       break;
   }
+  return {};
+}
+
+}  // namespace
+
+ApiResult<void> check_request_bounds(const httplib::Request& req, BodyUse use,
+                                     int64_t max_body_bytes) {
+  if (ApiResult<void> r = check_content_encoding(req); !r.ok()) return r;
+  if (use == BodyUse::kGetOnly && req.method != "GET" && req.method != "HEAD") {
+    return refusal(405, req.path + " answers GET and HEAD only", "method_not_allowed");
+  }
+  std::optional<int64_t> length;
+  if (ApiResult<void> r = check_framing(req, &length); !r.ok()) return r;
+  if (!carries_body(req)) return {};
+  const std::string endpoint = req.method + " " + req.path;
+  if (ApiResult<void> r = check_body_use(endpoint, use, length.has_value(), max_body_bytes); !r.ok())
+    return r;
   if (length && *length > max_body_bytes) return ApiError::payload_too_large(max_body_bytes);
   return {};
 }

@@ -128,6 +128,48 @@ const char* type_name(GgufType t) {
 
 bool valid_value_type(uint32_t t) { return t <= static_cast<uint32_t>(GgufType::FLOAT64); }
 
+Status read_value(Cursor& c, GgufType type, GgufValue* v, const std::string& key, int depth);
+
+// An array value (element type, count, elements) of `key` at nesting `depth`,
+// into v; f names the field in errors. Its elements count against the
+// metadata budget before they are allocated.
+Status read_array(Cursor& c, GgufValue* v, const std::string& key, const char* f, int depth) {
+  if (depth >= kMaxArrayNesting) {
+    return Status::error("arrays nested deeper than " + std::to_string(kMaxArrayNesting) +
+                         " in " + at(f, c.pos()));
+  }
+  uint64_t off = c.pos();
+  uint32_t elem = 0;
+  if (Status s = c.read(&elem, "array element type"); !s.ok()) return s;
+  if (!valid_value_type(elem)) {
+    return Status::error("unknown array element type " + std::to_string(elem) + " in " +
+                         at(f, off));
+  }
+  uint64_t count_off = c.pos();
+  uint64_t n = 0;
+  if (Status s = c.read(&n, "array length"); !s.ok()) return s;
+  // Every element takes at least one byte: a count beyond the bytes left is corrupt.
+  if (n > kMaxArrayElements || n > c.size() - c.pos()) {
+    return Status::error("array length " + std::to_string(n) + " of " +
+                         at(f, count_off) + " exceeds the bytes left in the file");
+  }
+  v->elem_type = static_cast<GgufType>(elem);
+  // Each element is a whole GgufValue in memory, whatever its size in the file.
+  if (!c.budget().take(n, sizeof(GgufValue))) {
+    return Status::error(
+        "metadata array '" + key + "' declares " + std::to_string(n) + " " +
+        type_name(v->elem_type) + " elements (" + at("array length", count_off) +
+        "), which take " + std::to_string(n * sizeof(GgufValue)) + " bytes in memory (" +
+        std::to_string(sizeof(GgufValue)) +
+        " each): the file's metadata would exceed its limit of " + limit_text());
+  }
+  v->array.resize(n);
+  for (uint64_t k = 0; k < n; ++k) {
+    if (Status s = read_value(c, v->elem_type, &v->array[k], key, depth + 1); !s.ok()) return s;
+  }
+  return Status();
+}
+
 Status read_value(Cursor& c, GgufType type, GgufValue* v, const std::string& key, int depth) {
   v->type = type;
   std::string field = "value of '" + key + "'";
@@ -152,42 +194,7 @@ Status read_value(Cursor& c, GgufType type, GgufValue* v, const std::string& key
       return Status();
     }
     case GgufType::STRING: return c.read_string(&v->str, f);
-    case GgufType::ARRAY: {
-      if (depth >= kMaxArrayNesting) {
-        return Status::error("arrays nested deeper than " + std::to_string(kMaxArrayNesting) +
-                             " in " + at(f, c.pos()));
-      }
-      uint64_t off = c.pos();
-      uint32_t elem = 0;
-      if (Status s = c.read(&elem, "array element type"); !s.ok()) return s;
-      if (!valid_value_type(elem)) {
-        return Status::error("unknown array element type " + std::to_string(elem) + " in " +
-                             at(f, off));
-      }
-      uint64_t count_off = c.pos();
-      uint64_t n = 0;
-      if (Status s = c.read(&n, "array length"); !s.ok()) return s;
-      // Every element takes at least one byte: a count beyond the bytes left is corrupt.
-      if (n > kMaxArrayElements || n > c.size() - c.pos()) {
-        return Status::error("array length " + std::to_string(n) + " of " +
-                             at(f, count_off) + " exceeds the bytes left in the file");
-      }
-      v->elem_type = static_cast<GgufType>(elem);
-      // Each element is a whole GgufValue in memory, whatever its size in the file.
-      if (!c.budget().take(n, sizeof(GgufValue))) {
-        return Status::error(
-            "metadata array '" + key + "' declares " + std::to_string(n) + " " +
-            type_name(v->elem_type) + " elements (" + at("array length", count_off) +
-            "), which take " + std::to_string(n * sizeof(GgufValue)) + " bytes in memory (" +
-            std::to_string(sizeof(GgufValue)) +
-            " each): the file's metadata would exceed its limit of " + limit_text());
-      }
-      v->array.resize(n);
-      for (uint64_t k = 0; k < n; ++k) {
-        if (Status s = read_value(c, v->elem_type, &v->array[k], key, depth + 1); !s.ok()) return s;
-      }
-      return Status();
-    }
+    case GgufType::ARRAY: return read_array(c, v, key, f, depth);
   }
   return Status::error("unknown value type " + std::to_string(static_cast<uint32_t>(type)) +
                        " for " + f);

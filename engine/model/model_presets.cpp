@@ -228,6 +228,29 @@ Result<PresetSpec> preset_spec(const std::string& preset) {
   return s;
 }
 
+namespace {
+
+// Filler until b is full: letter combinations of growing length (2 to 4),
+// bare then with a leading space.
+void add_filler(VocabBuilder& b) {
+  const std::string sp = kSpace;
+  std::string combo;
+  for (int len = 2; len <= 4 && !b.full(); ++len) {
+    uint64_t count = 1;
+    for (int k = 0; k < len; ++k) count *= 26;
+    for (int with_space = 0; with_space < 2 && !b.full(); ++with_space) {
+      for (uint64_t idx = 0; idx < count && !b.full(); ++idx) {
+        combo.assign(len, 'a');
+        uint64_t x = idx;
+        for (int k = len - 1; k >= 0; --k, x /= 26) combo[k] = static_cast<char>('a' + x % 26);
+        b.add(with_space ? sp + combo : combo, 1);
+      }
+    }
+  }
+}
+
+}  // namespace
+
 std::vector<VocabPiece> synthetic_vocab(int32_t n_vocab, bool chatml) {
   PREFIXD_CHECK(n_vocab >= 1024, "the synthetic vocabulary needs at least 1024 ids");
   const size_t n_body = static_cast<size_t>(n_vocab) - (chatml ? 2 : 0);
@@ -268,20 +291,7 @@ std::vector<VocabPiece> synthetic_vocab(int32_t n_vocab, bool chatml) {
     for (const char* suf : {"s", "ed", "ing"}) b.add(sp + w + suf, 1);
   }
   for (int d = 0; d < 100; ++d) b.add(std::to_string(d), 1);
-  // Filler: letter combinations of growing length, bare then with a space.
-  std::string combo;
-  for (int len = 2; len <= 4 && !b.full(); ++len) {
-    uint64_t count = 1;
-    for (int k = 0; k < len; ++k) count *= 26;
-    for (int with_space = 0; with_space < 2 && !b.full(); ++with_space) {
-      for (uint64_t idx = 0; idx < count && !b.full(); ++idx) {
-        combo.assign(len, 'a');
-        uint64_t x = idx;
-        for (int k = len - 1; k >= 0; --k, x /= 26) combo[k] = static_cast<char>('a' + x % 26);
-        b.add(with_space ? sp + combo : combo, 1);
-      }
-    }
-  }
+  add_filler(b);
   PREFIXD_CHECK(b.full(), "synthetic vocabulary filler ran out");
   std::vector<VocabPiece> pieces = b.take();
   if (chatml) {

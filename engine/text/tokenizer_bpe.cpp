@@ -118,14 +118,12 @@ BpeTokenizer::~BpeTokenizer() {
   for (void* re : regexes_) pcre2_code_free(static_cast<pcre2_code*>(re));
 }
 
-Result<std::unique_ptr<Tokenizer>> BpeTokenizer::create(TokenizerVocab vocab) {
-  PreTokenizer pre;
-  if (!pre_tokenizer_for(vocab.pre, &pre)) {
-    return Status::error("tokenizer: unsupported BPE pre-tokenizer tokenizer.ggml.pre = '" +
-                         vocab.pre + "' (supported: default, gpt-2, llama-bpe, qwen2, smollm)");
-  }
-  std::unique_ptr<BpeTokenizer> tok(new BpeTokenizer(std::move(vocab)));
-  tok->ignore_merges_ = pre.ignore_merges;
+namespace {
+
+// The pre-tokenizer's patterns, compiled (JIT where available) and appended
+// to *regexes in order; the caller owns them (pcre2_code_free), also those
+// appended before an error.
+Status compile_patterns(const PreTokenizer& pre, std::vector<void*>* regexes) {
   for (const char* pattern : pre.patterns) {
     int error_code = 0;
     PCRE2_SIZE error_offset = 0;
@@ -138,8 +136,22 @@ Result<std::unique_ptr<Tokenizer>> BpeTokenizer::create(TokenizerVocab vocab) {
                            reinterpret_cast<const char*>(message));
     }
     pcre2_jit_compile(re, PCRE2_JIT_COMPLETE);  // falls back to the interpreter if JIT is absent
-    tok->regexes_.push_back(re);
+    regexes->push_back(re);
   }
+  return Status();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Tokenizer>> BpeTokenizer::create(TokenizerVocab vocab) {
+  PreTokenizer pre;
+  if (!pre_tokenizer_for(vocab.pre, &pre)) {
+    return Status::error("tokenizer: unsupported BPE pre-tokenizer tokenizer.ggml.pre = '" +
+                         vocab.pre + "' (supported: default, gpt-2, llama-bpe, qwen2, smollm)");
+  }
+  std::unique_ptr<BpeTokenizer> tok(new BpeTokenizer(std::move(vocab)));
+  tok->ignore_merges_ = pre.ignore_merges;
+  if (Status s = compile_patterns(pre, &tok->regexes_); !s.ok()) return s;
 
   const std::array<uint32_t, 256> cps = byte_code_points();
   for (int b = 0; b < 256; ++b) tok->char_to_byte_[cps[b]] = static_cast<uint8_t>(b);

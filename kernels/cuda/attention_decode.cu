@@ -82,6 +82,9 @@ struct KvVec<DType::F16> {
   }
 };
 
+// Stays long: one register schedule (the header's decomposition); pieces would be
+// force-inlined __device__ functions sharing every register array, and
+// test_cuda_ptxas guards its spills as it is.
 template <DType T, int TPK, int NV, int GT>
 __global__ void __launch_bounds__(kFlashDecodeWarps * 32, 1)
     attention_decode_kernel(AttentionArgs a, const int32_t* __restrict__ seqs,

@@ -25,6 +25,9 @@
 namespace prefixd::cuda {
 namespace {
 
+// Stays long: one register schedule (the header's decomposition); pieces would be
+// force-inlined __device__ functions sharing its state, and test_cuda_ptxas guards
+// its spills as it is.
 template <DType T, int DPL>
 __global__ void __launch_bounds__(kDecodeWarps * 32, 1) attention_decode_simple_kernel(
     const typename Elem<T>::Storage* __restrict__ k_pool,

@@ -25,6 +25,9 @@
 namespace prefixd::cuda {
 namespace {
 
+// Stays long: one register schedule (acc[4][DPL], see the header); pieces would be
+// force-inlined __device__ functions sharing it, and test_cuda_ptxas guards its
+// spills as it is.
 template <DType T, int DPL>
 __global__ void __launch_bounds__(kPrefillWarps * 32, 1)
     attention_prefill_kernel(const typename Elem<T>::Storage* __restrict__ k_pool,

@@ -169,6 +169,8 @@ std::vector<float> DecodeGraphs::logits(const Graph& g, const StepInfo& info) {
   return out;
 }
 
+// Stays long: eager runs, capture and check in sequence over one stream and one
+// graph, each a commented paragraph whose early return leaves the eager results.
 void DecodeGraphs::record(const DecodeGraphKey& key, const Batch& padded, PackedBatch packed,
                           const StepInfo& info, const StepBody& body) {
   if (graphs_.size() >= kMaxLiveGraphs) evict_oldest();

@@ -44,6 +44,8 @@ bool DecodeSelfCheck::flash_serves(const AttentionArgs& layer, bool capturing) {
   return passed && registry_->enabled(kFlashDecodePath);
 }
 
+// Stays long: one test case written out (pool, Q, batch, both kernels, compare);
+// each buffer is set up once, with its shape, where it is used.
 bool DecodeSelfCheck::check(const AttentionArgs& layer, const std::string& shape_class) {
   const int32_t bs = layer.block_size;
   const DecodeCheckBatch cb = decode_check_batch(bs);

@@ -372,6 +372,8 @@ struct PrefillAttention::Impl {
   // Runs `plan` once against the simple kernel (prefill_attention.h); true
   // when it passed. A check that cannot run (no memory) leaves the bucket to
   // the simple kernel without a verdict.
+  // Stays long: one test case written out (pool, Q, batch, both kernels, compare);
+  // each buffer is set up once, with its shape, where it is used.
   bool self_check(const SdpaPlan& plan, const AttentionArgs& layer) {
     const SdpaShape& s = plan.shape;
     const CheckBatch cb = check_batch(s);

@@ -256,6 +256,8 @@ float make_q3_quants(int n, int nmax, const float* x, int8_t* L) {
 
 // Asymmetric levels L in [0, nmax] (value = scale * L - the_min), weighted
 // least squares over nstep + 1 candidate scales. Returns the scale.
+// Stays long: ggml's make_qkx2_quants operation by operation (the bytes must match
+// llama-quantize's); split, it would no longer read against its source.
 float make_qkx2_quants(int n, int nmax, const float* x, const float* weights, uint8_t* L,
                        float* the_min, uint8_t* Laux, float rmin, float rdelta, int nstep,
                        bool use_mad) {
@@ -638,6 +640,8 @@ int best_index_iq4nl(const int8_t* val, float x) {
 
 // One IQ4_NL block (super_block_size 32) or IQ4_XS super-block (256, eight
 // sub-blocks of 32 sharing an FP16 d and 6-bit scales). Weights are x^2.
+// Stays long: ggml's quantize_row_iq4_nl_impl operation by operation (the bytes must
+// match llama-quantize's); split, it would no longer read against its source.
 void quantize_iq4_impl(int super_block_size, const float* x, uint16_t* dh, uint8_t* q4,
                        uint16_t* scales_h, uint8_t* scales_l) {
   constexpr int kBlock = 32, kNtry = 7;
@@ -743,6 +747,7 @@ bool can_quantize(WeightType type) {
   return weight_type_traits(static_cast<uint32_t>(type)) != nullptr;
 }
 
+// Stays long: one case of a line or two per weight type, a dispatch table read whole.
 void quantize_row(WeightType type, const float* src, void* dst, int64_t n) {
   const WeightTypeTraits& t = weight_type_traits(type);
   PREFIXD_CHECK(n % t.block_elements == 0,

@@ -10,6 +10,10 @@
 // Sets with a BF16 dot product multiply a BF16 pool's rows as they are, with
 // Q and the probabilities rounded to BF16 (FlashAttention's BF16 operands):
 // the products then take pairs of head-dim elements (scores) or of keys (P·V).
+// A task (run_task_on) loads its lane groups' Q (load_group), then per chunk
+// takes the shared operand rows or converts its own (PoolRows), attends to it
+// a group tile at a time (attend_chunk: chunk_step's score_chunk,
+// softmax_chunk, pv_chunk), and stores its rows (store_group).
 // Included by kernels/cpu/<isa>/kernels.cpp only.
 #pragma once
 
@@ -308,25 +312,12 @@ struct LaneState {
   V m, l, qpos, qlo;
 };
 
-// One chunk of kChunk keys starting at position `key0` for G lane groups:
-// scores, causal mask, online softmax update and P·V. qt, acc: G groups of
-// (D, kLanes). kc, vc: the chunk's operand rows (key_bytes; f32, or with
-// kBf16 BF16). p: the tile's score and probability scratch; pb: the
-// probabilities as BF16 key pairs (kBf16).
+// Scores of one chunk's kChunk keys from position key0 for G lane groups,
+// a tile of kRowTile keys at a time (score_tile), into p (G groups of
+// (kChunk, kLanes)); mx[g] their unscaled maximum.
 template <bool kBf16, int G, int kHeadDim>
-inline void chunk_step(const void* qt, float* acc, const void* kc, const void* vc, float* p, uint16_t* pb,
-                       int32_t dynamic_d, float scale, float key0, bool need_mask, LaneState* st) {
-  const int32_t D = kHeadDim > 0 ? kHeadDim : dynamic_d;
-  V qpos[G], qlo[G], mx[G];
-  for (int g = 0; g < G; ++g) {
-    qpos[g] = st[g].qpos;
-    qlo[g] = st[g].qlo;
-    mx[g] = Vec::set1(-INFINITY);  // the chunk's unscaled maximum first
-  }
-  // The exp scales the scores (s * scale - max, one fmsub), not the score
-  // tiles, in log2 units (scale * log2 e) for Vec::exp2_nonpositive; the
-  // running maxima are in those units too.
-  const V vscale = Vec::set1(scale * 1.44269504088896341f);
+PREFIXD_VEC_INLINE void score_chunk(const void* qt, const void* kc, float* p, int32_t D, float key0,
+                                    bool need_mask, const V* qpos, const V* qlo, V* mx) {
 #pragma GCC unroll 1
   for (int j0 = 0; j0 < kChunk; j0 += kRowTile) {
     const float fkey = key0 + static_cast<float>(j0);
@@ -342,12 +333,21 @@ inline void chunk_step(const void* qt, float* acc, const void* kc, const void* v
                                         need_mask, fkey, qpos, qlo, mx);
     }
   }
+}
+
+// The online-softmax update of one chunk for G lane groups: mx[g] (the
+// chunk's unscaled maximum) becomes the new running maximum (log2 units),
+// p's scores become probabilities (also as BF16 key pairs in pb, kBf16),
+// st[g].m and st[g].l take the chunk, alpha[g] the rescale of what was
+// accumulated before. Returns whether any alpha differs from 1.
+template <bool kBf16, int G>
+PREFIXD_VEC_INLINE bool softmax_chunk(float* p, uint16_t* pb, V vscale, V* mx, LaneState* st,
+                                      V* alpha) {
   // A lane whose keys so far all lie before its window has maximum -inf; the
   // floor keeps s - max and m - max at -inf (probability 0) instead of NaN.
   // Finite maxima (every lane without a window) are unchanged.
   const V floor = Vec::set1(-FLT_MAX);
   for (int g = 0; g < G; ++g) mx[g] = Vec::max(Vec::max(st[g].m, Vec::mul(mx[g], vscale)), floor);
-  V alpha[G];
   for (int g = 0; g < G; ++g) {
     float* pg = p + static_cast<size_t>(g) * kChunk * kLanes;
     V sum = Vec::zero();
@@ -377,7 +377,15 @@ inline void chunk_step(const void* qt, float* acc, const void* kc, const void* v
   }
   bool rescale = false;
   for (int g = 0; g < G; ++g) rescale = rescale || !Vec::all_equal(alpha[g], 1.0f);
+  return rescale;
+}
 
+// acc = acc * alpha + P·V for one chunk and G lane groups, kRowTile head-dim
+// rows at a time (pv_tile; the last tile shorter when kRowTile does not
+// divide D).
+template <bool kBf16, int G, int kHeadDim>
+PREFIXD_VEC_INLINE void pv_chunk(float* acc, const void* vc, const float* p, const uint16_t* pb,
+                                 const V* alpha, bool rescale, int32_t D) {
   auto pv = [&]<int R>(int32_t d0) {
     if constexpr (kBf16) {
 #if defined(__AVX512BF16__)
@@ -398,170 +406,284 @@ inline void chunk_step(const void* qt, float* acc, const void* kc, const void* v
   }
 }
 
+// One chunk of kChunk keys starting at position `key0` for G lane groups:
+// scores, causal mask, online softmax update and P·V. qt, acc: G groups of
+// (D, kLanes). kc, vc: the chunk's operand rows (key_bytes; f32, or with
+// kBf16 BF16). p: the tile's score and probability scratch; pb: the
+// probabilities as BF16 key pairs (kBf16).
+template <bool kBf16, int G, int kHeadDim>
+inline void chunk_step(const void* qt, float* acc, const void* kc, const void* vc, float* p, uint16_t* pb,
+                       int32_t dynamic_d, float scale, float key0, bool need_mask, LaneState* st) {
+  const int32_t D = kHeadDim > 0 ? kHeadDim : dynamic_d;
+  V qpos[G], qlo[G], mx[G];
+  for (int g = 0; g < G; ++g) {
+    qpos[g] = st[g].qpos;
+    qlo[g] = st[g].qlo;
+    mx[g] = Vec::set1(-INFINITY);  // the chunk's unscaled maximum first
+  }
+  score_chunk<kBf16, G, kHeadDim>(qt, kc, p, D, key0, need_mask, qpos, qlo, mx);
+  // The exp scales the scores (s * scale - max, one fmsub), not the score
+  // tiles, in log2 units (scale * log2 e) for Vec::exp2_nonpositive; the
+  // running maxima are in those units too.
+  const V vscale = Vec::set1(scale * 1.44269504088896341f);
+  V alpha[G];
+  const bool rescale = softmax_chunk<kBf16, G>(p, pb, vscale, mx, st, alpha);
+  pv_chunk<kBf16, G, kHeadDim>(acc, vc, p, pb, alpha, rescale, D);
+}
+
+// --- the task runner: run_task_on's jobs, in the order it does them ---------
+
+// A task's scratch (scratch_floats(D) floats), carved into its buffers.
+struct TaskScratch {
+  float* qt;   // kGroups x (D, kLanes) f32 transposed Q; BF16 operands: (D / 2, kLanes, 2)
+               // halves per group at the same group stride
+  float* acc;  // kGroups x (D, kLanes) f32 output accumulators
+  float* kc;   // (kChunk, D) operand rows of one chunk's keys (key_bytes each)
+  float* vc;   // (kChunk, D) the same for V
+  float* p;    // (kGroupTile, kChunk, kLanes) f32 one tile's scores, then probabilities
+  uint16_t* pb;  // the same probabilities as BF16 key pairs
+  size_t group_floats;  // D * kLanes: one group's stride in qt and acc
+};
+PREFIXD_VEC_INLINE TaskScratch carve_scratch(float* scratch, int32_t D) {
+  TaskScratch s;
+  s.group_floats = static_cast<size_t>(D) * kLanes;
+  s.qt = scratch;
+  s.acc = s.qt + kGroups * s.group_floats;
+  s.kc = s.acc + kGroups * s.group_floats;
+  s.vc = s.kc + static_cast<size_t>(kChunk) * D;
+  s.p = s.vc + static_cast<size_t>(kChunk) * D;
+  s.pb = reinterpret_cast<uint16_t*>(s.p + static_cast<size_t>(kGroupTile) * kChunk * kLanes);
+  return s;
+}
+
+// The least and greatest query position and window start of some lanes
+// (a lane group's, or a register tile's groups').
+struct LaneBounds {
+  int32_t min_qpos = INT32_MAX, max_qpos = 0, min_qlo = INT32_MAX, max_qlo = 0;
+  void add(int32_t qpos, int32_t qlo) {
+    min_qpos = std::min(min_qpos, qpos);
+    max_qpos = std::max(max_qpos, qpos);
+    min_qlo = std::min(min_qlo, qlo);
+    max_qlo = std::max(max_qlo, qlo);
+  }
+  void add(const LaneBounds& o) {
+    min_qpos = std::min(min_qpos, o.min_qpos);
+    max_qpos = std::max(max_qpos, o.max_qpos);
+    min_qlo = std::min(min_qlo, o.min_qlo);
+    max_qlo = std::max(max_qlo, o.max_qlo);
+  }
+};
+
+// Lane group gi of the task: its Q rows transposed into qt (group stride
+// D * kLanes; BF16 operands: rounded, in head-dim pairs), its accumulators
+// zeroed, its online-softmax state started and its lanes' bounds. Padding
+// lanes past f_end see every key; their output is discarded.
 template <bool kBf16>
-inline void run_task_on(const AttnArgs& a, const AttnTask& task, float* scratch) {
-  const CpuBatch& batch = *a.batch;
-  const KvPool& kv = *a.kv;
-  const KvGeometry& g = kv.geom;
-  const int32_t D = g.head_dim;
-  const int32_t G = a.n_heads / g.n_kv_heads;
-  const int32_t bs = batch.block_size;
-  const BatchSeq& seq = batch.seqs.data()[task.seq];
-  const int32_t* table = batch.block_tables.data() + seq.table_start;
+inline void load_group(const AttnArgs& a, const AttnTask& task, int32_t gi, float* qt, float* acc,
+                       LaneState& st, LaneBounds& bounds) {
+  const BatchSeq& seq = a.batch->seqs.data()[task.seq];
+  const int32_t D = a.kv->geom.head_dim;
+  const int32_t G = a.n_heads / a.kv->geom.n_kv_heads;
   const int64_t q_row = static_cast<int64_t>(a.n_heads) * D;
-  const int32_t n_groups = (task.f_end - task.f_begin + kLanes - 1) / kLanes;
-  const size_t group_floats = static_cast<size_t>(D) * kLanes;
-
-  float* const qt_all = scratch;  // BF16 operands: (D / 2, kLanes, 2) halves per group, same group stride
-  float* const acc_all = qt_all + kGroups * group_floats;
-  float* const kc_scratch = acc_all + kGroups * group_floats;
-  float* const vc_scratch = kc_scratch + static_cast<size_t>(kChunk) * D;
-  float* const p = vc_scratch + static_cast<size_t>(kChunk) * D;
-  auto* const pb = reinterpret_cast<uint16_t*>(p + static_cast<size_t>(kGroupTile) * kChunk * kLanes);
-
-  LaneState st[kGroups];
-  // Per group: its lanes' least and greatest position and window start.
-  int32_t min_qpos[kGroups], max_qpos[kGroups], min_qlo[kGroups], max_qlo[kGroups];
   const int32_t window = a.window_tokens;
-  for (int32_t gi = 0; gi < n_groups; ++gi) {
-    float* qt = qt_all + gi * group_floats;
-    auto* qtb = reinterpret_cast<uint16_t*>(qt);
-    std::memset(qt, 0, sizeof(float) * group_floats);
-    std::memset(acc_all + gi * group_floats, 0, sizeof(float) * group_floats);
-    alignas(64) float pos[kLanes], lo[kLanes];
-    min_qpos[gi] = INT32_MAX;
-    max_qpos[gi] = 0;
-    min_qlo[gi] = INT32_MAX;
-    max_qlo[gi] = 0;
-    for (int lane = 0; lane < kLanes; ++lane) {
-      const int32_t f = task.f_begin + gi * kLanes + lane;
-      if (f >= task.f_end) {
-        pos[lane] = INFINITY;  // padding lane: sees every key, output discarded
-        lo[lane] = -INFINITY;
-        continue;
-      }
-      const int32_t i = f / G;
-      const int32_t h = task.kv_head * G + f % G;
-      const int32_t pq = seq.pos0 + i;
-      pos[lane] = static_cast<float>(pq);  // exact: positions are far below 2^24
-      const int32_t first = window > 0 ? std::max(0, pq - window + 1) : 0;
-      lo[lane] = window > 0 ? static_cast<float>(first) : -INFINITY;
-      min_qpos[gi] = std::min(min_qpos[gi], pq);
-      max_qpos[gi] = std::max(max_qpos[gi], pq);
-      min_qlo[gi] = std::min(min_qlo[gi], first);
-      max_qlo[gi] = std::max(max_qlo[gi], first);
-      const float* qv = a.q + (seq.q_start + i) * q_row + static_cast<int64_t>(h) * D;
-      if constexpr (kBf16) {
-        for (int32_t d = 0; d < D; d += 2) {
-          qtb[(d * kLanes + 2 * lane)] = prefixd::f32_to_bf16(qv[d]);
-          qtb[(d * kLanes + 2 * lane) + 1] = prefixd::f32_to_bf16(qv[d + 1]);
-        }
-      } else {
-        for (int32_t d = 0; d < D; ++d) qt[d * kLanes + lane] = qv[d];
-      }
+  auto* qtb = reinterpret_cast<uint16_t*>(qt);
+  std::memset(qt, 0, sizeof(float) * D * kLanes);
+  std::memset(acc, 0, sizeof(float) * D * kLanes);
+  alignas(64) float pos[kLanes], lo[kLanes];
+  for (int lane = 0; lane < kLanes; ++lane) {
+    const int32_t f = task.f_begin + gi * kLanes + lane;
+    if (f >= task.f_end) {
+      pos[lane] = INFINITY;  // padding lane: sees every key, output discarded
+      lo[lane] = -INFINITY;
+      continue;
     }
-    st[gi].qpos = Vec::load(pos);
-    st[gi].qlo = Vec::load(lo);
-    st[gi].m = Vec::set1(-INFINITY);
-    st[gi].l = Vec::zero();
+    const int32_t i = f / G;
+    const int32_t h = task.kv_head * G + f % G;
+    const int32_t pq = seq.pos0 + i;
+    pos[lane] = static_cast<float>(pq);  // exact: positions are far below 2^24
+    const int32_t first = window > 0 ? std::max(0, pq - window + 1) : 0;
+    lo[lane] = window > 0 ? static_cast<float>(first) : -INFINITY;
+    bounds.add(pq, first);
+    const float* qv = a.q + (seq.q_start + i) * q_row + static_cast<int64_t>(h) * D;
+    if constexpr (kBf16) {
+      for (int32_t d = 0; d < D; d += 2) {
+        qtb[(d * kLanes + 2 * lane)] = prefixd::f32_to_bf16(qv[d]);
+        qtb[(d * kLanes + 2 * lane) + 1] = prefixd::f32_to_bf16(qv[d + 1]);
+      }
+    } else {
+      for (int32_t d = 0; d < D; ++d) qt[d * kLanes + lane] = qv[d];
+    }
+  }
+  st.qpos = Vec::load(pos);
+  st.qlo = Vec::load(lo);
+  st.m = Vec::set1(-INFINITY);
+  st.l = Vec::zero();
+}
+
+// The task's KV head's rows in the pool, converted a chunk at a time into
+// the scratch's kc and vc (when attention() has not converted them once for
+// every task of the head).
+struct PoolRows {
+  DType dtype;
+  int32_t D, bs, kv_len;
+  const int32_t* table;  // the sequence's block table
+  const uint8_t* k_base;  // the layer's K (and V) pool
+  const uint8_t* v_base;
+  size_t slot_bytes;  // one position's K (or V) row, every KV head
+  size_t head_bytes;  // D * elem: one head's row
+  size_t head_off;    // the task's head within a slot
+  void* kc;
+  void* vc;
+
+  PoolRows(const AttnArgs& a, const AttnTask& task, void* kc_scratch, void* vc_scratch) {
+    const KvGeometry& g = a.kv->geom;
+    const BatchSeq& seq = a.batch->seqs.data()[task.seq];
+    const size_t elem = dtype_bytes(g.dtype);
+    dtype = g.dtype;
+    D = g.head_dim;
+    bs = a.batch->block_size;
+    kv_len = task.kv_len;
+    table = a.batch->block_tables.data() + seq.table_start;
+    k_base = static_cast<const uint8_t*>(a.kv->k[a.layer]);
+    v_base = static_cast<const uint8_t*>(a.kv->v[a.layer]);
+    slot_bytes = static_cast<size_t>(g.n_kv_heads) * D * elem;
+    head_bytes = D * elem;
+    head_off = static_cast<size_t>(task.kv_head) * D * elem;
+    kc = kc_scratch;
+    vc = vc_scratch;
   }
 
-  const size_t elem = dtype_bytes(g.dtype);
-  const auto* k_base = static_cast<const uint8_t*>(kv.k[a.layer]);
-  const auto* v_base = static_cast<const uint8_t*>(kv.v[a.layer]);
-  const size_t slot_bytes = static_cast<size_t>(g.n_kv_heads) * D * elem;  // one position's K (or V) row
   // fn(j, byte offset, run) for each run of keys [key, key + n) that sit in
   // one pool block (consecutive slots): this head's row of key `key + j` is
   // at the offset, the next run - 1 rows follow at slot_bytes apart.
-  auto for_each_run = [&](int32_t key, int32_t n, auto&& fn) {
+  template <typename Fn>
+  PREFIXD_VEC_INLINE void for_each_run(int32_t key, int32_t n, Fn&& fn) const {
     for (int32_t j = 0; j < n;) {
       const int32_t pk = key + j, in_block = pk % bs;
       const int32_t run = std::min(bs - in_block, n - j);
       const int64_t slot = static_cast<int64_t>(table[pk / bs]) * bs + in_block;
-      fn(j, static_cast<size_t>(slot) * slot_bytes + static_cast<size_t>(task.kv_head) * D * elem, run);
+      fn(j, static_cast<size_t>(slot) * slot_bytes + head_off, run);
       j += run;
     }
-  };
+  }
+
   // kc, vc = this head's operand rows of keys [key0, key0 + kChunk); keys
   // past the end are zeros.
-  auto convert_chunk = [&](int32_t key0) {
-    const int32_t n_keys = std::min(kChunk, task.kv_len - key0);
+  PREFIXD_VEC_INLINE void convert_chunk(int32_t key0) const {
+    const int32_t n_keys = std::min(kChunk, kv_len - key0);
     for_each_run(key0, n_keys, [&](int32_t j, size_t off, int32_t run) {
-      put_keys(g.dtype, k_base + off, v_base + off, slot_bytes, D, j, run, kc_scratch, vc_scratch);
+      put_keys(dtype, k_base + off, v_base + off, slot_bytes, D, j, run, kc, vc);
     });
     // The next chunk's rows are fetched while this one computes: the blocks
     // are scattered over the pool, so the hardware prefetcher cannot follow
     // them, and each row would otherwise miss on its first touch.
-    if (key0 + kChunk < task.kv_len) {
-      for_each_run(key0 + kChunk, std::min(kChunk, task.kv_len - key0 - kChunk), [&](int32_t, size_t off, int32_t run) {
+    if (key0 + kChunk < kv_len) {
+      const int32_t n_next = std::min(kChunk, kv_len - key0 - kChunk);
+      for_each_run(key0 + kChunk, n_next, [&](int32_t, size_t off, int32_t run) {
         for (int32_t t = 0; t < run; ++t) {
-          for (size_t b = 0; b < D * elem; b += 64) {
+          for (size_t b = 0; b < head_bytes; b += 64) {
             __builtin_prefetch(k_base + off + t * slot_bytes + b);
             __builtin_prefetch(v_base + off + t * slot_bytes + b);
           }
         }
       });
     }
-    zero_keys(g.dtype, D, n_keys, kChunk, kc_scratch, vc_scratch);
-  };
-  const size_t row_bytes = key_bytes(g.dtype, D);
-  const int64_t rows_offset = a.rows_offset != nullptr ? a.rows_offset[task.seq * g.n_kv_heads + task.kv_head] : -1;
+    zero_keys(dtype, D, n_keys, kChunk, kc, vc);
+  }
+};
+
+// One chunk of keys from key0 (operand rows kc, vc) for every lane group of
+// the task, a register tile of groups at a time: tiles whose rows the chunk
+// adds nothing to are skipped, and only tiles the chunk crosses a row's
+// position or window start in are masked.
+template <bool kBf16>
+PREFIXD_VEC_INLINE void attend_chunk(const AttnArgs& a, const TaskScratch& s, int32_t n_groups,
+                                     const LaneBounds* bounds, int32_t key0, const void* kc,
+                                     const void* vc, LaneState* st) {
+  const int32_t D = a.kv->geom.head_dim;
+  const float fkey0 = static_cast<float>(key0);
+  for (int32_t g0 = 0; g0 < n_groups; g0 += kGroupTile) {
+    const int n_tile = static_cast<int>(std::min<int32_t>(kGroupTile, n_groups - g0));
+    LaneBounds tile;
+    for (int t = 0; t < n_tile; ++t) tile.add(bounds[g0 + t]);
+    if (key0 > tile.max_qpos) continue;  // every key of the chunk is in these rows' future
+    // Every key before these rows' windows: the chunk would add exactly
+    // nothing (probability 0, rescale 1).
+    if (key0 + kChunk - 1 < tile.min_qlo) continue;
+    const bool need_mask = key0 + kChunk - 1 > tile.min_qpos || key0 < tile.max_qlo;
+    const float* qt = s.qt + g0 * s.group_floats;
+    float* acc = s.acc + g0 * s.group_floats;
+    with_count<kGroupTile>(n_tile, [&]<int NG>() {
+      switch (D) {
+        case 64:
+          chunk_step<kBf16, NG, 64>(qt, acc, kc, vc, s.p, s.pb, D, a.scale, fkey0, need_mask,
+                                    st + g0);
+          break;
+        case 128:
+          chunk_step<kBf16, NG, 128>(qt, acc, kc, vc, s.p, s.pb, D, a.scale, fkey0, need_mask,
+                                     st + g0);
+          break;
+        default:
+          chunk_step<kBf16, NG, 0>(qt, acc, kc, vc, s.p, s.pb, D, a.scale, fkey0, need_mask,
+                                   st + g0);
+      }
+    });
+  }
+}
+
+// out rows of lane group gi's pairs = its accumulators / its softmax sums.
+inline void store_group(const AttnArgs& a, const AttnTask& task, int32_t gi, const float* acc,
+                        const LaneState& st) {
+  const BatchSeq& seq = a.batch->seqs.data()[task.seq];
+  const int32_t D = a.kv->geom.head_dim;
+  const int32_t G = a.n_heads / a.kv->geom.n_kv_heads;
+  const int64_t q_row = static_cast<int64_t>(a.n_heads) * D;
+  alignas(64) float inv_l[kLanes];
+  Vec::store(inv_l, Vec::div(Vec::set1(1.0f), st.l));
+  for (int lane = 0; lane < kLanes; ++lane) {
+    const int32_t f = task.f_begin + gi * kLanes + lane;
+    if (f >= task.f_end) break;
+    const int32_t i = f / G;
+    const int32_t h = task.kv_head * G + f % G;
+    float* ov = a.out + (seq.q_start + i) * q_row + static_cast<int64_t>(h) * D;
+    for (int32_t d = 0; d < D; ++d) ov[d] = acc[d * kLanes + lane] * inv_l[lane];
+  }
+}
+
+// One task: load its lane groups' Q, attend to its keys a chunk at a time
+// (the shared operand rows, or its own conversion of the pool's), store
+// its outputs.
+template <bool kBf16>
+inline void run_task_on(const AttnArgs& a, const AttnTask& task, float* scratch) {
+  const KvGeometry& g = a.kv->geom;
+  const TaskScratch s = carve_scratch(scratch, g.head_dim);
+  const int32_t n_groups = (task.f_end - task.f_begin + kLanes - 1) / kLanes;
+  LaneState st[kGroups];
+  LaneBounds bounds[kGroups];
+  for (int32_t gi = 0; gi < n_groups; ++gi)
+    load_group<kBf16>(a, task, gi, s.qt + gi * s.group_floats, s.acc + gi * s.group_floats, st[gi],
+                      bounds[gi]);
+
+  const PoolRows pool_rows(a, task, s.kc, s.vc);
+  const size_t row_bytes = key_bytes(g.dtype, g.head_dim);
+  const int64_t rows_offset =
+      a.rows_offset != nullptr ? a.rows_offset[task.seq * g.n_kv_heads + task.kv_head] : -1;
   // Lanes' window starts are at or after task.key_first (its first row's
   // window, rounded down to a chunk): the chunks before it are all masked.
   for (int32_t key0 = task.key_first; key0 < task.kv_len; key0 += kChunk) {
-    const void* kc = kc_scratch;
-    const void* vc = vc_scratch;
+    const void* kc = s.kc;
+    const void* vc = s.vc;
     if (rows_offset >= 0) {  // converted once for every task of this KV head
       kc = static_cast<const uint8_t*>(a.rows_k) + rows_offset + static_cast<size_t>(key0) * row_bytes;
       vc = static_cast<const uint8_t*>(a.rows_v) + rows_offset + static_cast<size_t>(key0) * row_bytes;
     } else {
-      convert_chunk(key0);
+      pool_rows.convert_chunk(key0);
     }
-    const float fkey0 = static_cast<float>(key0);
-    for (int32_t g0 = 0; g0 < n_groups; g0 += kGroupTile) {
-      const int n_tile = static_cast<int>(std::min<int32_t>(kGroupTile, n_groups - g0));
-      int32_t tile_min = INT32_MAX, tile_max = 0, tile_min_lo = INT32_MAX, tile_max_lo = 0;
-      for (int t = 0; t < n_tile; ++t) {
-        tile_min = std::min(tile_min, min_qpos[g0 + t]);
-        tile_max = std::max(tile_max, max_qpos[g0 + t]);
-        tile_min_lo = std::min(tile_min_lo, min_qlo[g0 + t]);
-        tile_max_lo = std::max(tile_max_lo, max_qlo[g0 + t]);
-      }
-      if (key0 > tile_max) continue;  // every key of the chunk is in these rows' future
-      // Every key before these rows' windows: the chunk would add exactly
-      // nothing (probability 0, rescale 1).
-      if (key0 + kChunk - 1 < tile_min_lo) continue;
-      const bool need_mask = key0 + kChunk - 1 > tile_min || key0 < tile_max_lo;
-      const float* qt = qt_all + g0 * group_floats;
-      float* acc = acc_all + g0 * group_floats;
-      with_count<kGroupTile>(n_tile, [&]<int NG>() {
-        switch (D) {
-          case 64:
-            chunk_step<kBf16, NG, 64>(qt, acc, kc, vc, p, pb, D, a.scale, fkey0, need_mask, st + g0);
-            break;
-          case 128:
-            chunk_step<kBf16, NG, 128>(qt, acc, kc, vc, p, pb, D, a.scale, fkey0, need_mask, st + g0);
-            break;
-          default:
-            chunk_step<kBf16, NG, 0>(qt, acc, kc, vc, p, pb, D, a.scale, fkey0, need_mask, st + g0);
-        }
-      });
-    }
+    attend_chunk<kBf16>(a, s, n_groups, bounds, key0, kc, vc, st);
   }
 
-  for (int32_t gi = 0; gi < n_groups; ++gi) {
-    alignas(64) float inv_l[kLanes];
-    Vec::store(inv_l, Vec::div(Vec::set1(1.0f), st[gi].l));
-    const float* acc = acc_all + gi * group_floats;
-    for (int lane = 0; lane < kLanes; ++lane) {
-      const int32_t f = task.f_begin + gi * kLanes + lane;
-      if (f >= task.f_end) break;
-      const int32_t i = f / G;
-      const int32_t h = task.kv_head * G + f % G;
-      float* ov = a.out + (seq.q_start + i) * q_row + static_cast<int64_t>(h) * D;
-      for (int32_t d = 0; d < D; ++d) ov[d] = acc[d * kLanes + lane] * inv_l[lane];
-    }
-  }
+  for (int32_t gi = 0; gi < n_groups; ++gi)
+    store_group(a, task, gi, s.acc + gi * s.group_floats, st[gi]);
 }
 
 inline void run_task(const AttnArgs& a, const AttnTask& task, float* scratch) {

@@ -173,6 +173,9 @@ class GraphBuilder {
 };
 
 // The operations of sdpa_graph.h's graph, appended to g.ops.
+// Stays long: the graph's tensors and operations in the order cuDNN runs them
+// (Q, Kᵀ, masks, softmax, P·V), each a commented paragraph; split, the tensor uids
+// would pass between the pieces.
 void add_attention_ops(GraphBuilder& g, const SdpaShape& s) {
   const int64_t hq = s.n_heads, hk = s.n_kv_heads, d = s.head_dim, sq = s.max_q, skv = s.max_kv;
   const int64_t bs = s.block_size, nb = s.n_pool_blocks, tbl = s.table_len();
