@@ -171,6 +171,25 @@ void TtlPins::repin(const Key& key, Entry& e) {
   }
 }
 
+std::string TtlPins::restore_refusal(const PinRecord& p, int32_t* tenant) const {
+  if (p.model_fingerprint != tiers_->model_fingerprint())
+    return "stored for another model (fingerprint " + p.model_fingerprint.hex() + ")";
+  const ChainKeys keys = engine_->chain_keys(p.tokens, p.cache_salt);
+  if (keys.namespace_seed != p.namespace_seed || keys.block_hashes != p.block_hashes ||
+      p.tokens.size() != p.block_hashes.size() * static_cast<size_t>(options_.block_size))
+    return "its blocks hash differently here (another block size, KV dtype or deployment secret)";
+  if (p.ttl_class < 0 || p.ttl_class >= kCacheTtlCount) return "TTL class " + std::to_string(p.ttl_class);
+  *tenant = -1;
+  if (p.tenant.empty()) return "";
+  auto it = std::find(tenant_names_.begin(), tenant_names_.end(), p.tenant);
+  if (it == tenant_names_.end() || tenant_limits_ == nullptr) return "tenant '" + p.tenant + "' is not in the key file";
+  *tenant = static_cast<int32_t>(it - tenant_names_.begin());
+  const int32_t n_blocks = static_cast<int32_t>(p.block_hashes.size());
+  if (!tenant_limits_->reserve_pins(*tenant, n_blocks)) return "tenant '" + p.tenant + "' is at its pinned-block limit";
+  tenant_limits_->settle_pins(*tenant, n_blocks, n_blocks);
+  return "";
+}
+
 PinRestoreReport TtlPins::restore() {
   PinRestoreReport report;
   if (tiers_ == nullptr) return report;
@@ -180,56 +199,26 @@ PinRestoreReport TtlPins::restore() {
     return report;
   }
   report.damaged = stored->damaged;
-  const Hash128 model = tiers_->model_fingerprint();
   const int64_t now_unix =
       std::chrono::duration_cast<std::chrono::milliseconds>(SystemClock::now().time_since_epoch()).count();
   std::lock_guard<std::mutex> lock(mu_);
   for (PinRecord& p : stored->pins) {
-    const std::string name = "pin of " + std::to_string(p.tokens.size()) + " tokens (salt '" + p.cache_salt + "')";
-    auto drop = [&](const std::string& why) {
-      report.dropped.push_back(name + ": " + why);
-      (void)tiers_->erase_pin(p.namespace_seed, p.block_hashes.back());
-    };
-    if (p.model_fingerprint != model) {
-      drop("stored for another model (fingerprint " + p.model_fingerprint.hex() + ")");
-      continue;
-    }
     if (p.expires_unix_ms <= now_unix) {
       ++report.expired;
       (void)tiers_->erase_pin(p.namespace_seed, p.block_hashes.back());
       continue;
     }
-    const ChainKeys keys = engine_->chain_keys(p.tokens, p.cache_salt);
-    if (keys.namespace_seed != p.namespace_seed || keys.block_hashes != p.block_hashes ||
-        p.tokens.size() != p.block_hashes.size() * static_cast<size_t>(options_.block_size)) {
-      drop("its blocks hash differently here (another block size, KV dtype or deployment secret)");
-      continue;
-    }
-    if (p.ttl_class < 0 || p.ttl_class >= kCacheTtlCount) {
-      drop("TTL class " + std::to_string(p.ttl_class));
-      continue;
-    }
     int32_t tenant = -1;
-    if (!p.tenant.empty()) {
-      auto it = std::find(tenant_names_.begin(), tenant_names_.end(), p.tenant);
-      if (it == tenant_names_.end() || tenant_limits_ == nullptr) {
-        drop("tenant '" + p.tenant + "' is not in the key file");
-        continue;
-      }
-      tenant = static_cast<int32_t>(it - tenant_names_.begin());
-    }
-    const int32_t n_blocks = static_cast<int32_t>(p.block_hashes.size());
-    if (tenant >= 0) {
-      if (!tenant_limits_->reserve_pins(tenant, n_blocks)) {
-        drop("tenant '" + p.tenant + "' is at its pinned-block limit");
-        continue;
-      }
-      tenant_limits_->settle_pins(tenant, n_blocks, n_blocks);
-    }
     Key key{p.cache_salt, p.tokens};
-    if (pins_.count(key) != 0) continue;  // one pin per prefix
-    Entry e{static_cast<CacheTtl>(p.ttl_class), tenant, n_blocks, steady_of(p.expires_unix_ms), 0,
-            p.namespace_seed, p.block_hashes, /*engine_pinned=*/false};
+    const std::string refusal = pins_.count(key) != 0 ? "a pin of the same prefix came first" : restore_refusal(p, &tenant);
+    if (!refusal.empty()) {
+      report.dropped.push_back("pin of " + std::to_string(p.tokens.size()) + " tokens (salt '" + p.cache_salt +
+                               "'): " + refusal);
+      (void)tiers_->erase_pin(p.namespace_seed, p.block_hashes.back());
+      continue;
+    }
+    Entry e{static_cast<CacheTtl>(p.ttl_class), tenant, static_cast<int32_t>(p.block_hashes.size()),
+            steady_of(p.expires_unix_ms), 0, p.namespace_seed, p.block_hashes, /*engine_pinned=*/false};
     mark(e, true);
     pins_.emplace(std::move(key), std::move(e));
     ++report.restored;

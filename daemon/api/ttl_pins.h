@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "common/hash128.h"
+#include "storage/pin_record.h"
 #include "daemon/validation/cache_breakpoints.h"
 
 namespace prefixd {
@@ -142,6 +143,9 @@ class TtlPins {
   // mu_ held: takes the device pin of a restored entry whose prefix a request
   // just read (its blocks are in the pool now).
   void repin(const Key& key, Entry& e);
+  // Why a stored pin cannot be taken back ("" when it can; then *tenant is
+  // its Tenant::index or -1, and its blocks are reserved against the tenant).
+  std::string restore_refusal(const PinRecord& p, int32_t* tenant) const;
   void sweeper_loop();
 
   Engine* engine_;
