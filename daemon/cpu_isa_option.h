@@ -18,7 +18,8 @@ namespace prefixd {
 inline constexpr const char* kCpuIsaEnvVar = "PREFIXD_CPU_ISA";
 
 struct CpuIsaOption {
-  std::string requested;        // auto | avx512bf16 | avx512 | avx2 | portable | a plan
+  std::string requested;        // auto | a set of kernels/cpu/isa_sets.def (avx512bf16,
+                                // avx512, avx2, portable) | a plan
                                 // ("avx512bf16,bf16_tiles=avx512"); "" = auto
   std::string source = "auto";  // who gave `requested`: "--cpu-isa", "PREFIXD_CPU_ISA", or
                                 // "auto" when neither did

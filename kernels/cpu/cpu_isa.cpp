@@ -1,58 +1,101 @@
-// CPU feature detection (cpuid via GCC's __builtin_cpu_supports, which also
-// checks that the OS saves the AVX/AVX-512 registers) and the ISA choice.
+// CPU feature detection (cpuid and XGETBV for the features of isa_sets.def,
+// checking as GCC's __builtin_cpu_supports does that the OS saves the AVX /
+// AVX-512 registers) and the ISA choice. Everything about a set comes from
+// isa_sets.def's entries.
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/isa_plan.h"
 
 #include <array>
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 namespace prefixd::cpu {
 
 namespace {
 
-struct Features {
-  bool avx2 = false, fma = false, f16c = false;
-  bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false, avx512bf16 = false;
-  bool avx512vnni = false;
+enum class CpuidReg : int { eax = 0, ebx = 1, ecx = 2, edx = 3 };
+
+// One PREFIXD_CPU_FEATURE of isa_sets.def.
+struct FeatureBit {
+  const char* name;
+  unsigned leaf, subleaf;
+  CpuidReg reg;
+  int bit;
+  uint64_t xcr0;  // OS register state the feature needs (XGETBV(0) bits); 0: none
+};
+constexpr FeatureBit kFeatures[] = {
+#define PREFIXD_CPU_FEATURE(name, leaf, subleaf, reg, bit, xcr0) {#name, leaf, subleaf, CpuidReg::reg, bit, xcr0},
+#include "kernels/cpu/isa_sets.def"
+};
+constexpr int kFeatureCount = static_cast<int>(std::size(kFeatures));
+
+// One PREFIXD_CPU_ISA_SET of isa_sets.def.
+struct IsaSet {
+  const char* name;
+  bool built;            // its arch is this target's
+  std::string_view features;  // space-separated kFeatures names
+};
+constexpr IsaSet kSets[kCpuIsaCount] = {
+#define PREFIXD_CPU_ISA_SET(name, enumerator, arch, features, flags) {#name, kIsaArch_##arch, features},
+#include "kernels/cpu/isa_sets.def"
 };
 
+constexpr int feature_index(std::string_view name) {
+  for (int i = 0; i < kFeatureCount; ++i)
+    if (name == kFeatures[i].name) return i;
+  return -1;
+}
+
+// Calls f(name) for each word of a space-separated list.
+template <typename F>
+constexpr void for_each_word(std::string_view list, F f) {
+  while (!list.empty()) {
+    const size_t space = list.find(' ');
+    const std::string_view word = list.substr(0, space);
+    list = space == std::string_view::npos ? std::string_view() : list.substr(space + 1);
+    if (!word.empty()) f(word);
+  }
+}
+
+constexpr bool every_set_feature_known() {
+  bool ok = true;
+  for (const IsaSet& set : kSets)
+    for_each_word(set.features, [&](std::string_view w) { ok = ok && feature_index(w) >= 0; });
+  return ok;
+}
+static_assert(every_set_feature_known(), "a set in isa_sets.def names a feature no PREFIXD_CPU_FEATURE defines");
+
+using Features = std::array<bool, kFeatureCount>;  // by kFeatures index
+
 Features detect() {
-  Features f;
+  Features f{};
 #if defined(__x86_64__) || defined(__i386__)
-  __builtin_cpu_init();
-  f.avx2 = __builtin_cpu_supports("avx2");
-  f.fma = __builtin_cpu_supports("fma");
-  // GCC 12 has no "f16c" name for __builtin_cpu_supports: cpuid leaf 1, ECX bit 29.
-  unsigned eax, ebx, ecx, edx;
-  __asm__("cpuid" : "=a"(eax), "=b"(ebx), "=c"(ecx), "=d"(edx) : "a"(1), "c"(0));
-  f.f16c = (ecx >> 29) & 1u;
-  f.avx512f = __builtin_cpu_supports("avx512f");
-  f.avx512bw = __builtin_cpu_supports("avx512bw");
-  f.avx512vl = __builtin_cpu_supports("avx512vl");
-  f.avx512dq = __builtin_cpu_supports("avx512dq");
-  f.avx512bf16 = __builtin_cpu_supports("avx512bf16");
-  f.avx512vnni = __builtin_cpu_supports("avx512vnni");
+  unsigned max_leaf = 0, r[4] = {};
+  __cpuid(0, max_leaf, r[1], r[2], r[3]);
+  unsigned max_subleaf7 = 0;
+  if (max_leaf >= 7) __cpuid_count(7, 0, max_subleaf7, r[1], r[2], r[3]);
+  uint64_t xcr0 = 0;
+  __cpuid(1, r[0], r[1], r[2], r[3]);
+  if ((r[2] >> 27) & 1u) {  // OSXSAVE: XGETBV reads the register state the OS saves
+    unsigned lo, hi;
+    __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    xcr0 = (static_cast<uint64_t>(hi) << 32) | lo;
+  }
+  for (int i = 0; i < kFeatureCount; ++i) {
+    const FeatureBit& fb = kFeatures[i];
+    if (fb.leaf > max_leaf || (fb.leaf == 7 && fb.subleaf > max_subleaf7)) continue;
+    if ((xcr0 & fb.xcr0) != fb.xcr0) continue;
+    __cpuid_count(fb.leaf, fb.subleaf, r[0], r[1], r[2], r[3]);
+    f[i] = (r[static_cast<int>(fb.reg)] >> fb.bit) & 1u;
+  }
 #endif
   return f;
 }
-
-// The features by the names cpu_feature_string() prints.
-struct NamedFeature {
-  const char* name;
-  bool Features::*flag;
-};
-constexpr std::array<NamedFeature, 9> kNamedFeatures = {{
-    {"avx2", &Features::avx2},
-    {"fma", &Features::fma},
-    {"f16c", &Features::f16c},
-    {"avx512f", &Features::avx512f},
-    {"avx512bw", &Features::avx512bw},
-    {"avx512vl", &Features::avx512vl},
-    {"avx512dq", &Features::avx512dq},
-    {"avx512_bf16", &Features::avx512bf16},
-    {"avx512_vnni", &Features::avx512vnni},
-}};
 
 // What PREFIXD_CPU_HIDE_FEATURES did: the names it hid, and those it named
 // that are not features of this list.
@@ -69,12 +112,9 @@ Features detect_less_hidden(Hidden* h) {
     const std::string_view name = list.substr(0, comma);
     list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
     if (name.empty()) continue;
-    bool known = false;
-    for (const NamedFeature& nf : kNamedFeatures) {
-      if (name != nf.name) continue;
-      known = true;
-      f.*nf.flag = false;
-    }
+    const int i = feature_index(name);
+    const bool known = i >= 0;
+    if (known) f[i] = false;
     std::string& out = known ? h->hidden : h->unknown;
     out += (out.empty() ? "" : " ") + std::string(name);
   }
@@ -93,22 +133,26 @@ const Features& features() {
 
 // Sets named to choose_cpu_isa (bit per CpuIsa).
 std::atomic<unsigned> g_forced{0};
+static_assert(kCpuIsaCount <= 32, "g_forced has a bit per set");
 
 }  // namespace
 
-const char* cpu_isa_name(CpuIsa isa) {
-  switch (isa) {
-    case CpuIsa::kPortable: return "portable";
-    case CpuIsa::kAvx2: return "avx2";
-    case CpuIsa::kAvx512: return "avx512";
-    case CpuIsa::kAvx512Bf16: return "avx512bf16";
-  }
-  return "?";
+const char* cpu_isa_name(CpuIsa isa) { return kSets[static_cast<int>(isa)].name; }
+
+std::vector<std::string_view> cpu_isa_features(CpuIsa isa) {
+  std::vector<std::string_view> out;
+  for_each_word(kSets[static_cast<int>(isa)].features, [&](std::string_view w) { out.push_back(w); });
+  return out;
 }
 
+bool cpu_isa_built(CpuIsa isa) { return kSets[static_cast<int>(isa)].built; }
+
 const std::vector<CpuIsa>& all_cpu_isas() {
-  static const std::vector<CpuIsa> all = {CpuIsa::kPortable, CpuIsa::kAvx2, CpuIsa::kAvx512,
-                                          CpuIsa::kAvx512Bf16};
+  static const std::vector<CpuIsa> all = [] {
+    std::vector<CpuIsa> v;
+    for (int i = 0; i < kCpuIsaCount; ++i) v.push_back(static_cast<CpuIsa>(i));
+    return v;
+  }();
   return all;
 }
 
@@ -119,20 +163,12 @@ std::string cpu_isa_choices() {
 }
 
 bool cpu_supports(CpuIsa isa) {
-  [[maybe_unused]] const Features& f = features();
-  [[maybe_unused]] const bool avx2 = f.avx2 && f.fma && f.f16c;
-  [[maybe_unused]] const bool avx512 = avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq;
-  switch (isa) {
-    case CpuIsa::kPortable: return true;
-#if defined(__x86_64__)
-    case CpuIsa::kAvx2: return avx2;
-    case CpuIsa::kAvx512: return avx512;
-    case CpuIsa::kAvx512Bf16: return avx512 && f.avx512bf16 && f.avx512vnni;
-#else
-    default: return false;  // x86 sets are not built for this architecture
-#endif
-  }
-  return false;
+  const IsaSet& set = kSets[static_cast<int>(isa)];
+  if (!set.built) return false;  // x86 sets are not built for other architectures
+  const Features& f = features();
+  bool all = true;
+  for_each_word(set.features, [&](std::string_view w) { all = all && f[feature_index(w)]; });
+  return all;
 }
 
 CpuIsa best_cpu_isa() {
@@ -152,14 +188,12 @@ std::vector<CpuIsa> supported_cpu_isas() {
 std::string cpu_feature_string() {
 #if defined(__x86_64__)
   const Features& f = features();
-  std::string s;
-  auto add = [&](bool have, const char* name) {
-    if (!have) return;
-    if (!s.empty()) s += ' ';
-    s += name;
-  };
-  for (const NamedFeature& nf : kNamedFeatures) add(f.*nf.flag, nf.name);
-  if (s.empty()) s = "none of avx2, fma, f16c, avx512*";
+  std::string s, all;
+  for (int i = 0; i < kFeatureCount; ++i) {
+    if (f[i]) s += (s.empty() ? "" : " ") + std::string(kFeatures[i].name);
+    all += (all.empty() ? "" : ", ") + std::string(kFeatures[i].name);
+  }
+  if (s.empty()) s = "none of " + all;
   if (!hidden().hidden.empty()) s += std::string(" (hidden by ") + kHideFeaturesEnvVar + ": " + hidden().hidden + ")";
   return s;
 #elif defined(__aarch64__)
@@ -173,7 +207,7 @@ Result<CpuIsa> choose_cpu_isa(std::string_view requested) {
   features();
   if (!hidden().unknown.empty()) {
     std::string known;
-    for (const NamedFeature& nf : kNamedFeatures) known += (known.empty() ? "" : ", ") + std::string(nf.name);
+    for (const FeatureBit& fb : kFeatures) known += (known.empty() ? "" : ", ") + std::string(fb.name);
     return Status::error(std::string(kHideFeaturesEnvVar) + " names unknown features '" + hidden().unknown +
                          "' (known: " + known + ")");
   }

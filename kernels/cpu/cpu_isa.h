@@ -1,6 +1,7 @@
-// Instruction sets of the CPU backend: which ones this CPU has, their names,
-// and the choice between them (best available, or one the caller forces).
-// Detection runs cpuid (x86-64); other architectures have `portable` only.
+// Instruction sets of the CPU backend (listed in kernels/cpu/isa_sets.def):
+// which ones this CPU has, their names, and the choice between them (best
+// available, or one the caller forces). Detection runs cpuid for the features
+// isa_sets.def lists (x86-64); other architectures have `portable` only.
 // PREFIXD_CPU_HIDE_FEATURES (tests only), e.g. "avx512f,avx512_bf16": those
 // features count as absent, so that a refusal of a set can be tested on a CPU
 // that has it.
@@ -14,18 +15,32 @@
 
 namespace prefixd::cpu {
 
-// Ordered from the most portable to the fastest.
+// The sets of kernels/cpu/isa_sets.def, in its order: most portable first,
+// the fastest last (the enumerator's value is the rank).
 enum class CpuIsa : int {
-  kPortable = 0,    // plain C++ the compiler vectorises for its baseline (any architecture)
-  kAvx2 = 1,        // AVX2 + FMA + F16C (Haswell and later, AMD Zen 1-3)
-  kAvx512 = 2,      // AVX-512 F/BW/VL/DQ (Skylake-SP, Ice Lake)
-  kAvx512Bf16 = 3,  // the above + AVX512_BF16 + AVX512_VNNI (Zen 4/5, Cooper Lake, Sapphire Rapids)
+#define PREFIXD_CPU_ISA_SET(name, enumerator, arch, features, flags) enumerator,
+#include "kernels/cpu/isa_sets.def"
 };
-constexpr int kCpuIsaCount = 4;
+constexpr int kCpuIsaCount = 0
+#define PREFIXD_CPU_ISA_SET(name, enumerator, arch, features, flags) +1
+#include "kernels/cpu/isa_sets.def"
+    ;
+// Whether the sets of an isa_sets.def `arch` are built for this target
+// (cpu_isa_sets.cmake decides the same from CMAKE_SYSTEM_PROCESSOR).
+inline constexpr bool kIsaArch_any = true;
+#if defined(__x86_64__)
+inline constexpr bool kIsaArch_x86_64 = true;
+#else
+inline constexpr bool kIsaArch_x86_64 = false;
+#endif
 inline constexpr const char* kHideFeaturesEnvVar = "PREFIXD_CPU_HIDE_FEATURES";
 
-// "portable", "avx2", "avx512", "avx512bf16".
+// Its isa_sets.def name: "portable", "avx2", "avx512", "avx512bf16".
 const char* cpu_isa_name(CpuIsa isa);
+// The cpuid features it requires, as isa_sets.def lists them (none for portable).
+std::vector<std::string_view> cpu_isa_features(CpuIsa isa);
+// Whether it is built for this architecture (its isa_sets.def arch).
+bool cpu_isa_built(CpuIsa isa);
 // Every set, most portable first; and the names accepted by parse (with "auto").
 const std::vector<CpuIsa>& all_cpu_isas();
 std::string cpu_isa_choices();

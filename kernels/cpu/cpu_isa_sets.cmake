@@ -1,24 +1,41 @@
-# The CPU backend's instruction sets: one object library per set, compiled from
-# kernels/cpu/<isa>/kernels.cpp with that set's flags and namespace, linked into
-# prefixd_kernels. The x86 sets exist only on x86-64; `portable` everywhere.
+# The CPU backend's instruction sets, read from kernels/cpu/isa_sets.def: one
+# object library per set built for this target, compiled from
+# kernels/cpu/<set>/kernels.cpp with the set's flags and namespace, linked into
+# prefixd_kernels. Sets PREFIXD_CPU_ISA_SETS (the sets built, most portable
+# first), from which tests/CMakeLists.txt registers the per-set test runs.
 # Included from the top-level CMakeLists.txt after prefixd_kernels is defined.
 
-# prefixd_cpu_isa_set(<name> <enum> <source> <flags...>)
-function(prefixd_cpu_isa_set name enum source)
-  add_library(prefixd_cpu_${name} OBJECT ${source})
+# isa_sets.def's arch column: whether this target builds it (kIsaArch_* in cpu_isa.h says the same to C++).
+set(PREFIXD_ISA_ARCH_any TRUE)
+if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
+  set(PREFIXD_ISA_ARCH_x86_64 TRUE)
+else()
+  set(PREFIXD_ISA_ARCH_x86_64 FALSE)
+endif()
+
+set(PREFIXD_CPU_ISA_SETS)
+set(isa_sets_def ${CMAKE_SOURCE_DIR}/kernels/cpu/isa_sets.def)
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${isa_sets_def})
+file(STRINGS ${isa_sets_def} isa_set_lines REGEX "^PREFIXD_CPU_ISA_SET\\(")
+foreach(line IN LISTS isa_set_lines)
+  if(NOT line MATCHES "^PREFIXD_CPU_ISA_SET\\(([a-z0-9_]+), *([A-Za-z0-9_]+), *([a-z0-9_]+), *\"([^\"]*)\", *\"([^\"]*)\"\\)")
+    message(FATAL_ERROR "isa_sets.def: cannot read '${line}'")
+  endif()
+  set(name ${CMAKE_MATCH_1})
+  set(enum ${CMAKE_MATCH_2})
+  set(arch ${CMAKE_MATCH_3})
+  separate_arguments(flags UNIX_COMMAND "${CMAKE_MATCH_5}")
+  if(NOT DEFINED PREFIXD_ISA_ARCH_${arch})
+    message(FATAL_ERROR "isa_sets.def: set ${name} has arch '${arch}', which cpu_isa_sets.cmake does not know")
+  endif()
+  if(NOT PREFIXD_ISA_ARCH_${arch})
+    continue()
+  endif()
+  add_library(prefixd_cpu_${name} OBJECT ${CMAKE_SOURCE_DIR}/kernels/cpu/${name}/kernels.cpp)
   target_link_libraries(prefixd_cpu_${name} PRIVATE prefixd_common)
   target_compile_definitions(prefixd_cpu_${name} PRIVATE PREFIXD_ISA_NS=${name} PREFIXD_ISA_ENUM=${enum})
-  target_compile_options(prefixd_cpu_${name} PRIVATE ${PREFIXD_WARNINGS} ${ARGN})
+  target_compile_options(prefixd_cpu_${name} PRIVATE ${PREFIXD_WARNINGS} ${flags})
   target_sources(prefixd_kernels PRIVATE $<TARGET_OBJECTS:prefixd_cpu_${name}>)
-endfunction()
-
-# -Wno-psabi: the portable set's 32-byte generic vectors never cross a call (always inlined).
-prefixd_cpu_isa_set(portable kPortable ${CMAKE_SOURCE_DIR}/kernels/cpu/portable/kernels.cpp -Wno-psabi)
-if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
-  set(PREFIXD_AVX2_FLAGS -mavx2 -mfma -mf16c)
-  set(PREFIXD_AVX512_FLAGS ${PREFIXD_AVX2_FLAGS} -mavx512f -mavx512bw -mavx512vl -mavx512dq)
-  prefixd_cpu_isa_set(avx2 kAvx2 ${CMAKE_SOURCE_DIR}/kernels/cpu/avx2/kernels.cpp ${PREFIXD_AVX2_FLAGS})
-  prefixd_cpu_isa_set(avx512 kAvx512 ${CMAKE_SOURCE_DIR}/kernels/cpu/avx512/kernels.cpp ${PREFIXD_AVX512_FLAGS})
-  prefixd_cpu_isa_set(avx512bf16 kAvx512Bf16 ${CMAKE_SOURCE_DIR}/kernels/cpu/avx512/kernels.cpp
-                      ${PREFIXD_AVX512_FLAGS} -mavx512bf16 -mavx512vnni)
-endif()
+  list(APPEND PREFIXD_CPU_ISA_SETS ${name})
+endforeach()
+message(STATUS "CPU instruction sets built: ${PREFIXD_CPU_ISA_SETS}")

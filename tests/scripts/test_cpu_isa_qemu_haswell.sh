@@ -7,8 +7,9 @@
 # and checks that
 #   - the emulator really faults on an AVX-512 instruction (a control run),
 #   - the automatic choice is avx2 and every golden check passes (exit 0),
-#   - forcing PREFIXD_CPU_ISA=avx512 or avx512bf16 is refused as unsupported
-#     (exit 77 from the test binary).
+#   - forcing each set of kernels/cpu/isa_sets.def that needs a feature
+#     Haswell lacks (avx512, avx512bf16) is refused as unsupported (exit 77
+#     from the test binary).
 # The static counterpart is tests/scripts/test_cpu_isa_isolation.sh.
 # Usage: bash tests/scripts/test_cpu_isa_qemu_haswell.sh BUILD_DIR (from the repo root).
 # Exit 77 (skipped) off x86-64 or without qemu-x86_64 (Debian: qemu-user).
@@ -89,8 +90,12 @@ others=$(grep 'MESSAGE: .*max logit error' "$log" |
 [[ -z "$others" ]] || fail "models other than $models ran: $(head -n1 <<<"$others")" "$log"
 echo "golden whole-prompt cases of $models: passed on avx2 ($((SECONDS - start)) s so far)"
 
-# Forcing an AVX-512 set on this CPU is refused as unsupported (exit 77), not run.
-for isa in avx512 avx512bf16; do
+# Forcing a set that needs more than Haswell's features on this CPU is refused
+# as unsupported (exit 77), not run.
+beyond_haswell=$(sed -n 's/^PREFIXD_CPU_ISA_SET(\([a-z0-9_]*\), *[A-Za-z0-9_]*, *x86_64, *"\([^"]*\)".*/\1 \2/p' \
+  kernels/cpu/isa_sets.def | awk '{ for (i = 2; i <= NF; ++i) if ($i !~ /^(avx2|fma|f16c)$/) { print $1; next } }')
+[[ -n "$beyond_haswell" ]] || fail "no set beyond Haswell's features read from kernels/cpu/isa_sets.def"
+for isa in $beyond_haswell; do
   log="$work/forced-$isa.log"
   rc=0
   PREFIXD_CPU_ISA=$isa timeout 600 "${qemu[@]}" "$binary" --subcase=stories260K >"$log" 2>&1 || rc=$?

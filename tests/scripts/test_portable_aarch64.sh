@@ -62,7 +62,7 @@ obj/%.o: \$(SRC)/%.cpp Makefile
 	@mkdir -p \$(dir \$@)
 	\$(CXX) \$(CXXFLAGS) -c \$< -o \$@
 
-# The portable set, as kernels/cpu/cpu_isa_sets.cmake builds it.
+# The portable set, as kernels/cpu/cpu_isa_sets.cmake builds it from kernels/cpu/isa_sets.def.
 obj/portable_kernels.o: \$(SRC)/kernels/cpu/portable/kernels.cpp Makefile
 	@mkdir -p \$(dir \$@)
 	\$(CXX) \$(CXXFLAGS) -DPREFIXD_ISA_NS=portable -DPREFIXD_ISA_ENUM=kPortable -c \$< -o \$@

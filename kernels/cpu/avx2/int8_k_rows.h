@@ -15,7 +15,9 @@
 // float accumulator and reduces it once, whatever the tile it falls in.
 #pragma once
 
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#if !(defined(__AVX2__) && defined(__FMA__) && defined(__F16C__))
+#error "avx2/int8_k_rows.h needs AVX2, FMA and F16C (the avx2 set)"
+#endif
 
 #include <immintrin.h>
 
@@ -24,8 +26,6 @@
 #include <cstring>
 
 #include "kernels/cpu/generic/int8_gemm.h"
-
-#define PREFIXD_HAS_WIDE_K_ROWS 1
 
 namespace prefixd::cpu::PREFIXD_ISA_NS {
 
@@ -202,5 +202,3 @@ inline bool rows(const GemmArgs& a, int64_t p0, int64_t p1, int64_t i0, int64_t 
 }  // namespace i8wide
 
 }  // namespace prefixd::cpu::PREFIXD_ISA_NS
-
-#endif  // __AVX2__ && __FMA__ && __F16C__

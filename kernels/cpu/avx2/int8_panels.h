@@ -6,8 +6,8 @@
 // sums stay below 2^15 (4 * 2 * 31 * 127 = 31496), so they add in 16 bits
 // before one vpmaddwd: 17 integer instructions per 256 multiply-adds, where the
 // F32 panels take 32 FMAs. Q8_0 and IQ4_NL (8-bit values) would overflow: they
-// keep the F32 panels. Only the avx2 set includes this file (the AVX-512 sets take the
-// VNNI panels or none); gemm.cpp sends it calls of kInt8MaxRows x rows or more.
+// keep the F32 panels. Only the avx2 set includes this file (avx512bf16 takes its
+// VNNI panels, avx512 none); gemm.cpp sends it calls of kInt8MaxRows x rows or more.
 // Each output sums its groups in order, whatever the tile or call it is in.
 #pragma once
 
@@ -17,8 +17,6 @@
 #include <cstring>
 
 #include "kernels/cpu/generic/int8_panel_layout.h"
-
-#define PREFIXD_HAS_INT8_PANELS 1
 
 namespace prefixd::cpu::PREFIXD_ISA_NS {
 

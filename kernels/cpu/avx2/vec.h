@@ -222,5 +222,3 @@ struct Vec {
 };
 
 }  // namespace prefixd::cpu::PREFIXD_ISA_NS
-
-#include "kernels/cpu/avx2/int8_vec.h"

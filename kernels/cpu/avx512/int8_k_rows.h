@@ -16,7 +16,9 @@
 // float accumulator and reduces it once, whatever the tile it falls in.
 #pragma once
 
-#if defined(__AVX512BW__)
+#if !defined(__AVX512BW__)
+#error "avx512/int8_k_rows.h needs AVX512BW (an AVX-512 set)"
+#endif
 
 #include <immintrin.h>
 
@@ -25,8 +27,6 @@
 #include <cstring>
 
 #include "kernels/cpu/generic/int8_gemm.h"
-
-#define PREFIXD_HAS_WIDE_K_ROWS 1
 
 namespace prefixd::cpu::PREFIXD_ISA_NS {
 
@@ -232,5 +232,3 @@ inline bool rows(const GemmArgs& a, int64_t p0, int64_t p1, int64_t i0, int64_t 
 }  // namespace i8wide
 
 }  // namespace prefixd::cpu::PREFIXD_ISA_NS
-
-#endif  // __AVX512BW__

@@ -1,8 +1,8 @@
 // The AVX-512 vector layer of the CPU kernels: 16 float lanes in a zmm, with
 // F16/BF16 conversions bit-identical to kernels/dtype.h and a vectorised exp.
-// Compiled twice (see kernels/cpu/cpu_isa_sets.cmake): with AVX512_BF16 as the
-// `avx512bf16` set (kHasBf16Dot: vdpbf16ps) and without it as `avx512`.
-// Only kernels/cpu/avx512/kernels.cpp includes this file.
+// The vector layer of two sets: `avx512bf16` (built with AVX512_BF16,
+// kHasBf16Dot: vdpbf16ps) and `avx512` (without). Only their kernels.cpp
+// (kernels/cpu/avx512bf16/, kernels/cpu/avx512/) include this file.
 #pragma once
 
 #include <immintrin.h>
@@ -248,5 +248,3 @@ struct Vec {
 };
 
 }  // namespace prefixd::cpu::PREFIXD_ISA_NS
-
-#include "kernels/cpu/avx2/int8_vec.h"

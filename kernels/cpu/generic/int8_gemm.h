@@ -8,9 +8,10 @@
 // with one byte shuffle (vpshufb). This is the arithmetic of llama.cpp's
 // vec_dot kernels; it reads a 4.5-bit weight as 4.5 bits, where dequantizing
 // to F32 first costs a conversion, a multiply and a store per weight. gemm.cpp sends calls with fewer than kInt8MaxRows x rows
-// here (decode, short suffixes), through kernel_set.h's int8_rows, which gives
-// the formats a set has its own tiles for (avx512/int8_k_rows.h,
-// avx512/int8_pair_rows.h, avx2/int8_k_rows.h) to those; longer calls take the
+// here (decode, short suffixes), through the set's gemm_int8_rows (its
+// kernels.cpp's int8_rows), which gives the formats a set has its own tiles for
+// (avx512/int8_k_rows.h, avx512bf16/int8_pair_rows.h, avx2/int8_k_rows.h) to
+// those and the rest to i8gemm::rows here; longer calls take the
 // int8 or dequantized panels.
 //
 // Batch invariance: each output y[i][r] is accumulated in the same order (over

@@ -2,7 +2,7 @@
 // unsigned bytes, four consecutive values of a row side by side, so that one
 // vector holds 4 values of each of 8 or 16 rows (the operand vpdpbusd and
 // vpmaddubsw + vpmaddwd multiply against 4 broadcast x bytes). The sets'
-// integer prefill tiles (avx512/int8_panels.h, avx2/int8_panels.h) read it.
+// integer prefill tiles (avx512bf16/int8_panels.h, avx2/int8_panels.h) read it.
 //
 // Layout, per 32-value group g of the weight rows (kGroupBytes each):
 //   q[8][32][4] u8  -- q[t][r][b] is value 4t + b of row r in the group

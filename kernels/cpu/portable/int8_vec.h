@@ -1,5 +1,5 @@
 // The 8-bit integer layer of the portable set: the operations of
-// avx2/int8_vec.h on 32-byte generic vectors and plain loops, same results bit
+// x86_int8/ymm_int8.h on 32-byte generic vectors and plain loops, same results bit
 // for bit (the dot products are exact integers; the activation quantizer uses
 // the same float operations and nearest-even rounding).
 // Included by kernels/cpu/portable/vec.h only.

@@ -16,7 +16,9 @@
 // once, whatever the tile it falls in.
 #pragma once
 
-#if defined(__AVX512VNNI__)
+#if !defined(__AVX512VNNI__)
+#error "avx512bf16/int8_pair_rows.h needs AVX512_VNNI (the avx512bf16 set)"
+#endif
 
 #include <immintrin.h>
 
@@ -24,8 +26,6 @@
 #include <cstring>
 
 #include "kernels/cpu/generic/int8_gemm.h"
-
-#define PREFIXD_HAS_PAIR_ROWS 1
 
 namespace prefixd::cpu::PREFIXD_ISA_NS {
 
@@ -237,5 +237,3 @@ inline bool rows(const GemmArgs& a, int64_t p0, int64_t p1, int64_t i0, int64_t 
 }  // namespace i8pair
 
 }  // namespace prefixd::cpu::PREFIXD_ISA_NS
-
-#endif  // __AVX512VNNI__

@@ -9,7 +9,9 @@
 // Each output sums its groups in order, whatever the tile or call it is in.
 #pragma once
 
-#if defined(__AVX512VNNI__)
+#if !defined(__AVX512VNNI__)
+#error "avx512bf16/int8_panels.h needs AVX512_VNNI (the avx512bf16 set)"
+#endif
 
 #include <immintrin.h>
 
@@ -17,8 +19,6 @@
 #include <cstring>
 
 #include "kernels/cpu/generic/int8_panel_layout.h"
-
-#define PREFIXD_HAS_INT8_PANELS 1
 
 namespace prefixd::cpu::PREFIXD_ISA_NS {
 
@@ -108,5 +108,3 @@ inline void rows(const GemmArgs& a, int64_t p0, int64_t p1, int64_t i0, int64_t 
 }  // namespace i8panel
 
 }  // namespace prefixd::cpu::PREFIXD_ISA_NS
-
-#endif  // __AVX512VNNI__

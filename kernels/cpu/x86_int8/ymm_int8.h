@@ -1,10 +1,15 @@
-// The 8-bit integer layer of the x86 sets (AVX2; the AVX-512 sets include it
-// too): 32 bytes of weights or activations in a ymm, their dot products summed
-// per 4 bytes into 8 int32 lanes (vpmaddubsw + vpmaddwd, or vpdpbusd where the
-// set is built with AVX512_VNNI) and returned as 8 floats. The integer matmul of
-// generic/int8_gemm.h is written over this struct.
-// Included by kernels/cpu/avx2/vec.h and kernels/cpu/avx512/vec.h only.
+// The 8-bit integer layer of the x86 sets in AVX2 instructions: 32 bytes of
+// weights or activations in a ymm, their dot products summed per 4 bytes into
+// 8 int32 lanes (vpmaddubsw + vpmaddwd) and returned as 8 floats. Each x86
+// set's kernels.cpp derives its `I8` from this struct (or from YmmInt8Vnni,
+// x86_int8/ymm_int8_vnni.h), adding its register tile; the integer matmul of
+// generic/int8_gemm.h is written over I8.
+// Included by the x86 sets' kernels.cpp only (AVX2, FMA and F16C at least).
 #pragma once
+
+#if !(defined(__AVX2__) && defined(__FMA__) && defined(__F16C__))
+#error "x86_int8/ymm_int8.h needs AVX2, FMA and F16C (an x86 set)"
+#endif
 
 #include <immintrin.h>
 
@@ -12,16 +17,12 @@
 
 namespace prefixd::cpu::PREFIXD_ISA_NS {
 
-struct I8 {
+// Everything of I8 but its register tile: the set adds
+//   static constexpr int kTileW, kTileX;  // int8_gemm.h's register tile: weight rows x
+//                                         // activation rows (accumulators of 8 floats each)
+struct YmmInt8 {
   using B = __m256i;  // 32 bytes
   using F = __m256;   // 8 floats
-  // int8_gemm.h's register tile: weight rows x activation rows (accumulators
-  // of 8 floats each; AVX-512 has 32 registers, AVX2 16).
-#if defined(__AVX512F__)
-  static constexpr int kTileW = 4, kTileX = 4;
-#else
-  static constexpr int kTileW = 2, kTileX = 4;
-#endif
 
   static PREFIXD_VEC_INLINE B load(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
   // 16 bytes -> 32 values: the low nibbles (elements 0..15), then the high ones.
@@ -66,12 +67,9 @@ struct I8 {
 
   // Lane l = sum over bytes 4l..4l+3 of u (unsigned, <= 128) * s (signed, >= -127), as floats.
   // vpmaddubsw's 16-bit pair sums stay below 2 * 128 * 127 = 32512: never saturate.
+  // (YmmInt8Vnni: one vpdpbusd instead.)
   static PREFIXD_VEC_INLINE F dot(B u, B s) {
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-    return _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s));
-#else
     return _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
-#endif
   }
 
   // A block's F16 scale (F16C; scales are finite in every valid file).
