@@ -103,6 +103,10 @@ struct ChainFetch {
   std::vector<MemcachedPtr> retired;
   std::vector<ResultPtr> values;  // [n keys]; null: not received
   uint64_t received_bytes = 0;
+  // The servers (of the last multi_get's handle) that were asked for keys,
+  // and those that answered at least one (RemoteServerRing's timeout count).
+  std::unordered_set<const memcached_instance_st*> asked;
+  std::unordered_set<const memcached_instance_st*> answered;
 
   // Asks for the keys from `first` on that have no value yet. Returns the
   // failure seen (MEMCACHED_SUCCESS when none).
@@ -124,10 +128,16 @@ struct ChainRead {
 memcached_return_t ChainFetch::multi_get(memcached_st* memc, size_t first) {
   std::vector<const char*> ptrs;
   std::vector<size_t> lengths;
+  asked.clear();
+  answered.clear();
   for (size_t i = first; i < names.size(); ++i) {
     if (values[i]) continue;
     ptrs.push_back(names[i].data());
     lengths.push_back(names[i].size());
+    memcached_return_t by_key_rc = MEMCACHED_SUCCESS;
+    const memcached_instance_st* server =
+        memcached_server_by_key(memc, names[i].data(), names[i].size(), &by_key_rc);
+    if (server != nullptr) asked.insert(server);
   }
   memcached_return_t rc = memcached_mget(memc, ptrs.data(), lengths.data(), ptrs.size());
   bool failed = memcached_failed(rc) && rc != MEMCACHED_NOTFOUND;
@@ -144,6 +154,11 @@ memcached_return_t ChainFetch::multi_get(memcached_st* memc, size_t first) {
       break;
     }
     received_bytes += memcached_result_length(r.get());
+    memcached_return_t by_key_rc = MEMCACHED_SUCCESS;
+    const memcached_instance_st* server =
+        memcached_server_by_key(memc, memcached_result_key_value(r.get()),
+                                memcached_result_key_length(r.get()), &by_key_rc);
+    if (server != nullptr) answered.insert(server);
     auto it = index_of.find(
         std::string(memcached_result_key_value(r.get()), memcached_result_key_length(r.get())));
     if (it != index_of.end() && !values[it->second]) values[it->second] = std::move(r);
@@ -206,6 +221,14 @@ struct RemoteTier::Impl {
   // Marks the server of a connection failure on `memc` (its last disconnect)
   // down once it has failed failure_limit times.
   void note_failure(memcached_st* memc, memcached_return_t rc);
+  // Tells the ring how the server `key` maps to on `memc` fared in a
+  // one-key operation that returned rc: timed out, or answered.
+  void note_key_outcome(memcached_st* memc, const std::string& key, memcached_return_t rc);
+  // The same after a multi-get: a server asked for keys that answered none
+  // and whose last error is a timeout timed out; one that answered, answered.
+  // (libmemcached keeps a server's last error until the next error, so a
+  // server counts as timed out only when it answered nothing this time.)
+  void note_multi_get_outcome(memcached_st* memc, const ChainFetch& fetch, memcached_return_t rc);
   // Rebuilds the handle when the ring changed since it was made (memc null
   // when out of memory: the caller treats it as a failed operation).
   void refresh(Handle& h);
@@ -239,6 +262,42 @@ void RemoteTier::Impl::note_failure(memcached_st* memc, memcached_return_t rc) {
   const std::string host = memcached_server_name(server);
   const auto port = static_cast<uint16_t>(memcached_server_port(server));
   ring->note_connection_failure(host, port);
+}
+
+void RemoteTier::Impl::note_key_outcome(memcached_st* memc, const std::string& key,
+                                        memcached_return_t rc) {
+  if (memc == nullptr) return;
+  const bool timed_out = is_timeout(memc, rc);
+  // Answers: stored, found, not found, exists; anything else says nothing.
+  const bool answered = memcached_success(rc) || rc == MEMCACHED_NOTFOUND ||
+                        rc == MEMCACHED_NOTSTORED || rc == MEMCACHED_DATA_EXISTS;
+  if (!timed_out && !answered) return;
+  memcached_return_t by_key_rc = MEMCACHED_SUCCESS;
+  const memcached_instance_st* server =
+      memcached_server_by_key(memc, key.data(), key.size(), &by_key_rc);
+  if (server == nullptr) return;
+  const std::string host = memcached_server_name(server);
+  const auto port = static_cast<uint16_t>(memcached_server_port(server));
+  if (timed_out) {
+    ring->note_timeout(host, port);
+  } else {
+    ring->note_answer(host, port);
+  }
+}
+
+void RemoteTier::Impl::note_multi_get_outcome(memcached_st* memc, const ChainFetch& fetch,
+                                              memcached_return_t rc) {
+  if (memc == nullptr) return;
+  const bool timed_out = !memcached_success(rc) && is_timeout(memc, rc);
+  for (const memcached_instance_st* server : fetch.asked) {
+    const std::string host = memcached_server_name(server);
+    const auto port = static_cast<uint16_t>(memcached_server_port(server));
+    if (fetch.answered.count(server) != 0) {
+      ring->note_answer(host, port);
+    } else if (timed_out && memcached_server_error_return(server) == MEMCACHED_TIMEOUT) {
+      ring->note_timeout(host, port);
+    }
+  }
 }
 
 void RemoteTier::Impl::refresh(Handle& h) {
@@ -354,13 +413,17 @@ memcached_return_t RemoteTier::Impl::write_one(const PendingWrite& w) {
   const std::string name = memcached_key(w.key);
   if (writer_handle.memc) {
     rc = store(writer_handle.memc.get(), name, w.record->bytes());
+    note_key_outcome(writer_handle.memc.get(), name, rc);
     // Refused (the server is down): once more, on the ring without it
     // when that made it leave.
     if (memcached_failed(rc) && !is_timeout(writer_handle.memc.get(), rc)) {
       count_failure(writer_handle.memc.get(), rc);
       note_failure(writer_handle.memc.get(), rc);
       refresh(writer_handle);
-      if (writer_handle.memc) rc = store(writer_handle.memc.get(), name, w.record->bytes());
+      if (writer_handle.memc) {
+        rc = store(writer_handle.memc.get(), name, w.record->bytes());
+        note_key_outcome(writer_handle.memc.get(), name, rc);
+      }
     }
   }
   memcached_st* const memc = writer_handle.memc.get();
@@ -385,6 +448,10 @@ Result<std::unique_ptr<RemoteTier>> RemoteTier::open(const RemoteTierOptions& op
   if (options.failure_limit < 1) {
     return Status::error("remote cache: failure_limit must be at least 1 (got " +
                          std::to_string(options.failure_limit) + ")");
+  }
+  if (options.timeout_limit < 1) {
+    return Status::error("remote cache: timeout_limit must be at least 1 (got " +
+                         std::to_string(options.timeout_limit) + ")");
   }
   if (options.retry_interval.count() <= 0) {
     return Status::error("remote cache: retry_interval must be positive (got " +
@@ -422,7 +489,7 @@ Result<std::unique_ptr<RemoteTier>> RemoteTier::open(const RemoteTierOptions& op
   impl->options = options;
   impl->mac = std::make_unique<RecordMac>(options.deployment_secret);
   impl->ring = std::make_unique<RemoteServerRing>(options.servers, options.failure_limit,
-                                                  options.retry_interval);
+                                                  options.timeout_limit, options.retry_interval);
   for (size_t i : unanswered_index) impl->ring->mark_down(i);
   // Checks that every server can be added.
   auto first = make_memcached_handle(memcached_settings(options), options.servers);
@@ -489,6 +556,7 @@ void RemoteTier::Impl::fetch_chain(Handle& handle, ChainFetch& fetch) {
   // answers as they come; keys on a server that is down are simply not
   // answered.
   const memcached_return_t rc = fetch.multi_get(handle.memc.get(), 0);
+  note_multi_get_outcome(handle.memc.get(), fetch, rc);
   if (memcached_success(rc)) return;
   count_failure(handle.memc.get(), rc);
   // A server that refused the connection is out of the ring now (after
@@ -503,6 +571,7 @@ void RemoteTier::Impl::fetch_chain(Handle& handle, ChainFetch& fetch) {
   const size_t first_missing = fetch.first_missing();
   if (!handle.memc || first_missing == fetch.values.size()) return;
   const memcached_return_t again = fetch.multi_get(handle.memc.get(), first_missing);
+  note_multi_get_outcome(handle.memc.get(), fetch, again);
   if (memcached_failed(again)) {
     count_failure(handle.memc.get(), again);
     note_failure(handle.memc.get(), again);
@@ -564,6 +633,60 @@ void RemoteTier::Impl::note_chain_read(std::span<const BlockKey> keys, const Cha
   stats.unauthenticated_records += read.n_unauthenticated;
 }
 
+int32_t RemoteTier::present_chain(std::span<const BlockKey> keys, size_t max_keys,
+                                  std::chrono::milliseconds budget, std::string* error) {
+  if (error != nullptr) error->clear();
+  const size_t n_asked = std::min(keys.size(), max_keys);
+  if (n_asked == 0) return 0;
+  Impl& d = *impl_;
+  const auto deadline = std::chrono::steady_clock::now() + budget;
+  Impl::Handle handle = d.acquire_handle();
+  size_t n_found = 0;
+  std::string why;
+  if (!handle.memc) {
+    d.count_failure(nullptr, MEMCACHED_MEMORY_ALLOCATION_FAILURE);
+    why = "memcached_create failed (out of memory)";
+  }
+  while (handle.memc && n_found < n_asked) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      why = "the lookup's time budget (" + std::to_string(budget.count()) + " ms) ran out after " +
+            std::to_string(n_found) + " blocks";
+      break;
+    }
+    const std::string name = memcached_key(keys[n_found]);
+    memcached_return_t rc = memcached_exist(handle.memc.get(), name.data(), name.size());
+    d.note_key_outcome(handle.memc.get(), name, rc);
+    if (memcached_failed(rc) && rc != MEMCACHED_NOTFOUND && !is_timeout(handle.memc.get(), rc)) {
+      // Refused: once more on the ring without the server, when it left.
+      d.count_failure(handle.memc.get(), rc);
+      d.note_failure(handle.memc.get(), rc);
+      d.refresh(handle);
+      if (!handle.memc) break;
+      rc = memcached_exist(handle.memc.get(), name.data(), name.size());
+      d.note_key_outcome(handle.memc.get(), name, rc);
+    }
+    if (memcached_success(rc)) {
+      ++n_found;
+      continue;
+    }
+    if (rc != MEMCACHED_NOTFOUND) {
+      d.count_failure(handle.memc.get(), rc);
+      d.note_failure(handle.memc.get(), rc);
+      why = std::string(is_timeout(handle.memc.get(), rc) ? "timed out" : "failed") + " asking " +
+            "for block " + std::to_string(n_found) + ": " +
+            memcached_last_error_message(handle.memc.get());
+    }
+    break;
+  }
+  d.release_handle(std::move(handle));
+  if (error != nullptr) *error = "remote cache: " + why;
+  if (error != nullptr && why.empty()) error->clear();
+  std::lock_guard<std::mutex> lock(d.stats_mu);
+  d.stats.lookup_hits += n_found;
+  d.stats.lookup_misses += n_asked - n_found;
+  return static_cast<int32_t>(n_found);
+}
+
 void RemoteTier::put_async(const BlockKey& key, RecordPtr record) {
   if (!record) return;
   Impl& d = *impl_;
@@ -597,9 +720,16 @@ RemoteTierStats RemoteTier::stats() const {
     std::lock_guard<std::mutex> lock(d.queue_mu);
     pending = d.pending_bytes;
   }
+  std::vector<RemoteServerState> states = d.ring->states();
+  int32_t in_ring = 0;
+  for (const RemoteServerState& st : states) in_ring += st.in_ring ? 1 : 0;
+  const uint64_t ejections = d.ring->ejections();
   std::lock_guard<std::mutex> lock(d.stats_mu);
   RemoteTierStats s = d.stats;
   s.pending_write_bytes = pending;
+  s.servers_in_ring = in_ring;
+  s.server_ejections = ejections;
+  s.server_states = std::move(states);
   return s;
 }
 

@@ -30,12 +30,17 @@ struct RemoteTierOptions {
   std::chrono::milliseconds timeout{200};
   // A server that refused this many connects in a row leaves the ketama
   // ring of every handle of the tier at once (its keys move to the others);
-  // it joins again after retry_interval. Only connection failures count (a
-  // server that accepts and then stalls stays: each operation on it waits
-  // the timeout). With 1, an operation that a dead server refused is tried
-  // once more at once, on the ring without it, so a dead server costs a
-  // connect attempt per retry_interval, not a lost read or write.
+  // it joins again after retry_interval. With 1, an operation that a dead
+  // server refused is tried once more at once, on the ring without it, so a
+  // dead server costs a connect attempt per retry_interval, not a lost read
+  // or write.
   int32_t failure_limit = 1;
+  // A server that timed out this many operations in a row, answering none
+  // between (it accepts connects but has stalled), leaves the ring the same
+  // way for retry_interval; after it joins again its first timeout takes it
+  // out at once (RemoteServerRing). So a stalled server costs at most
+  // timeout_limit timeouts, then one per retry_interval.
+  int32_t timeout_limit = 3;
   std::chrono::milliseconds retry_interval{2000};
   // Writes queued beyond this many bytes are dropped (counted).
   uint64_t max_pending_write_bytes = 256ull << 20;
@@ -61,6 +66,11 @@ struct RemoteTierStats {
   uint64_t unauthenticated_records = 0;  // of those, the ones whose MAC did not verify
   uint64_t pending_write_bytes = 0;      // now
   int32_t servers = 0;                   // configured
+  int32_t servers_in_ring = 0;           // now: not taken out (RemoteServerRing)
+  uint64_t server_ejections = 0;         // times a server was taken out of the ring
+  uint64_t lookup_hits = 0;              // blocks present_chain() found (the lookup path)
+  uint64_t lookup_misses = 0;            // ... keys it asked for and did not find
+  std::vector<RemoteServerState> server_states;  // [servers] each one's place in the ring
 };
 
 // Thread-safety: every method may be called from any thread (each call takes
@@ -91,6 +101,19 @@ class RemoteTier {
   // Waits at most about the timeout per server that does not answer.
   std::vector<RecordPtr> get_chain(std::span<const BlockKey> keys,
                                    std::span<const RecordExpectations> expected);
+  // How many leading keys of a chain the pool holds, without reading the
+  // values: one existence check per key (libmemcached's memcached_exist: an
+  // "add" of an empty item that has already expired, so a missing key stays
+  // missing; memcached reclaims that small item), in order, stopping at the
+  // first key absent or failing, at max_keys, or once `budget` has passed
+  // (checked between keys; one key waits at most the timeout). Values are
+  // not verified (their MAC is checked when an onboard reads them). Counted
+  // in lookup_hits and lookup_misses (the keys not found, or not reached,
+  // up to max_keys). *error (optional): why the walk stopped early on a
+  // failure ("" when it did not). For HTTP threads (routing, dashboard);
+  // never called by the engine thread.
+  int32_t present_chain(std::span<const BlockKey> keys, size_t max_keys,
+                        std::chrono::milliseconds budget, std::string* error = nullptr);
   // Queues a record (sealed) for the writer thread (idle CPU priority);
   // returns at once. Dropped
   // and counted when the queue is over max_pending_write_bytes; skipped when

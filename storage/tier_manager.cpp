@@ -616,4 +616,11 @@ TierManagerStats TierManager::stats() const {
   return s;
 }
 
+int32_t TierManager::lookup_remote(std::span<const BlockKey> keys, std::string* error) const {
+  if (error != nullptr) error->clear();
+  if (!remote_ || keys.empty()) return 0;
+  const std::chrono::milliseconds budget = 2 * options_.remote->timeout;
+  return remote_->present_chain(keys, keys.size(), budget, error);
+}
+
 }  // namespace prefixd

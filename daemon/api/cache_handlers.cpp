@@ -12,6 +12,7 @@
 #include "daemon/monitoring/dashboard.h"
 #include "daemon/validation/request_validation.h"
 #include "engine/engine.h"
+#include "storage/tier_manager.h"
 
 namespace prefixd {
 namespace {
@@ -125,6 +126,18 @@ json cache_stats_json(const StatsSnapshot& s, int32_t block_size) {
     remote["corrupt_records"] = r.corrupt_records;
     remote["unauthenticated_records"] = r.unauthenticated_records;
     remote["pending_write_bytes"] = r.pending_write_bytes;
+    remote["servers_in_ring"] = r.servers_in_ring;
+    remote["server_ejections"] = r.server_ejections;
+    json out_of_ring = json::array();
+    for (const RemoteServerState& st : r.server_states) {
+      if (st.in_ring) continue;
+      out_of_ring.push_back(json{{"server", remote_server_name(st.server)},
+                                 {"reason", st.reason},
+                                 {"back_in_ms", st.back_in_ms}});
+    }
+    remote["servers_out"] = std::move(out_of_ring);
+    remote["lookup_hits"] = r.lookup_hits;
+    remote["lookup_misses"] = r.lookup_misses;
     out["tiers"]["remote"] = remote;
   }
   return out;
@@ -137,12 +150,17 @@ void handle_cache_stats(DaemonContext& ctx, const Call&, Reply& res) {
 void handle_cache_lookup(DaemonContext& ctx, const Call& call, Reply& res) {
   PromptRequest p;
   if (!parse_prompt(ctx, call, res, &p)) return;
-  LookupResult r = ctx.engine->lookup(p.prompt, p.cache_salt);
-  res.json(json{{"prompt_tokens", r.prompt_tokens},
-                {"cached_tokens", r.cached_tokens()},
-                {"device_tokens", r.device_tokens},
-                {"host_tokens", r.host_tokens},
-                {"disk_tokens", r.disk_tokens}});
+  // The remote tier is asked here, on this HTTP thread (bounded by the
+  // tier's timeout), never on the engine thread.
+  LookupResult r = ctx.engine->lookup_all_tiers(p.prompt, p.cache_salt);
+  json out{{"prompt_tokens", r.prompt_tokens},
+           {"cached_tokens", r.cached_tokens()},
+           {"device_tokens", r.device_tokens},
+           {"host_tokens", r.host_tokens},
+           {"disk_tokens", r.disk_tokens},
+           {"remote_tokens", r.remote_tokens}};
+  if (!r.remote_error.empty()) out["remote_error"] = r.remote_error;
+  res.json(out);
 }
 
 void handle_cache_prefetch(DaemonContext& ctx, const Call& call, Reply& res) {
@@ -193,7 +211,18 @@ void handle_cache_unpin(DaemonContext& ctx, const Call& call, Reply& res) {
 }
 
 void handle_cache_clear(DaemonContext& ctx, const Call&, Reply& res) {
-  res.json(json{{"cleared_blocks", ctx.engine->clear_cache()}});
+  json out{{"cleared_blocks", ctx.engine->clear_cache()}};
+  if (ctx.tiers != nullptr && ctx.tiers->has_remote()) {
+    // Said in the answer, not done: see daemon/api.md (DELETE /v1/cache).
+    out["remote"] = {
+        {"cleared", false},
+        {"reason",
+         "the remote tier (memcached) was not cleared: memcached cannot delete by key prefix, "
+         "and the pool is shared by every replica of this deployment, whose blocks are the same "
+         "keys; its blocks stay until memcached's LRU evicts them. To empty it, restart the "
+         "memcached servers or send them flush_all (every replica loses its remote blocks)"}};
+  }
+  res.json(out);
 }
 
 }  // namespace prefixd

@@ -139,6 +139,15 @@ cold=$(complete "$(url 0)" "$prompt")
 [[ $(field "$cold" .status) == 200 ]] || fail "cold completion on r1: $cold"
 [[ $(field "$cold" .cached_tokens) == 0 ]] || fail "the cold completion had cached tokens: $cold"
 wait_items $((items_before + full / block))
+# r2 holds nothing of it locally: /v1/cache/lookup asks the pool (existence
+# checks on r2's HTTP thread) and reports the remote run.
+lookup=$(curl -fsS -X POST "$(url 1)/v1/cache/lookup" -H 'Content-Type: application/json' \
+  -d "{\"prompt\": $prompt}") || fail "/v1/cache/lookup on r2"
+[[ $(field "$lookup" .remote_tokens) == "$full" && $(field "$lookup" .cached_tokens) == "$full" &&
+   $(field "$lookup" .device_tokens) == 0 ]] ||
+  fail "r2's lookup does not report the $full tokens in the pool: $lookup"
+(($(curl -fsS "$(url 1)/metrics" | awk '$1 == "prefixd_remote_lookup_blocks_total{result=\"hit\"}" {print $2}') ==
+  full / block)) || fail "r2's prefixd_remote_lookup_blocks_total{result=\"hit\"} is not $((full / block))"
 warm=$(complete "$(url 1)" "$prompt")
 [[ $(field "$warm" .status) == 200 ]] || fail "completion on r2: $warm"
 echo "1. r1 cold: prefill $(field "$cold" .prefill_tokens); r2: cached $(field "$warm" .cached_tokens)," \
@@ -298,7 +307,11 @@ done
 # At most 5 rounds, 1 s apart (libmemcached ejects the dead server after
 # failed operations and retries it every few seconds).
 for round in 1 2 3 4 5; do
-  curl -fsS -X DELETE "$(url "$b")/v1/cache" >/dev/null || fail "DELETE /v1/cache on r$((b + 1))"
+  cleared=$(curl -fsS -X DELETE "$(url "$b")/v1/cache") || fail "DELETE /v1/cache on r$((b + 1))"
+  # The shared pool is not cleared (what this loop relies on), and the answer says so.
+  [[ $(field "$cleared" .remote.cleared) == false &&
+     $(field "$cleared" .remote.reason) == *"cannot delete by key prefix"* ]] ||
+    fail "DELETE /v1/cache does not say that the remote tier was left: $cleared"
   recovered=0
   for k in $(seq 0 $((n_mc - 1))); do
     r=$(complete "$(url "$b")" "$(mc_prompt "$k" $((42000 + 100 * round + k)))")
