@@ -15,7 +15,9 @@
 #      request fails but those in flight at the kill; each system prompt
 #      stays on one replica, the victim's move and come from the remote tier
 #      (remote_tokens > 0, never recomputed), the others do not move;
-#   5. kill -9 of a memcached server: no request fails, the lost share is
+#   5. a memcached server stopped with SIGSTOP leaves a replica's ring after a
+#      bounded number of timeouts (its lookups keep answering) and rejoins after
+#      SIGCONT; kill -9 of a memcached server: no request fails, the lost share is
 #      recomputed, and once written again every prompt is a full remote hit.
 # Every wait is bounded. Exit 77 = skipped (memcached, haproxy, curl or
 # python3 missing).
@@ -282,6 +284,49 @@ for k in $(seq 0 $((n_mc - 1))); do
   [[ $(field "$r" .status) == 200 ]] || fail "completion on r$((a + 1)): $r"
 done
 wait_items $((items_before + n_mc * system_tokens / block))
+
+# --- 5a. a stalled memcached server (SIGSTOP) leaves the ring and comes back -----
+# It accepts connects (the kernel's backlog) and never answers: r$((b + 1))'s
+# lookups (which ask the pool, r$((b + 1)) holding none of these prompts) time out
+# on its blocks until --remote-cache-timeout-limit (3) timeouts in a row take it
+# out of the ring; then they no longer wait on it. Every lookup answers 200.
+metric() { curl -fsS "$1/metrics" | awk -v name="$2" '$1 == name {print $2; found = 1}
+  END {if (!found) print "absent"}'; }
+lookup_prompt() {
+  curl -sS -o "$work/lookup.json" -w '%{http_code}' -X POST "$(url "$b")/v1/cache/lookup" \
+    -H 'Content-Type: application/json' -d "{\"prompt\": $1}"
+}
+ejections_before=$(metric "$(url "$b")" prefixd_remote_server_ejections_total)
+[[ $ejections_before != absent ]] || fail "r$((b + 1))'s /metrics has no prefixd_remote_server_ejections_total"
+kill -STOP "${mc_pids[0]}"
+for n_lookups in $(seq 1 40); do
+  code=$(lookup_prompt "$(mc_prompt $((n_lookups % n_mc)) 43000)")
+  [[ $code == 200 ]] || fail "lookup with a stalled memcached answered $code: $(cat "$work/lookup.json")"
+  (($(metric "$(url "$b")" prefixd_remote_server_ejections_total) > ejections_before)) && break
+done
+(($(metric "$(url "$b")" prefixd_remote_server_ejections_total) > ejections_before)) ||
+  fail "the stalled memcached :${mc_ports[0]} was not taken out of the ring after $n_lookups lookups"
+[[ $(metric "$(url "$b")" prefixd_remote_servers_in_ring) == 1 ]] ||
+  fail "prefixd_remote_servers_in_ring is not 1 with a stalled server out"
+out=$(curl -fsS "$(url "$b")/v1/cache/stats" | jq -c '.tiers.remote.servers_out')
+[[ $(jq -r '.[0].server' <<<"$out") == "127.0.0.1:${mc_ports[0]}" ]] ||
+  fail "/v1/cache/stats does not list the stalled server as out: $out"
+echo "5a. SIGSTOP memcached :${mc_ports[0]}: out of r$((b + 1))'s ring after $n_lookups lookups ($out)"
+kill -CONT "${mc_pids[0]}"
+back=0
+for _ in $(seq 1 150); do  # at most 30 s: it is tried again 2 s after it left
+  code=$(lookup_prompt "$(mc_prompt 0 43000)")
+  [[ $code == 200 ]] || fail "lookup after SIGCONT answered $code: $(cat "$work/lookup.json")"
+  if [[ $(metric "$(url "$b")" prefixd_remote_servers_in_ring) == 2 ]] &&
+     (($(jq -r .remote_tokens "$work/lookup.json") >= system_tokens)); then
+    back=1
+    break
+  fi
+  sleep 0.2
+done
+((back == 1)) || fail "memcached :${mc_ports[0]} did not rejoin r$((b + 1))'s ring after SIGCONT: $(cat "$work/lookup.json")"
+echo "    SIGCONT: back in the ring, a lookup finds all $system_tokens system tokens again"
+
 kill -KILL "${mc_pids[0]}"
 wait "${mc_pids[0]}" 2>/dev/null || true
 echo "5. killed memcached :${mc_ports[0]}"
