@@ -5,6 +5,7 @@
 #include "storage/remote_tier.h"
 
 #include <libmemcached/memcached.h>
+#include <openssl/evp.h>
 #include <sched.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -76,22 +77,51 @@ MemcachedSettings memcached_settings(const RemoteTierOptions& o) {
 
 }  // namespace
 
-std::string RemoteTier::memcached_key(const BlockKey& key) {
+std::string RemoteTier::memcached_key(const BlockKey& key, uint64_t generation) {
   char buf[kKeyBytes + 1];
   std::snprintf(buf, sizeof(buf), "%s%016llx%016llx%016llx", kKeyPrefix,
                 static_cast<unsigned long long>(key.namespace_seed),
                 static_cast<unsigned long long>(key.block_hash.hi),
                 static_cast<unsigned long long>(key.block_hash.lo));
-  return std::string(buf, kKeyBytes);
+  std::string name(buf, kKeyBytes);
+  if (generation != 0) {
+    // Generation 0 keeps the keys of replicas that predate generations.
+    std::snprintf(buf, sizeof(buf), ":%llx", static_cast<unsigned long long>(generation));
+    name += buf;
+  }
+  return name;
+}
+
+std::string RemoteTier::generation_key(const std::array<uint8_t, 16>& secret,
+                                       const Hash128& pool_namespace) {
+  uint8_t message[16];
+  for (int i = 0; i < 8; ++i) {
+    message[i] = static_cast<uint8_t>(pool_namespace.hi >> (56 - 8 * i));
+    message[8 + i] = static_cast<uint8_t>(pool_namespace.lo >> (56 - 8 * i));
+  }
+  uint8_t mac[32];
+  size_t mac_bytes = 0;
+  const bool ok = EVP_Q_mac(nullptr, "HMAC", nullptr, "SHA256", nullptr, secret.data(),
+                            secret.size(), message, sizeof(message), mac, sizeof(mac),
+                            &mac_bytes) != nullptr;
+  PREFIXD_CHECK(ok && mac_bytes == sizeof(mac), "OpenSSL HMAC-SHA256 failed");
+  std::string name = "pfxd1:gen:";
+  char hex[3];
+  for (int i = 0; i < 16; ++i) {
+    std::snprintf(hex, sizeof(hex), "%02x", mac[i]);
+    name += hex;
+  }
+  return name;
 }
 
 namespace {
 
 // The memcached keys of one get_chain() call and the values fetched for them.
 struct ChainFetch {
-  explicit ChainFetch(std::span<const BlockKey> keys) : names(keys.size()), values(keys.size()) {
+  ChainFetch(std::span<const BlockKey> keys, uint64_t generation)
+      : names(keys.size()), values(keys.size()) {
     for (size_t i = 0; i < keys.size(); ++i) {
-      names[i] = RemoteTier::memcached_key(keys[i]);
+      names[i] = RemoteTier::memcached_key(keys[i], generation);
       index_of.emplace(names[i], i);  // a repeated key keeps its first position
     }
   }
@@ -199,8 +229,27 @@ struct RemoteTier::Impl {
   struct PendingWrite {
     BlockKey key;
     RecordPtr record;
-    uint64_t n_bytes = 0;  // value bytes: record + MAC trailer
+    uint64_t n_bytes = 0;     // value bytes: record + MAC trailer
+    uint64_t generation = 0;  // the pool's generation when it was queued
   };
+
+  // The pool namespace's generation (clear_pool): the one in every key.
+  std::string generation_key;
+  std::atomic<uint64_t> generation{0};
+  std::mutex refresh_mu;  // one refresh at a time; guards next_refresh
+  std::chrono::steady_clock::time_point next_refresh{};
+  // The generation to use now: when generation_refresh has passed, the
+  // counter is read again on `memc` first (one round trip; on a failure the
+  // known one stays). Never goes back: a counter lower than the known one
+  // (lost with its server, or recreated elsewhere) is set to it again.
+  uint64_t current_generation(memcached_st* memc);
+  // Reads (offset 0) or bumps (offset 1) the counter on `memc`, creating
+  // it with the known generation (+ offset) when the pool lost it; adopts
+  // the result. Returns the memcached status.
+  memcached_return_t sync_generation(memcached_st* memc, uint64_t offset, uint64_t* value);
+  // Moves to `g` if it is newer: this process's recent keys are forgotten
+  // (so that blocks are written again under it). Returns the generation now.
+  uint64_t adopt_generation(uint64_t g);
   std::mutex queue_mu;  // guards the members below, down to `stopping`
   std::condition_variable queue_changed;
   std::condition_variable queue_idle;
@@ -224,6 +273,10 @@ struct RemoteTier::Impl {
   // Tells the ring how the server `key` maps to on `memc` fared in a
   // one-key operation that returned rc: timed out, or answered.
   void note_key_outcome(memcached_st* memc, const std::string& key, memcached_return_t rc);
+  // A refused connect in a one-key operation, told to the ring by the
+  // server `key` maps to (libmemcached does not record every such failure
+  // as its last disconnect, which note_failure() reads).
+  void note_key_failure(memcached_st* memc, const std::string& key, memcached_return_t rc);
   // The same after a multi-get: a server asked for keys that answered none
   // and whose last error is a timeout timed out; one that answered, answered.
   // (libmemcached keeps a server's last error until the next error, so a
@@ -285,6 +338,17 @@ void RemoteTier::Impl::note_key_outcome(memcached_st* memc, const std::string& k
   }
 }
 
+void RemoteTier::Impl::note_key_failure(memcached_st* memc, const std::string& key,
+                                        memcached_return_t rc) {
+  if (memc == nullptr || !is_connection_failure(memc, rc)) return;
+  memcached_return_t by_key_rc = MEMCACHED_SUCCESS;
+  const memcached_instance_st* server =
+      memcached_server_by_key(memc, key.data(), key.size(), &by_key_rc);
+  if (server == nullptr) return;
+  ring->note_connection_failure(memcached_server_name(server),
+                                static_cast<uint16_t>(memcached_server_port(server)));
+}
+
 void RemoteTier::Impl::note_multi_get_outcome(memcached_st* memc, const ChainFetch& fetch,
                                               memcached_return_t rc) {
   if (memc == nullptr) return;
@@ -298,6 +362,58 @@ void RemoteTier::Impl::note_multi_get_outcome(memcached_st* memc, const ChainFet
       ring->note_timeout(host, port);
     }
   }
+}
+
+uint64_t RemoteTier::Impl::current_generation(memcached_st* memc) {
+  const auto now = std::chrono::steady_clock::now();
+  std::unique_lock<std::mutex> lock(refresh_mu, std::try_to_lock);
+  // Another thread is refreshing: use the known generation meanwhile.
+  if (!lock.owns_lock() || memc == nullptr || now < next_refresh) return generation.load();
+  next_refresh = now + options.generation_refresh;
+  uint64_t value = 0;
+  (void)sync_generation(memc, 0, &value);
+  return generation.load();
+}
+
+memcached_return_t RemoteTier::Impl::sync_generation(memcached_st* memc, uint64_t offset,
+                                                     uint64_t* value) {
+  const uint64_t known = generation.load();
+  const memcached_return_t rc = memcached_increment_with_initial(
+      memc, generation_key.data(), generation_key.size(), offset, known + offset,
+      /*expiration=*/0, value);
+  note_key_outcome(memc, generation_key, rc);
+  if (memcached_failed(rc)) {
+    count_failure(memc, rc);
+    note_key_failure(memc, generation_key, rc);
+    return rc;
+  }
+  if (*value < known + offset) {
+    // The pool's counter is behind what this process knows (a server lost
+    // it and it was created again lower): put it back, never go back.
+    *value = known + offset;
+    const std::string text = std::to_string(*value);
+    const memcached_return_t set_rc = memcached_set(memc, generation_key.data(),
+                                                    generation_key.size(), text.data(),
+                                                    text.size(), 0, 0);
+    if (memcached_failed(set_rc)) count_failure(memc, set_rc);
+  }
+  adopt_generation(*value);
+  return rc;
+}
+
+uint64_t RemoteTier::Impl::adopt_generation(uint64_t g) {
+  uint64_t known = generation.load();
+  while (g > known && !generation.compare_exchange_weak(known, g)) {
+  }
+  if (g <= known) return generation.load();
+  {
+    std::lock_guard<std::mutex> lock(queue_mu);
+    recent_keys.clear();
+    recent_order.clear();
+  }
+  std::lock_guard<std::mutex> lock(stats_mu);
+  ++stats.generation_changes;
+  return g;
 }
 
 void RemoteTier::Impl::refresh(Handle& h) {
@@ -410,7 +526,15 @@ void RemoteTier::Impl::drop_queue_locked() {
 memcached_return_t RemoteTier::Impl::write_one(const PendingWrite& w) {
   memcached_return_t rc = MEMCACHED_MEMORY_ALLOCATION_FAILURE;
   refresh(writer_handle);
-  const std::string name = memcached_key(w.key);
+  const uint64_t gen = current_generation(writer_handle.memc.get());
+  if (gen != w.generation) {
+    // Queued before the pool was cleared (here or by another replica): its
+    // block belongs to what was cleared.
+    std::lock_guard<std::mutex> stats_lock(stats_mu);
+    ++stats.writes_dropped;
+    return MEMCACHED_NOTSTORED;
+  }
+  const std::string name = memcached_key(w.key, gen);
   if (writer_handle.memc) {
     rc = store(writer_handle.memc.get(), name, w.record->bytes());
     note_key_outcome(writer_handle.memc.get(), name, rc);
@@ -460,6 +584,10 @@ Result<std::unique_ptr<RemoteTier>> RemoteTier::open(const RemoteTierOptions& op
   if (options.allocator.alloc == nullptr || options.allocator.free == nullptr) {
     return Status::error("remote cache: the host allocator has no alloc or free function");
   }
+  if (options.generation_refresh.count() <= 0) {
+    return Status::error("remote cache: generation_refresh must be positive (got " +
+                         std::to_string(options.generation_refresh.count()) + " ms)");
+  }
   // A server that does not answer now starts out of the ring (tried again
   // every retry_interval) as long as another one answers, so that a replica
   // starts while one cache server is down; its item size is then unchecked
@@ -496,6 +624,20 @@ Result<std::unique_ptr<RemoteTier>> RemoteTier::open(const RemoteTierOptions& op
   if (!first.ok()) return first.status();
   impl->refresh(impl->writer_handle);
   if (!impl->writer_handle.memc) return Status::error("remote cache: memcached_create failed (out of memory)");
+  // The pool's generation: read now (created at 0 in a new pool); when its
+  // server does not answer, 0 until a refresh reads it.
+  impl->generation_key = generation_key(options.deployment_secret, options.pool_namespace);
+  {
+    std::lock_guard<std::mutex> lock(impl->refresh_mu);
+    uint64_t value = 0;
+    const memcached_return_t rc = impl->sync_generation(impl->writer_handle.memc.get(), 0, &value);
+    if (memcached_failed(rc) && options.log_warning) {
+      options.log_warning(std::string("remote cache: cannot read the pool's generation counter (") +
+                          memcached_strerror(impl->writer_handle.memc.get(), rc) +
+                          "); using 0 until it answers");
+    }
+    impl->next_refresh = std::chrono::steady_clock::now() + options.generation_refresh;
+  }
   impl->stats.servers = static_cast<int32_t>(options.servers.size());
   Impl* raw = impl.get();
   impl->writer = std::thread([raw] { raw->writer_loop(); });
@@ -533,8 +675,8 @@ std::vector<RecordPtr> RemoteTier::get_chain(std::span<const BlockKey> keys,
   PREFIXD_CHECK(keys.size() == expected.size(), "get_chain: keys and expected differ in length");
   if (keys.empty()) return {};
   Impl& d = *impl_;
-  ChainFetch fetch(keys);
   Impl::Handle handle = d.acquire_handle();
+  ChainFetch fetch(keys, d.current_generation(handle.memc.get()));
   if (!handle.memc) {
     d.count_failure(nullptr, MEMCACHED_MEMORY_ALLOCATION_FAILURE);
     d.release_handle(std::move(handle));
@@ -633,6 +775,38 @@ void RemoteTier::Impl::note_chain_read(std::span<const BlockKey> keys, const Cha
   stats.unauthenticated_records += read.n_unauthenticated;
 }
 
+Result<uint64_t> RemoteTier::clear_pool() {
+  Impl& d = *impl_;
+  Impl::Handle handle = d.acquire_handle();
+  if (!handle.memc) {
+    d.release_handle(std::move(handle));
+    return Status::error("remote cache: memcached_create failed (out of memory)");
+  }
+  uint64_t value = 0;
+  memcached_return_t rc = MEMCACHED_SUCCESS;
+  {
+    std::lock_guard<std::mutex> lock(d.refresh_mu);
+    rc = d.sync_generation(handle.memc.get(), 1, &value);
+    if (memcached_failed(rc) && !is_timeout(handle.memc.get(), rc)) {
+      // Refused: once more on the ring without the server, when it left.
+      d.refresh(handle);
+      if (handle.memc) rc = d.sync_generation(handle.memc.get(), 1, &value);
+    }
+  }
+  Result<uint64_t> out = value;
+  if (!handle.memc) {
+    out = Status::error("remote cache: memcached_create failed (out of memory)");
+  } else if (memcached_failed(rc)) {
+    out = Status::error(std::string("remote cache: the pool's generation counter could not be "
+                                    "bumped (") +
+                        (is_timeout(handle.memc.get(), rc) ? "timed out" : "failed") + ": " +
+                        memcached_last_error_message(handle.memc.get()) +
+                        "); the pool was not cleared");
+  }
+  d.release_handle(std::move(handle));
+  return out;
+}
+
 int32_t RemoteTier::present_chain(std::span<const BlockKey> keys, size_t max_keys,
                                   std::chrono::milliseconds budget, std::string* error) {
   if (error != nullptr) error->clear();
@@ -647,19 +821,20 @@ int32_t RemoteTier::present_chain(std::span<const BlockKey> keys, size_t max_key
     d.count_failure(nullptr, MEMCACHED_MEMORY_ALLOCATION_FAILURE);
     why = "memcached_create failed (out of memory)";
   }
+  const uint64_t gen = d.current_generation(handle.memc.get());
   while (handle.memc && n_found < n_asked) {
     if (std::chrono::steady_clock::now() >= deadline) {
       why = "the lookup's time budget (" + std::to_string(budget.count()) + " ms) ran out after " +
             std::to_string(n_found) + " blocks";
       break;
     }
-    const std::string name = memcached_key(keys[n_found]);
+    const std::string name = memcached_key(keys[n_found], gen);
     memcached_return_t rc = memcached_exist(handle.memc.get(), name.data(), name.size());
     d.note_key_outcome(handle.memc.get(), name, rc);
     if (memcached_failed(rc) && rc != MEMCACHED_NOTFOUND && !is_timeout(handle.memc.get(), rc)) {
       // Refused: once more on the ring without the server, when it left.
       d.count_failure(handle.memc.get(), rc);
-      d.note_failure(handle.memc.get(), rc);
+      d.note_key_failure(handle.memc.get(), name, rc);
       d.refresh(handle);
       if (!handle.memc) break;
       rc = memcached_exist(handle.memc.get(), name.data(), name.size());
@@ -671,7 +846,7 @@ int32_t RemoteTier::present_chain(std::span<const BlockKey> keys, size_t max_key
     }
     if (rc != MEMCACHED_NOTFOUND) {
       d.count_failure(handle.memc.get(), rc);
-      d.note_failure(handle.memc.get(), rc);
+      d.note_key_failure(handle.memc.get(), name, rc);
       why = std::string(is_timeout(handle.memc.get(), rc) ? "timed out" : "failed") + " asking " +
             "for block " + std::to_string(n_found) + ": " +
             memcached_last_error_message(handle.memc.get());
@@ -700,7 +875,7 @@ void RemoteTier::put_async(const BlockKey& key, RecordPtr record) {
       ++d.stats.writes_dropped;
       return;
     }
-    d.queue.push_back(Impl::PendingWrite{key, std::move(record), n_bytes});
+    d.queue.push_back(Impl::PendingWrite{key, std::move(record), n_bytes, d.generation.load()});
     d.queued_keys.insert(key);
     d.pending_bytes += n_bytes;
   }
@@ -730,6 +905,7 @@ RemoteTierStats RemoteTier::stats() const {
   s.servers_in_ring = in_ring;
   s.server_ejections = ejections;
   s.server_states = std::move(states);
+  s.generation = d.generation.load();
   return s;
 }
 
@@ -740,7 +916,7 @@ Status RemoteTier::debug_set_value(const BlockKey& key, std::span<const uint8_t>
     d.release_handle(std::move(handle));
     return Status::error("remote cache: memcached_create failed (out of memory)");
   }
-  const std::string name = memcached_key(key);
+  const std::string name = memcached_key(key, d.current_generation(handle.memc.get()));
   const memcached_return_t rc =
       memcached_set(handle.memc.get(), name.data(), name.size(),
                     reinterpret_cast<const char*>(value.data()), value.size(), 0, 0);

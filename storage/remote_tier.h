@@ -42,6 +42,15 @@ struct RemoteTierOptions {
   // timeout_limit timeouts, then one per retry_interval.
   int32_t timeout_limit = 3;
   std::chrono::milliseconds retry_interval{2000};
+  // The pool namespace whose generation counter this tier follows: every
+  // replica with the same deployment secret and the same value here (the
+  // TierManager sets the model fingerprint) shares it. clear_pool() bumps
+  // it; keys carry it, so the old blocks become unreachable to all of them.
+  Hash128 pool_namespace;
+  // How often the generation counter is read again (one round trip, on a
+  // thread that is about to use the pool): another replica's clear_pool()
+  // reaches this one within about this long.
+  std::chrono::milliseconds generation_refresh{1000};
   // Writes queued beyond this many bytes are dropped (counted).
   uint64_t max_pending_write_bytes = 256ull << 20;
   HostAllocator allocator = default_host_allocator();  // buffers returned by get_chain()
@@ -71,6 +80,8 @@ struct RemoteTierStats {
   uint64_t lookup_hits = 0;              // blocks present_chain() found (the lookup path)
   uint64_t lookup_misses = 0;            // ... keys it asked for and did not find
   std::vector<RemoteServerState> server_states;  // [servers] each one's place in the ring
+  uint64_t generation = 0;               // now: the pool namespace's generation in keys
+  uint64_t generation_changes = 0;       // times it moved on (a clear_pool() here or elsewhere)
 };
 
 // Thread-safety: every method may be called from any thread (each call takes
@@ -121,6 +132,15 @@ class RemoteTier {
   void put_async(const BlockKey& key, RecordPtr record);
   // Waits until the write queue is empty and no write is running.
   void wait_idle();
+  // Clears the pool namespace for every replica sharing it: memcached has no
+  // delete by prefix, so this bumps the namespace's generation counter in the
+  // pool (memcached incr; keys carry the generation), which makes every
+  // block stored so far unreachable at once; memcached's LRU reclaims them.
+  // Other replicas move on at their next refresh (generation_refresh);
+  // writes queued here before the call are dropped. One round trip (bounded
+  // by the timeout); returns the new generation, or why it failed (nothing
+  // changed then).
+  Result<uint64_t> clear_pool();
   // Shutdown: lifts the writer thread to normal priority where the OS allows
   // it (root or RLIMIT_NICE; returns whether it did), and from `deadline` on
   // drops what is still queued (counted in writes_dropped) instead of writing
@@ -130,8 +150,13 @@ class RemoteTier {
 
   // The memcached key of a block: "pfxd1:" + 48 lowercase hex digits of the
   // namespace seed (8 bytes big-endian) and the block hash (hi, lo; 8 bytes
-  // big-endian each).
-  static std::string memcached_key(const BlockKey& key);
+  // big-endian each); after generation 0, ":" + the generation in hex.
+  static std::string memcached_key(const BlockKey& key, uint64_t generation = 0);
+  // The generation counter's key of `pool_namespace` under `secret`:
+  // "pfxd1:gen:" + 32 hex digits of HMAC-SHA256(secret, namespace) (the
+  // secret is not revealed, and other deployments get other counters).
+  static std::string generation_key(const std::array<uint8_t, 16>& secret,
+                                    const Hash128& pool_namespace);
   // Test hook: stores raw bytes as the value of `key`, synchronously.
   Status debug_set_value(const BlockKey& key, std::span<const uint8_t> value);
 

@@ -260,6 +260,11 @@ class TierManager {
   // Drops queued disk writes, waits for running ones, empties host and disk.
   // The remote tier is shared with other replicas and is left as it is.
   Status clear();
+  // Clears this deployment's and model's blocks in the remote tier for every
+  // replica sharing the pool (RemoteTier::clear_pool: one round trip, bounded
+  // by its timeout; the others follow within its generation_refresh). For
+  // HTTP threads (DELETE /v1/cache). Returns the pool's new generation.
+  Result<uint64_t> clear_remote();
   TierManagerStats stats() const;
 
   // Direct access to the tiers (tests, metrics). Their own thread-safety holds.

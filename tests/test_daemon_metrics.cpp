@@ -161,6 +161,7 @@ TEST_CASE("the remote tier's figures in /metrics and /v1/cache/stats, only when 
   s.remote_io.server_ejections = 7;
   s.remote_io.lookup_hits = 9;
   s.remote_io.lookup_misses = 4;
+  s.remote_io.generation = 2;
   s.remote_io.server_states = {
       RemoteServerState{RemoteServer{"10.0.0.1", 11211}, true, 0, "", 0},
       RemoteServerState{RemoteServer{"10.0.0.2", 11211}, false, 1500, "timed out 3 operations in a row", 3}};
@@ -195,6 +196,7 @@ TEST_CASE("the remote tier's figures in /metrics and /v1/cache/stats, only when 
   CHECK(stats["tiers"]["remote"]["server_ejections"] == 7);
   CHECK(stats["tiers"]["remote"]["lookup_hits"] == 9);
   CHECK(stats["tiers"]["remote"]["lookup_misses"] == 4);
+  CHECK(stats["tiers"]["remote"]["generation"] == 2);
   CHECK(stats["tiers"]["remote"]["servers_out"] ==
         json::array({json{{"server", "10.0.0.2:11211"},
                           {"reason", "timed out 3 operations in a row"},

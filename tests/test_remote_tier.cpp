@@ -82,12 +82,17 @@ std::string ascii_command(uint16_t port, const std::string& command,
   return reply;
 }
 
-// The server's "curr_items" stat, or -1.
+// The block records a server holds: its "curr_items" stat less the pool's
+// generation counter of the tests' secret and namespace, when it holds that;
+// or -1.
 long curr_items(uint16_t port) {
   const std::string stats = ascii_command(port, "stats\r\n", "END\r\n");
   const size_t at = stats.find("STAT curr_items ");
   if (at == std::string::npos) return -1;
-  return std::stol(stats.substr(at + 16));
+  const long n = std::stol(stats.substr(at + 16));
+  const std::string counter = ascii_command(
+      port, "get " + RemoteTier::generation_key(kSecret, Hash128{}) + "\r\n", "END\r\n");
+  return counter.rfind("VALUE ", 0) == 0 ? n - 1 : n;
 }
 
 bool server_holds(uint16_t port, const BlockKey& key) {
@@ -716,11 +721,81 @@ TEST_CASE("remote_tier_present_chain_counts_leading_blocks_and_leaves_missing_on
   // A lookup reads no values and counts no onboard hits.
   CHECK(s.hits == 0);
   CHECK(s.read_bytes == 0);
+  // A server killed: the refused connect takes it out of the ring (failure
+  // limit 2 here: two lookups) and the lookup is asked again without it, on
+  // the ring where its keys now live: a miss, not an error.
+  std::vector<BlockKey> b_first;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    if (i != 5 && server_holds(b.port(), blocks[i].key)) b_first.push_back(blocks[i].key);
+  }
+  REQUIRE(!b_first.empty());
+  b.stop();
+  CHECK(tier->present_chain(b_first, 1, std::chrono::seconds(5), &error) == 0);
+  CHECK(tier->present_chain(b_first, 1, std::chrono::seconds(5), &error) == 0);
+  CHECK_MESSAGE(error.empty(), error);
+  CHECK(tier->stats().servers_in_ring == 1);
   // Every server down: a clear error, no hit, and the tier keeps serving.
   a.stop();
-  b.stop();
   CHECK(tier->present_chain(c.keys, c.keys.size(), std::chrono::seconds(5), &error) == 0);
   CHECK_MESSAGE(error.find("remote cache: failed asking for block 0") == 0, error);
+}
+
+TEST_CASE("remote_tier_clear_pool_makes_every_replica_of_the_namespace_miss_within_the_refresh") {
+  MemcachedServer a, b;
+  RemoteTierOptions o = tier_options({a.server(), b.server()});
+  o.pool_namespace = Hash128{0x5EED, 1};
+  o.generation_refresh = std::chrono::milliseconds(100);
+  auto one = open_tier(o);
+  auto two = open_tier(o);  // another replica of the same deployment and model
+  RemoteTierOptions other_model = o;
+  other_model.pool_namespace = Hash128{0x5EED, 2};
+  auto stranger = open_tier(other_model);
+  CHECK(one->stats().generation == 0);
+  std::vector<TestBlock> blocks, theirs;
+  for (uint64_t i = 0; i < 6; ++i) blocks.push_back(make_block(1100 + i));
+  for (uint64_t i = 0; i < 3; ++i) theirs.push_back(make_block(1200 + i));
+  for (const TestBlock& blk : blocks) one->put_async(blk.key, blk.record);
+  for (const TestBlock& blk : theirs) stranger->put_async(blk.key, blk.record);
+  one->wait_idle();
+  stranger->wait_idle();
+  const Chain c = chain_of(blocks);
+  const Chain t = chain_of(theirs);
+  REQUIRE(two->get_chain(c.keys, c.expected).size() == blocks.size());
+
+  // Cleared by `one`: it misses at once; `two` misses once it has read the
+  // new generation (within generation_refresh; waited for with a bound).
+  auto g = one->clear_pool();
+  REQUIRE_MESSAGE(g.ok(), g.message());
+  CHECK(*g == 1);
+  CHECK(one->stats().generation == 1);
+  CHECK(one->stats().generation_changes == 1);
+  CHECK(one->get_chain(c.keys, c.expected).empty());
+  CHECK(one->present_chain(c.keys, c.keys.size(), std::chrono::seconds(5)) == 0);
+  CHECK(wait_for([&] { return two->get_chain(c.keys, c.expected).empty(); }));
+  CHECK(two->stats().generation == 1);
+  // Another model's namespace keeps its blocks.
+  CHECK(stranger->get_chain(t.keys, t.expected).size() == theirs.size());
+  CHECK(stranger->stats().generation == 0);
+
+  // Written again (by `two`, which forgot that it had read them), the blocks
+  // are shared under the new generation.
+  for (const TestBlock& blk : blocks) two->put_async(blk.key, blk.record);
+  two->wait_idle();
+  CHECK(two->stats().writes == blocks.size());
+  CHECK(one->get_chain(c.keys, c.expected).size() == blocks.size());
+
+  // The counter lost (its server flushed): whoever knows the generation puts
+  // it back, never lower, and a replica that starts now reads it.
+  for (const MemcachedServer* s : {&a, &b}) {
+    ascii_command(s->port(), "delete " + RemoteTier::generation_key(kSecret, o.pool_namespace) + "\r\n",
+                  "\r\n");
+  }
+  CHECK(wait_for([&] {
+    (void)one->get_chain(c.keys, c.expected);  // a refresh, when it is due
+    auto three = RemoteTier::open(o);
+    return three.ok() && (*three)->stats().generation == 1;
+  }));
+  CHECK(one->get_chain(c.keys, c.expected).size() == blocks.size());
 }
 
 TEST_CASE("remote_tier_destructor_drains_the_queue_and_gives_up_behind_a_stalled_server") {

@@ -138,6 +138,7 @@ json cache_stats_json(const StatsSnapshot& s, int32_t block_size) {
     remote["servers_out"] = std::move(out_of_ring);
     remote["lookup_hits"] = r.lookup_hits;
     remote["lookup_misses"] = r.lookup_misses;
+    remote["generation"] = r.generation;
     out["tiers"]["remote"] = remote;
   }
   return out;
@@ -210,17 +211,34 @@ void handle_cache_unpin(DaemonContext& ctx, const Call& call, Reply& res) {
   pin_prompt(ctx, call, res, /*pin=*/false);
 }
 
-void handle_cache_clear(DaemonContext& ctx, const Call&, Reply& res) {
+void handle_cache_clear(DaemonContext& ctx, const Call& call, Reply& res) {
+  // ?scope=all (default): this daemon's tiers and its namespace in the
+  // shared remote pool; ?scope=local: this daemon's tiers only.
+  bool local_only = false;
+  const auto it = call.query.lower_bound("scope");  // the first value given
+  if (it != call.query.end() && it->first == "scope") {
+    if (it->second != "all" && it->second != "local") {
+      return res.error(ApiError::bad_request(
+          "scope", "scope must be 'all' (this daemon's tiers and the shared remote pool) or "
+                   "'local' (this daemon's tiers only), got '" + it->second + "'",
+          "invalid_value"));
+    }
+    local_only = it->second == "local";
+  }
   json out{{"cleared_blocks", ctx.engine->clear_cache()}};
   if (ctx.tiers != nullptr && ctx.tiers->has_remote()) {
-    // Said in the answer, not done: see daemon/api.md (DELETE /v1/cache).
-    out["remote"] = {
-        {"cleared", false},
-        {"reason",
-         "the remote tier (memcached) was not cleared: memcached cannot delete by key prefix, "
-         "and the pool is shared by every replica of this deployment, whose blocks are the same "
-         "keys; its blocks stay until memcached's LRU evicts them. To empty it, restart the "
-         "memcached servers or send them flush_all (every replica loses its remote blocks)"}};
+    if (local_only) {
+      out["remote"] = {{"cleared", false}, {"reason", "scope=local: the shared pool was left"}};
+    } else {
+      // A generation bump in the pool (one round trip on this HTTP thread,
+      // bounded by the remote tier's timeout); see RemoteTier::clear_pool.
+      Result<uint64_t> g = ctx.tiers->clear_remote();
+      if (g.ok()) {
+        out["remote"] = {{"cleared", true}, {"generation", *g}};
+      } else {
+        out["remote"] = {{"cleared", false}, {"reason", g.message()}};
+      }
+    }
   }
   res.json(out);
 }

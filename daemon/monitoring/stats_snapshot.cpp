@@ -98,6 +98,7 @@ StatsSnapshot read_stats(Engine& engine, const TierManager* tiers) {
       s.remote_io.lookup_hits = static_cast<int64_t>(r.lookup_hits);
       s.remote_io.lookup_misses = static_cast<int64_t>(r.lookup_misses);
       s.remote_io.server_states = r.server_states;
+      s.remote_io.generation = static_cast<int64_t>(r.generation);
     }
     s.onboard_bytes = static_cast<int64_t>(ts.onboard_bytes);
   }

@@ -47,6 +47,7 @@ struct RemoteFigures {
                                         // prefix table) found in the pool
   int64_t lookup_misses = 0;            // counter: ... asked for and not found
   std::vector<RemoteServerState> server_states;  // [servers] now
+  int64_t generation = 0;               // gauge: the pool namespace's generation (DELETE bumps it)
 };
 
 struct StatsSnapshot {

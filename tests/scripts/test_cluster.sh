@@ -18,7 +18,9 @@
 #   5. a memcached server stopped with SIGSTOP leaves a replica's ring after a
 #      bounded number of timeouts (its lookups keep answering) and rejoins after
 #      SIGCONT; kill -9 of a memcached server: no request fails, the lost share is
-#      recomputed, and once written again every prompt is a full remote hit.
+#      recomputed, and once written again every prompt is a full remote hit;
+#   6. DELETE /v1/cache on one replica makes another miss the cleared prompts
+#      in the pool (a generation bump), DELETE ?scope=local leaves the pool.
 # Every wait is bounded. Exit 77 = skipped (memcached, haproxy, curl or
 # python3 missing).
 # Usage: test_cluster.sh BUILD_DIR
@@ -352,11 +354,11 @@ done
 # At most 5 rounds, 1 s apart (libmemcached ejects the dead server after
 # failed operations and retries it every few seconds).
 for round in 1 2 3 4 5; do
-  cleared=$(curl -fsS -X DELETE "$(url "$b")/v1/cache") || fail "DELETE /v1/cache on r$((b + 1))"
-  # The shared pool is not cleared (what this loop relies on), and the answer says so.
-  [[ $(field "$cleared" .remote.cleared) == false &&
-     $(field "$cleared" .remote.reason) == *"cannot delete by key prefix"* ]] ||
-    fail "DELETE /v1/cache does not say that the remote tier was left: $cleared"
+  cleared=$(curl -fsS -X DELETE "$(url "$b")/v1/cache?scope=local") ||
+    fail "DELETE /v1/cache?scope=local on r$((b + 1))"
+  # This replica's tiers only: the shared pool stays (what this loop relies on).
+  [[ $(field "$cleared" .remote.cleared) == false ]] ||
+    fail "DELETE /v1/cache?scope=local cleared the remote tier: $cleared"
   recovered=0
   for k in $(seq 0 $((n_mc - 1))); do
     r=$(complete "$(url "$b")" "$(mc_prompt "$k" $((42000 + 100 * round + k)))")
@@ -370,6 +372,32 @@ done
 echo "   after $round rounds: $recovered of $n_mc system prompts wholly from the remote tier"
 ((recovered == n_mc)) || fail "the remote hit ratio did not recover ($recovered of $n_mc);" \
   "r$((b + 1))'s remote tier: $(curl -sS "$(url "$b")/v1/cache/stats" | jq -c '.tiers.remote // .remote')"
+
+# --- 6. DELETE /v1/cache on one replica clears the shared pool for the others --
+# r$((a + 1)) with its own tiers emptied finds a system prompt in the pool; after
+# DELETE /v1/cache on r$((b + 1)) (a generation bump in the pool) it no longer
+# does, within its generation refresh (1 s; waited for at most 10 s).
+curl -fsS -X DELETE "$(url "$a")/v1/cache?scope=local" >/dev/null || fail "DELETE ?scope=local on r$((a + 1))"
+lookup_on() {
+  curl -fsS -X POST "$(url "$1")/v1/cache/lookup" -H 'Content-Type: application/json' \
+    -d "{\"prompt\": $2}" || fail "/v1/cache/lookup on r$(($1 + 1))"
+}
+probe=$(mc_prompt 0 44000)
+l=$(lookup_on "$a" "$probe")
+(($(field "$l" .remote_tokens) >= system_tokens)) || fail "r$((a + 1)) does not find the prompt in the pool: $l"
+cleared=$(curl -fsS -X DELETE "$(url "$b")/v1/cache") || fail "DELETE /v1/cache on r$((b + 1))"
+[[ $(field "$cleared" .remote.cleared) == true ]] || fail "DELETE /v1/cache did not clear the pool: $cleared"
+gone=0
+for _ in $(seq 1 50); do
+  l=$(lookup_on "$a" "$probe")
+  (($(field "$l" .remote_tokens) == 0)) && { gone=1; break; }
+  sleep 0.2
+done
+((gone == 1)) || fail "r$((a + 1)) still finds the cleared prompt in the pool: $l"
+bad=$(curl -sS -o /dev/null -w '%{http_code}' -X DELETE "$(url "$b")/v1/cache?scope=everything")
+[[ $bad == 400 ]] || fail "DELETE /v1/cache?scope=everything answered $bad"
+echo "6. DELETE /v1/cache on r$((b + 1)): pool generation $(field "$cleared" .remote.generation);" \
+  "r$((a + 1)) misses the cleared prompt"
 
 for i in "${!pids[@]}"; do
   [[ r$((i + 1)) == "$victim" ]] && continue
