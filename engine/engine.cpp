@@ -746,9 +746,7 @@ LookupResult Engine::lookup(const std::vector<int32_t>& prompt, const std::strin
 LookupResult Engine::lookup_all_tiers(const std::vector<int32_t>& prompt, const std::string& salt) {
   LookupResult r = lookup(prompt, salt);
   TierManager* tiers = impl_->tiers();
-  if (tiers == nullptr || !tiers->has_remote()) return r;
-  r.remote_asked = true;
-  if (r.remote_keys.empty()) return r;
+  if (tiers == nullptr || !tiers->has_remote() || r.remote_keys.empty()) return r;
   r.remote_tokens = tiers->lookup_remote(r.remote_keys, &r.remote_error) * impl_->options().block_size;
   return r;
 }

@@ -123,7 +123,6 @@ struct LookupResult {
   // disk run ([n blocks]), which lookup_all_tiers() asks the remote tier
   // about. Empty without one, or when the other tiers hold the whole prompt.
   std::vector<BlockKey> remote_keys;
-  bool remote_asked = false;  // lookup_all_tiers() asked the remote tier
   std::string remote_error;   // why it stopped early, when it did ("" else)
   int32_t cached_tokens() const { return device_tokens + host_tokens + disk_tokens + remote_tokens; }
 };

@@ -225,21 +225,25 @@ void handle_cache_clear(DaemonContext& ctx, const Call& call, Reply& res) {
     }
     local_only = it->second == "local";
   }
-  json out{{"cleared_blocks", ctx.engine->clear_cache()}};
+  json remote;
   if (ctx.tiers != nullptr && ctx.tiers->has_remote()) {
     if (local_only) {
-      out["remote"] = {{"cleared", false}, {"reason", "scope=local: the shared pool was left"}};
+      remote = {{"cleared", false}, {"reason", "scope=local: the shared pool was left"}};
     } else {
       // A generation bump in the pool (one round trip on this HTTP thread,
-      // bounded by the remote tier's timeout); see RemoteTier::clear_pool.
+      // bounded by the remote tier's timeout; see RemoteTier::clear_pool),
+      // before the local tiers are emptied, so that an onboard in between
+      // cannot bring the pool's old blocks back into them.
       Result<uint64_t> g = ctx.tiers->clear_remote();
       if (g.ok()) {
-        out["remote"] = {{"cleared", true}, {"generation", *g}};
+        remote = {{"cleared", true}, {"generation", *g}};
       } else {
-        out["remote"] = {{"cleared", false}, {"reason", g.message()}};
+        remote = {{"cleared", false}, {"reason", g.message()}};
       }
     }
   }
+  json out{{"cleared_blocks", ctx.engine->clear_cache()}};
+  if (!remote.is_null()) out["remote"] = std::move(remote);
   res.json(out);
 }
 
