@@ -527,6 +527,7 @@ memcached_return_t RemoteTier::Impl::write_one(const PendingWrite& w) {
   memcached_return_t rc = MEMCACHED_MEMORY_ALLOCATION_FAILURE;
   refresh(writer_handle);
   const uint64_t gen = current_generation(writer_handle.memc.get());
+  refresh(writer_handle);  // a server the generation refresh took out is not asked
   if (gen != w.generation) {
     // Queued before the pool was cleared (here or by another replica): its
     // block belongs to what was cleared.
@@ -676,7 +677,9 @@ std::vector<RecordPtr> RemoteTier::get_chain(std::span<const BlockKey> keys,
   if (keys.empty()) return {};
   Impl& d = *impl_;
   Impl::Handle handle = d.acquire_handle();
-  ChainFetch fetch(keys, d.current_generation(handle.memc.get()));
+  const uint64_t gen = d.current_generation(handle.memc.get());
+  d.refresh(handle);  // a server the generation refresh took out is not asked
+  ChainFetch fetch(keys, gen);
   if (!handle.memc) {
     d.count_failure(nullptr, MEMCACHED_MEMORY_ALLOCATION_FAILURE);
     d.release_handle(std::move(handle));
@@ -822,6 +825,7 @@ int32_t RemoteTier::present_chain(std::span<const BlockKey> keys, size_t max_key
     why = "memcached_create failed (out of memory)";
   }
   const uint64_t gen = d.current_generation(handle.memc.get());
+  d.refresh(handle);  // a server the generation refresh took out is not asked
   while (handle.memc && n_found < n_asked) {
     if (std::chrono::steady_clock::now() >= deadline) {
       why = "the lookup's time budget (" + std::to_string(budget.count()) + " ms) ran out after " +
