@@ -1,7 +1,8 @@
 // RemoteTier: block records in a pool of memcached servers shared by several
 // prefixd replicas (libmemcached: binary protocol, ketama consistent hashing;
-// a dead server leaves every handle's ring at once and is retried). Values are the disk
-// tier's bytes: record || RecordMac trailer under the deployment secret.
+// a dead or stalled server leaves every handle's ring at once and is retried).
+// Values are the disk tier's bytes: record || RecordMac trailer under the
+// deployment secret; keys carry the pool namespace's generation (clear_pool).
 #pragma once
 
 #include <array>
@@ -87,7 +88,8 @@ struct RemoteTierStats {
 // Thread-safety: every method may be called from any thread (each call takes
 // a libmemcached handle of its own from a pool of up to 16; a 17th concurrent
 // caller waits for one). The writer thread has its own. get_chain() does
-// network I/O and belongs on tier I/O threads; put_async() only queues.
+// network I/O and belongs on tier I/O threads; present_chain() and
+// clear_pool() do too and belong on HTTP threads; put_async() only queues.
 class RemoteTier {
  public:
   // Connects to every server and reads its item size limit (memcached's
