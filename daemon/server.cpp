@@ -223,6 +223,7 @@ Status open_tiers(Server::State& s, const Hash128& fingerprint, EngineOptions* e
     RemoteTierOptions r;
     r.servers = o.remote_servers;
     r.timeout = std::chrono::milliseconds(o.remote_cache_timeout_ms);
+    r.timeout_limit = o.remote_cache_timeout_limit;
     r.log_warning = [opts = &s.options](const std::string& line) { log_line(*opts, LogLevel::kWarn, line); };
     to.remote = r;
   }

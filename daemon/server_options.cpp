@@ -140,6 +140,10 @@ Status check_tier_flags(ServerOptions& o) {
     return range_error("remote-cache-timeout-ms", std::to_string(o.remote_cache_timeout_ms),
                        "1..60000");
   }
+  if (o.remote_cache_timeout_limit < 1 || o.remote_cache_timeout_limit > 1000) {
+    return range_error("remote-cache-timeout-limit", std::to_string(o.remote_cache_timeout_limit),
+                       "1..1000");
+  }
   if (!o.cache_secret_file.empty()) {
     auto secret = read_deployment_secret(o.cache_secret_file);
     if (!secret.ok()) return secret.status();
@@ -346,6 +350,10 @@ void add_tier_flags(CLI::App& app, ServerOptions& o) {
                  "tier below disk (needs --cache-secret-file)");
   app.add_option("--remote-cache-timeout-ms", o.remote_cache_timeout_ms,
                  "bound on each memcached operation, ms")
+      ->capture_default_str();
+  app.add_option("--remote-cache-timeout-limit", o.remote_cache_timeout_limit,
+                 "a memcached server that times out this many operations in a row (stalled, "
+                 "answering nothing) leaves the ring for 2 s, then is tried again")
       ->capture_default_str();
   app.add_option("--cache-secret-file", o.cache_secret_file,
                  "private file (0600, >= 16 bytes) holding the deployment secret that replicas "

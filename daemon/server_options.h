@@ -90,6 +90,9 @@ struct ServerOptions {
   std::string remote_cache;
   std::vector<RemoteServer> remote_servers;    // parsed from it by validate()
   int32_t remote_cache_timeout_ms = 200;       // per memcached operation
+  // Timeouts in a row that take a memcached server out of the ring (for the
+  // retry interval): RemoteTierOptions::timeout_limit.
+  int32_t remote_cache_timeout_limit = 3;
   // The deployment secret shared by replicas (daemon/deployment_secret.h);
   // empty: the disk directory's own, or random per process. Required by --remote-cache.
   std::string cache_secret_file;

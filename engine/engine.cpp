@@ -178,6 +178,7 @@ class Engine::Impl {
   }
 
   const EngineOptions& options() const { return opts_; }
+  TierManager* tiers() const { return tiers_; }  // may be null
 
   std::shared_ptr<RequestChannel> submit(Request request) {
     auto seq = std::make_unique<Sequence>();
@@ -254,6 +255,10 @@ class Engine::Impl {
                                                            static_cast<int32_t>(hashes.size())));
       r.host_tokens = below.n_host * opts_.block_size;
       r.disk_tokens = below.n_disk * opts_.block_size;
+      for (size_t i = static_cast<size_t>(m.n_ready() + below.n_blocks);
+           below.n_remote_candidates > 0 && i < hashes.size(); ++i) {
+        r.remote_keys.push_back(BlockKey{ns_seed, hashes[i]});
+      }
     }
     return r;
   }
@@ -749,6 +754,14 @@ LookupResult Engine::lookup(const std::vector<int32_t>& prompt, const std::strin
 }
 ChainKeys Engine::chain_keys(const std::vector<int32_t>& prompt, const std::string& salt) const {
   return impl_->chain_keys(prompt, salt);
+}
+
+LookupResult Engine::lookup_all_tiers(const std::vector<int32_t>& prompt, const std::string& salt) {
+  LookupResult r = lookup(prompt, salt);
+  TierManager* tiers = impl_->tiers();
+  if (tiers == nullptr || !tiers->has_remote() || r.remote_keys.empty()) return r;
+  r.remote_tokens = tiers->lookup_remote(r.remote_keys, &r.remote_error) * impl_->options().block_size;
+  return r;
 }
 
 Result<PinResult> Engine::pin(const std::vector<int32_t>& prompt, const std::string& salt, bool pin) {

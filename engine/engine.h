@@ -116,7 +116,15 @@ struct LookupResult {
   int32_t device_tokens = 0;
   int32_t host_tokens = 0;
   int32_t disk_tokens = 0;
-  int32_t cached_tokens() const { return device_tokens + host_tokens + disk_tokens; }
+  // The leading run after device, host and disk that the remote tier holds:
+  // filled by lookup_all_tiers() only (0 from lookup()).
+  int32_t remote_tokens = 0;
+  // With a remote tier: the keys of the blocks after the device, host and
+  // disk run ([n blocks]), which lookup_all_tiers() asks the remote tier
+  // about. Empty without one, or when the other tiers hold the whole prompt.
+  std::vector<BlockKey> remote_keys;
+  std::string remote_error;   // why it stopped early, when it did ("" else)
+  int32_t cached_tokens() const { return device_tokens + host_tokens + disk_tokens + remote_tokens; }
 };
 
 struct PinResult {
@@ -150,6 +158,12 @@ class Engine {
   // Synchronous queries answered by the engine thread between steps.
   EngineStats stats();
   LookupResult lookup(const std::vector<int32_t>& prompt, const std::string& cache_salt);
+  // lookup(), then, with a remote tier, the remote tier asked on the calling
+  // thread (network I/O: one existence check per block after the other
+  // tiers' run, bounded by TierManager::lookup_remote) for remote_tokens. For
+  // HTTP threads (/v1/cache/lookup, the dashboard); the engine thread never
+  // waits on it.
+  LookupResult lookup_all_tiers(const std::vector<int32_t>& prompt, const std::string& cache_salt);
   Result<PinResult> pin(const std::vector<int32_t>& prompt, const std::string& cache_salt, bool pin);
   // Pure computation on the caller's thread (no engine round trip).
   ChainKeys chain_keys(const std::vector<int32_t>& prompt, const std::string& cache_salt) const;

@@ -200,28 +200,54 @@ Result<std::vector<RemoteServer>> parse_remote_cache_url(const std::string& url)
 }
 
 RemoteServerRing::RemoteServerRing(std::vector<RemoteServer> servers, int32_t failure_limit,
-                                   std::chrono::milliseconds retry_interval)
+                                   int32_t timeout_limit, std::chrono::milliseconds retry_interval)
     : servers_(std::move(servers)),
       failure_limit_(failure_limit),
+      timeout_limit_(timeout_limit),
       retry_interval_(retry_interval),
       down_until_(servers_.size(), Clock::time_point{}),
-      failures_(servers_.size(), 0) {}
+      failures_(servers_.size(), 0),
+      timeouts_(servers_.size(), 0),
+      probation_(servers_.size(), false),
+      reasons_(servers_.size()) {}
 
-void RemoteServerRing::mark_down(size_t i) {
-  std::lock_guard<std::mutex> lock(mu_);
-  down_until_.at(i) = Clock::now() + retry_interval_;
+int64_t RemoteServerRing::index_of(const std::string& host, uint16_t port) const {
+  for (size_t i = 0; i < servers_.size(); ++i) {
+    if (servers_[i].host == host && servers_[i].port == port) return static_cast<int64_t>(i);
+  }
+  return -1;
 }
 
-uint64_t RemoteServerRing::current(std::vector<RemoteServer>* servers) {
-  std::lock_guard<std::mutex> lock(mu_);
-  const Clock::time_point now = Clock::now();
+void RemoteServerRing::eject_locked(size_t i, std::string reason) {
+  down_until_[i] = Clock::now() + retry_interval_;
+  reasons_[i] = std::move(reason);
+  ++ejections_;
+  ++generation_;
+}
+
+void RemoteServerRing::rejoin_due_locked(Clock::time_point now) {
   for (size_t i = 0; i < down_until_.size(); ++i) {
     if (down_until_[i] != Clock::time_point{} && down_until_[i] <= now) {
       down_until_[i] = Clock::time_point{};
       failures_[i] = 0;
+      // Out for timeouts (or silent at open): one more timeout takes it out again.
+      probation_[i] = timeouts_[i] > 0 || probation_[i];
+      timeouts_[i] = 0;
+      reasons_[i].clear();
       ++generation_;
     }
   }
+}
+
+void RemoteServerRing::mark_down(size_t i) {
+  std::lock_guard<std::mutex> lock(mu_);
+  probation_.at(i) = true;
+  eject_locked(i, "did not answer at open");
+}
+
+uint64_t RemoteServerRing::current(std::vector<RemoteServer>* servers) {
+  std::lock_guard<std::mutex> lock(mu_);
+  rejoin_due_locked(Clock::now());
   if (servers != nullptr) {
     servers->clear();
     for (size_t i = 0; i < servers_.size(); ++i) {
@@ -233,16 +259,71 @@ uint64_t RemoteServerRing::current(std::vector<RemoteServer>* servers) {
 }
 
 void RemoteServerRing::note_connection_failure(const std::string& host, uint16_t port) {
+  const int64_t at = index_of(host, port);
+  if (at < 0) return;
+  const auto i = static_cast<size_t>(at);
   std::lock_guard<std::mutex> lock(mu_);
-  for (size_t i = 0; i < servers_.size(); ++i) {
-    if (servers_[i].host != host || servers_[i].port != port) continue;
-    if (down_until_[i] != Clock::time_point{}) return;  // already out
-    if (++failures_[i] >= failure_limit_) {
-      down_until_[i] = Clock::now() + retry_interval_;
-      ++generation_;
-    }
-    return;
+  if (down_until_[i] != Clock::time_point{}) return;  // already out
+  if (++failures_[i] >= failure_limit_) {
+    eject_locked(i, "refused " + std::to_string(failures_[i]) + " connect" +
+                        (failures_[i] == 1 ? "" : "s"));
   }
+}
+
+void RemoteServerRing::note_timeout(const std::string& host, uint16_t port) {
+  const int64_t at = index_of(host, port);
+  if (at < 0) return;
+  const auto i = static_cast<size_t>(at);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (down_until_[i] != Clock::time_point{}) return;  // already out
+  ++timeouts_[i];
+  if (probation_[i] || timeouts_[i] >= timeout_limit_) {
+    eject_locked(i, probation_[i] ? "timed out again after joining"
+                                  : "timed out " + std::to_string(timeouts_[i]) +
+                                        " operations in a row");
+  }
+}
+
+void RemoteServerRing::note_answer(const std::string& host, uint16_t port) {
+  const int64_t at = index_of(host, port);
+  if (at < 0) return;
+  const auto i = static_cast<size_t>(at);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (down_until_[i] != Clock::time_point{}) return;
+  timeouts_[i] = 0;
+  probation_[i] = false;
+}
+
+int32_t RemoteServerRing::servers_in_ring() {
+  std::lock_guard<std::mutex> lock(mu_);
+  rejoin_due_locked(Clock::now());
+  int32_t n = 0;
+  for (const Clock::time_point& t : down_until_) n += t == Clock::time_point{} ? 1 : 0;
+  return n;
+}
+
+uint64_t RemoteServerRing::ejections() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return ejections_;
+}
+
+std::vector<RemoteServerState> RemoteServerRing::states() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const Clock::time_point now = Clock::now();
+  rejoin_due_locked(now);
+  std::vector<RemoteServerState> out(servers_.size());
+  for (size_t i = 0; i < servers_.size(); ++i) {
+    out[i].server = servers_[i];
+    out[i].in_ring = down_until_[i] == Clock::time_point{};
+    out[i].back_in_ms =
+        out[i].in_ring ? 0
+                       : std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                  down_until_[i] - now)
+                                                  .count());
+    out[i].reason = reasons_[i];
+    out[i].timeouts_in_a_row = timeouts_[i];
+  }
+  return out;
 }
 
 }  // namespace prefixd

@@ -5,6 +5,7 @@
 #include "storage/remote_tier.h"
 
 #include <libmemcached/memcached.h>
+#include <openssl/evp.h>
 #include <sched.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -76,22 +77,51 @@ MemcachedSettings memcached_settings(const RemoteTierOptions& o) {
 
 }  // namespace
 
-std::string RemoteTier::memcached_key(const BlockKey& key) {
+std::string RemoteTier::memcached_key(const BlockKey& key, uint64_t generation) {
   char buf[kKeyBytes + 1];
   std::snprintf(buf, sizeof(buf), "%s%016llx%016llx%016llx", kKeyPrefix,
                 static_cast<unsigned long long>(key.namespace_seed),
                 static_cast<unsigned long long>(key.block_hash.hi),
                 static_cast<unsigned long long>(key.block_hash.lo));
-  return std::string(buf, kKeyBytes);
+  std::string name(buf, kKeyBytes);
+  if (generation != 0) {
+    // Generation 0 keeps the keys of replicas that predate generations.
+    std::snprintf(buf, sizeof(buf), ":%llx", static_cast<unsigned long long>(generation));
+    name += buf;
+  }
+  return name;
+}
+
+std::string RemoteTier::generation_key(const std::array<uint8_t, 16>& secret,
+                                       const Hash128& pool_namespace) {
+  uint8_t message[16];
+  for (int i = 0; i < 8; ++i) {
+    message[i] = static_cast<uint8_t>(pool_namespace.hi >> (56 - 8 * i));
+    message[8 + i] = static_cast<uint8_t>(pool_namespace.lo >> (56 - 8 * i));
+  }
+  uint8_t mac[32];
+  size_t mac_bytes = 0;
+  const bool ok = EVP_Q_mac(nullptr, "HMAC", nullptr, "SHA256", nullptr, secret.data(),
+                            secret.size(), message, sizeof(message), mac, sizeof(mac),
+                            &mac_bytes) != nullptr;
+  PREFIXD_CHECK(ok && mac_bytes == sizeof(mac), "OpenSSL HMAC-SHA256 failed");
+  std::string name = "pfxd1:gen:";
+  char hex[3];
+  for (int i = 0; i < 16; ++i) {
+    std::snprintf(hex, sizeof(hex), "%02x", mac[i]);
+    name += hex;
+  }
+  return name;
 }
 
 namespace {
 
 // The memcached keys of one get_chain() call and the values fetched for them.
 struct ChainFetch {
-  explicit ChainFetch(std::span<const BlockKey> keys) : names(keys.size()), values(keys.size()) {
+  ChainFetch(std::span<const BlockKey> keys, uint64_t generation)
+      : names(keys.size()), values(keys.size()) {
     for (size_t i = 0; i < keys.size(); ++i) {
-      names[i] = RemoteTier::memcached_key(keys[i]);
+      names[i] = RemoteTier::memcached_key(keys[i], generation);
       index_of.emplace(names[i], i);  // a repeated key keeps its first position
     }
   }
@@ -103,6 +133,10 @@ struct ChainFetch {
   std::vector<MemcachedPtr> retired;
   std::vector<ResultPtr> values;  // [n keys]; null: not received
   uint64_t received_bytes = 0;
+  // The servers (of the last multi_get's handle) that were asked for keys,
+  // and those that answered at least one (RemoteServerRing's timeout count).
+  std::unordered_set<const memcached_instance_st*> asked;
+  std::unordered_set<const memcached_instance_st*> answered;
 
   // Asks for the keys from `first` on that have no value yet. Returns the
   // failure seen (MEMCACHED_SUCCESS when none).
@@ -124,10 +158,16 @@ struct ChainRead {
 memcached_return_t ChainFetch::multi_get(memcached_st* memc, size_t first) {
   std::vector<const char*> ptrs;
   std::vector<size_t> lengths;
+  asked.clear();
+  answered.clear();
   for (size_t i = first; i < names.size(); ++i) {
     if (values[i]) continue;
     ptrs.push_back(names[i].data());
     lengths.push_back(names[i].size());
+    memcached_return_t by_key_rc = MEMCACHED_SUCCESS;
+    const memcached_instance_st* server =
+        memcached_server_by_key(memc, names[i].data(), names[i].size(), &by_key_rc);
+    if (server != nullptr) asked.insert(server);
   }
   memcached_return_t rc = memcached_mget(memc, ptrs.data(), lengths.data(), ptrs.size());
   bool failed = memcached_failed(rc) && rc != MEMCACHED_NOTFOUND;
@@ -144,6 +184,11 @@ memcached_return_t ChainFetch::multi_get(memcached_st* memc, size_t first) {
       break;
     }
     received_bytes += memcached_result_length(r.get());
+    memcached_return_t by_key_rc = MEMCACHED_SUCCESS;
+    const memcached_instance_st* server =
+        memcached_server_by_key(memc, memcached_result_key_value(r.get()),
+                                memcached_result_key_length(r.get()), &by_key_rc);
+    if (server != nullptr) answered.insert(server);
     auto it = index_of.find(
         std::string(memcached_result_key_value(r.get()), memcached_result_key_length(r.get())));
     if (it != index_of.end() && !values[it->second]) values[it->second] = std::move(r);
@@ -184,8 +229,27 @@ struct RemoteTier::Impl {
   struct PendingWrite {
     BlockKey key;
     RecordPtr record;
-    uint64_t n_bytes = 0;  // value bytes: record + MAC trailer
+    uint64_t n_bytes = 0;     // value bytes: record + MAC trailer
+    uint64_t generation = 0;  // the pool's generation when it was queued
   };
+
+  // The pool namespace's generation (clear_pool): the one in every key.
+  std::string generation_key;
+  std::atomic<uint64_t> generation{0};
+  std::mutex refresh_mu;  // one refresh at a time; guards next_refresh
+  std::chrono::steady_clock::time_point next_refresh{};
+  // The generation to use now: when generation_refresh has passed, the
+  // counter is read again on `memc` first (one round trip; on a failure the
+  // known one stays). Never goes back: a counter lower than the known one
+  // (lost with its server, or recreated elsewhere) is set to it again.
+  uint64_t current_generation(memcached_st* memc);
+  // Reads (offset 0) or bumps (offset 1) the counter on `memc`, creating
+  // it with the known generation (+ offset) when the pool lost it; adopts
+  // the result. Returns the memcached status.
+  memcached_return_t sync_generation(memcached_st* memc, uint64_t offset, uint64_t* value);
+  // Moves to `g` if it is newer: this process's recent keys are forgotten
+  // (so that blocks are written again under it). Returns the generation now.
+  uint64_t adopt_generation(uint64_t g);
   std::mutex queue_mu;  // guards the members below, down to `stopping`
   std::condition_variable queue_changed;
   std::condition_variable queue_idle;
@@ -206,6 +270,18 @@ struct RemoteTier::Impl {
   // Marks the server of a connection failure on `memc` (its last disconnect)
   // down once it has failed failure_limit times.
   void note_failure(memcached_st* memc, memcached_return_t rc);
+  // Tells the ring how the server `key` maps to on `memc` fared in a
+  // one-key operation that returned rc: timed out, or answered.
+  void note_key_outcome(memcached_st* memc, const std::string& key, memcached_return_t rc);
+  // A refused connect in a one-key operation, told to the ring by the
+  // server `key` maps to (libmemcached does not record every such failure
+  // as its last disconnect, which note_failure() reads).
+  void note_key_failure(memcached_st* memc, const std::string& key, memcached_return_t rc);
+  // The same after a multi-get: a server asked for keys that answered none
+  // and whose last error is a timeout timed out; one that answered, answered.
+  // (libmemcached keeps a server's last error until the next error, so a
+  // server counts as timed out only when it answered nothing this time.)
+  void note_multi_get_outcome(memcached_st* memc, const ChainFetch& fetch, memcached_return_t rc);
   // Rebuilds the handle when the ring changed since it was made (memc null
   // when out of memory: the caller treats it as a failed operation).
   void refresh(Handle& h);
@@ -239,6 +315,105 @@ void RemoteTier::Impl::note_failure(memcached_st* memc, memcached_return_t rc) {
   const std::string host = memcached_server_name(server);
   const auto port = static_cast<uint16_t>(memcached_server_port(server));
   ring->note_connection_failure(host, port);
+}
+
+void RemoteTier::Impl::note_key_outcome(memcached_st* memc, const std::string& key,
+                                        memcached_return_t rc) {
+  if (memc == nullptr) return;
+  const bool timed_out = is_timeout(memc, rc);
+  // Answers: stored, found, not found, exists; anything else says nothing.
+  const bool answered = memcached_success(rc) || rc == MEMCACHED_NOTFOUND ||
+                        rc == MEMCACHED_NOTSTORED || rc == MEMCACHED_DATA_EXISTS;
+  if (!timed_out && !answered) return;
+  memcached_return_t by_key_rc = MEMCACHED_SUCCESS;
+  const memcached_instance_st* server =
+      memcached_server_by_key(memc, key.data(), key.size(), &by_key_rc);
+  if (server == nullptr) return;
+  const std::string host = memcached_server_name(server);
+  const auto port = static_cast<uint16_t>(memcached_server_port(server));
+  if (timed_out) {
+    ring->note_timeout(host, port);
+  } else {
+    ring->note_answer(host, port);
+  }
+}
+
+void RemoteTier::Impl::note_key_failure(memcached_st* memc, const std::string& key,
+                                        memcached_return_t rc) {
+  if (memc == nullptr || !is_connection_failure(memc, rc)) return;
+  memcached_return_t by_key_rc = MEMCACHED_SUCCESS;
+  const memcached_instance_st* server =
+      memcached_server_by_key(memc, key.data(), key.size(), &by_key_rc);
+  if (server == nullptr) return;
+  ring->note_connection_failure(memcached_server_name(server),
+                                static_cast<uint16_t>(memcached_server_port(server)));
+}
+
+void RemoteTier::Impl::note_multi_get_outcome(memcached_st* memc, const ChainFetch& fetch,
+                                              memcached_return_t rc) {
+  if (memc == nullptr) return;
+  const bool timed_out = !memcached_success(rc) && is_timeout(memc, rc);
+  for (const memcached_instance_st* server : fetch.asked) {
+    const std::string host = memcached_server_name(server);
+    const auto port = static_cast<uint16_t>(memcached_server_port(server));
+    if (fetch.answered.count(server) != 0) {
+      ring->note_answer(host, port);
+    } else if (timed_out && memcached_server_error_return(server) == MEMCACHED_TIMEOUT) {
+      ring->note_timeout(host, port);
+    }
+  }
+}
+
+uint64_t RemoteTier::Impl::current_generation(memcached_st* memc) {
+  const auto now = std::chrono::steady_clock::now();
+  std::unique_lock<std::mutex> lock(refresh_mu, std::try_to_lock);
+  // Another thread is refreshing: use the known generation meanwhile.
+  if (!lock.owns_lock() || memc == nullptr || now < next_refresh) return generation.load();
+  next_refresh = now + options.generation_refresh;
+  uint64_t value = 0;
+  (void)sync_generation(memc, 0, &value);
+  return generation.load();
+}
+
+memcached_return_t RemoteTier::Impl::sync_generation(memcached_st* memc, uint64_t offset,
+                                                     uint64_t* value) {
+  const uint64_t known = generation.load();
+  const memcached_return_t rc = memcached_increment_with_initial(
+      memc, generation_key.data(), generation_key.size(), offset, known + offset,
+      /*expiration=*/0, value);
+  note_key_outcome(memc, generation_key, rc);
+  if (memcached_failed(rc)) {
+    count_failure(memc, rc);
+    note_key_failure(memc, generation_key, rc);
+    return rc;
+  }
+  if (*value < known + offset) {
+    // The pool's counter is behind what this process knows (a server lost
+    // it and it was created again lower): put it back, never go back.
+    *value = known + offset;
+    const std::string text = std::to_string(*value);
+    const memcached_return_t set_rc = memcached_set(memc, generation_key.data(),
+                                                    generation_key.size(), text.data(),
+                                                    text.size(), 0, 0);
+    if (memcached_failed(set_rc)) count_failure(memc, set_rc);
+  }
+  adopt_generation(*value);
+  return rc;
+}
+
+uint64_t RemoteTier::Impl::adopt_generation(uint64_t g) {
+  uint64_t known = generation.load();
+  while (g > known && !generation.compare_exchange_weak(known, g)) {
+  }
+  if (g <= known) return generation.load();
+  {
+    std::lock_guard<std::mutex> lock(queue_mu);
+    recent_keys.clear();
+    recent_order.clear();
+  }
+  std::lock_guard<std::mutex> lock(stats_mu);
+  ++stats.generation_changes;
+  return g;
 }
 
 void RemoteTier::Impl::refresh(Handle& h) {
@@ -351,16 +526,29 @@ void RemoteTier::Impl::drop_queue_locked() {
 memcached_return_t RemoteTier::Impl::write_one(const PendingWrite& w) {
   memcached_return_t rc = MEMCACHED_MEMORY_ALLOCATION_FAILURE;
   refresh(writer_handle);
-  const std::string name = memcached_key(w.key);
+  const uint64_t gen = current_generation(writer_handle.memc.get());
+  refresh(writer_handle);  // a server the generation refresh took out is not asked
+  if (gen != w.generation) {
+    // Queued before the pool was cleared (here or by another replica): its
+    // block belongs to what was cleared.
+    std::lock_guard<std::mutex> stats_lock(stats_mu);
+    ++stats.writes_dropped;
+    return MEMCACHED_NOTSTORED;
+  }
+  const std::string name = memcached_key(w.key, gen);
   if (writer_handle.memc) {
     rc = store(writer_handle.memc.get(), name, w.record->bytes());
+    note_key_outcome(writer_handle.memc.get(), name, rc);
     // Refused (the server is down): once more, on the ring without it
     // when that made it leave.
     if (memcached_failed(rc) && !is_timeout(writer_handle.memc.get(), rc)) {
       count_failure(writer_handle.memc.get(), rc);
       note_failure(writer_handle.memc.get(), rc);
       refresh(writer_handle);
-      if (writer_handle.memc) rc = store(writer_handle.memc.get(), name, w.record->bytes());
+      if (writer_handle.memc) {
+        rc = store(writer_handle.memc.get(), name, w.record->bytes());
+        note_key_outcome(writer_handle.memc.get(), name, rc);
+      }
     }
   }
   memcached_st* const memc = writer_handle.memc.get();
@@ -386,12 +574,20 @@ Result<std::unique_ptr<RemoteTier>> RemoteTier::open(const RemoteTierOptions& op
     return Status::error("remote cache: failure_limit must be at least 1 (got " +
                          std::to_string(options.failure_limit) + ")");
   }
+  if (options.timeout_limit < 1) {
+    return Status::error("remote cache: timeout_limit must be at least 1 (got " +
+                         std::to_string(options.timeout_limit) + ")");
+  }
   if (options.retry_interval.count() <= 0) {
     return Status::error("remote cache: retry_interval must be positive (got " +
                          std::to_string(options.retry_interval.count()) + " ms)");
   }
   if (options.allocator.alloc == nullptr || options.allocator.free == nullptr) {
     return Status::error("remote cache: the host allocator has no alloc or free function");
+  }
+  if (options.generation_refresh.count() <= 0) {
+    return Status::error("remote cache: generation_refresh must be positive (got " +
+                         std::to_string(options.generation_refresh.count()) + " ms)");
   }
   // A server that does not answer now starts out of the ring (tried again
   // every retry_interval) as long as another one answers, so that a replica
@@ -422,13 +618,27 @@ Result<std::unique_ptr<RemoteTier>> RemoteTier::open(const RemoteTierOptions& op
   impl->options = options;
   impl->mac = std::make_unique<RecordMac>(options.deployment_secret);
   impl->ring = std::make_unique<RemoteServerRing>(options.servers, options.failure_limit,
-                                                  options.retry_interval);
+                                                  options.timeout_limit, options.retry_interval);
   for (size_t i : unanswered_index) impl->ring->mark_down(i);
   // Checks that every server can be added.
   auto first = make_memcached_handle(memcached_settings(options), options.servers);
   if (!first.ok()) return first.status();
   impl->refresh(impl->writer_handle);
   if (!impl->writer_handle.memc) return Status::error("remote cache: memcached_create failed (out of memory)");
+  // The pool's generation: read now (created at 0 in a new pool); when its
+  // server does not answer, 0 until a refresh reads it.
+  impl->generation_key = generation_key(options.deployment_secret, options.pool_namespace);
+  {
+    std::lock_guard<std::mutex> lock(impl->refresh_mu);
+    uint64_t value = 0;
+    const memcached_return_t rc = impl->sync_generation(impl->writer_handle.memc.get(), 0, &value);
+    if (memcached_failed(rc) && options.log_warning) {
+      options.log_warning(std::string("remote cache: cannot read the pool's generation counter (") +
+                          memcached_strerror(impl->writer_handle.memc.get(), rc) +
+                          "); using 0 until it answers");
+    }
+    impl->next_refresh = std::chrono::steady_clock::now() + options.generation_refresh;
+  }
   impl->stats.servers = static_cast<int32_t>(options.servers.size());
   Impl* raw = impl.get();
   impl->writer = std::thread([raw] { raw->writer_loop(); });
@@ -466,8 +676,10 @@ std::vector<RecordPtr> RemoteTier::get_chain(std::span<const BlockKey> keys,
   PREFIXD_CHECK(keys.size() == expected.size(), "get_chain: keys and expected differ in length");
   if (keys.empty()) return {};
   Impl& d = *impl_;
-  ChainFetch fetch(keys);
   Impl::Handle handle = d.acquire_handle();
+  const uint64_t gen = d.current_generation(handle.memc.get());
+  d.refresh(handle);  // a server the generation refresh took out is not asked
+  ChainFetch fetch(keys, gen);
   if (!handle.memc) {
     d.count_failure(nullptr, MEMCACHED_MEMORY_ALLOCATION_FAILURE);
     d.release_handle(std::move(handle));
@@ -489,6 +701,7 @@ void RemoteTier::Impl::fetch_chain(Handle& handle, ChainFetch& fetch) {
   // answers as they come; keys on a server that is down are simply not
   // answered.
   const memcached_return_t rc = fetch.multi_get(handle.memc.get(), 0);
+  note_multi_get_outcome(handle.memc.get(), fetch, rc);
   if (memcached_success(rc)) return;
   count_failure(handle.memc.get(), rc);
   // A server that refused the connection is out of the ring now (after
@@ -503,6 +716,7 @@ void RemoteTier::Impl::fetch_chain(Handle& handle, ChainFetch& fetch) {
   const size_t first_missing = fetch.first_missing();
   if (!handle.memc || first_missing == fetch.values.size()) return;
   const memcached_return_t again = fetch.multi_get(handle.memc.get(), first_missing);
+  note_multi_get_outcome(handle.memc.get(), fetch, again);
   if (memcached_failed(again)) {
     count_failure(handle.memc.get(), again);
     note_failure(handle.memc.get(), again);
@@ -564,6 +778,94 @@ void RemoteTier::Impl::note_chain_read(std::span<const BlockKey> keys, const Cha
   stats.unauthenticated_records += read.n_unauthenticated;
 }
 
+Result<uint64_t> RemoteTier::clear_pool() {
+  Impl& d = *impl_;
+  Impl::Handle handle = d.acquire_handle();
+  if (!handle.memc) {
+    d.release_handle(std::move(handle));
+    return Status::error("remote cache: memcached_create failed (out of memory)");
+  }
+  uint64_t value = 0;
+  memcached_return_t rc = MEMCACHED_SUCCESS;
+  {
+    std::lock_guard<std::mutex> lock(d.refresh_mu);
+    rc = d.sync_generation(handle.memc.get(), 1, &value);
+    if (memcached_failed(rc) && !is_timeout(handle.memc.get(), rc)) {
+      // Refused: once more on the ring without the server, when it left.
+      d.refresh(handle);
+      if (handle.memc) rc = d.sync_generation(handle.memc.get(), 1, &value);
+    }
+  }
+  Result<uint64_t> out = value;
+  if (!handle.memc) {
+    out = Status::error("remote cache: memcached_create failed (out of memory)");
+  } else if (memcached_failed(rc)) {
+    out = Status::error(std::string("remote cache: the pool's generation counter could not be "
+                                    "bumped (") +
+                        (is_timeout(handle.memc.get(), rc) ? "timed out" : "failed") + ": " +
+                        memcached_last_error_message(handle.memc.get()) +
+                        "); the pool was not cleared");
+  }
+  d.release_handle(std::move(handle));
+  return out;
+}
+
+int32_t RemoteTier::present_chain(std::span<const BlockKey> keys, size_t max_keys,
+                                  std::chrono::milliseconds budget, std::string* error) {
+  if (error != nullptr) error->clear();
+  const size_t n_asked = std::min(keys.size(), max_keys);
+  if (n_asked == 0) return 0;
+  Impl& d = *impl_;
+  const auto deadline = std::chrono::steady_clock::now() + budget;
+  Impl::Handle handle = d.acquire_handle();
+  size_t n_found = 0;
+  std::string why;
+  if (!handle.memc) {
+    d.count_failure(nullptr, MEMCACHED_MEMORY_ALLOCATION_FAILURE);
+    why = "memcached_create failed (out of memory)";
+  }
+  const uint64_t gen = d.current_generation(handle.memc.get());
+  d.refresh(handle);  // a server the generation refresh took out is not asked
+  while (handle.memc && n_found < n_asked) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      why = "the lookup's time budget (" + std::to_string(budget.count()) + " ms) ran out after " +
+            std::to_string(n_found) + " blocks";
+      break;
+    }
+    const std::string name = memcached_key(keys[n_found], gen);
+    memcached_return_t rc = memcached_exist(handle.memc.get(), name.data(), name.size());
+    d.note_key_outcome(handle.memc.get(), name, rc);
+    if (memcached_failed(rc) && rc != MEMCACHED_NOTFOUND && !is_timeout(handle.memc.get(), rc)) {
+      // Refused: once more on the ring without the server, when it left.
+      d.count_failure(handle.memc.get(), rc);
+      d.note_key_failure(handle.memc.get(), name, rc);
+      d.refresh(handle);
+      if (!handle.memc) break;
+      rc = memcached_exist(handle.memc.get(), name.data(), name.size());
+      d.note_key_outcome(handle.memc.get(), name, rc);
+    }
+    if (memcached_success(rc)) {
+      ++n_found;
+      continue;
+    }
+    if (rc != MEMCACHED_NOTFOUND) {
+      d.count_failure(handle.memc.get(), rc);
+      d.note_key_failure(handle.memc.get(), name, rc);
+      why = std::string(is_timeout(handle.memc.get(), rc) ? "timed out" : "failed") + " asking " +
+            "for block " + std::to_string(n_found) + ": " +
+            memcached_last_error_message(handle.memc.get());
+    }
+    break;
+  }
+  d.release_handle(std::move(handle));
+  if (error != nullptr) *error = "remote cache: " + why;
+  if (error != nullptr && why.empty()) error->clear();
+  std::lock_guard<std::mutex> lock(d.stats_mu);
+  d.stats.lookup_hits += n_found;
+  d.stats.lookup_misses += n_asked - n_found;
+  return static_cast<int32_t>(n_found);
+}
+
 void RemoteTier::put_async(const BlockKey& key, RecordPtr record) {
   if (!record) return;
   Impl& d = *impl_;
@@ -577,7 +879,7 @@ void RemoteTier::put_async(const BlockKey& key, RecordPtr record) {
       ++d.stats.writes_dropped;
       return;
     }
-    d.queue.push_back(Impl::PendingWrite{key, std::move(record), n_bytes});
+    d.queue.push_back(Impl::PendingWrite{key, std::move(record), n_bytes, d.generation.load()});
     d.queued_keys.insert(key);
     d.pending_bytes += n_bytes;
   }
@@ -597,9 +899,17 @@ RemoteTierStats RemoteTier::stats() const {
     std::lock_guard<std::mutex> lock(d.queue_mu);
     pending = d.pending_bytes;
   }
+  std::vector<RemoteServerState> states = d.ring->states();
+  int32_t in_ring = 0;
+  for (const RemoteServerState& st : states) in_ring += st.in_ring ? 1 : 0;
+  const uint64_t ejections = d.ring->ejections();
   std::lock_guard<std::mutex> lock(d.stats_mu);
   RemoteTierStats s = d.stats;
   s.pending_write_bytes = pending;
+  s.servers_in_ring = in_ring;
+  s.server_ejections = ejections;
+  s.server_states = std::move(states);
+  s.generation = d.generation.load();
   return s;
 }
 
@@ -610,7 +920,7 @@ Status RemoteTier::debug_set_value(const BlockKey& key, std::span<const uint8_t>
     d.release_handle(std::move(handle));
     return Status::error("remote cache: memcached_create failed (out of memory)");
   }
-  const std::string name = memcached_key(key);
+  const std::string name = memcached_key(key, d.current_generation(handle.memc.get()));
   const memcached_return_t rc =
       memcached_set(handle.memc.get(), name.data(), name.size(),
                     reinterpret_cast<const char*>(value.data()), value.size(), 0, 0);

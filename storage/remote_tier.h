@@ -1,7 +1,8 @@
 // RemoteTier: block records in a pool of memcached servers shared by several
 // prefixd replicas (libmemcached: binary protocol, ketama consistent hashing;
-// a dead server leaves every handle's ring at once and is retried). Values are the disk
-// tier's bytes: record || RecordMac trailer under the deployment secret.
+// a dead or stalled server leaves every handle's ring at once and is retried).
+// Values are the disk tier's bytes: record || RecordMac trailer under the
+// deployment secret; keys carry the pool namespace's generation (clear_pool).
 #pragma once
 
 #include <array>
@@ -30,13 +31,27 @@ struct RemoteTierOptions {
   std::chrono::milliseconds timeout{200};
   // A server that refused this many connects in a row leaves the ketama
   // ring of every handle of the tier at once (its keys move to the others);
-  // it joins again after retry_interval. Only connection failures count (a
-  // server that accepts and then stalls stays: each operation on it waits
-  // the timeout). With 1, an operation that a dead server refused is tried
-  // once more at once, on the ring without it, so a dead server costs a
-  // connect attempt per retry_interval, not a lost read or write.
+  // it joins again after retry_interval. With 1, an operation that a dead
+  // server refused is tried once more at once, on the ring without it, so a
+  // dead server costs a connect attempt per retry_interval, not a lost read
+  // or write.
   int32_t failure_limit = 1;
+  // A server that timed out this many operations in a row, answering none
+  // between (it accepts connects but has stalled), leaves the ring the same
+  // way for retry_interval; after it joins again its first timeout takes it
+  // out at once (RemoteServerRing). So a stalled server costs at most
+  // timeout_limit timeouts, then one per retry_interval.
+  int32_t timeout_limit = 3;
   std::chrono::milliseconds retry_interval{2000};
+  // The pool namespace whose generation counter this tier follows: every
+  // replica with the same deployment secret and the same value here (the
+  // TierManager sets the model fingerprint) shares it. clear_pool() bumps
+  // it; keys carry it, so the old blocks become unreachable to all of them.
+  Hash128 pool_namespace;
+  // How often the generation counter is read again (one round trip, on a
+  // thread that is about to use the pool): another replica's clear_pool()
+  // reaches this one within about this long.
+  std::chrono::milliseconds generation_refresh{1000};
   // Writes queued beyond this many bytes are dropped (counted).
   uint64_t max_pending_write_bytes = 256ull << 20;
   HostAllocator allocator = default_host_allocator();  // buffers returned by get_chain()
@@ -61,12 +76,20 @@ struct RemoteTierStats {
   uint64_t unauthenticated_records = 0;  // of those, the ones whose MAC did not verify
   uint64_t pending_write_bytes = 0;      // now
   int32_t servers = 0;                   // configured
+  int32_t servers_in_ring = 0;           // now: not taken out (RemoteServerRing)
+  uint64_t server_ejections = 0;         // times a server was taken out of the ring
+  uint64_t lookup_hits = 0;              // blocks present_chain() found (the lookup path)
+  uint64_t lookup_misses = 0;            // ... keys it asked for and did not find
+  std::vector<RemoteServerState> server_states;  // [servers] each one's place in the ring
+  uint64_t generation = 0;               // now: the pool namespace's generation in keys
+  uint64_t generation_changes = 0;       // times it moved on (a clear_pool() here or elsewhere)
 };
 
 // Thread-safety: every method may be called from any thread (each call takes
 // a libmemcached handle of its own from a pool of up to 16; a 17th concurrent
 // caller waits for one). The writer thread has its own. get_chain() does
-// network I/O and belongs on tier I/O threads; put_async() only queues.
+// network I/O and belongs on tier I/O threads; present_chain() and
+// clear_pool() do too and belong on HTTP threads; put_async() only queues.
 class RemoteTier {
  public:
   // Connects to every server and reads its item size limit (memcached's
@@ -91,6 +114,19 @@ class RemoteTier {
   // Waits at most about the timeout per server that does not answer.
   std::vector<RecordPtr> get_chain(std::span<const BlockKey> keys,
                                    std::span<const RecordExpectations> expected);
+  // How many leading keys of a chain the pool holds, without reading the
+  // values: one existence check per key (libmemcached's memcached_exist: an
+  // "add" of an empty item that has already expired, so a missing key stays
+  // missing; memcached reclaims that small item), in order, stopping at the
+  // first key absent or failing, at max_keys, or once `budget` has passed
+  // (checked between keys; one key waits at most the timeout). Values are
+  // not verified (their MAC is checked when an onboard reads them). Counted
+  // in lookup_hits and lookup_misses (the keys not found, or not reached,
+  // up to max_keys). *error (optional): why the walk stopped early on a
+  // failure ("" when it did not). For HTTP threads (routing, dashboard);
+  // never called by the engine thread.
+  int32_t present_chain(std::span<const BlockKey> keys, size_t max_keys,
+                        std::chrono::milliseconds budget, std::string* error = nullptr);
   // Queues a record (sealed) for the writer thread (idle CPU priority);
   // returns at once. Dropped
   // and counted when the queue is over max_pending_write_bytes; skipped when
@@ -98,6 +134,15 @@ class RemoteTier {
   void put_async(const BlockKey& key, RecordPtr record);
   // Waits until the write queue is empty and no write is running.
   void wait_idle();
+  // Clears the pool namespace for every replica sharing it: memcached has no
+  // delete by prefix, so this bumps the namespace's generation counter in the
+  // pool (memcached incr; keys carry the generation), which makes every
+  // block stored so far unreachable at once; memcached's LRU reclaims them.
+  // Other replicas move on at their next refresh (generation_refresh);
+  // writes queued here before the call are dropped. One round trip (bounded
+  // by the timeout); returns the new generation, or why it failed (nothing
+  // changed then).
+  Result<uint64_t> clear_pool();
   // Shutdown: lifts the writer thread to normal priority where the OS allows
   // it (root or RLIMIT_NICE; returns whether it did), and from `deadline` on
   // drops what is still queued (counted in writes_dropped) instead of writing
@@ -107,8 +152,13 @@ class RemoteTier {
 
   // The memcached key of a block: "pfxd1:" + 48 lowercase hex digits of the
   // namespace seed (8 bytes big-endian) and the block hash (hi, lo; 8 bytes
-  // big-endian each).
-  static std::string memcached_key(const BlockKey& key);
+  // big-endian each); after generation 0, ":" + the generation in hex.
+  static std::string memcached_key(const BlockKey& key, uint64_t generation = 0);
+  // The generation counter's key of `pool_namespace` under `secret`:
+  // "pfxd1:gen:" + 32 hex digits of HMAC-SHA256(secret, namespace) (the
+  // secret is not revealed, and other deployments get other counters).
+  static std::string generation_key(const std::array<uint8_t, 16>& secret,
+                                    const Hash128& pool_namespace);
   // Test hook: stores raw bytes as the value of `key`, synchronously.
   Status debug_set_value(const BlockKey& key, std::span<const uint8_t> value);
 

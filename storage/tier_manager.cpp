@@ -67,6 +67,7 @@ Result<std::unique_ptr<TierManager>> TierManager::create(const TierManagerOption
     remote_options.deployment_secret = tm->secret_;
     remote_options.record_bytes = block_record_bytes(options.geometry);
     remote_options.allocator = tm->options_.allocator;
+    remote_options.pool_namespace = options.model_fingerprint;  // replicas of this model share it
     auto remote = RemoteTier::open(remote_options);
     if (!remote.ok()) return remote.status();
     tm->remote_ = std::move(remote).value();
@@ -655,6 +656,18 @@ TierManagerStats TierManager::stats() const {
   s.has_remote = remote_ != nullptr;
   if (remote_) s.remote = remote_->stats();
   return s;
+}
+
+Result<uint64_t> TierManager::clear_remote() {
+  if (!remote_) return Status::error("no remote tier is configured");
+  return remote_->clear_pool();
+}
+
+int32_t TierManager::lookup_remote(std::span<const BlockKey> keys, std::string* error) const {
+  if (error != nullptr) error->clear();
+  if (!remote_ || keys.empty()) return 0;
+  const std::chrono::milliseconds budget = 2 * options_.remote->timeout;
+  return remote_->present_chain(keys, keys.size(), budget, error);
 }
 
 }  // namespace prefixd

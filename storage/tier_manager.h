@@ -237,6 +237,13 @@ class TierManager {
   // on disk (in-memory key index); with a remote tier, the rest of the chain
   // as remote candidates. Never waits on I/O.
   ChainLookup lookup_chain(const ChainQuery& query) const;
+  // The remote half of a lookup, for HTTP threads only (it waits on the
+  // network; the engine thread never calls it): how many leading blocks of
+  // `keys` (the blocks after lookup_chain's run) the remote tier holds, by
+  // one existence check per block (RemoteTier::present_chain), all of it
+  // bounded by twice the remote tier's timeout (plus at most one timeout).
+  // 0 without a remote tier. *error (optional): why it stopped early.
+  int32_t lookup_remote(std::span<const BlockKey> keys, std::string* error = nullptr) const;
 
   // Queues loading of the chain on an I/O thread; exactly one completion per
   // call is posted for poll_completions(). The leading blocks come from host,
@@ -264,6 +271,11 @@ class TierManager {
   // Drops queued disk writes, waits for running ones, empties host and disk.
   // The remote tier is shared with other replicas and is left as it is.
   Status clear();
+  // Clears this deployment's and model's blocks in the remote tier for every
+  // replica sharing the pool (RemoteTier::clear_pool: one round trip, bounded
+  // by its timeout; the others follow within its generation_refresh). For
+  // HTTP threads (DELETE /v1/cache). Returns the pool's new generation.
+  Result<uint64_t> clear_remote();
   TierManagerStats stats() const;
 
   // Durable TTL pins (pin_record.h), kept in the disk tier's "pins" family;

@@ -157,6 +157,14 @@ TEST_CASE("the remote tier's figures in /metrics and /v1/cache/stats, only when 
   s.remote_io.corrupt_records = 2;
   s.remote_io.unauthenticated_records = 1;
   s.remote_io.writes_dropped = 6;
+  s.remote_io.servers_in_ring = 1;
+  s.remote_io.server_ejections = 7;
+  s.remote_io.lookup_hits = 9;
+  s.remote_io.lookup_misses = 4;
+  s.remote_io.generation = 2;
+  s.remote_io.server_states = {
+      RemoteServerState{RemoteServer{"10.0.0.1", 11211}, true, 0, "", 0},
+      RemoteServerState{RemoteServer{"10.0.0.2", 11211}, false, 1500, "timed out 3 operations in a row", 3}};
   CHECK(s.cached_tokens() == 64);
   const std::string text = Metrics().render(s, BuildInfo{});
   for (const char* line : {"prefixd_cached_tokens_total{tier=\"remote\"} 48\n",
@@ -170,7 +178,11 @@ TEST_CASE("the remote tier's figures in /metrics and /v1/cache/stats, only when 
                            "prefixd_tier_errors_total{tier=\"remote\"} 4\n",
                            "prefixd_tier_timeouts_total{tier=\"remote\"} 1\n",
                            "prefixd_tier_writes_dropped_total{tier=\"remote\"} 6\n",
-                           "prefixd_remote_servers 2\n"}) {
+                           "prefixd_remote_servers 2\n",
+                           "prefixd_remote_servers_in_ring 1\n",
+                           "prefixd_remote_server_ejections_total 7\n",
+                           "prefixd_remote_lookup_blocks_total{result=\"hit\"} 9\n",
+                           "prefixd_remote_lookup_blocks_total{result=\"miss\"} 4\n"}) {
     CHECK_MESSAGE(text.find(line) != std::string::npos, line);
   }
   // No disk tier: its corrupt-record sample stays out while the remote one is in.
@@ -180,6 +192,15 @@ TEST_CASE("the remote tier's figures in /metrics and /v1/cache/stats, only when 
   CHECK(stats["tiers"]["remote"]["hits"] == 3);
   CHECK(stats["tiers"]["remote"]["servers"] == 2);
   CHECK(stats["tiers"]["remote"]["unauthenticated_records"] == 1);
+  CHECK(stats["tiers"]["remote"]["servers_in_ring"] == 1);
+  CHECK(stats["tiers"]["remote"]["server_ejections"] == 7);
+  CHECK(stats["tiers"]["remote"]["lookup_hits"] == 9);
+  CHECK(stats["tiers"]["remote"]["lookup_misses"] == 4);
+  CHECK(stats["tiers"]["remote"]["generation"] == 2);
+  CHECK(stats["tiers"]["remote"]["servers_out"] ==
+        json::array({json{{"server", "10.0.0.2:11211"},
+                          {"reason", "timed out 3 operations in a row"},
+                          {"back_in_ms", 1500}}}));
   HistorySample sample;
   sample.delta = s;
   const json row = history_sample_json(sample);

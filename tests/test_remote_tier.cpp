@@ -82,12 +82,17 @@ std::string ascii_command(uint16_t port, const std::string& command,
   return reply;
 }
 
-// The server's "curr_items" stat, or -1.
+// The block records a server holds: its "curr_items" stat less the pool's
+// generation counter of the tests' secret and namespace, when it holds that;
+// or -1.
 long curr_items(uint16_t port) {
   const std::string stats = ascii_command(port, "stats\r\n", "END\r\n");
   const size_t at = stats.find("STAT curr_items ");
   if (at == std::string::npos) return -1;
-  return std::stol(stats.substr(at + 16));
+  const long n = std::stol(stats.substr(at + 16));
+  const std::string counter = ascii_command(
+      port, "get " + RemoteTier::generation_key(kSecret, Hash128{}) + "\r\n", "END\r\n");
+  return counter.rfind("VALUE ", 0) == 0 ? n - 1 : n;
 }
 
 bool server_holds(uint16_t port, const BlockKey& key) {
@@ -551,18 +556,249 @@ TEST_CASE("remote_tier_counts_timeouts_of_a_server_that_stops_answering") {
   CHECK(s.errors - before.errors >= s.timeouts - before.timeouts);
   CHECK(s.corrupt_records == 0);
 
-  // Answering again: the whole chain comes back (no stale answers, nothing
-  // ejected: a server that times out is not a failed connect to libmemcached).
+  // Answering again: once it is back in the ring (it was taken out after
+  // timeout_limit timeouts, for retry_interval), the whole chain comes back
+  // (no stale answers: a timed-out connection is closed).
   b.resume();
   const Chain c = chain_of(blocks);
   std::vector<RecordPtr> got;
-  for (int attempt = 0; attempt < 50 && got.size() != blocks.size(); ++attempt) {
+  for (int attempt = 0; attempt < 200 && got.size() != blocks.size(); ++attempt) {
     got = tier->get_chain(c.keys, c.expected);
     if (got.size() != blocks.size()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   REQUIRE(got.size() == blocks.size());
   for (size_t i = 0; i < got.size(); ++i) CHECK(same_bytes(got[i], blocks[i].record));
   CHECK(tier->stats().corrupt_records == 0);
+}
+
+namespace {
+
+// b's place in the tier's ring (RemoteTierStats::server_states).
+RemoteServerState state_of(const RemoteTier& tier, const MemcachedServer& server) {
+  for (const RemoteServerState& st : tier.stats().server_states) {
+    if (st.server.port == server.port()) return st;
+  }
+  FAIL("server not in server_states");
+  return {};
+}
+
+// Waits (at most 30 s, polling) until `done` holds.
+template <typename F>
+bool wait_for(F done) {
+  for (int i = 0; i < 300; ++i) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return done();
+}
+
+}  // namespace
+
+TEST_CASE("remote_tier_takes_a_stalled_server_out_after_timeout_limit_timeouts_and_back_when_it_answers") {
+  // A SIGSTOPped memcached accepts connects (the kernel's backlog) and never
+  // answers: without the timeout count every operation on its keys would
+  // wait the whole timeout, forever.
+  MemcachedServer a, b;
+  RemoteTierOptions o = tier_options({a.server(), b.server()});
+  o.timeout_limit = 3;
+  o.retry_interval = std::chrono::milliseconds(2000);
+  // No generation refresh during the test: one that times out on b would be
+  // one more of the timeouts counted here.
+  o.generation_refresh = std::chrono::hours(1);
+  auto tier = open_tier(o);
+  std::vector<TestBlock> blocks;
+  for (uint64_t i = 0; i < 24; ++i) blocks.push_back(make_block(700 + i));
+  for (const TestBlock& blk : blocks) tier->put_async(blk.key, blk.record);
+  tier->wait_idle();
+  REQUIRE(tier->stats().writes == blocks.size());
+  std::vector<TestBlock> on_b;
+  for (const TestBlock& blk : blocks) {
+    if (!server_holds(a.port(), blk.key)) on_b.push_back(blk);
+  }
+  REQUIRE(on_b.size() >= 4);
+  REQUIRE(tier->stats().servers_in_ring == 2);
+  REQUIRE(tier->stats().server_ejections == 0);
+
+  b.pause();
+  // Reads of b's blocks: each times out (nothing answers in between), and
+  // the third takes b out of the ring.
+  const RemoteTierStats before = tier->stats();
+  size_t n_reads = 0;
+  while (n_reads < on_b.size() && state_of(*tier, b).in_ring) {
+    const Chain c = chain_of({on_b[n_reads]});
+    CHECK(tier->get_chain(c.keys, c.expected).empty());
+    ++n_reads;
+  }
+  const RemoteServerState out = state_of(*tier, b);
+  REQUIRE_MESSAGE(!out.in_ring, "b still in the ring after " << n_reads << " timed-out reads");
+  CHECK(n_reads == 3);
+  CHECK(out.reason == "timed out 3 operations in a row");
+  CHECK(out.back_in_ms > 0);
+  RemoteTierStats s = tier->stats();
+  CHECK(s.timeouts - before.timeouts == 3);
+  CHECK(s.server_ejections == 1);
+  CHECK(s.servers_in_ring == 1);
+  CHECK(state_of(*tier, a).in_ring);
+
+  // Out of the ring, b is not asked: reads of its blocks (now mapped to a)
+  // and existence checks miss at once, new writes land on a. No timeout is
+  // added as long as b stays out (retry_interval; on a very slow machine it
+  // may have come back meanwhile, then nothing is asserted).
+  for (size_t i = n_reads; i < on_b.size(); ++i) {
+    const Chain c = chain_of({on_b[i]});
+    CHECK(tier->get_chain(c.keys, c.expected).empty());
+  }
+  const Chain b_chain = chain_of(on_b);
+  CHECK(tier->present_chain(b_chain.keys, b_chain.keys.size(), std::chrono::seconds(5)) == 0);
+  const TestBlock fresh = make_block(800);
+  tier->put_async(fresh.key, fresh.record);
+  tier->wait_idle();
+  if (!state_of(*tier, b).in_ring) {
+    CHECK(tier->stats().timeouts == s.timeouts);
+    CHECK(server_holds(a.port(), fresh.key));
+  }
+
+  // Still stopped when its retry_interval is over: it joins again on
+  // probation, and its first timeout takes it out again at once.
+  REQUIRE_MESSAGE(wait_for([&] { return state_of(*tier, b).in_ring; }),
+                  "b did not join the ring again after retry_interval");
+  s = tier->stats();
+  const uint64_t ejections = s.server_ejections;
+  {
+    const Chain c = chain_of({on_b[0]});
+    CHECK(tier->get_chain(c.keys, c.expected).empty());
+  }
+  CHECK(tier->stats().timeouts - s.timeouts == 1);
+  CHECK(tier->stats().server_ejections == ejections + 1);
+  CHECK_FALSE(state_of(*tier, b).in_ring);
+  CHECK(state_of(*tier, b).reason == "timed out again after joining");
+
+  // Answering again: back in the ring after retry_interval, its blocks read
+  // back from it.
+  b.resume();
+  const Chain c = chain_of({on_b[0]});
+  REQUIRE_MESSAGE(wait_for([&] {
+                    return state_of(*tier, b).in_ring &&
+                           tier->get_chain(c.keys, c.expected).size() == 1;
+                  }),
+                  "b did not come back into the ring after SIGCONT");
+  CHECK(tier->stats().servers_in_ring == 2);
+  const Chain all = chain_of(blocks);
+  CHECK(tier->get_chain(all.keys, all.expected).size() == blocks.size());
+  CHECK(tier->present_chain(all.keys, all.keys.size(), std::chrono::seconds(5)) ==
+        static_cast<int32_t>(blocks.size()));
+}
+
+TEST_CASE("remote_tier_present_chain_counts_leading_blocks_and_leaves_missing_ones_missing") {
+  MemcachedServer a, b;
+  auto tier = open_tier(tier_options({a.server(), b.server()}));
+  std::vector<TestBlock> blocks;
+  for (uint64_t i = 0; i < 8; ++i) blocks.push_back(make_block(900 + i));
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    if (i != 5) tier->put_async(blocks[i].key, blocks[i].record);  // block 5 never written
+  }
+  tier->wait_idle();
+  const long items = curr_items(a.port()) + curr_items(b.port());
+  REQUIRE(items == 7);
+  const Chain c = chain_of(blocks);
+  std::string error = "unset";
+  CHECK(tier->present_chain(c.keys, c.keys.size(), std::chrono::seconds(5), &error) == 5);
+  CHECK(error.empty());
+  RemoteTierStats s = tier->stats();
+  CHECK(s.lookup_hits == 5);
+  CHECK(s.lookup_misses == 3);  // block 5 missing; 6 and 7 not reached
+  // max_keys bounds the walk; nothing asked is nothing counted.
+  CHECK(tier->present_chain(c.keys, 2, std::chrono::seconds(5)) == 2);
+  CHECK(tier->present_chain(c.keys, 0, std::chrono::seconds(5)) == 0);
+  s = tier->stats();
+  CHECK(s.lookup_hits == 7);
+  CHECK(s.lookup_misses == 3);
+  // The existence check of the missing key left it missing (memcached keeps
+  // an already expired empty item that no get finds): asked again, it still
+  // misses, and neither server returns it.
+  const Chain missing = chain_of({blocks[5]});
+  CHECK(tier->present_chain(missing.keys, 1, std::chrono::seconds(5)) == 0);
+  CHECK_FALSE(server_holds(a.port(), blocks[5].key));
+  CHECK_FALSE(server_holds(b.port(), blocks[5].key));
+  CHECK(tier->get_chain(missing.keys, missing.expected).empty());
+  // A lookup reads no values and counts no onboard hits.
+  CHECK(s.hits == 0);
+  CHECK(s.read_bytes == 0);
+  // A server killed: the refused connect takes it out of the ring (failure
+  // limit 2 here: two lookups) and the lookup is asked again without it, on
+  // the ring where its keys now live: a miss, not an error.
+  std::vector<BlockKey> b_first;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    if (i != 5 && server_holds(b.port(), blocks[i].key)) b_first.push_back(blocks[i].key);
+  }
+  REQUIRE(!b_first.empty());
+  b.stop();
+  CHECK(tier->present_chain(b_first, 1, std::chrono::seconds(5), &error) == 0);
+  CHECK(tier->present_chain(b_first, 1, std::chrono::seconds(5), &error) == 0);
+  CHECK_MESSAGE(error.empty(), error);
+  CHECK(tier->stats().servers_in_ring == 1);
+  // Every server down: a clear error, no hit, and the tier keeps serving.
+  a.stop();
+  CHECK(tier->present_chain(c.keys, c.keys.size(), std::chrono::seconds(5), &error) == 0);
+  CHECK_MESSAGE(error.find("remote cache: failed asking for block 0") == 0, error);
+}
+
+TEST_CASE("remote_tier_clear_pool_makes_every_replica_of_the_namespace_miss_within_the_refresh") {
+  MemcachedServer a, b;
+  RemoteTierOptions o = tier_options({a.server(), b.server()});
+  o.pool_namespace = Hash128{0x5EED, 1};
+  o.generation_refresh = std::chrono::milliseconds(100);
+  auto one = open_tier(o);
+  auto two = open_tier(o);  // another replica of the same deployment and model
+  RemoteTierOptions other_model = o;
+  other_model.pool_namespace = Hash128{0x5EED, 2};
+  auto stranger = open_tier(other_model);
+  CHECK(one->stats().generation == 0);
+  std::vector<TestBlock> blocks, theirs;
+  for (uint64_t i = 0; i < 6; ++i) blocks.push_back(make_block(1100 + i));
+  for (uint64_t i = 0; i < 3; ++i) theirs.push_back(make_block(1200 + i));
+  for (const TestBlock& blk : blocks) one->put_async(blk.key, blk.record);
+  for (const TestBlock& blk : theirs) stranger->put_async(blk.key, blk.record);
+  one->wait_idle();
+  stranger->wait_idle();
+  const Chain c = chain_of(blocks);
+  const Chain t = chain_of(theirs);
+  REQUIRE(two->get_chain(c.keys, c.expected).size() == blocks.size());
+
+  // Cleared by `one`: it misses at once; `two` misses once it has read the
+  // new generation (within generation_refresh; waited for with a bound).
+  auto g = one->clear_pool();
+  REQUIRE_MESSAGE(g.ok(), g.message());
+  CHECK(*g == 1);
+  CHECK(one->stats().generation == 1);
+  CHECK(one->stats().generation_changes == 1);
+  CHECK(one->get_chain(c.keys, c.expected).empty());
+  CHECK(one->present_chain(c.keys, c.keys.size(), std::chrono::seconds(5)) == 0);
+  CHECK(wait_for([&] { return two->get_chain(c.keys, c.expected).empty(); }));
+  CHECK(two->stats().generation == 1);
+  // Another model's namespace keeps its blocks.
+  CHECK(stranger->get_chain(t.keys, t.expected).size() == theirs.size());
+  CHECK(stranger->stats().generation == 0);
+
+  // Written again (by `two`, which forgot that it had read them), the blocks
+  // are shared under the new generation.
+  for (const TestBlock& blk : blocks) two->put_async(blk.key, blk.record);
+  two->wait_idle();
+  CHECK(two->stats().writes == blocks.size());
+  CHECK(one->get_chain(c.keys, c.expected).size() == blocks.size());
+
+  // The counter lost (its server flushed): whoever knows the generation puts
+  // it back, never lower, and a replica that starts now reads it.
+  for (const MemcachedServer* s : {&a, &b}) {
+    ascii_command(s->port(), "delete " + RemoteTier::generation_key(kSecret, o.pool_namespace) + "\r\n",
+                  "\r\n");
+  }
+  CHECK(wait_for([&] {
+    (void)one->get_chain(c.keys, c.expected);  // a refresh, when it is due
+    auto three = RemoteTier::open(o);
+    return three.ok() && (*three)->stats().generation == 1;
+  }));
+  CHECK(one->get_chain(c.keys, c.expected).size() == blocks.size());
 }
 
 TEST_CASE("remote_tier_destructor_drains_the_queue_and_gives_up_behind_a_stalled_server") {

@@ -577,6 +577,19 @@ TEST_CASE("tier_manager_onboards_another_replicas_blocks_from_the_remote_tier_in
   const ChainLookup before = reader->lookup_chain(q);
   CHECK(before.n_blocks == 0);
   CHECK(before.n_remote_candidates == 6);
+  // The HTTP path's lookup asks the pool (existence only, no values read):
+  // all six; of a chain cut after three, three.
+  std::vector<BlockKey> keys;
+  for (const auto& kv : chain) keys.push_back(kv.first);
+  std::string error = "unset";
+  CHECK(reader->lookup_remote(keys, &error) == 6);
+  CHECK(error.empty());
+  std::vector<BlockKey> gap = keys;
+  gap[3].block_hash.hi ^= 0xFFFF;
+  CHECK(reader->lookup_remote(gap) == 3);
+  CHECK(reader->stats().remote.lookup_hits == 9);
+  CHECK(reader->stats().remote.lookup_misses == 3);
+  CHECK(reader->stats().remote.read_bytes == 0);
   const OnboardCompletion c = onboard_once(*reader, 1, q);
   CHECK(c.n_from_remote == 6);
   CHECK(c.n_from_host + c.n_from_disk == 0);

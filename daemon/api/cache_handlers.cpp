@@ -12,6 +12,7 @@
 #include "daemon/monitoring/dashboard.h"
 #include "daemon/validation/request_validation.h"
 #include "engine/engine.h"
+#include "storage/tier_manager.h"
 
 namespace prefixd {
 namespace {
@@ -131,6 +132,19 @@ json cache_stats_json(const StatsSnapshot& s, int32_t block_size) {
     remote["corrupt_records"] = r.corrupt_records;
     remote["unauthenticated_records"] = r.unauthenticated_records;
     remote["pending_write_bytes"] = r.pending_write_bytes;
+    remote["servers_in_ring"] = r.servers_in_ring;
+    remote["server_ejections"] = r.server_ejections;
+    json out_of_ring = json::array();
+    for (const RemoteServerState& st : r.server_states) {
+      if (st.in_ring) continue;
+      out_of_ring.push_back(json{{"server", remote_server_name(st.server)},
+                                 {"reason", st.reason},
+                                 {"back_in_ms", st.back_in_ms}});
+    }
+    remote["servers_out"] = std::move(out_of_ring);
+    remote["lookup_hits"] = r.lookup_hits;
+    remote["lookup_misses"] = r.lookup_misses;
+    remote["generation"] = r.generation;
     out["tiers"]["remote"] = remote;
   }
   return out;
@@ -143,12 +157,17 @@ void handle_cache_stats(DaemonContext& ctx, const Call&, Reply& res) {
 void handle_cache_lookup(DaemonContext& ctx, const Call& call, Reply& res) {
   PromptRequest p;
   if (!parse_prompt(ctx, call, res, &p)) return;
-  LookupResult r = ctx.engine->lookup(p.prompt, p.cache_salt);
-  res.json(json{{"prompt_tokens", r.prompt_tokens},
-                {"cached_tokens", r.cached_tokens()},
-                {"device_tokens", r.device_tokens},
-                {"host_tokens", r.host_tokens},
-                {"disk_tokens", r.disk_tokens}});
+  // The remote tier is asked here, on this HTTP thread (bounded by the
+  // tier's timeout), never on the engine thread.
+  LookupResult r = ctx.engine->lookup_all_tiers(p.prompt, p.cache_salt);
+  json out{{"prompt_tokens", r.prompt_tokens},
+           {"cached_tokens", r.cached_tokens()},
+           {"device_tokens", r.device_tokens},
+           {"host_tokens", r.host_tokens},
+           {"disk_tokens", r.disk_tokens},
+           {"remote_tokens", r.remote_tokens}};
+  if (!r.remote_error.empty()) out["remote_error"] = r.remote_error;
+  res.json(out);
 }
 
 void handle_cache_prefetch(DaemonContext& ctx, const Call& call, Reply& res) {
@@ -198,8 +217,40 @@ void handle_cache_unpin(DaemonContext& ctx, const Call& call, Reply& res) {
   pin_prompt(ctx, call, res, /*pin=*/false);
 }
 
-void handle_cache_clear(DaemonContext& ctx, const Call&, Reply& res) {
-  res.json(json{{"cleared_blocks", ctx.engine->clear_cache()}});
+void handle_cache_clear(DaemonContext& ctx, const Call& call, Reply& res) {
+  // ?scope=all (default): this daemon's tiers and its namespace in the
+  // shared remote pool; ?scope=local: this daemon's tiers only.
+  bool local_only = false;
+  const auto it = call.query.lower_bound("scope");  // the first value given
+  if (it != call.query.end() && it->first == "scope") {
+    if (it->second != "all" && it->second != "local") {
+      return res.error(ApiError::bad_request(
+          "scope", "scope must be 'all' (this daemon's tiers and the shared remote pool) or "
+                   "'local' (this daemon's tiers only), got '" + it->second + "'",
+          "invalid_value"));
+    }
+    local_only = it->second == "local";
+  }
+  json remote;
+  if (ctx.tiers != nullptr && ctx.tiers->has_remote()) {
+    if (local_only) {
+      remote = {{"cleared", false}, {"reason", "scope=local: the shared pool was left"}};
+    } else {
+      // A generation bump in the pool (one round trip on this HTTP thread,
+      // bounded by the remote tier's timeout; see RemoteTier::clear_pool),
+      // before the local tiers are emptied, so that an onboard in between
+      // cannot bring the pool's old blocks back into them.
+      Result<uint64_t> g = ctx.tiers->clear_remote();
+      if (g.ok()) {
+        remote = {{"cleared", true}, {"generation", *g}};
+      } else {
+        remote = {{"cleared", false}, {"reason", g.message()}};
+      }
+    }
+  }
+  json out{{"cleared_blocks", ctx.engine->clear_cache()}};
+  if (!remote.is_null()) out["remote"] = std::move(remote);
+  res.json(out);
 }
 
 }  // namespace prefixd

@@ -23,9 +23,10 @@ int64_t unix_now_ms() {
 
 json opt_json(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
 
-// The cumulative counters of the history's "totals".
+// The cumulative counters of the history's "totals" (with a remote tier,
+// "remote": its servers in the ring and the blocks lookups found there).
 json counters_json(const StatsSnapshot& c) {
-  return json{
+  json j{
       {"prompt_tokens", c.prompt_tokens},
       {"cached_tokens", cached_tokens_json(c)},
       {"prefill_tokens", c.prefill_tokens},
@@ -36,6 +37,15 @@ json counters_json(const StatsSnapshot& c) {
       {"onboard_bytes", c.onboard_bytes},
       {"offload_blocks", c.host.offload_blocks + c.disk.offload_blocks},
       {"offload_bytes", c.host.offload_bytes + c.disk.offload_bytes}};
+  if (c.has_remote_tier) {
+    const RemoteFigures& r = c.remote_io;
+    j["remote"] = {{"servers", r.servers},
+                   {"servers_in_ring", r.servers_in_ring},
+                   {"server_ejections", r.server_ejections},
+                   {"lookup_hits", r.lookup_hits},
+                   {"lookup_misses", r.lookup_misses}};
+  }
+  return j;
 }
 
 void replace_all(std::string* s, const std::string& from, const std::string& to) {
@@ -184,12 +194,13 @@ json Dashboard::history_json(int64_t since_ms) const {
 json Dashboard::prefixes_json(size_t limit) {
   std::vector<PrefixEntry> hot = prefixes_.hottest(limit);
   // Where each prefix lives now. The lookups go out together so that the
-  // engine answers them between the same two steps.
+  // engine answers them between the same two steps; each asks the remote
+  // tier (if any) on its own thread, bounded by the tier's timeout.
   std::vector<std::future<LookupResult>> residency;
   residency.reserve(hot.size());
   for (const PrefixEntry& e : hot) {
     residency.push_back(std::async(
-        std::launch::async, [this, &e] { return engine_->lookup(e.tokens, e.cache_salt); }));
+        std::launch::async, [this, &e] { return engine_->lookup_all_tiers(e.tokens, e.cache_salt); }));
   }
   const int64_t now_ms = unix_now_ms();
   json rows = json::array();
@@ -198,9 +209,18 @@ json Dashboard::prefixes_json(size_t limit) {
     const LookupResult r = residency[i].get();
     const char* tier = "none";
     if (r.cached_tokens() > 0) {
-      tier = r.device_tokens >= r.host_tokens && r.device_tokens >= r.disk_tokens ? "device"
-             : r.host_tokens >= r.disk_tokens                                     ? "host"
-                                                                                  : "disk";
+      // The tier holding most of it (the first of equals, device first).
+      const std::pair<int32_t, const char*> by_tier[] = {{r.device_tokens, "device"},
+                                                         {r.host_tokens, "host"},
+                                                         {r.disk_tokens, "disk"},
+                                                         {r.remote_tokens, "remote"}};
+      int32_t most = -1;
+      for (const auto& [n, name] : by_tier) {
+        if (n > most) {
+          most = n;
+          tier = name;
+        }
+      }
     }
     json row;
     row["id"] = PrefixTracker::id_hex(e.id);
@@ -212,7 +232,8 @@ json Dashboard::prefixes_json(size_t limit) {
     row["tier"] = tier;
     row["resident"] = {{"device_tokens", r.device_tokens},
                        {"host_tokens", r.host_tokens},
-                       {"disk_tokens", r.disk_tokens}};
+                       {"disk_tokens", r.disk_tokens},
+                       {"remote_tokens", r.remote_tokens}};
     row["pinned"] = e.pinned;
     row["prefetches"] = e.prefetches;
     row["first_seen_ms"] = e.first_seen_ms;

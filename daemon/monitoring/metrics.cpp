@@ -153,6 +153,19 @@ void render_remote_tier(const StatsSnapshot& s, std::string* out) {
     header(out, "prefixd_remote_servers", "gauge",
            "memcached servers configured for the remote tier.");
     sample(out, "prefixd_remote_servers", "", r.servers);
+    header(out, "prefixd_remote_servers_in_ring", "gauge",
+           "memcached servers in the ketama ring now (not taken out for refused connects or "
+           "timeouts).");
+    sample(out, "prefixd_remote_servers_in_ring", "", r.servers_in_ring);
+    header(out, "prefixd_remote_server_ejections_total", "counter",
+           "Times a memcached server was taken out of the ring (refused connects, timeouts in a "
+           "row, or no answer at start); it is tried again after the retry interval.");
+    sample(out, "prefixd_remote_server_ejections_total", "", r.server_ejections);
+    header(out, "prefixd_remote_lookup_blocks_total", "counter",
+           "Blocks /v1/cache/lookup and the dashboard asked the remote tier about (existence "
+           "checks), by result.");
+    sample(out, "prefixd_remote_lookup_blocks_total", "result=\"hit\"", r.lookup_hits);
+    sample(out, "prefixd_remote_lookup_blocks_total", "result=\"miss\"", r.lookup_misses);
   }
 }
 

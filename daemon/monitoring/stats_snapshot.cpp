@@ -96,6 +96,12 @@ StatsSnapshot read_stats(Engine& engine, const TierManager* tiers) {
       s.remote_io.corrupt_records = static_cast<int64_t>(r.corrupt_records);
       s.remote_io.unauthenticated_records = static_cast<int64_t>(r.unauthenticated_records);
       s.remote_io.pending_write_bytes = static_cast<int64_t>(r.pending_write_bytes);
+      s.remote_io.servers_in_ring = r.servers_in_ring;
+      s.remote_io.server_ejections = static_cast<int64_t>(r.server_ejections);
+      s.remote_io.lookup_hits = static_cast<int64_t>(r.lookup_hits);
+      s.remote_io.lookup_misses = static_cast<int64_t>(r.lookup_misses);
+      s.remote_io.server_states = r.server_states;
+      s.remote_io.generation = static_cast<int64_t>(r.generation);
     }
     s.onboard_bytes = static_cast<int64_t>(ts.onboard_bytes);
   }
@@ -113,11 +119,12 @@ StatsSnapshot stats_delta(const StatsSnapshot& now, const StatsSnapshot& before)
   d.host = tier_delta(now.host, before.host);
   d.disk = tier_delta(now.disk, before.disk);
   d.remote = tier_delta(now.remote, before.remote);
-  // servers and pending_write_bytes are gauges.
+  // servers, servers_in_ring, server_states and pending_write_bytes are gauges.
   take_increases(d.remote_io, now.remote_io, before.remote_io, &RemoteFigures::read_bytes,
                  &RemoteFigures::written_bytes, &RemoteFigures::writes_dropped,
                  &RemoteFigures::errors, &RemoteFigures::timeouts, &RemoteFigures::corrupt_records,
-                 &RemoteFigures::unauthenticated_records);
+                 &RemoteFigures::unauthenticated_records, &RemoteFigures::server_ejections,
+                 &RemoteFigures::lookup_hits, &RemoteFigures::lookup_misses);
   take_increases(d, now, before, &StatsSnapshot::prompt_tokens, &StatsSnapshot::prefill_tokens,
                  &StatsSnapshot::generated_tokens, &StatsSnapshot::onboard_bytes,
                  &StatsSnapshot::corrupt_records, &StatsSnapshot::unauthenticated_records,

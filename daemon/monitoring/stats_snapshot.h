@@ -4,6 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
+
+#include "storage/remote_servers.h"  // RemoteServerState
 
 #include "storage/lag_histogram.h"
 
@@ -40,6 +43,13 @@ struct RemoteFigures {
   int64_t corrupt_records = 0;          // values that failed a check: deleted, misses
   int64_t unauthenticated_records = 0;  // of those, the ones whose MAC did not verify
   int64_t pending_write_bytes = 0;      // gauge
+  int64_t servers_in_ring = 0;          // gauge: servers not taken out of the ring
+  int64_t server_ejections = 0;         // counter: times a server was taken out
+  int64_t lookup_hits = 0;              // counter: blocks /v1/cache/lookup (and the dashboard's
+                                        // prefix table) found in the pool
+  int64_t lookup_misses = 0;            // counter: ... asked for and not found
+  std::vector<RemoteServerState> server_states;  // [servers] now
+  int64_t generation = 0;               // gauge: the pool namespace's generation (DELETE bumps it)
 };
 
 struct StatsSnapshot {

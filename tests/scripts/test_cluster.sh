@@ -15,8 +15,12 @@
 #      request fails but those in flight at the kill; each system prompt
 #      stays on one replica, the victim's move and come from the remote tier
 #      (remote_tokens > 0, never recomputed), the others do not move;
-#   5. kill -9 of a memcached server: no request fails, the lost share is
-#      recomputed, and once written again every prompt is a full remote hit.
+#   5. a memcached server stopped with SIGSTOP leaves a replica's ring after a
+#      bounded number of timeouts (its lookups keep answering) and rejoins after
+#      SIGCONT; kill -9 of a memcached server: no request fails, the lost share is
+#      recomputed, and once written again every prompt is a full remote hit;
+#   6. DELETE /v1/cache on one replica makes another miss the cleared prompts
+#      in the pool (a generation bump), DELETE ?scope=local leaves the pool.
 # Every wait is bounded. Exit 77 = skipped (memcached, haproxy, curl or
 # python3 missing).
 # Usage: test_cluster.sh BUILD_DIR
@@ -139,6 +143,15 @@ cold=$(complete "$(url 0)" "$prompt")
 [[ $(field "$cold" .status) == 200 ]] || fail "cold completion on r1: $cold"
 [[ $(field "$cold" .cached_tokens) == 0 ]] || fail "the cold completion had cached tokens: $cold"
 wait_items $((items_before + full / block))
+# r2 holds nothing of it locally: /v1/cache/lookup asks the pool (existence
+# checks on r2's HTTP thread) and reports the remote run.
+lookup=$(curl -fsS -X POST "$(url 1)/v1/cache/lookup" -H 'Content-Type: application/json' \
+  -d "{\"prompt\": $prompt}") || fail "/v1/cache/lookup on r2"
+[[ $(field "$lookup" .remote_tokens) == "$full" && $(field "$lookup" .cached_tokens) == "$full" &&
+   $(field "$lookup" .device_tokens) == 0 ]] ||
+  fail "r2's lookup does not report the $full tokens in the pool: $lookup"
+(($(curl -fsS "$(url 1)/metrics" | awk '$1 == "prefixd_remote_lookup_blocks_total{result=\"hit\"}" {print $2}') ==
+  full / block)) || fail "r2's prefixd_remote_lookup_blocks_total{result=\"hit\"} is not $((full / block))"
 warm=$(complete "$(url 1)" "$prompt")
 [[ $(field "$warm" .status) == 200 ]] || fail "completion on r2: $warm"
 echo "1. r1 cold: prefill $(field "$cold" .prefill_tokens); r2: cached $(field "$warm" .cached_tokens)," \
@@ -273,6 +286,49 @@ for k in $(seq 0 $((n_mc - 1))); do
   [[ $(field "$r" .status) == 200 ]] || fail "completion on r$((a + 1)): $r"
 done
 wait_items $((items_before + n_mc * system_tokens / block))
+
+# --- 5a. a stalled memcached server (SIGSTOP) leaves the ring and comes back -----
+# It accepts connects (the kernel's backlog) and never answers: r$((b + 1))'s
+# lookups (which ask the pool, r$((b + 1)) holding none of these prompts) time out
+# on its blocks until --remote-cache-timeout-limit (3) timeouts in a row take it
+# out of the ring; then they no longer wait on it. Every lookup answers 200.
+metric() { curl -fsS "$1/metrics" | awk -v name="$2" '$1 == name {print $2; found = 1}
+  END {if (!found) print "absent"}'; }
+lookup_prompt() {
+  curl -sS -o "$work/lookup.json" -w '%{http_code}' -X POST "$(url "$b")/v1/cache/lookup" \
+    -H 'Content-Type: application/json' -d "{\"prompt\": $1}"
+}
+ejections_before=$(metric "$(url "$b")" prefixd_remote_server_ejections_total)
+[[ $ejections_before != absent ]] || fail "r$((b + 1))'s /metrics has no prefixd_remote_server_ejections_total"
+kill -STOP "${mc_pids[0]}"
+for n_lookups in $(seq 1 40); do
+  code=$(lookup_prompt "$(mc_prompt $((n_lookups % n_mc)) 43000)")
+  [[ $code == 200 ]] || fail "lookup with a stalled memcached answered $code: $(cat "$work/lookup.json")"
+  (($(metric "$(url "$b")" prefixd_remote_server_ejections_total) > ejections_before)) && break
+done
+(($(metric "$(url "$b")" prefixd_remote_server_ejections_total) > ejections_before)) ||
+  fail "the stalled memcached :${mc_ports[0]} was not taken out of the ring after $n_lookups lookups"
+[[ $(metric "$(url "$b")" prefixd_remote_servers_in_ring) == 1 ]] ||
+  fail "prefixd_remote_servers_in_ring is not 1 with a stalled server out"
+out=$(curl -fsS "$(url "$b")/v1/cache/stats" | jq -c '.tiers.remote.servers_out')
+[[ $(jq -r '.[0].server' <<<"$out") == "127.0.0.1:${mc_ports[0]}" ]] ||
+  fail "/v1/cache/stats does not list the stalled server as out: $out"
+echo "5a. SIGSTOP memcached :${mc_ports[0]}: out of r$((b + 1))'s ring after $n_lookups lookups ($out)"
+kill -CONT "${mc_pids[0]}"
+back=0
+for _ in $(seq 1 150); do  # at most 30 s: it is tried again 2 s after it left
+  code=$(lookup_prompt "$(mc_prompt 0 43000)")
+  [[ $code == 200 ]] || fail "lookup after SIGCONT answered $code: $(cat "$work/lookup.json")"
+  if [[ $(metric "$(url "$b")" prefixd_remote_servers_in_ring) == 2 ]] &&
+     (($(jq -r .remote_tokens "$work/lookup.json") >= system_tokens)); then
+    back=1
+    break
+  fi
+  sleep 0.2
+done
+((back == 1)) || fail "memcached :${mc_ports[0]} did not rejoin r$((b + 1))'s ring after SIGCONT: $(cat "$work/lookup.json")"
+echo "    SIGCONT: back in the ring, a lookup finds all $system_tokens system tokens again"
+
 kill -KILL "${mc_pids[0]}"
 wait "${mc_pids[0]}" 2>/dev/null || true
 echo "5. killed memcached :${mc_ports[0]}"
@@ -298,7 +354,11 @@ done
 # At most 5 rounds, 1 s apart (libmemcached ejects the dead server after
 # failed operations and retries it every few seconds).
 for round in 1 2 3 4 5; do
-  curl -fsS -X DELETE "$(url "$b")/v1/cache" >/dev/null || fail "DELETE /v1/cache on r$((b + 1))"
+  cleared=$(curl -fsS -X DELETE "$(url "$b")/v1/cache?scope=local") ||
+    fail "DELETE /v1/cache?scope=local on r$((b + 1))"
+  # This replica's tiers only: the shared pool stays (what this loop relies on).
+  [[ $(field "$cleared" .remote.cleared) == false ]] ||
+    fail "DELETE /v1/cache?scope=local cleared the remote tier: $cleared"
   recovered=0
   for k in $(seq 0 $((n_mc - 1))); do
     r=$(complete "$(url "$b")" "$(mc_prompt "$k" $((42000 + 100 * round + k)))")
@@ -312,6 +372,32 @@ done
 echo "   after $round rounds: $recovered of $n_mc system prompts wholly from the remote tier"
 ((recovered == n_mc)) || fail "the remote hit ratio did not recover ($recovered of $n_mc);" \
   "r$((b + 1))'s remote tier: $(curl -sS "$(url "$b")/v1/cache/stats" | jq -c '.tiers.remote // .remote')"
+
+# --- 6. DELETE /v1/cache on one replica clears the shared pool for the others --
+# r$((a + 1)) with its own tiers emptied finds a system prompt in the pool; after
+# DELETE /v1/cache on r$((b + 1)) (a generation bump in the pool) it no longer
+# does, within its generation refresh (1 s; waited for at most 10 s).
+curl -fsS -X DELETE "$(url "$a")/v1/cache?scope=local" >/dev/null || fail "DELETE ?scope=local on r$((a + 1))"
+lookup_on() {
+  curl -fsS -X POST "$(url "$1")/v1/cache/lookup" -H 'Content-Type: application/json' \
+    -d "{\"prompt\": $2}" || fail "/v1/cache/lookup on r$(($1 + 1))"
+}
+probe=$(mc_prompt 0 44000)
+l=$(lookup_on "$a" "$probe")
+(($(field "$l" .remote_tokens) >= system_tokens)) || fail "r$((a + 1)) does not find the prompt in the pool: $l"
+cleared=$(curl -fsS -X DELETE "$(url "$b")/v1/cache") || fail "DELETE /v1/cache on r$((b + 1))"
+[[ $(field "$cleared" .remote.cleared) == true ]] || fail "DELETE /v1/cache did not clear the pool: $cleared"
+gone=0
+for _ in $(seq 1 50); do
+  l=$(lookup_on "$a" "$probe")
+  (($(field "$l" .remote_tokens) == 0)) && { gone=1; break; }
+  sleep 0.2
+done
+((gone == 1)) || fail "r$((a + 1)) still finds the cleared prompt in the pool: $l"
+bad=$(curl -sS -o /dev/null -w '%{http_code}' -X DELETE "$(url "$b")/v1/cache?scope=everything")
+[[ $bad == 400 ]] || fail "DELETE /v1/cache?scope=everything answered $bad"
+echo "6. DELETE /v1/cache on r$((b + 1)): pool generation $(field "$cleared" .remote.generation);" \
+  "r$((a + 1)) misses the cleared prompt"
 
 for i in "${!pids[@]}"; do
   [[ r$((i + 1)) == "$victim" ]] && continue

@@ -158,6 +158,12 @@
       $('#tile-saved').textContent = fmtInt(cached);
       $('#tile-computed').textContent = fmtInt(T.prefill_tokens);
       $('#tile-requests').textContent = fmtInt(T.requests_hit) + ' / ' + fmtInt(T.requests_miss);
+      // Only with a remote tier: its servers in the ring and the blocks lookups found there.
+      $('#tile-remote-box').hidden = !T.remote;
+      if (T.remote) {
+        $('#tile-remote').textContent = T.remote.servers_in_ring + ' / ' + T.remote.servers + ' · ' +
+          fmtInt(T.remote.lookup_hits);
+      }
     }
     const last = state.samples[state.samples.length - 1];
     if (last) {
@@ -187,7 +193,8 @@
     }
     tbody.innerHTML = state.prefixes.map((p) => {
       const preview = p.preview == null ? '(token ids)' : p.preview.replace(/\s+/g, ' ');
-      const resident = p.resident.device_tokens + p.resident.host_tokens + p.resident.disk_tokens;
+      const resident = p.resident.device_tokens + p.resident.host_tokens + p.resident.disk_tokens +
+        (p.resident.remote_tokens || 0);
       return '<tr data-prefix-id="' + p.id + '" data-pinned="' + p.pinned + '" data-tokens="' + p.tokens + '">' +
         '<td><code>' + p.id + '</code></td>' +
         '<td class="preview" title="' + escapeHtml(preview) + '">' + escapeHtml(preview.slice(0, 120)) + '</td>' +
