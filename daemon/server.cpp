@@ -185,6 +185,29 @@ EngineOptions engine_options(const ServerOptions& o, const Model& model, const H
 // The tiers below the device pool: host RAM and, with a directory, disk; the
 // engine takes their deployment secret. Without tiers the secret is random
 // (nothing the engine caches outlives the process).
+// The disk and remote tiers' options from the flags (none where a flag is empty).
+void add_lower_tiers(Server::State& s, TierManagerOptions* to) {
+  const ServerOptions& o = s.options;
+  auto warn = [opts = &s.options](const std::string& line) { log_line(*opts, LogLevel::kWarn, line); };
+  if (!o.disk_cache_dir.empty()) {
+    DiskTierOptions d;
+    d.path = o.disk_cache_dir;
+    d.capacity_bytes = o.disk_cache_bytes();
+    d.allocator = to->allocator;
+    d.reset_on_corruption = o.disk_cache_reset_on_corruption;
+    d.log_warning = warn;
+    to->disk = d;
+  }
+  if (!o.remote_cache.empty()) {
+    RemoteTierOptions r;
+    r.servers = o.remote_servers;
+    r.timeout = std::chrono::milliseconds(o.remote_cache_timeout_ms);
+    r.timeout_limit = o.remote_cache_timeout_limit;
+    r.log_warning = warn;
+    to->remote = r;
+  }
+}
+
 Status open_tiers(Server::State& s, const Hash128& fingerprint, EngineOptions* eo) {
   const ServerOptions& o = s.options;
   const bool has_tiers = o.host_cache_gb > 0 || !o.disk_cache_dir.empty() || !o.remote_cache.empty();
@@ -207,26 +230,8 @@ Status open_tiers(Server::State& s, const Hash128& fingerprint, EngineOptions* e
     return static_cast<Backend*>(ctx)->alloc_host(n);
   };
   to.allocator.free = [](void* p, size_t, void* ctx) { static_cast<Backend*>(ctx)->free_host(p); };
-  if (!o.disk_cache_dir.empty()) {
-    DiskTierOptions d;
-    d.path = o.disk_cache_dir;
-    d.capacity_bytes = o.disk_cache_bytes();
-    d.allocator = to.allocator;
-    d.reset_on_corruption = o.disk_cache_reset_on_corruption;
-    d.log_warning = [opts = &s.options](const std::string& line) {
-      log_line(*opts, LogLevel::kWarn, line);
-    };
-    to.disk = d;
-  }
+  add_lower_tiers(s, &to);
   to.deployment_secret = o.deployment_secret;
-  if (!o.remote_cache.empty()) {
-    RemoteTierOptions r;
-    r.servers = o.remote_servers;
-    r.timeout = std::chrono::milliseconds(o.remote_cache_timeout_ms);
-    r.timeout_limit = o.remote_cache_timeout_limit;
-    r.log_warning = [opts = &s.options](const std::string& line) { log_line(*opts, LogLevel::kWarn, line); };
-    to.remote = r;
-  }
   auto wp = parse_write_policy(o.write_policy);
   if (!wp.ok()) return wp.status();
   to.write_policy = *wp;

@@ -6,9 +6,6 @@
 
 #include <libmemcached/memcached.h>
 #include <openssl/evp.h>
-#include <sched.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -473,15 +470,12 @@ memcached_return_t RemoteTier::Impl::store(memcached_st* memc, const std::string
 }
 
 void RemoteTier::Impl::writer_loop() {
-  // Writes run only on otherwise idle CPU time, as the disk tier's do
-  // (TierManager): sealing and sending 46 MB per 2000-token prompt must not
-  // slow the next prefill down. Under constant load the queue fills and
-  // writes are dropped (counted). Best effort: a refusal is harmless.
-  const pid_t tid = static_cast<pid_t>(syscall(SYS_gettid));
-  sched_param param{};
-  if (sched_setscheduler(tid, SCHED_IDLE, &param) != 0) {
-    (void)setpriority(PRIO_PROCESS, static_cast<id_t>(tid), 19);
-  }
+  // Writes run at the tiers' writer priority, as the disk tier's do
+  // (TierManager, writer_priority.h): sealing and sending 46 MB per
+  // 2000-token prompt takes a bounded share of the CPU under load (batch:N)
+  // or only idle time (idle: under constant load the queue fills and writes
+  // are dropped, counted). Best effort: a refusal is harmless.
+  const pid_t tid = apply_writer_priority(options.writer_priority);
   writer_tid.store(tid);
   std::unique_lock<std::mutex> lock(queue_mu);
   while (true) {
@@ -563,7 +557,8 @@ memcached_return_t RemoteTier::Impl::write_one(const PendingWrite& w) {
   return rc;
 }
 
-Result<std::unique_ptr<RemoteTier>> RemoteTier::open(const RemoteTierOptions& options) {
+// The options' bounds, each refusal naming the option and its value.
+static Status check_remote_options(const RemoteTierOptions& options) {
   if (options.servers.empty()) return Status::error("remote cache: no memcached servers given");
   if (options.record_bytes == 0) return Status::error("remote cache: record_bytes is 0");
   if (options.timeout.count() <= 0) {
@@ -589,6 +584,11 @@ Result<std::unique_ptr<RemoteTier>> RemoteTier::open(const RemoteTierOptions& op
     return Status::error("remote cache: generation_refresh must be positive (got " +
                          std::to_string(options.generation_refresh.count()) + " ms)");
   }
+  return Status::ok_status();
+}
+
+Result<std::unique_ptr<RemoteTier>> RemoteTier::open(const RemoteTierOptions& options) {
+  if (Status s = check_remote_options(options); !s.ok()) return s;
   // A server that does not answer now starts out of the ring (tried again
   // every retry_interval) as long as another one answers, so that a replica
   // starts while one cache server is down; its item size is then unchecked
@@ -656,10 +656,7 @@ bool RemoteTier::begin_shutdown(std::chrono::steady_clock::time_point deadline) 
   impl_->queue_changed.notify_all();
   const pid_t tid = impl_->writer_tid.load();
   if (tid == 0) return false;
-  // Leaving SCHED_IDLE (or nice 19) needs CAP_SYS_NICE or an RLIMIT_NICE of 20.
-  sched_param param{};
-  return sched_setscheduler(tid, SCHED_OTHER, &param) == 0 &&
-         setpriority(PRIO_PROCESS, static_cast<id_t>(tid), 0) == 0;
+  return raise_writer_to_normal(tid);
 }
 
 RemoteTier::~RemoteTier() {

@@ -17,6 +17,7 @@
 #include "common/result.h"
 #include "storage/block_record.h"
 #include "storage/remote_servers.h"  // RemoteServer, parse_remote_cache_url
+#include "storage/writer_priority.h"
 
 namespace prefixd {
 
@@ -54,6 +55,7 @@ struct RemoteTierOptions {
   std::chrono::milliseconds generation_refresh{1000};
   // Writes queued beyond this many bytes are dropped (counted).
   uint64_t max_pending_write_bytes = 256ull << 20;
+  WriterPriority writer_priority;  // the writer thread's CPU share (TierManager's, filled in there)
   HostAllocator allocator = default_host_allocator();  // buffers returned by get_chain()
   // Told one line per server that does not answer at open() (when another
   // one does). May be empty.

@@ -66,6 +66,7 @@ Result<std::unique_ptr<TierManager>> TierManager::create(const TierManagerOption
     RemoteTierOptions remote_options = *options.remote;
     remote_options.deployment_secret = tm->secret_;
     remote_options.record_bytes = block_record_bytes(options.geometry);
+    remote_options.writer_priority = options.writer_priority;
     remote_options.allocator = tm->options_.allocator;
     remote_options.pool_namespace = options.model_fingerprint;  // replicas of this model share it
     auto remote = RemoteTier::open(remote_options);
@@ -481,20 +482,8 @@ void TierManager::run_onboard(OnboardJob& job) {
 // cold restart waiting on the device's latency (page cache dropped, Zen 3 VM
 // disk: 46 MB in 162 ms at one read at a time); each get checks its record
 // (MAC, header, tokens).
-size_t TierManager::onboard_from_disk(const ChainQuery& query, size_t i, OnboardCompletion& c) {
-  const size_t n = query.hashes.size();
-  // The run of blocks the disk index (or host RAM) holds: a block in neither
-  // is left to the remote tier without a disk read.
-  size_t end = i;
-  while (end < n) {
-    const BlockKey key{query.namespace_seed, query.hashes[end]};
-    if (!disk_->contains(key) && (end == i || host_->peek(key) == nullptr)) break;
-    ++end;
-  }
-  if (end == i) return i;
-  const double t1 = now_s();
-  std::vector<RecordPtr> got(end - i);
-  std::vector<uint8_t> in_host(end - i, 0);  // a later block host RAM still holds
+void TierManager::read_disk_run(const ChainQuery& query, size_t i, std::vector<RecordPtr>& got,
+                                std::vector<uint8_t>& in_host) {
   auto read = [&](size_t j) {
     const BlockKey key{query.namespace_seed, query.hashes[i + j]};
     const RecordExpectations e = expectations(query, i + j);
@@ -522,6 +511,23 @@ size_t TierManager::onboard_from_disk(const ChainQuery& query, size_t i, Onboard
     read_rest(0);
     for (std::thread& t : helpers) t.join();
   }
+}
+
+size_t TierManager::onboard_from_disk(const ChainQuery& query, size_t i, OnboardCompletion& c) {
+  const size_t n = query.hashes.size();
+  // The run of blocks the disk index (or host RAM) holds: a block in neither
+  // is left to the remote tier without a disk read.
+  size_t end = i;
+  while (end < n) {
+    const BlockKey key{query.namespace_seed, query.hashes[end]};
+    if (!disk_->contains(key) && (end == i || host_->peek(key) == nullptr)) break;
+    ++end;
+  }
+  if (end == i) return i;
+  const double t1 = now_s();
+  std::vector<RecordPtr> got(end - i);
+  std::vector<uint8_t> in_host(end - i, 0);  // a later block host RAM still holds
+  read_disk_run(query, i, got, in_host);
   c.disk_seconds += now_s() - t1;
   for (size_t j = 0; j < got.size(); ++j, ++i) {
     const BlockKey key{query.namespace_seed, query.hashes[i]};

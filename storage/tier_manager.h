@@ -344,6 +344,10 @@ class TierManager {
                      std::chrono::steady_clock::time_point since);
   // Onboard steps: records for chain blocks [i, end) from disk (or host) and
   // from the remote tier, appended to c; each returns the next block index.
+  // Reads got.size() records of chain blocks [i, i + got.size()) from disk
+  // (or host RAM, flagged in in_host): the first alone, the rest with up to
+  // four readers; a record that fails its checks is left null.
+  void read_disk_run(const ChainQuery& query, size_t i, std::vector<RecordPtr>& got, std::vector<uint8_t>& in_host);
   size_t onboard_from_disk(const ChainQuery& query, size_t i, OnboardCompletion& c);
   size_t onboard_from_remote(const ChainQuery& query, size_t i, OnboardCompletion& c);
   RecordExpectations expectations(const ChainQuery& query, size_t i) const;

@@ -382,7 +382,7 @@ TEST_CASE("a table block that fails its checksum on read is a counted miss, neve
   std::vector<std::string> record_tables;
   {
     std::vector<rocksdb::ColumnFamilyDescriptor> families = {
-        {rocksdb::kDefaultColumnFamilyName, {}}, {"access", {}}, {"meta", {}}};
+        {rocksdb::kDefaultColumnFamilyName, {}}, {"access", {}}, {"meta", {}}, {"pins", {}}};
     std::vector<rocksdb::ColumnFamilyHandle*> handles;
     rocksdb::DB* db = nullptr;
     rocksdb::Status s =

@@ -191,6 +191,53 @@ json Dashboard::history_json(int64_t since_ms) const {
   return out;
 }
 
+// The tier holding most of a prefix (the first of equals, device first), or "none".
+static const char* main_tier(const LookupResult& r) {
+  if (r.cached_tokens() <= 0) return "none";
+  const std::pair<int32_t, const char*> by_tier[] = {
+      {r.device_tokens, "device"}, {r.host_tokens, "host"}, {r.disk_tokens, "disk"}, {r.remote_tokens, "remote"}};
+  const char* tier = "none";
+  int32_t most = -1;
+  for (const auto& [n, name] : by_tier) {
+    if (n > most) {
+      most = n;
+      tier = name;
+    }
+  }
+  return tier;
+}
+
+// One row of /v1/cache/prefixes' table: the tracked prefix `e` and where it lives now (`r`).
+json Dashboard::prefix_row(const PrefixEntry& e, const LookupResult& r, int64_t now_ms) const {
+  json row;
+  row["id"] = PrefixTracker::id_hex(e.id);
+  row["tokens"] = e.tokens.size();
+  row["requests"] = e.requests;
+  row["hits"] = e.hits;
+  row["cached_tokens"] = e.cached_tokens;
+  row["last_hit_tier"] = e.last_hit_tier.empty() ? json(nullptr) : json(e.last_hit_tier);
+  row["tier"] = main_tier(r);
+  row["resident"] = {{"device_tokens", r.device_tokens},
+                     {"host_tokens", r.host_tokens},
+                     {"disk_tokens", r.disk_tokens},
+                     {"remote_tokens", r.remote_tokens}};
+  row["pinned"] = e.pinned;
+  row["prefetches"] = e.prefetches;
+  row["first_seen_ms"] = e.first_seen_ms;
+  row["last_use_ms"] = e.last_use_ms;
+  row["last_use_age_ms"] = std::max<int64_t>(0, now_ms - e.last_use_ms);
+  row["cache_salt"] = e.cache_salt;
+  if (tokenizer_) {
+    const size_t n_preview = std::min<size_t>(e.tokens.size(), 48);
+    row["preview"] = tokenizer_->decode(std::vector<int32_t>(
+        e.tokens.begin(), e.tokens.begin() + static_cast<std::ptrdiff_t>(n_preview)));
+  } else {
+    row["preview"] = nullptr;
+  }
+  row["prompt"] = e.tokens;
+  return row;
+}
+
 json Dashboard::prefixes_json(size_t limit) {
   std::vector<PrefixEntry> hot = prefixes_.hottest(limit);
   // Where each prefix lives now. The lookups go out together so that the
@@ -204,52 +251,7 @@ json Dashboard::prefixes_json(size_t limit) {
   }
   const int64_t now_ms = unix_now_ms();
   json rows = json::array();
-  for (size_t i = 0; i < hot.size(); ++i) {
-    const PrefixEntry& e = hot[i];
-    const LookupResult r = residency[i].get();
-    const char* tier = "none";
-    if (r.cached_tokens() > 0) {
-      // The tier holding most of it (the first of equals, device first).
-      const std::pair<int32_t, const char*> by_tier[] = {{r.device_tokens, "device"},
-                                                         {r.host_tokens, "host"},
-                                                         {r.disk_tokens, "disk"},
-                                                         {r.remote_tokens, "remote"}};
-      int32_t most = -1;
-      for (const auto& [n, name] : by_tier) {
-        if (n > most) {
-          most = n;
-          tier = name;
-        }
-      }
-    }
-    json row;
-    row["id"] = PrefixTracker::id_hex(e.id);
-    row["tokens"] = e.tokens.size();
-    row["requests"] = e.requests;
-    row["hits"] = e.hits;
-    row["cached_tokens"] = e.cached_tokens;
-    row["last_hit_tier"] = e.last_hit_tier.empty() ? json(nullptr) : json(e.last_hit_tier);
-    row["tier"] = tier;
-    row["resident"] = {{"device_tokens", r.device_tokens},
-                       {"host_tokens", r.host_tokens},
-                       {"disk_tokens", r.disk_tokens},
-                       {"remote_tokens", r.remote_tokens}};
-    row["pinned"] = e.pinned;
-    row["prefetches"] = e.prefetches;
-    row["first_seen_ms"] = e.first_seen_ms;
-    row["last_use_ms"] = e.last_use_ms;
-    row["last_use_age_ms"] = std::max<int64_t>(0, now_ms - e.last_use_ms);
-    row["cache_salt"] = e.cache_salt;
-    if (tokenizer_) {
-      const size_t n_preview = std::min<size_t>(e.tokens.size(), 48);
-      row["preview"] = tokenizer_->decode(std::vector<int32_t>(
-          e.tokens.begin(), e.tokens.begin() + static_cast<std::ptrdiff_t>(n_preview)));
-    } else {
-      row["preview"] = nullptr;
-    }
-    row["prompt"] = e.tokens;
-    rows.push_back(std::move(row));
-  }
+  for (size_t i = 0; i < hot.size(); ++i) rows.push_back(prefix_row(hot[i], residency[i].get(), now_ms));
   json out;
   out["now_ms"] = now_ms;
   out["block_size"] = prefixes_.block_size();

@@ -18,6 +18,7 @@
 namespace prefixd {
 
 class Engine;
+struct LookupResult;
 class TierManager;
 class Tokenizer;
 struct Usage;
@@ -67,6 +68,7 @@ class Dashboard {
  private:
   void sampler_loop();
   void sample_now();
+  nlohmann::json prefix_row(const PrefixEntry& e, const LookupResult& r, int64_t now_ms) const;
 
   Engine* engine_;
   const TierManager* tiers_;

@@ -37,6 +37,58 @@ TierFigures tier_delta(const TierFigures& now, const TierFigures& before) {
   return d;
 }
 
+// The remote tier's figures (ts.has_remote).
+void read_remote_stats(const TierManagerStats& ts, StatsSnapshot& s) {
+  const RemoteTierStats& r = ts.remote;
+  s.remote.hits = static_cast<int64_t>(r.hits);
+  s.remote.misses = static_cast<int64_t>(r.misses);
+  s.remote.offload_blocks = static_cast<int64_t>(r.writes);
+  s.remote.offload_bytes = static_cast<int64_t>(r.written_bytes);
+  s.remote.onboard_blocks = static_cast<int64_t>(ts.onboard_remote_blocks);
+  s.remote_io.servers = r.servers;
+  s.remote_io.read_bytes = static_cast<int64_t>(r.read_bytes);
+  s.remote_io.written_bytes = static_cast<int64_t>(r.written_bytes);
+  s.remote_io.writes_dropped = static_cast<int64_t>(r.writes_dropped);
+  s.remote_io.errors = static_cast<int64_t>(r.errors);
+  s.remote_io.timeouts = static_cast<int64_t>(r.timeouts);
+  s.remote_io.corrupt_records = static_cast<int64_t>(r.corrupt_records);
+  s.remote_io.unauthenticated_records = static_cast<int64_t>(r.unauthenticated_records);
+  s.remote_io.pending_write_bytes = static_cast<int64_t>(r.pending_write_bytes);
+  s.remote_io.servers_in_ring = r.servers_in_ring;
+  s.remote_io.server_ejections = static_cast<int64_t>(r.server_ejections);
+  s.remote_io.lookup_hits = static_cast<int64_t>(r.lookup_hits);
+  s.remote_io.lookup_misses = static_cast<int64_t>(r.lookup_misses);
+  s.remote_io.server_states = r.server_states;
+  s.remote_io.generation = static_cast<int64_t>(r.generation);
+}
+
+// The host, disk and remote tiers' figures.
+void read_tier_stats(const TierManagerStats& ts, StatsSnapshot& s) {
+  s.has_host_tier = true;
+  s.has_disk_tier = ts.has_disk;
+  s.host = store_figures(ts.host);
+  if (ts.has_disk) {
+    s.disk = store_figures(ts.disk);
+    s.corrupt_records = static_cast<int64_t>(ts.disk.corrupt_records);
+    s.unauthenticated_records = static_cast<int64_t>(ts.disk.unauthenticated_records);
+    s.disk_write_errors = static_cast<int64_t>(ts.disk.write_errors);
+    s.disk_io_errors = static_cast<int64_t>(ts.disk.io_errors);
+    s.disk_writes_stopped = ts.disk.writes_stopped;
+    s.disk_writes_dropped = static_cast<int64_t>(ts.offload_dropped);
+    s.disk_pending_write_bytes = static_cast<int64_t>(ts.pending_offload_bytes);
+    s.disk_write_lag = ts.disk_write_lag;
+  }
+  s.host.offload_blocks = static_cast<int64_t>(ts.offload_host_blocks);
+  s.host.offload_bytes = static_cast<int64_t>(ts.offload_host_bytes);
+  s.host.onboard_blocks = static_cast<int64_t>(ts.onboard_host_blocks);
+  s.disk.offload_blocks = static_cast<int64_t>(ts.offload_disk_blocks);
+  s.disk.offload_bytes = static_cast<int64_t>(ts.offload_disk_bytes);
+  s.disk.onboard_blocks = static_cast<int64_t>(ts.onboard_disk_blocks);
+  s.has_remote_tier = ts.has_remote;
+  s.onboard_bytes = static_cast<int64_t>(ts.onboard_bytes);
+  if (ts.has_remote) read_remote_stats(ts, s);
+}
+
 }  // namespace
 
 StatsSnapshot read_stats(Engine& engine, const TierManager* tiers) {
@@ -57,54 +109,7 @@ StatsSnapshot read_stats(Engine& engine, const TierManager* tiers) {
   s.generated_tokens = es.generated_tokens;
   s.running = es.running;
   s.waiting = es.waiting;
-  if (tiers) {
-    const TierManagerStats ts = tiers->stats();
-    s.has_host_tier = true;
-    s.has_disk_tier = ts.has_disk;
-    s.host = store_figures(ts.host);
-    if (ts.has_disk) {
-      s.disk = store_figures(ts.disk);
-      s.corrupt_records = static_cast<int64_t>(ts.disk.corrupt_records);
-      s.unauthenticated_records = static_cast<int64_t>(ts.disk.unauthenticated_records);
-      s.disk_write_errors = static_cast<int64_t>(ts.disk.write_errors);
-      s.disk_io_errors = static_cast<int64_t>(ts.disk.io_errors);
-      s.disk_writes_stopped = ts.disk.writes_stopped;
-      s.disk_writes_dropped = static_cast<int64_t>(ts.offload_dropped);
-      s.disk_pending_write_bytes = static_cast<int64_t>(ts.pending_offload_bytes);
-      s.disk_write_lag = ts.disk_write_lag;
-    }
-    s.host.offload_blocks = static_cast<int64_t>(ts.offload_host_blocks);
-    s.host.offload_bytes = static_cast<int64_t>(ts.offload_host_bytes);
-    s.host.onboard_blocks = static_cast<int64_t>(ts.onboard_host_blocks);
-    s.disk.offload_blocks = static_cast<int64_t>(ts.offload_disk_blocks);
-    s.disk.offload_bytes = static_cast<int64_t>(ts.offload_disk_bytes);
-    s.disk.onboard_blocks = static_cast<int64_t>(ts.onboard_disk_blocks);
-    s.has_remote_tier = ts.has_remote;
-    if (ts.has_remote) {
-      const RemoteTierStats& r = ts.remote;
-      s.remote.hits = static_cast<int64_t>(r.hits);
-      s.remote.misses = static_cast<int64_t>(r.misses);
-      s.remote.offload_blocks = static_cast<int64_t>(r.writes);
-      s.remote.offload_bytes = static_cast<int64_t>(r.written_bytes);
-      s.remote.onboard_blocks = static_cast<int64_t>(ts.onboard_remote_blocks);
-      s.remote_io.servers = r.servers;
-      s.remote_io.read_bytes = static_cast<int64_t>(r.read_bytes);
-      s.remote_io.written_bytes = static_cast<int64_t>(r.written_bytes);
-      s.remote_io.writes_dropped = static_cast<int64_t>(r.writes_dropped);
-      s.remote_io.errors = static_cast<int64_t>(r.errors);
-      s.remote_io.timeouts = static_cast<int64_t>(r.timeouts);
-      s.remote_io.corrupt_records = static_cast<int64_t>(r.corrupt_records);
-      s.remote_io.unauthenticated_records = static_cast<int64_t>(r.unauthenticated_records);
-      s.remote_io.pending_write_bytes = static_cast<int64_t>(r.pending_write_bytes);
-      s.remote_io.servers_in_ring = r.servers_in_ring;
-      s.remote_io.server_ejections = static_cast<int64_t>(r.server_ejections);
-      s.remote_io.lookup_hits = static_cast<int64_t>(r.lookup_hits);
-      s.remote_io.lookup_misses = static_cast<int64_t>(r.lookup_misses);
-      s.remote_io.server_states = r.server_states;
-      s.remote_io.generation = static_cast<int64_t>(r.generation);
-    }
-    s.onboard_bytes = static_cast<int64_t>(ts.onboard_bytes);
-  }
+  if (tiers) read_tier_stats(tiers->stats(), s);
   // Reused prompt tokens by tier, as the engine counts them (with or without tiers).
   s.device.cached_tokens = es.cached_tokens_device;
   s.host.cached_tokens = es.cached_tokens_host;

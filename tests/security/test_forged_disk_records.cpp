@@ -51,7 +51,7 @@ int64_t disk_blocks(httplib::Client& c) {
 // how many it forged.
 int forge_every_record(const std::string& dir) {
   std::vector<rocksdb::ColumnFamilyDescriptor> families = {
-      {rocksdb::kDefaultColumnFamilyName, {}}, {"access", {}}, {"meta", {}}};
+      {rocksdb::kDefaultColumnFamilyName, {}}, {"access", {}}, {"meta", {}}, {"pins", {}}};
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* db = nullptr;
   rocksdb::Status s = rocksdb::DB::Open(rocksdb::DBOptions(), dir, families, &handles, &db);
