@@ -565,3 +565,37 @@ TEST_CASE("can_quantize accepts every weight type and F32/F16/BF16 convert exact
     CHECK(b[i] == bf16_to_f32(f32_to_bf16(x[i])));
   }
 }
+
+TEST_CASE("the Q4_K/Q5_K scale packing: one sub-block and all 8 at once read the same bytes, pack inverts them") {
+  // ggml's get_scale_min_k4, byte by byte: the layout k_scales.h writes once.
+  const auto ggml_scale_min = [](int j, const uint8_t* q, uint8_t* d, uint8_t* m) {
+    if (j < 4) {
+      *d = q[j] & 63;
+      *m = q[j + 4] & 63;
+    } else {
+      *d = static_cast<uint8_t>((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+      *m = static_cast<uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+  };
+  std::mt19937 rng(44);
+  for (int trial = 0; trial < 20000; ++trial) {
+    uint8_t packed[12];
+    for (uint8_t& b : packed) b = static_cast<uint8_t>(rng());  // any bytes: every bit is used
+    const quant::ScalesMinsK4 all = quant::scales_mins_k4(packed);
+    uint8_t ls[8], lm[8];
+    for (int j = 0; j < 8; ++j) {
+      uint8_t d, m, d_ref, m_ref;
+      quant::scale_min_k4(j, packed, &d, &m);
+      ggml_scale_min(j, packed, &d_ref, &m_ref);
+      REQUIRE(d == d_ref);
+      REQUIRE(m == m_ref);
+      REQUIRE(((all.scales >> (8 * j)) & 0xFF) == d);
+      REQUIRE(((all.mins >> (8 * j)) & 0xFF) == m);
+      ls[j] = d;
+      lm[j] = m;
+    }
+    uint8_t repacked[12];
+    quant::pack_scale_min_k4(ls, lm, repacked);
+    REQUIRE(std::memcmp(repacked, packed, 12) == 0);
+  }
+}

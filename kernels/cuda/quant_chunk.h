@@ -4,10 +4,13 @@
 // equals quant::dequantize_row's bit for bit. Host and device (PREFIXD_HD): the
 // CUDA kernels decode through it (quant_matvec.cu, quant_dequantize.cu) and
 // tests/test_cuda_launch.cpp checks it on the CPU against dequantize_row.
+// Formats with a header in kernels/quant/formats/ (Q4_0, Q4_1, Q5_0, Q5_1,
+// Q4_K, Q5_K) decode there, where their reference is the same code; the rest are written here.
 //
 // Block addresses only need 2-byte alignment (every block size is even and
-// rows are runs of whole blocks), so multi-byte fields are read as 16-bit words.
-// Everything lives in registers: no array is indexed with a runtime value.
+// rows are runs of whole blocks), so multi-byte fields are read as 16-bit words
+// (quant::chunk, formats/decode_ops.h). Everything lives in registers: no
+// array is indexed with a runtime value.
 #pragma once
 
 #include <cstdint>
@@ -19,153 +22,38 @@
 #include "kernels/quant/quant_blocks.h"
 #include "kernels/quant/weight_type.h"
 
-#if defined(__CUDA_ARCH__)
-#define PREFIXD_UNROLL _Pragma("unroll")
-#else
-#define PREFIXD_UNROLL
-#endif
-
 namespace prefixd::cuda {
 
 inline constexpr int32_t kQuantChunkValues = 8;  // values decoded at once
 
-namespace chunk {
-
-// A product / sum rounded on its own, as the host evaluates quant_blocks.h
-// (nvcc would otherwise contract `a * b - c` into one FMA).
-PREFIXD_HD float mul(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-PREFIXD_HD float add(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-PREFIXD_HD float sub(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fsub_rn(a, b);
-#else
-  return a - b;
-#endif
-}
-
-// Little-endian 16-bit word at a 2-byte aligned address.
-PREFIXD_HD uint32_t u16(const uint8_t* p) {
-#if defined(__CUDA_ARCH__)
-  return *reinterpret_cast<const uint16_t*>(p);
-#else
-  uint16_t v;
-  memcpy(&v, p, 2);
-  return v;
-#endif
-}
-PREFIXD_HD float f16(const uint8_t* p) { return f16_to_f32(static_cast<uint16_t>(u16(p))); }
-PREFIXD_HD uint32_t u32(const uint8_t* p) { return u16(p) | (u16(p + 2) << 16); }
-
-// Eight consecutive bytes at a 2-byte aligned address, held in two words.
-struct Bytes8 {
-  uint32_t lo, hi;  // bytes 0-3 and 4-7, little-endian
-  PREFIXD_HD uint32_t operator[](int t) const {
-    return ((t < 4 ? lo : hi) >> (8 * (t & 3))) & 0xFFu;
-  }
-};
-PREFIXD_HD Bytes8 bytes8(const uint8_t* p) { return {u32(p), u32(p + 4)}; }
-
-// The IQ4_NL code book (quant::iq4nl_value) packed little-endian in four
-// words, entry i (0..15) picked with a byte permute on the device.
-// (Scalars, not an array: device code may read constexpr scalars only.)
-inline constexpr uint32_t kIq4nl0 = 0xBFAD9881u, kIq4nl1 = 0xF6EADDCFu;  // entries 0-3, 4-7
-inline constexpr uint32_t kIq4nl2 = 0x26190D01u, kIq4nl3 = 0x71594535u;  // entries 8-11, 12-15
-PREFIXD_HD int iq4nl(uint32_t i) {
-  const uint32_t lo = (i & 8u) ? kIq4nl2 : kIq4nl0;
-  const uint32_t hi = (i & 8u) ? kIq4nl3 : kIq4nl1;
-#if defined(__CUDA_ARCH__)
-  const uint32_t b = __byte_perm(lo, hi, i & 7u);
-#else
-  const uint32_t b = static_cast<uint32_t>(((uint64_t(hi) << 32) | lo) >> (8 * (i & 7u)));
-#endif
-  return static_cast<int8_t>(b & 0xFFu);
-}
-
-// Nibble t of the 8 bytes q, low nibbles when shift is 0, high when 4.
-PREFIXD_HD int nibble(const Bytes8& q, int t, int shift) {
-  return static_cast<int>((q[t] >> shift) & 0xFu);
-}
-
-}  // namespace chunk
+namespace chunk = quant::chunk;  // the chunk arithmetic (formats/decode_ops.h)
 
 // Chunks<T>::decode(block, c, v): v (8) f32 = values 8c .. 8c + 7 of the block
 // at `block`, c in [0, kBlockValues / 8). Indices follow quant_blocks.h.
 template <WeightType T>
 struct Chunks;
 
+// The formats with a header in kernels/quant/formats/: its block's decoder.
+template <typename Block>
+struct BlockChunks {
+  static constexpr int kBlockValues = Block::kValues, kBlockBytes = sizeof(Block);
+  static PREFIXD_HD void decode(const uint8_t* b, int c, float (&v)[8]) { Block::decode_chunk(b, c, v); }
+};
+template <>
+struct Chunks<WeightType::Q4_0> : BlockChunks<quant::BlockQ4_0> {};
+template <>
+struct Chunks<WeightType::Q4_1> : BlockChunks<quant::BlockQ4_1> {};
+template <>
+struct Chunks<WeightType::Q5_0> : BlockChunks<quant::BlockQ5_0> {};
+template <>
+struct Chunks<WeightType::Q5_1> : BlockChunks<quant::BlockQ5_1> {};
+template <>
+struct Chunks<WeightType::Q4_K> : BlockChunks<quant::BlockQ4_K> {};
+template <>
+struct Chunks<WeightType::Q5_K> : BlockChunks<quant::BlockQ5_K> {};
+
 // The 32-value formats: value j < 16 in the low nibble of qs[j], j >= 16 in
 // the high nibble of qs[j - 16]; chunk c reads qs[8 (c & 1) ..] at shift 4 (c >> 1).
-
-template <>
-struct Chunks<WeightType::Q4_0> {  // d@0 qs@2
-  static constexpr int kBlockValues = 32, kBlockBytes = 18;
-  static PREFIXD_HD void decode(const uint8_t* b, int c, float (&v)[8]) {
-    const float d = chunk::f16(b);
-    const chunk::Bytes8 q = chunk::bytes8(b + 2 + 8 * (c & 1));
-    const int shift = 4 * (c >> 1);
-    PREFIXD_UNROLL
-    for (int t = 0; t < 8; ++t)
-      v[t] = chunk::mul(static_cast<float>(chunk::nibble(q, t, shift) - 8), d);
-  }
-};
-
-template <>
-struct Chunks<WeightType::Q4_1> {  // d@0 m@2 qs@4
-  static constexpr int kBlockValues = 32, kBlockBytes = 20;
-  static PREFIXD_HD void decode(const uint8_t* b, int c, float (&v)[8]) {
-    const float d = chunk::f16(b), m = chunk::f16(b + 2);
-    const chunk::Bytes8 q = chunk::bytes8(b + 4 + 8 * (c & 1));
-    const int shift = 4 * (c >> 1);
-    PREFIXD_UNROLL
-    for (int t = 0; t < 8; ++t)
-      v[t] = chunk::add(chunk::mul(static_cast<float>(chunk::nibble(q, t, shift)), d), m);
-  }
-};
-
-// Q5: the fifth bit of value j is bit j of qh.
-template <>
-struct Chunks<WeightType::Q5_0> {  // d@0 qh@2 qs@6
-  static constexpr int kBlockValues = 32, kBlockBytes = 22;
-  static PREFIXD_HD void decode(const uint8_t* b, int c, float (&v)[8]) {
-    const float d = chunk::f16(b);
-    const uint32_t qh = chunk::u32(b + 2) >> (8 * c);
-    const chunk::Bytes8 q = chunk::bytes8(b + 6 + 8 * (c & 1));
-    const int shift = 4 * (c >> 1);
-    PREFIXD_UNROLL
-    for (int t = 0; t < 8; ++t) {
-      const int x = chunk::nibble(q, t, shift) | static_cast<int>(((qh >> t) & 1u) << 4);
-      v[t] = chunk::mul(static_cast<float>(x - 16), d);
-    }
-  }
-};
-
-template <>
-struct Chunks<WeightType::Q5_1> {  // d@0 m@2 qh@4 qs@8
-  static constexpr int kBlockValues = 32, kBlockBytes = 24;
-  static PREFIXD_HD void decode(const uint8_t* b, int c, float (&v)[8]) {
-    const float d = chunk::f16(b), m = chunk::f16(b + 2);
-    const uint32_t qh = chunk::u32(b + 4) >> (8 * c);
-    const chunk::Bytes8 q = chunk::bytes8(b + 8 + 8 * (c & 1));
-    const int shift = 4 * (c >> 1);
-    PREFIXD_UNROLL
-    for (int t = 0; t < 8; ++t) {
-      const int x = chunk::nibble(q, t, shift) | static_cast<int>(((qh >> t) & 1u) << 4);
-      v[t] = chunk::add(chunk::mul(static_cast<float>(x), d), m);
-    }
-  }
-};
 
 template <>
 struct Chunks<WeightType::Q8_0> {  // d@0 qs@2, value j = qs[j]
@@ -231,48 +119,6 @@ struct Chunks<WeightType::Q3_K> {  // hmask@0 qs@32 scales@96 d@108
     for (int t = 0; t < 8; ++t) {
       const int x = static_cast<int>((q[t] >> (2 * j)) & 3u) - (((hm[t] >> m_bit) & 1u) ? 0 : 4);
       v[t] = chunk::mul(dl, static_cast<float>(x));
-    }
-  }
-};
-
-// Q4_K / Q5_K: value k in sub-block k / 32 (scale and min from scale_min_k4),
-// the low (even sub-block) or high nibble of qs[32 (k / 64) + k % 32].
-
-template <>
-struct Chunks<WeightType::Q4_K> {  // d@0 dmin@2 scales@4 qs@16
-  static constexpr int kBlockValues = 256, kBlockBytes = 144;
-  static PREFIXD_HD void decode(const uint8_t* b, int c, float (&v)[8]) {
-    const int k = 8 * c, is = k >> 5, l = k & 31;
-    const float d = chunk::f16(b), dmin = chunk::f16(b + 2);
-    uint8_t sc, m;
-    quant::scale_min_k4(is, b + 4, &sc, &m);
-    const float d1 = chunk::mul(d, static_cast<float>(sc)),
-                m1 = chunk::mul(dmin, static_cast<float>(m));
-    const chunk::Bytes8 q = chunk::bytes8(b + 16 + 32 * (k >> 6) + l);
-    const int shift = 4 * (is & 1);
-    PREFIXD_UNROLL
-    for (int t = 0; t < 8; ++t)
-      v[t] = chunk::sub(chunk::mul(d1, static_cast<float>(chunk::nibble(q, t, shift))), m1);
-  }
-};
-
-template <>
-struct Chunks<WeightType::Q5_K> {  // d@0 dmin@2 scales@4 qh@16 qs@48; fifth bit: bit is of qh[l]
-  static constexpr int kBlockValues = 256, kBlockBytes = 176;
-  static PREFIXD_HD void decode(const uint8_t* b, int c, float (&v)[8]) {
-    const int k = 8 * c, is = k >> 5, l = k & 31;
-    const float d = chunk::f16(b), dmin = chunk::f16(b + 2);
-    uint8_t sc, m;
-    quant::scale_min_k4(is, b + 4, &sc, &m);
-    const float d1 = chunk::mul(d, static_cast<float>(sc)),
-                m1 = chunk::mul(dmin, static_cast<float>(m));
-    const chunk::Bytes8 q = chunk::bytes8(b + 48 + 32 * (k >> 6) + l);
-    const chunk::Bytes8 qh = chunk::bytes8(b + 16 + l);
-    const int shift = 4 * (is & 1);
-    PREFIXD_UNROLL
-    for (int t = 0; t < 8; ++t) {
-      const int x = chunk::nibble(q, t, shift) + (((qh[t] >> is) & 1u) ? 16 : 0);
-      v[t] = chunk::sub(chunk::mul(d1, static_cast<float>(x)), m1);
     }
   }
 };

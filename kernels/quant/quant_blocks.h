@@ -13,6 +13,10 @@
 #include <cstring>
 
 #include "kernels/dtype.h"
+#include "kernels/quant/formats/decode_ops.h"
+#include "kernels/quant/formats/q4_0.h"
+#include "kernels/quant/formats/q4_k.h"
+#include "kernels/quant/formats/q5_0.h"
 #include "kernels/quant/weight_type.h"
 
 #if defined(PREFIXD_ISA_NS)
@@ -21,31 +25,9 @@ namespace prefixd::cpu::PREFIXD_ISA_NS::quant {
 namespace prefixd::quant {
 #endif
 
-constexpr int kQK = 32;    // values per block of the 32-value formats
-constexpr int kQKK = 256;  // values per super-block of the K and XS formats
+// kQK, kQKK: formats/decode_ops.h. Formats with their own header there:
+// Q4_0, Q4_1 (q4_0.h), Q5_0, Q5_1 (q5_0.h), Q4_K, Q5_K (q4_k.h).
 
-// w = d * (q - 8), q 4 bits; value j in the low nibble of qs[j], j + 16 in the high.
-struct BlockQ4_0 {
-  uint16_t d;
-  uint8_t qs[kQK / 2];
-};
-// w = d * q + m.
-struct BlockQ4_1 {
-  uint16_t d, m;
-  uint8_t qs[kQK / 2];
-};
-// w = d * (q - 16), q 5 bits: the fifth bit of value j is bit j of qh.
-struct BlockQ5_0 {
-  uint16_t d;
-  uint8_t qh[4];
-  uint8_t qs[kQK / 2];
-};
-// w = d * q + m, q 5 bits.
-struct BlockQ5_1 {
-  uint16_t d, m;
-  uint8_t qh[4];
-  uint8_t qs[kQK / 2];
-};
 // w = d * q, q signed 8 bits.
 struct BlockQ8_0 {
   uint16_t d;
@@ -68,19 +50,6 @@ struct BlockQ3_K {
   uint8_t qs[kQKK / 4];
   uint8_t scales[12];
   uint16_t d;
-};
-// 8 sub-blocks of 32 with 6-bit scales and mins packed in 12 bytes; q 4 bits.
-struct BlockQ4_K {
-  uint16_t d, dmin;
-  uint8_t scales[12];
-  uint8_t qs[kQKK / 2];
-};
-// As Q4_K with a fifth bit per value in qh.
-struct BlockQ5_K {
-  uint16_t d, dmin;
-  uint8_t scales[12];
-  uint8_t qh[kQKK / 8];
-  uint8_t qs[kQKK / 2];
 };
 // 16 sub-blocks of 16 with 8-bit signed scales; q 6 bits (4 in ql, 2 in qh), offset 32.
 struct BlockQ6_K {
@@ -121,17 +90,6 @@ PREFIXD_HD int8_t iq4nl_value(int i) {
   return kValues[i];
 }
 
-// Scale and min of sub-block j (0..7) of a Q4_K / Q5_K block: 6 bits each.
-PREFIXD_HD void scale_min_k4(int j, const uint8_t* q, uint8_t* d, uint8_t* m) {
-  if (j < 4) {
-    *d = q[j] & 63;
-    *m = q[j + 4] & 63;
-  } else {
-    *d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
-}
-
 // The 16 signed 6-bit scales of a Q3_K block (stored biased by 32).
 PREFIXD_HD void q3_k_scales(const uint8_t* packed, int8_t* out) {
   uint32_t aux[4];
@@ -143,46 +101,6 @@ PREFIXD_HD void q3_k_scales(const uint8_t* packed, int8_t* out) {
   aux[0] = (aux[0] & kmask2) | (((tmp >> 0) & kmask1) << 4);
   aux[1] = (aux[1] & kmask2) | (((tmp >> 2) & kmask1) << 4);
   memcpy(out, aux, 16);
-}
-
-PREFIXD_HD void dequant_q4_0(const BlockQ4_0& b, float* y) {
-  const float d = f16_to_f32(b.d);
-  for (int j = 0; j < kQK / 2; ++j) {
-    y[j] = static_cast<float>((b.qs[j] & 0x0F) - 8) * d;
-    y[j + kQK / 2] = static_cast<float>((b.qs[j] >> 4) - 8) * d;
-  }
-}
-
-PREFIXD_HD void dequant_q4_1(const BlockQ4_1& b, float* y) {
-  const float d = f16_to_f32(b.d), m = f16_to_f32(b.m);
-  for (int j = 0; j < kQK / 2; ++j) {
-    y[j] = static_cast<float>(b.qs[j] & 0x0F) * d + m;
-    y[j + kQK / 2] = static_cast<float>(b.qs[j] >> 4) * d + m;
-  }
-}
-
-PREFIXD_HD void dequant_q5_0(const BlockQ5_0& b, float* y) {
-  const float d = f16_to_f32(b.d);
-  uint32_t qh;
-  memcpy(&qh, b.qh, 4);
-  for (int j = 0; j < kQK / 2; ++j) {
-    const int xh0 = ((qh >> j) << 4) & 0x10;
-    const int xh1 = (qh >> (j + 12)) & 0x10;
-    y[j] = static_cast<float>(((b.qs[j] & 0x0F) | xh0) - 16) * d;
-    y[j + kQK / 2] = static_cast<float>(((b.qs[j] >> 4) | xh1) - 16) * d;
-  }
-}
-
-PREFIXD_HD void dequant_q5_1(const BlockQ5_1& b, float* y) {
-  const float d = f16_to_f32(b.d), m = f16_to_f32(b.m);
-  uint32_t qh;
-  memcpy(&qh, b.qh, 4);
-  for (int j = 0; j < kQK / 2; ++j) {
-    const int xh0 = ((qh >> j) << 4) & 0x10;
-    const int xh1 = (qh >> (j + 12)) & 0x10;
-    y[j] = static_cast<float>((b.qs[j] & 0x0F) | xh0) * d + m;
-    y[j + kQK / 2] = static_cast<float>((b.qs[j] >> 4) | xh1) * d + m;
-  }
 }
 
 PREFIXD_HD void dequant_q8_0(const BlockQ8_0& b, float* y) {
@@ -231,39 +149,6 @@ PREFIXD_HD void dequant_q3_k(const BlockQ3_K& b, float* y) {
       m = static_cast<uint8_t>(m << 1);
     }
     q += 32;
-  }
-}
-
-PREFIXD_HD void dequant_q4_k(const BlockQ4_K& b, float* y) {
-  const float d = f16_to_f32(b.d), dmin = f16_to_f32(b.dmin);
-  const uint8_t* q = b.qs;
-  for (int is = 0; is < 8; is += 2) {
-    uint8_t sc, m;
-    scale_min_k4(is, b.scales, &sc, &m);
-    const float d1 = d * static_cast<float>(sc), m1 = dmin * static_cast<float>(m);
-    scale_min_k4(is + 1, b.scales, &sc, &m);
-    const float d2 = d * static_cast<float>(sc), m2 = dmin * static_cast<float>(m);
-    for (int l = 0; l < 32; ++l) *y++ = d1 * static_cast<float>(q[l] & 0xF) - m1;
-    for (int l = 0; l < 32; ++l) *y++ = d2 * static_cast<float>(q[l] >> 4) - m2;
-    q += 32;
-  }
-}
-
-PREFIXD_HD void dequant_q5_k(const BlockQ5_K& b, float* y) {
-  const float d = f16_to_f32(b.d), dmin = f16_to_f32(b.dmin);
-  const uint8_t* ql = b.qs;
-  uint8_t u1 = 1, u2 = 2;
-  for (int is = 0; is < 8; is += 2) {
-    uint8_t sc, m;
-    scale_min_k4(is, b.scales, &sc, &m);
-    const float d1 = d * static_cast<float>(sc), m1 = dmin * static_cast<float>(m);
-    scale_min_k4(is + 1, b.scales, &sc, &m);
-    const float d2 = d * static_cast<float>(sc), m2 = dmin * static_cast<float>(m);
-    for (int l = 0; l < 32; ++l) *y++ = d1 * static_cast<float>((ql[l] & 0xF) + (b.qh[l] & u1 ? 16 : 0)) - m1;
-    for (int l = 0; l < 32; ++l) *y++ = d2 * static_cast<float>((ql[l] >> 4) + (b.qh[l] & u2 ? 16 : 0)) - m2;
-    ql += 32;
-    u1 = static_cast<uint8_t>(u1 << 2);
-    u2 = static_cast<uint8_t>(u2 << 2);
   }
 }
 

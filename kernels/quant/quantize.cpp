@@ -451,22 +451,6 @@ void quantize_q3_k(const float* x, BlockQ3_K* y, int64_t nb) {
   }
 }
 
-// The 6-bit scales and mins of Q4_K / Q5_K: sub-blocks 0-3 in the low 6 bits
-// of bytes 0-3 (scales) and 4-7 (mins); 4-7 in bytes 8-11, high bits in the top
-// two bits of bytes 0-7 (the inverse of scale_min_k4).
-void pack_scale_min_k4(const uint8_t* ls, const uint8_t* lm, uint8_t* scales) {
-  for (int j = 0; j < 8; ++j) {
-    if (j < 4) {
-      scales[j] = ls[j];
-      scales[j + 4] = lm[j];
-    } else {
-      scales[j + 4] = static_cast<uint8_t>((ls[j] & 0xF) | ((lm[j] & 0xF) << 4));
-      scales[j - 4] = static_cast<uint8_t>(scales[j - 4] | ((ls[j] >> 4) << 6));
-      scales[j] = static_cast<uint8_t>(scales[j] | ((lm[j] >> 4) << 6));
-    }
-  }
-}
-
 // Q4_K (nmax 15) and Q5_K (nmax 31): 8 sub-blocks of 32 with a scale and a
 // min each, searched by make_qkx2_quants, then quantized to 6 bits against
 // the block's FP16 d and dmin. Writes the levels to L and the header to d,
@@ -493,7 +477,7 @@ void quantize_k_scale_min(const float* x, int nmax, float rmin, float rdelta, in
     ls[j] = std::min<uint8_t>(63, static_cast<uint8_t>(nearest_int(inv_scale * scales[j])));
     lm[j] = std::min<uint8_t>(63, static_cast<uint8_t>(nearest_int(inv_min * mins[j])));
   }
-  pack_scale_min_k4(ls, lm, scales_out);
+  pack_scale_min_k4(ls, lm, scales_out);  // formats/k_scales.h
   *d_out = f32_to_f16(max_scale / 63.f);
   *dmin_out = f32_to_f16(max_min / 63.f);
   for (int j = 0; j < kQKK / 32; ++j) {

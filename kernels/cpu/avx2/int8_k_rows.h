@@ -51,8 +51,7 @@ struct Scales {
 // Q4_K and Q5_K: the 8 scales as words in both halves, the mins against x's sums per 32.
 template <typename Block>
 PREFIXD_VEC_INLINE void scales_mins(const Block& b, Scales& s) {
-  static_assert(offsetof(Block, scales) + 16 <= sizeof(Block));
-  const __m128i sm = I8::scales_mins_k4(b.scales);  // reads 16 bytes
+  const __m128i sm = I8::scales_mins_k4(b.scales);  // formats/k_scales.h's unpack
   s.words[0] = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
   s.aux = _mm256_castsi128_si256(_mm_cvtepu8_epi16(_mm_srli_si128(sm, 8)));
   uint32_t d_dmin;  // d and dmin, two F16 side by side

@@ -107,8 +107,7 @@ PREFIXD_VEC_INLINE Z nibbles32(const uint8_t* p) {
 // Q4_K and Q5_K: the 8 scales in pairs, the mins against x's sums per 32.
 template <typename Block>
 PREFIXD_VEC_INLINE void scales_mins(const Block& b, Unpacked& u) {
-  static_assert(offsetof(Block, scales) + 16 <= sizeof(Block));
-  const __m128i sm = I8::scales_mins_k4(b.scales);  // reads 16 bytes
+  const __m128i sm = I8::scales_mins_k4(b.scales);  // formats/k_scales.h's unpack
   const Z lanes = _mm512_broadcast_i32x4(sm);
 #pragma GCC unroll 4
   for (int j = 0; j < 4; ++j) u.sc[j] = _mm512_shuffle_epi8(lanes, load64(kPairMasks.m[j]));

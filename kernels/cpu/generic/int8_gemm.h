@@ -84,59 +84,31 @@ PREFIXD_VEC_INLINE void prefetch_ahead(const uint8_t* w, int64_t step, size_t di
 // when kSigned, else unsigned), a float scale per group and, when kMin, the
 // group's constant term: value = scale * q + min.
 
-// Q4_0 and Q5_0 keep their values unsigned (0..15, 0..31): the offset of 8 or
-// 16 is a min of -8d or -16d, cheaper than signed bytes (vpabsb + vpsignb).
-struct FmtQ4_0 {
-  using Block = quant::BlockQ4_0;
+// Q4_0/Q4_1 (kernels/quant/formats/q4_0.h) and Q5_0/Q5_1 (q5_0.h), unpacked
+// as those headers write it on this layer. Values stay unsigned (0..15,
+// 0..31): the offset of 8 or 16 of Q4_0 and Q5_0 is a min of -8d or -16d,
+// cheaper than signed bytes (vpabsb + vpsignb).
+template <typename BlockT>
+struct FmtQ4 {
+  using Block = BlockT;
   static constexpr int kSub = 1;
   static constexpr bool kSuper = false;
   static constexpr bool kSigned = false, kMin = true;
   static PREFIXD_VEC_INLINE void unpack(const Block& b, B* q, float* sc, float* mn) {
-    q[0] = I8::nibbles16(b.qs);
-    sc[0] = I8::half(b.d);
-    mn[0] = -8.0f * sc[0];
+    quant::int8_unpack_q4<I8>(b, q, sc, mn);
   }
 };
+using FmtQ4_0 = FmtQ4<quant::BlockQ4_0>;
+using FmtQ4_1 = FmtQ4<quant::BlockQ4_1>;
 
-struct FmtQ4_1 {
-  using Block = quant::BlockQ4_1;
-  static constexpr int kSub = 1;
-  static constexpr bool kSuper = false;
-  static constexpr bool kSigned = false, kMin = true;
-  static PREFIXD_VEC_INLINE void unpack(const Block& b, B* q, float* sc, float* mn) {
-    q[0] = I8::nibbles16(b.qs);
-    sc[0] = I8::half(b.d);
-    mn[0] = I8::half(b.m);
+template <typename BlockT>
+struct FmtQ5 : FmtQ4<BlockT> {
+  static PREFIXD_VEC_INLINE void unpack(const BlockT& b, B* q, float* sc, float* mn) {
+    quant::int8_unpack_q5<I8>(b, q, sc, mn);
   }
 };
-
-struct FmtQ5_0 {
-  using Block = quant::BlockQ5_0;
-  static constexpr int kSub = 1;
-  static constexpr bool kSuper = false;
-  static constexpr bool kSigned = false, kMin = true;
-  static PREFIXD_VEC_INLINE void unpack(const Block& b, B* q, float* sc, float* mn) {
-    uint32_t qh;
-    std::memcpy(&qh, b.qh, 4);
-    q[0] = I8::or_(I8::nibbles16(b.qs), I8::bits32(qh, 0x10));
-    sc[0] = I8::half(b.d);
-    mn[0] = -16.0f * sc[0];
-  }
-};
-
-struct FmtQ5_1 {
-  using Block = quant::BlockQ5_1;
-  static constexpr int kSub = 1;
-  static constexpr bool kSuper = false;
-  static constexpr bool kSigned = false, kMin = true;
-  static PREFIXD_VEC_INLINE void unpack(const Block& b, B* q, float* sc, float* mn) {
-    uint32_t qh;
-    std::memcpy(&qh, b.qh, 4);
-    q[0] = I8::or_(I8::nibbles16(b.qs), I8::bits32(qh, 0x10));
-    sc[0] = I8::half(b.d);
-    mn[0] = I8::half(b.m);
-  }
-};
+using FmtQ5_0 = FmtQ5<quant::BlockQ5_0>;
+using FmtQ5_1 = FmtQ5<quant::BlockQ5_1>;
 
 struct FmtQ8_0 {
   using Block = quant::BlockQ8_0;
@@ -200,28 +172,25 @@ struct KUnpacked {
   float d, dmin;
 };
 
-// The 8 six-bit scales and mins of a Q4_K/Q5_K block (12 bytes, packed as
-// quant::scale_min_k4 reads them one by one), from four 32-bit words.
-PREFIXD_VEC_INLINE void scales_mins_k4(const uint8_t* packed, uint8_t* scales, uint8_t* mins) {
-  uint32_t u[3];
-  std::memcpy(u, packed, 12);
-  const uint32_t low6 = 0x3f3f3f3fu, low4 = 0x0f0f0f0fu, low2 = 0x03030303u;
-  const uint32_t sc[2] = {u[0] & low6, (u[2] & low4) | (((u[0] >> 6) & low2) << 4)};
-  const uint32_t mn[2] = {u[1] & low6, ((u[2] >> 4) & low4) | (((u[1] >> 6) & low2) << 4)};
-  std::memcpy(scales, sc, 8);
-  std::memcpy(mins, mn, 8);
-}
-
-// Q4_K and Q5_K share their scales and mins (scales_mins_k4) and how they
-// apply: the group scale inside vpmaddwd, the mins against x's sums per 32.
+// Q4_K and Q5_K (kernels/quant/formats/q4_k.h): the groups as q4_k.h
+// unpacks them on this layer, the scales and mins from its k_scales.h; the
+// group scale applies inside vpmaddwd, the mins against x's sums per 32.
 struct ScaleMinK {
   static constexpr bool kSuper = true, kSigned = false, kExtra = true;
+  // q (8): the 8 groups of 32 unsigned values.
   template <typename Block>
-  static PREFIXD_VEC_INLINE void unpack_scales(const Block& b, KUnpacked& u) {
+  static PREFIXD_VEC_INLINE void groups(const Block& b, B* q) {
+    quant::int8_groups_k4<I8>(b, q);
+  }
+  template <typename Block>
+  static PREFIXD_VEC_INLINE void unpack(const Block& b, KUnpacked& u) {
+    groups(b, u.q);
     u.d = I8::half(b.d);
     u.dmin = I8::half(b.dmin);
+    const quant::ScalesMinsK4 sm = quant::scales_mins_k4(b.scales);
     uint8_t sc[8], mn[8];
-    scales_mins_k4(b.scales, sc, mn);
+    std::memcpy(sc, &sm.scales, 8);
+    std::memcpy(mn, &sm.mins, 8);
     u.scales[0] = I8::widen_u8x8(sc);
     for (int k = 0; k < 8; ++k) u.aux[k] = mn[k];
   }
@@ -233,28 +202,10 @@ struct ScaleMinK {
 
 struct FmtQ4_K : ScaleMinK {
   using Block = quant::BlockQ4_K;
-  static PREFIXD_VEC_INLINE void unpack(const Block& b, KUnpacked& u) {
-    for (int j = 0; j < 4; ++j) {
-      const B v = I8::load(b.qs + 32 * j);
-      u.q[2 * j] = I8::lo4(v);
-      u.q[2 * j + 1] = I8::hi4(v);
-    }
-    unpack_scales(b, u);
-  }
 };
 
-// Q5_K: Q4_K's nibbles with a fifth bit per value from qh.
 struct FmtQ5_K : ScaleMinK {
   using Block = quant::BlockQ5_K;
-  static PREFIXD_VEC_INLINE void unpack(const Block& b, KUnpacked& u) {
-    const B h = I8::load(b.qh);
-    for (int j = 0; j < 4; ++j) {
-      const B v = I8::load(b.qs + 32 * j);
-      u.q[2 * j] = I8::or_(I8::lo4(v), I8::test(h, static_cast<uint8_t>(1u << (2 * j)), 0x10));
-      u.q[2 * j + 1] = I8::or_(I8::hi4(v), I8::test(h, static_cast<uint8_t>(2u << (2 * j)), 0x10));
-    }
-    unpack_scales(b, u);
-  }
 };
 
 // The formats of 16 groups of 16 (Q2_K, Q3_K, Q6_K): 16 signed 8-bit scales,

@@ -36,12 +36,15 @@ struct Group {
 // The groups of block b of a row: 1 for the 32-value formats, 8 for Q4_K/Q5_K.
 template <class Fmt>
 PREFIXD_VEC_INLINE int unpack_block(const typename Fmt::Block& b, Group* g) {
-  if constexpr (Fmt::kSuper) {
-    i8gemm::KUnpacked u;
-    Fmt::unpack(b, u);
-    uint8_t sc[8], mn[8];
-    i8gemm::scales_mins_k4(b.scales, sc, mn);
-    for (int k = 0; k < 8; ++k) g[k] = {u.q[k], u.d * sc[k], -u.dmin * mn[k]};
+  if constexpr (Fmt::kSuper) {  // Q4_K/Q5_K: the groups, and the scales unpacked once (k_scales.h)
+    i8gemm::B q[8];
+    Fmt::groups(b, q);
+    const quant::ScalesMinsK4 sm = quant::scales_mins_k4(b.scales);
+    const float d = I8::half(b.d), dmin = I8::half(b.dmin);
+    for (int k = 0; k < 8; ++k) {
+      g[k] = {q[k], d * static_cast<float>(quant::byte_of(sm.scales, k)),
+              -dmin * static_cast<float>(quant::byte_of(sm.mins, k))};
+    }
     return 8;
   } else {
     i8gemm::B q[1];

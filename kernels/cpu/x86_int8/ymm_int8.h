@@ -15,6 +15,8 @@
 
 #include <cstdint>
 
+#include "kernels/quant/formats/k_scales.h"
+
 namespace prefixd::cpu::PREFIXD_ISA_NS {
 
 // Everything of I8 but its register tile: the set adds
@@ -75,19 +77,12 @@ struct YmmInt8 {
   // A block's F16 scale (F16C; scales are finite in every valid file).
   static PREFIXD_VEC_INLINE float half(uint16_t h) { return _cvtsh_ss(h); }
 
-  // Q4_K and Q5_K: the 8 six-bit scales and mins of the 12 packed bytes (as
-  // quant::scale_min_k4 reads them): 32-bit words u0, u1, u2 give scales 0-3 =
-  // u0 & 0x3f.., mins 0-3 = u1 & 0x3f.., scales 4-7 = (u2 & 0x0f..) | the top 2
-  // bits of u0's bytes, mins 4-7 = (u2 >> 4 & 0x0f..) | u1's top bits. Returns
-  // scales 0..7 in bytes 0..7, mins in bytes 8..15. Reads 16 bytes from
-  // `packed` (the 4 after the 12 are the block's next field).
+  // Q4_K and Q5_K: the 8 six-bit scales and mins of the 12 packed bytes
+  // (quant::scales_mins_k4, formats/k_scales.h): scales 0..7 in bytes 0..7,
+  // mins in bytes 8..15.
   static PREFIXD_VEC_INLINE __m128i scales_mins_k4(const uint8_t* packed) {
-    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed));
-    const __m128i low = _mm_and_si128(v, _mm_set1_epi8(0x3f));                       // [sc0-3, mn0-3, ..]
-    const __m128i top = _mm_and_si128(_mm_srli_epi32(v, 2), _mm_set1_epi8(0x30));   // u0's, u1's top bits at 4-5
-    const __m128i u2 = _mm_srlv_epi32(_mm_shuffle_epi32(v, 0xAA), _mm_setr_epi32(0, 4, 0, 0));
-    const __m128i high = _mm_or_si128(_mm_and_si128(u2, _mm_set1_epi8(0x0f)), top);  // [sc4-7, mn4-7, ..]
-    return _mm_unpacklo_epi32(low, high);                                          // [sc0-3, sc4-7, mn0-3, mn4-7]
+    const quant::ScalesMinsK4 sm = quant::scales_mins_k4(packed);
+    return _mm_set_epi64x(static_cast<long long>(sm.mins), static_cast<long long>(sm.scales));
   }
 
   // out[j] = p[j] * s for 8 unsigned bytes (K-format scales and mins).

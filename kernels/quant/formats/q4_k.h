@@ -1,0 +1,135 @@
+// Q4_K and Q5_K, the home of their decoding: the block layout, the scalar
+// reference (ggml's dequantize_row_q4_K / q5_K values), the host/device chunk
+// decoder the CUDA kernels run (the reference is a loop over it, so host and
+// device decode from this one source), and, for the CPU sets, the F32 rows and
+// the int8 groups written once over a set's vector layer. The 12-byte scale
+// packing is k_scales.h's. The sets' own register schedules
+// (avx2/int8_k_rows.h, avx512/int8_k_rows.h) read the same layout and take
+// their scales from k_scales.h.
+//
+// A super-block is 8 sub-blocks of 32 values, each with a 6-bit scale sc and
+// min m: w = d * sc * q - dmin * m. Value k (0..255) lies in sub-block
+// is = k / 32: the low (even is) or high (odd is) nibble of
+// qs[32 (k / 64) + k % 32]; Q5_K adds bit `is` of qh[k % 32] as 16.
+//
+// Host and device; in a CPU set's namespace within its translation unit
+// (decode_ops.h), where the vector-layer section below is compiled too.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/dtype.h"
+#include "kernels/quant/formats/decode_ops.h"
+#include "kernels/quant/formats/k_scales.h"
+
+namespace PREFIXD_QUANT_NS {
+
+// 8 sub-blocks of 32 with 6-bit scales and mins packed in 12 bytes; q 4 bits.
+struct BlockQ4_K {
+  static constexpr int kValues = kQKK;
+  static constexpr int kBits = 4;
+  static PREFIXD_HD void decode_chunk(const uint8_t* b, int c, float (&v)[8]);
+  uint16_t d, dmin;          // F16
+  uint8_t scales[12];        // k_scales.h's packing
+  uint8_t qs[kQKK / 2];      // value pairs 64j + l (low nibble), 64j + 32 + l (high) in byte 32j + l
+};
+// As Q4_K with a fifth bit per value in qh.
+struct BlockQ5_K {
+  static constexpr int kValues = kQKK;
+  static constexpr int kBits = 5;
+  static PREFIXD_HD void decode_chunk(const uint8_t* b, int c, float (&v)[8]);
+  uint16_t d, dmin;          // F16
+  uint8_t scales[12];        // k_scales.h's packing
+  uint8_t qh[kQKK / 8];      // bit is of byte l: the fifth bit of value 32 is + l
+  uint8_t qs[kQKK / 2];      // as Q4_K's
+};
+static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176);
+static_assert(offsetof(BlockQ4_K, scales) == 4 && offsetof(BlockQ4_K, qs) == 16);
+static_assert(offsetof(BlockQ5_K, scales) == 4 && offsetof(BlockQ5_K, qh) == 16 && offsetof(BlockQ5_K, qs) == 48);
+
+// v (8) f32 = values 8c .. 8c + 7 (c in [0, 32)) of the Q4_K / Q5_K block at b:
+// the reference's arithmetic, each product and difference rounded on its own.
+template <typename Block>
+PREFIXD_HD void decode_chunk_k4(const uint8_t* b, int c, float (&v)[8]) {
+  const int k = 8 * c, is = k >> 5, l = k & 31;
+  const float d = chunk::f16(b), dmin = chunk::f16(b + 2);
+  uint8_t sc, m;
+  scale_min_k4(is, b + offsetof(Block, scales), &sc, &m);
+  const float d1 = chunk::mul(d, static_cast<float>(sc)), m1 = chunk::mul(dmin, static_cast<float>(m));
+  const chunk::Bytes8 q = chunk::bytes8(b + offsetof(Block, qs) + 32 * (k >> 6) + l);
+  chunk::Bytes8 qh{0, 0};
+  if constexpr (Block::kBits == 5) qh = chunk::bytes8(b + offsetof(Block, qh) + l);
+  const int shift = 4 * (is & 1);
+  PREFIXD_UNROLL
+  for (int t = 0; t < 8; ++t) {
+    int x = chunk::nibble(q, t, shift);
+    if constexpr (Block::kBits == 5) x += ((qh[t] >> is) & 1u) ? 16 : 0;
+    v[t] = chunk::sub(chunk::mul(d1, static_cast<float>(x)), m1);
+  }
+}
+
+PREFIXD_HD void BlockQ4_K::decode_chunk(const uint8_t* b, int c, float (&v)[8]) { decode_chunk_k4<BlockQ4_K>(b, c, v); }
+PREFIXD_HD void BlockQ5_K::decode_chunk(const uint8_t* b, int c, float (&v)[8]) { decode_chunk_k4<BlockQ5_K>(b, c, v); }
+
+// The scalar references (decode_ops.h).
+PREFIXD_HD void dequant_q4_k(const BlockQ4_K& b, float* y) { dequant_by_chunks(b, y); }
+PREFIXD_HD void dequant_q5_k(const BlockQ5_K& b, float* y) { dequant_by_chunks(b, y); }
+
+#if defined(PREFIXD_ISA_NS)
+// --- a CPU set's vector layer ---------------------------------------------------
+
+// Byte j of a word of 8 bytes (k_scales.h's scales_mins_k4).
+inline uint32_t byte_of(uint64_t w, int j) { return static_cast<uint32_t>(w >> (8 * j)) & 0xFFu; }
+
+// y (256) f32 = the block's values, Vec::N at a time with the set's Vec::q_*
+// integer lanes; d * sc * q - dmin * m with one fused multiply-subtract
+// (within one rounding of the reference).
+template <class Vec, typename Block>
+inline void dequant_k4_vec(const Block& b, float* y) {
+  using QI = typename Vec::QI;
+  const float d = f16_to_f32(b.d), dmin = f16_to_f32(b.dmin);
+  const ScalesMinsK4 sm = scales_mins_k4(b.scales);
+  for (int is = 0; is < 8; is += 2) {
+    const auto d1 = Vec::set1(d * static_cast<float>(byte_of(sm.scales, is)));
+    const auto m1 = Vec::set1(dmin * static_cast<float>(byte_of(sm.mins, is)));
+    const auto d2 = Vec::set1(d * static_cast<float>(byte_of(sm.scales, is + 1)));
+    const auto m2 = Vec::set1(dmin * static_cast<float>(byte_of(sm.mins, is + 1)));
+    const uint8_t* q = b.qs + 16 * is;
+#pragma GCC unroll 8
+    for (int l = 0; l < 32; l += Vec::N) {
+      const QI v = Vec::q_u8(q + l);
+      QI lo = Vec::q_and(v, 0xF), hi = Vec::template q_shr<4>(v);
+      if constexpr (Block::kBits == 5) {
+        const QI h = Vec::q_u8(b.qh + l);
+        lo = Vec::q_or(lo, Vec::template q_shl<4>(Vec::q_and(Vec::q_shr_n(h, is), 1)));
+        hi = Vec::q_or(hi, Vec::template q_shl<4>(Vec::q_and(Vec::q_shr_n(h, is + 1), 1)));
+      }
+      Vec::store(y + 32 * is + l, Vec::fmsub(Vec::q_float(lo), d1, m1));
+      Vec::store(y + 32 * is + 32 + l, Vec::fmsub(Vec::q_float(hi), d2, m2));
+    }
+  }
+}
+
+// q[k] (8 x 32 bytes) = the unsigned values of sub-block k, on the set's
+// 8-bit layer I8 (generic/int8_gemm.h's tiles and the int8 panels).
+template <class I8, typename Block>
+inline __attribute__((always_inline)) void int8_groups_k4(const Block& b, typename I8::B* q) {
+  if constexpr (Block::kBits == 5) {
+    const typename I8::B h = I8::load(b.qh);
+    for (int j = 0; j < 4; ++j) {
+      const typename I8::B v = I8::load(b.qs + 32 * j);
+      q[2 * j] = I8::or_(I8::lo4(v), I8::test(h, static_cast<uint8_t>(1u << (2 * j)), 0x10));
+      q[2 * j + 1] = I8::or_(I8::hi4(v), I8::test(h, static_cast<uint8_t>(2u << (2 * j)), 0x10));
+    }
+  } else {
+    for (int j = 0; j < 4; ++j) {
+      const typename I8::B v = I8::load(b.qs + 32 * j);
+      q[2 * j] = I8::lo4(v);
+      q[2 * j + 1] = I8::hi4(v);
+    }
+  }
+}
+#endif  // PREFIXD_ISA_NS
+
+}  // namespace
