@@ -3,6 +3,9 @@
 // llama-bench's ubatch) and decode tokens/s over 128 tokens from an empty
 // context, on generated models or GGUF files, like `llama-bench -p 512,2048
 // -n 128`; also the file size and the resident memory the model's load added.
+// On the CPU backend a second line puts decode's weight read (the bytes of the
+// weights one token multiplies, times tg128) beside a plain read of as many
+// bytes by as many threads in the same run (tests/memory_read.h), as a fraction.
 //
 // Usage: bench_forward [--threads N] [--models smol-135m:f32,smol-135m:bf16,tiny:f32,tiny:bf16]
 //                      [--model FILE.gguf ...] (any GGUF; with --model, presets only if --models given)
@@ -31,6 +34,7 @@
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/isa_plan.h"
 #include "tests/bench_backend.h"
+#include "tests/memory_read.h"
 
 using namespace prefixd;
 
@@ -161,6 +165,18 @@ double decode_tps(ForwardPass& fwd, KvPool& pool, const std::vector<int32_t>& ta
   return 128 / best;
 }
 
+// Bytes of the weights one decode step reads: every tensor of the file but the
+// token embeddings, of which a step reads one row (unless the output matrix is
+// tied to them: then they are read whole, as the output).
+size_t decode_weight_bytes(const GgufFile& file) {
+  bool tied = true;
+  for (const GgufTensorInfo& t : file.tensors()) tied = tied && t.name != "output.weight";
+  size_t bytes = 0;
+  for (const GgufTensorInfo& t : file.tensors())
+    if (tied || t.name != "token_embd.weight") bytes += t.n_bytes;
+  return bytes;
+}
+
 // One model: loads it, prints pp512, pp2048, tg128 and its file and resident
 // sizes. Returns 0, or 1 after telling stderr.
 int bench_model(Backend& backend, const Args& a, DType kv, const std::string& label, const std::string& type,
@@ -197,6 +213,14 @@ int bench_model(Backend& backend, const Args& a, DType kv, const std::string& la
   results.push_back(decode_tps(fwd, pool, table, a.reps));
   std::printf("%-24s %-8s %10.1f %10.1f %10.1f %9.1f %9.1f\n", label.c_str(), type.c_str(), results[0],
               results[1], results[2], file_mb, load_mb);
+  if (backend.name() == "cpu") {
+    const size_t step_bytes = decode_weight_bytes(*file.value());
+    const double decode_gbs = static_cast<double>(step_bytes) * results[2] / 1e9;
+    const double read_gbs = testing::plain_read_bytes_per_s(step_bytes, a.threads, 5) / 1e9;
+    std::printf("  decode reads %.1f MB a token: %.1f GB/s; a plain %d-thread read of as many bytes: %.1f GB/s"
+                " (decode at %.2f of it)\n",
+                static_cast<double>(step_bytes) / 1e6, decode_gbs, a.threads, read_gbs, decode_gbs / read_gbs);
+  }
 #if defined(PREFIXD_HAVE_CUDA)
   if (backend.name() == "cuda") {
     const cuda::DecodeGraphStats gs = decode_graph_stats(backend);

@@ -1,0 +1,71 @@
+// A plain multi-threaded read of a buffer, for the benchmarks: the bytes per
+// second this machine delivers, right now, to n threads that only load and
+// add. bench_forward reads a buffer as large as a model's weights with it, so
+// decode's weight read prints as a fraction of what the memory (or the part
+// of the last-level cache the weights fit in) gave a plain read in the same
+// run.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <thread>
+#include <vector>
+
+namespace prefixd::testing {
+
+// Sums `n` uint64 words (4 independent chains, so the loads, not the adds,
+// set the pace). The result is kept so the compiler cannot drop the loop.
+inline uint64_t sum_words(const uint64_t* p, size_t n) {
+  uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    s0 += p[i];
+    s1 += p[i + 1];
+    s2 += p[i + 2];
+    s3 += p[i + 3];
+  }
+  for (; i < n; ++i) s0 += p[i];
+  return s0 + s1 + s2 + s3;
+}
+
+// Bytes per second of `threads` threads each reading its contiguous share of
+// a `bytes`-byte buffer, the best of `passes` passes after one warm-up pass
+// (decode reads the same weights every step, so what stays cached between
+// passes stays cached between steps too). Threads are not pinned: the
+// scheduler places them as it places a backend's pool. A pass reads the
+// buffer often enough to move at least 64 MB, so starting the threads is
+// noise even for a small buffer.
+inline double plain_read_bytes_per_s(size_t bytes, int threads, int passes) {
+  const size_t words = std::max<size_t>(bytes / sizeof(uint64_t), static_cast<size_t>(threads));
+  const size_t repeats = std::max<size_t>(1, (size_t{64} << 20) / (words * sizeof(uint64_t)));
+  std::vector<uint64_t> buf(words);
+  for (size_t i = 0; i < words; ++i) buf[i] = i;  // touches every page
+  const int n_threads = std::max(1, threads);
+  std::vector<uint64_t> sink(static_cast<size_t>(n_threads));
+  auto pass = [&] {
+    std::vector<std::thread> pool;
+    const size_t share = words / static_cast<size_t>(n_threads);
+    for (int t = 0; t < n_threads; ++t) {
+      const size_t begin = share * static_cast<size_t>(t);
+      const size_t end = t + 1 == n_threads ? words : begin + share;
+      pool.emplace_back([&, t, begin, end] {
+        for (size_t r = 0; r < repeats; ++r) sink[static_cast<size_t>(t)] += sum_words(buf.data() + begin, end - begin);
+      });
+    }
+    for (std::thread& th : pool) th.join();
+  };
+  pass();
+  double best = 1e30;
+  for (int p = 0; p < passes; ++p) {
+    const auto t0 = std::chrono::steady_clock::now();
+    pass();
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  volatile uint64_t keep = 0;
+  for (uint64_t s : sink) keep = keep + s;
+  return static_cast<double>(words * sizeof(uint64_t) * repeats) / best;
+}
+
+}  // namespace prefixd::testing
