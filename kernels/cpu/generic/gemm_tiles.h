@@ -107,6 +107,47 @@ void tile_bf16_widen(const uint16_t* panel, const float* x, int64_t ldx, int64_t
   for (int i = 0; i < M; ++i) store_row<W>(y + i * ldy, acc[i], valid);
 }
 
+// Decode (one x row) from NP consecutive BF16 panels at once, each output's
+// FMA chain in the order tile_bf16_widen<1, W> runs it (so the same values):
+// one panel alone gives W chains of two dependent FMAs per column pair, too
+// few to hide the FMA latency, and the product ran at two thirds of the
+// memory's speed (smol-135m BF16 decode); NP panels give NP * W chains.
+template <int W, int NP>
+void tile_bf16_widen_panels(const uint16_t* panel, int64_t panel_stride, const float* x, int64_t K, float* y,
+                            const int64_t* valid) {
+  V acc[NP][W];
+#pragma GCC unroll 4
+  for (int q = 0; q < NP; ++q)
+#pragma GCC unroll 4
+    for (int j = 0; j < W; ++j) acc[q][j] = Vec::zero();
+  const int64_t k_pairs = K / 2;
+  for (int64_t k2 = 0; k2 < k_pairs; ++k2) {
+    const V x_even = Vec::set1(x[2 * k2]), x_odd = Vec::set1(x[2 * k2 + 1]);
+#pragma GCC unroll 4
+    for (int q = 0; q < NP; ++q)
+#pragma GCC unroll 4
+      for (int j = 0; j < W; ++j) {
+        V even, odd;
+        Vec::load_bf16_pairs(panel + q * panel_stride + k2 * 2 * P + j * 2 * N, even, odd);
+        acc[q][j] = Vec::fmadd(even, x_even, acc[q][j]);
+        acc[q][j] = Vec::fmadd(odd, x_odd, acc[q][j]);
+      }
+  }
+  if (K % 2 != 0) {  // last column alone (its pair partner is the zero pad)
+    const V x_last = Vec::set1(x[K - 1]);
+#pragma GCC unroll 4
+    for (int q = 0; q < NP; ++q)
+#pragma GCC unroll 4
+      for (int j = 0; j < W; ++j) {
+        V even, odd;
+        Vec::load_bf16_pairs(panel + q * panel_stride + k_pairs * 2 * P + j * 2 * N, even, odd);
+        acc[q][j] = Vec::fmadd(even, x_last, acc[q][j]);
+      }
+  }
+#pragma GCC unroll 4
+  for (int q = 0; q < NP; ++q) store_row<W>(y + q * P, acc[q], valid[q]);
+}
+
 // Same from an F16 panel (K, P) widened in the tile (vcvtph2ps); one FMA
 // chain per output in column order, like tile_f32 over the widened panel.
 template <int M, int W>
@@ -266,6 +307,12 @@ inline void panels(const GemmArgs& a, int64_t p0, int64_t p1, int64_t i0, int64_
 #if defined(__AVX512BF16__)
     bf16_dot_panel_rows(panel, a.xb + i0 * a.xb_stride, a.xb_stride, K2, y, a.rows, valid, n_rows);
 #else
+    if (n_rows == 1 && p + 1 < p1) {  // decode: two panels at once
+      const int64_t valid2[2] = {valid, std::min(P, a.rows - (p + 1) * P)};
+      tile_bf16_widen_panels<kWideVecs, 2>(panel, K2 * P * 2, x, K, y, valid2);
+      ++p;
+      continue;
+    }
     if (n_rows >= kWidenPanelRows) {
       widen_panel(panel, K, scratch);
       f32_panel_rows(scratch, x, K, y, a.rows, valid, n_rows);
