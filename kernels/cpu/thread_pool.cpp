@@ -21,6 +21,9 @@ constexpr int kSpinsPerClockRead = 64;  // pause instructions between two clock 
 
 using Clock = std::chrono::steady_clock;
 
+// A claim word's task index while a job is being written: past any job's end.
+constexpr uint64_t kClosed = 0xffffffffu;
+
 // The spin-wait hint of the architecture (pause is baseline x86-64).
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -101,8 +104,14 @@ void ThreadPool::parallel_for(int64_t n_tasks, const std::function<void(int64_t,
     return;
   }
   const uint32_t gen = generation_.load(std::memory_order_relaxed) + 1;
-  job_.store(&fn, std::memory_order_relaxed);
-  n_tasks_.store(n_tasks, std::memory_order_relaxed);
+  // Closed first: a worker still in the last job's run_tasks() may read this
+  // job's n_tasks_ with the last generation's claim word, and would claim
+  // past the last job's end; once it can see the new count it sees this too
+  // (the release stores below), and no claim of either generation succeeds
+  // until the job is written.
+  claim_.store((static_cast<uint64_t>(gen) << 32) | kClosed, std::memory_order_relaxed);
+  job_.store(&fn, std::memory_order_release);
+  n_tasks_.store(n_tasks, std::memory_order_release);
   done_.store(0, std::memory_order_relaxed);
   claim_.store(static_cast<uint64_t>(gen) << 32, std::memory_order_release);
   generation_.store(gen, std::memory_order_release);
