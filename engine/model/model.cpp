@@ -1,5 +1,6 @@
 // Loading weights: shape and type checks per tensor, then upload to the backend.
 #include "engine/model/model.h"
+#include "engine/model/try_assign.h"
 
 #include <cstring>
 
@@ -81,12 +82,6 @@ Status Model::load_weights() {
   const ModelConfig& c = config_;
   const int64_t q_dim = static_cast<int64_t>(c.n_heads) * c.head_dim;
   const int64_t kv_dim = static_cast<int64_t>(c.n_kv_heads) * c.head_dim;
-#define PREFIXD_TRY_ASSIGN(dst, expr) \
-  do {                                \
-    auto r_ = (expr);                 \
-    if (!r_.ok()) return r_.status(); \
-    dst = std::move(r_.value());      \
-  } while (0)
   PREFIXD_TRY_ASSIGN(token_embd_, matrix("token_embd.weight", c.n_vocab, c.n_embd));
   if (!c.tied_output) PREFIXD_TRY_ASSIGN(output_, matrix("output.weight", c.n_vocab, c.n_embd));
   PREFIXD_TRY_ASSIGN(output_norm_, vector("output_norm.weight", c.n_embd));
@@ -121,7 +116,6 @@ Status Model::load_weights() {
     PREFIXD_TRY_ASSIGN(l.w_up, matrix(b + "ffn_up.weight", c.n_ff, c.n_embd));
     PREFIXD_TRY_ASSIGN(l.w_down, matrix(b + "ffn_down.weight", c.n_embd, c.n_ff));
   }
-#undef PREFIXD_TRY_ASSIGN
   return Status();
 }
 

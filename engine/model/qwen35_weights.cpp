@@ -2,15 +2,10 @@
 // and gated attention layers (attn_q with query and gate per head, Q/K norms);
 // every layer's FFN norm is the file's post_attention_norm.
 #include "engine/model/model.h"
+#include "engine/model/try_assign.h"
 
 namespace prefixd {
 
-#define PREFIXD_TRY_ASSIGN(dst, expr) \
-  do {                                \
-    auto r_ = (expr);                 \
-    if (!r_.ok()) return r_.status(); \
-    dst = std::move(r_.value());      \
-  } while (0)
 
 Status Model::load_qwen35_layer(int il) {
   const ModelConfig& c = config_;
@@ -45,7 +40,5 @@ Status Model::load_qwen35_layer(int il) {
   PREFIXD_TRY_ASSIGN(l.ssm_norm, vector(b + "ssm_norm.weight", d.d_v));
   return Status();
 }
-
-#undef PREFIXD_TRY_ASSIGN
 
 }  // namespace prefixd
