@@ -23,6 +23,8 @@ class BatchBuilder {
   // block_table. Returns the index of the sequence's first row.
   int32_t add(std::span<const int32_t> tokens, int32_t pos0, std::span<const int32_t> block_table,
               LogitsWanted logits, std::span<const int32_t> window_table = {});
+  // The recurrent state slot of the sequence added last (BatchSeq::state_slot).
+  void set_last_state_slot(int32_t slot) { batch_.seqs.back().state_slot = slot; }
   const Batch& batch() const { return batch_; }
   int32_t n_tokens() const { return batch_.n_tokens(); }
 

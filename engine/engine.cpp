@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "engine/batch_builder.h"
+#include "engine/state_slots.h"
 #include "engine/kv/block_hash.h"
 #include "engine/kv/block_manager.h"
 #include "engine/kv/window_blocks.h"
@@ -70,12 +71,17 @@ int32_t EngineOptions::min_window_blocks(const ModelConfig& model) const {
 
 KvGeometry EngineOptions::pool_geometry(const ModelConfig& model, bool window_group) const {
   KvGeometry g;
-  g.n_layers = model.n_layers;
+  g.n_layers = model.n_kv_layers();
   g.block_size = block_size;
+  g.n_state_slots = model.state_floats() > 0 ? max_running : 0;  // one per running sequence
+  g.state_floats = model.state_floats();
   g.n_kv_heads = model.n_kv_heads;
   g.head_dim = model.head_dim;
   g.dtype = kv_dtype;
-  size_t global_bytes = kv_pool_bytes;
+  // The state slots come out of the pool's budget (none when it is too small:
+  // the check above then reports too few blocks).
+  const size_t state_bytes = static_cast<size_t>(g.n_state_slots) * g.state_floats * sizeof(float);
+  size_t global_bytes = kv_pool_bytes > state_bytes ? kv_pool_bytes - state_bytes : 0;
   const int32_t n_window_layers =
       static_cast<int32_t>(std::count(model.layer_is_window.begin(), model.layer_is_window.end(), 1));
   // (A model whose every layer is a window layer keeps one space: the
@@ -93,7 +99,7 @@ KvGeometry EngineOptions::pool_geometry(const ModelConfig& model, bool window_gr
 BlockGeometry EngineOptions::record_geometry(const ModelConfig& model) const {
   BlockGeometry g;
   g.block_size = block_size;
-  g.n_layers = model.n_layers;
+  g.n_layers = model.n_kv_layers();
   g.n_kv_heads = model.n_kv_heads;
   g.head_dim = model.head_dim;
   g.dtype_code = static_cast<uint8_t>(kv_dtype);  // the same codes (storage/block_record.h)
@@ -135,11 +141,12 @@ class Engine::Impl {
                     ? std::make_unique<WindowBlocks>(pool.geom.n_window_blocks, model.config().sliding_window, blocks_)
                     : nullptr),
         scheduler_(SchedulerOptions{opts.block_size, opts.max_batch_tokens, opts.max_running,
-                                    opts.max_prompt_logits_rows},
+                                    opts.max_prompt_logits_rows, model.config().state_floats() == 0},
                    blocks_, scheduler_hooks(), window_.get()),
         // Logits rows: one per sequence that samples, plus the prompt-logprobs rows.
         fwd_(model, opts.max_batch_tokens, opts.max_running + opts.max_prompt_logits_rows),
         builder_(opts.block_size),
+        state_slots_(pool.geom.n_state_slots > 0 ? std::make_unique<StateSlots>(pool.geom.n_state_slots) : nullptr),
         onboard_policy_(OnboardPolicyOptions{tiers ? tiers->record_bytes() : 1}) {
     if (tiers_ || window_) {
       blocks_.set_on_evict([this](int32_t block_id, const BlockMeta& meta) {
@@ -245,6 +252,7 @@ class Engine::Impl {
   LookupResult lookup_now(const std::vector<int32_t>& prompt, const std::string& salt) {
     LookupResult r;
     r.prompt_tokens = static_cast<int32_t>(prompt.size());
+    if (!scheduler_.options().prefix_reuse) return r;  // a recurrent model resumes no prefix (yet)
     const uint64_t ns_seed = namespace_seed_for(salt);
     std::vector<BlockHash> hashes = hash_blocks(prompt, opts_.block_size, ns_seed);
     MatchResult m = blocks_.match(ns_seed, hashes, prompt);
@@ -384,6 +392,7 @@ class Engine::Impl {
       return false;
     }
     builder_.clear();
+    if (state_slots_) state_slots_->retain(scheduler_.running());
     for (const ScheduledChunk& c : plan.chunks) {
       const Sequence& s = *c.seq;
       const LogitsWanted wanted = c.all_logits_row >= 0 ? LogitsWanted::kAll
@@ -392,6 +401,7 @@ class Engine::Impl {
       const std::vector<int32_t> window_table = scheduler_.window_table(s);
       builder_.add(std::span<const int32_t>(s.tokens.data() + s.n_computed, c.n_tokens), s.n_computed,
                    s.block_table, wanted, window_table);
+      if (state_slots_) builder_.set_last_state_slot(state_slots_->slot_of(s.id));
     }
     std::vector<float> logits;
     const auto t0 = Clock::now();
@@ -712,6 +722,8 @@ class Engine::Impl {
   Scheduler scheduler_;
   ForwardPass fwd_;
   BatchBuilder builder_;
+  // Recurrent models: each running sequence's state slot in pool_ (else null).
+  std::unique_ptr<StateSlots> state_slots_;
   OnboardPolicy onboard_policy_;
 
   // Shared with other threads, guarded by mu_.

@@ -41,8 +41,8 @@ void Scheduler::admit(Clock::time_point now) {
 MatchResult Scheduler::match_prefix(const Sequence& s, bool whole_prompt) const {
   // Prompt logprobs need the logits of every prompt position, which cached
   // blocks do not have: such a sequence looks nothing up and computes all.
-  MatchResult m =
-      whole_prompt ? MatchResult{} : blocks_.match(s.namespace_seed, s.hashes, s.tokens);
+  MatchResult m = whole_prompt || !options_.prefix_reuse ? MatchResult{}
+                                                         : blocks_.match(s.namespace_seed, s.hashes, s.tokens);
   // A window model resumes only where the window layers' K/V it reads are here.
   if (window_ && m.n_ready() > 0)
     m.block_ids.resize(static_cast<size_t>(
@@ -105,13 +105,13 @@ bool Scheduler::try_admit(Sequence& s, Clock::time_point now) {
   const MatchResult m = match_prefix(s, whole_prompt);
   const int32_t k = m.n_ready();
   // In-flight coalescing: another sequence is computing our next block.
-  if (k < n_full && !whole_prompt) {
+  if (k < n_full && !whole_prompt && options_.prefix_reuse) {
     auto it = inflight_.find(s.hashes[k]);
     if (it != inflight_.end() && it->second != s.id) return false;
   }
   // Below the device: the chain's continuation in host RAM or on disk.
   const char* path = "none";
-  int32_t n_below = whole_prompt ? 0 : offer_below(s, k, n_full, &path);
+  int32_t n_below = whole_prompt || !options_.prefix_reuse ? 0 : offer_below(s, k, n_full, &path);
   if (!whole_prompt) blocks_.count_lookup(k, n_full - k);
   // Take the matched blocks first: acquiring them takes them off the LRU,
   // which shrinks what an allocation may evict.

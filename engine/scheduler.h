@@ -34,6 +34,11 @@ struct SchedulerOptions {
   // logits (prompt logprobs): their prefill chunks are cut to fit, so a pass
   // has at most max_running + max_prompt_logits_rows logits rows.
   int32_t max_prompt_logits_rows = 64;
+  // false for a model with recurrent layers (qwen35): a cached prefix is of
+  // no use without the recurrent state at its end, which the cache does not
+  // hold yet, so every lookup counts its blocks as misses and every sequence
+  // computes from position 0 (its blocks are still published and offloaded).
+  bool prefix_reuse = true;
 };
 
 // What the tiers below the pool hold of blocks [from, to) of a sequence's
@@ -165,6 +170,7 @@ class Scheduler {
   const std::deque<std::unique_ptr<Sequence>>& waiting() const { return waiting_; }
   // Admitted: kRunning or kLoading, in admission order.
   const std::vector<std::unique_ptr<Sequence>>& running() const { return running_; }
+  const SchedulerOptions& options() const { return options_; }
   const SchedulerStats& stats() const { return stats_; }
 
   // The BlockManager's own invariants, and that each block's ref count equals

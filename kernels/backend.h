@@ -57,6 +57,12 @@ struct KvGeometry {
   DType dtype = DType::F16;
   int32_t n_window_blocks = 0;         // blocks of the window group (0 without one)
   std::vector<uint8_t> window_layers;  // [n_layers] 1: in the window group; or empty
+  // Recurrent state (models with recurrent layers, Backend::supports_recurrent_layers()):
+  // n_state_slots slots of state_floats f32 each, one per running sequence
+  // (BatchSeq::state_slot); not part of any block. n_layers counts the
+  // attention layers only.
+  int32_t n_state_slots = 0;
+  int64_t state_floats = 0;
 
   bool has_window_group() const { return !window_layers.empty(); }
   bool in_window_group(int32_t layer) const {
@@ -91,6 +97,28 @@ struct KvPool {
   KvGeometry geom;
   std::vector<void*> k;  // [n_layers] -> (layer_blocks(l), block_size, n_kv_heads, head_dim) dtype
   std::vector<void*> v;  // [n_layers] -> same shape
+  float* state = nullptr;  // (n_state_slots, state_floats) f32, zeroed; null without slots
+};
+
+// One Gated DeltaNet layer's shape (qwen35) and where its state lies in a
+// state slot: the convolution tail (conv_width - 1, conv_channels()) f32,
+// oldest row first, then the delta state (n_v_heads, d_v, d_k) f32. Value
+// head h reads key head h % n_k_heads (Qwen3.5's pairing k0v0, k1v1, k0v2, ...).
+struct DeltaNetShape {
+  int32_t n_k_heads = 0;
+  int32_t n_v_heads = 0;
+  int32_t d_k = 0;
+  int32_t d_v = 0;
+  int32_t conv_width = 0;
+  int64_t state_offset = 0;  // floats from the start of a slot
+
+  // Rows of the convolved input: q (n_k_heads, d_k), k (n_k_heads, d_k), v (n_v_heads, d_v).
+  int64_t conv_channels() const {
+    return 2 * static_cast<int64_t>(n_k_heads) * d_k + static_cast<int64_t>(n_v_heads) * d_v;
+  }
+  int64_t conv_state_floats() const { return (conv_width - 1) * conv_channels(); }
+  int64_t delta_state_floats() const { return static_cast<int64_t>(n_v_heads) * d_v * d_k; }
+  int64_t state_floats() const { return conv_state_floats() + delta_state_floats(); }
 };
 
 // A logical block's places in the pool: `block` in the global space and
@@ -108,6 +136,10 @@ struct BatchSeq {
   int32_t pos0 = 0;        // position of the first row; KV covers [0, pos0 + n_q)
   int32_t table_start = 0; // offset of its block table in Batch::block_tables
   int32_t n_table = 0;     // entries = ceil((pos0 + n_q) / block_size)
+  // Recurrent models: the state slot holding this sequence's state at pos0
+  // (read only when pos0 > 0; at pos0 == 0 the state starts from zeros),
+  // left holding its state at pos0 + n_q.
+  int32_t state_slot = 0;
 };
 
 // Everything about the token layout of one forward pass. Host arrays; the
@@ -240,6 +272,47 @@ class Backend {
                          int32_t n_heads, float scale, int32_t window_tokens) = 0;
   // out (n_rows, dim) = the batch's output_rows of x (n_tokens, dim).
   virtual void gather_output_rows(const float* x, float* out, int64_t dim) = 0;
+
+  // --- recurrent layers (qwen35's Gated DeltaNet) ---------------------------
+  // A backend without them aborts in these calls; Model::load refuses such
+  // models there.
+  virtual bool supports_recurrent_layers() const { return false; }
+  // x (n_tokens, s.conv_channels()) in place: each sequence's rows through the
+  // causal depthwise convolution of width s.conv_width, preceded by its slot's
+  // convolution tail (zeros at pos0 == 0), then SiLU; the tail is replaced by
+  // the sequence's last inputs. conv_w (conv_channels, conv_width) f32.
+  virtual void delta_conv(KvPool& pool, const DeltaNetShape& s, const float* conv_w, float* x) {
+    (void)pool, (void)s, (void)conv_w, (void)x;
+    PREFIXD_CHECK(false, "this backend has no recurrent layers");
+  }
+  // The gated delta rule over each sequence's rows, from its slot's delta
+  // state (zeros at pos0 == 0), left holding the state after its last row.
+  // qkv (n_tokens, s.conv_channels()), delta_conv's output: q and k are
+  // L2-normalised in place (eps); g (n_tokens, n_v_heads) the log decay,
+  // beta (n_tokens, n_v_heads); out (n_tokens, n_v_heads * d_v). Queries are
+  // scaled by 1/sqrt(d_k).
+  virtual void delta_rule(KvPool& pool, const DeltaNetShape& s, float* qkv, const float* g,
+                          const float* beta, float* out, float eps) {
+    (void)pool, (void)s, (void)qkv, (void)g, (void)beta, (void)out, (void)eps;
+    PREFIXD_CHECK(false, "this backend has no recurrent layers");
+  }
+  // In place over n rows of n_heads: alpha := softplus(alpha + dt_bias) · a,
+  // beta := sigmoid(beta). dt_bias, a (n_heads) f32.
+  virtual void delta_gates(float* alpha, float* beta, const float* dt_bias, const float* a, int64_t n,
+                           int32_t n_heads) {
+    (void)alpha, (void)beta, (void)dt_bias, (void)a, (void)n, (void)n_heads;
+    PREFIXD_CHECK(false, "this backend has no recurrent layers");
+  }
+  // y (n) *= sigmoid(gate (n)): the gated attention's output gate.
+  virtual void sigmoid_mul(float* y, const float* gate, int64_t n) {
+    (void)y, (void)gate, (void)n;
+    PREFIXD_CHECK(false, "this backend has no recurrent layers");
+  }
+  // x (n_rows, 2 * width) split into first (n_rows, width) and second (n_rows, width).
+  virtual void split_pairs(const float* x, float* first, float* second, int64_t n_rows, int64_t width) {
+    (void)x, (void)first, (void)second, (void)n_rows, (void)width;
+    PREFIXD_CHECK(false, "this backend has no recurrent layers");
+  }
 
   // A whole forward step: makes `batch` current and runs `body` over it; when
   // this returns, info.logits holds the logits of batch.output_rows in their

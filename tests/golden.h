@@ -104,6 +104,25 @@ inline std::vector<std::pair<std::string, float>> all_golden_models() {
   return out;
 }
 
+// Models with recurrent layers (the CPU backend only; no prefix reuse yet).
+// rand-qwen35-bf16 is held to 0.35, not the README's 0.15 for BF16 weights:
+// llama.cpp rounds the activations to BF16 in its BF16 products, and the
+// DeltaNet state carries that rounding along the prompt (0.01 at position 0,
+// 0.32 at 700 tokens against an F32-activation forward pass). The same pass
+// with every product's input rounded to BF16 first lands within 0.0064 of
+// the reference at every position of every case (2e-7 on the 1- and
+// 2-token cases): the layers are llama.cpp's, the gap is that rounding.
+inline std::vector<std::pair<std::string, float>> hybrid_golden_models() {
+  return {{"rand-qwen35-bf16", 0.35f}};
+}
+
+// What test_forward_golden runs on: all_golden_models() and the hybrids.
+inline std::vector<std::pair<std::string, float>> forward_golden_models() {
+  std::vector<std::pair<std::string, float>> out = all_golden_models();
+  for (auto& m : hybrid_golden_models()) out.push_back(std::move(m));
+  return out;
+}
+
 // What the engine and tier tests run on: golden_models() plus the most common
 // quantized mix (Q4_K_M), so the cache paths are proven on block weights too.
 inline std::vector<std::pair<std::string, float>> engine_golden_models() {
@@ -140,7 +159,9 @@ class SequenceRunner {
       : model_(model), block_size_(block_size), fwd_(model, std::max(max_len, 1), std::max(max_len, 1)) {
     const ModelConfig& c = model.config();
     KvGeometry g;
-    g.n_layers = c.n_layers;
+    g.n_layers = c.n_kv_layers();
+    g.n_state_slots = c.state_floats() > 0 ? 1 : 0;  // slot 0: the one sequence's
+    g.state_floats = c.state_floats();
     g.n_blocks = (max_len + block_size - 1) / block_size + 1;
     g.block_size = block_size;
     g.n_kv_heads = c.n_kv_heads;

@@ -13,6 +13,7 @@
 #include "tests/daemon_process.h"
 #include "tests/daemon_start.h"
 #include "tests/golden.h"
+#include "tests/greedy_answers.h"
 
 using nlohmann::json;
 using namespace prefixd;
@@ -41,33 +42,9 @@ bool cpu_runs(const std::string& plan) {
   return true;
 }
 
-// Token ids in [3, 503) (every test model's vocabulary has 512 or more), BOS first when `bos`.
-std::vector<int32_t> tokens(int seed, int32_t n, bool bos) {
-  std::vector<int32_t> t;
-  if (bos) t.push_back(1);
-  for (int32_t i = static_cast<int32_t>(t.size()); i < n; ++i)
-    t.push_back(3 + (seed * 7919 + i * 613 + (i * i) % 11) % 500);
-  return t;
-}
-
 std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
-}
-
-struct Answer {
-  json ids;
-  json logprobs;
-  json prefix_cache;
-};
-
-// Greedy, 8 tokens, the top 5 logprobs of each.
-Answer ask(httplib::Client& c, const std::vector<int32_t>& prompt) {
-  const json body = {{"prompt", prompt},   {"max_tokens", 8},  {"temperature", 0},
-                     {"ignore_eos", true}, {"logprobs", 5},    {"return_tokens_as_token_ids", true}};
-  HttpAnswer a = post_json(c, "/v1/completions", body);
-  REQUIRE_MESSAGE(a.status == 200, a.raw);
-  return Answer{a.body["choices"][0]["token_ids"], a.body["choices"][0]["logprobs"], a.body["prefix_cache"]};
 }
 
 }  // namespace

@@ -127,6 +127,25 @@ TEST_CASE("BPE pre-tokenizers split digits as their models do") {
   CHECK(default_pre->decode(default_pre->encode("a+b = 1234!", false, false)) == "a+b = 1234!");
 }
 
+TEST_CASE("BPE qwen35 keeps combining marks inside words; qwen2 splits them off") {
+  // "xé" with é as e + U+0301 (CC 81), and merges that build e + U+0301.
+  auto with_mark_merges = [](const std::string& pre) {
+    TokenizerVocab v = tiny_vocab(pre);
+    for (const auto& [a, b] : {std::pair<std::string, std::string>{"\xCC", "\x81"}, {"e", "\xCC\x81"}}) {
+      v.merges.push_back(mapped(a) + " " + mapped(b));
+      v.tokens.push_back(mapped(a + b));
+      v.token_types.push_back(1);
+    }
+    return make(std::move(v));
+  };
+  auto qwen35 = with_mark_merges("qwen35");
+  auto qwen2 = with_mark_merges("qwen2");
+  const std::string text = "xe\xCC\x81";
+  CHECK(pieces(*qwen35, qwen35->encode(text, false, false)) == std::vector<std::string>{"x", "e\xCC\x81"});
+  CHECK(pieces(*qwen2, qwen2->encode(text, false, false)) == std::vector<std::string>{"x", "e", "\xCC\x81"});
+  CHECK(qwen35->decode(qwen35->encode(text, false, false)) == text);
+}
+
 TEST_CASE("BPE unknown pre-tokenizer is refused with its name") {
   auto tok = Tokenizer::create(tiny_vocab("no-such-pre"));
   REQUIRE_FALSE(tok.ok());

@@ -160,7 +160,9 @@ int run_generate(const GenerateOptions& opts) {
   constexpr int32_t kBlock = 16;
   const int64_t total = static_cast<int64_t>(prompt->size()) + opts.n_predict;
   KvGeometry g;
-  g.n_layers = cfg.n_layers;
+  g.n_layers = cfg.n_kv_layers();
+  g.n_state_slots = cfg.state_floats() > 0 ? 1 : 0;  // slot 0: the one sequence's
+  g.state_floats = cfg.state_floats();
   g.n_blocks = static_cast<int32_t>((total + kBlock - 1) / kBlock) + 1;
   g.block_size = kBlock;
   g.n_kv_heads = cfg.n_kv_heads;

@@ -28,6 +28,7 @@ ForwardPass::ForwardPass(const Model& model, int32_t max_tokens, int32_t max_out
   out_q_ = buf(max_outputs, q_dim);
   out_x_ = buf(max_outputs, c.n_embd);
   logits_ = buf(max_outputs, c.n_vocab);
+  if (c.arch == Arch::kQwen35) qwen35_ = std::make_unique<Qwen35Forward>(model, max_tokens, max_outputs);
 }
 
 ForwardPass::~ForwardPass() {
@@ -107,6 +108,10 @@ void ForwardPass::compute(const Batch& batch, KvPool& pool) {
   const int64_t n_out = static_cast<int64_t>(batch.output_rows.size());
   const int64_t q_dim = static_cast<int64_t>(c.n_heads) * c.head_dim;
   const int64_t kv_dim = static_cast<int64_t>(c.n_kv_heads) * c.head_dim;
+  if (qwen35_) {
+    qwen35_->compute(batch, pool, logits_);
+    return;
+  }
 
   backend_.embed(model_.token_embd(), x_);
   if (c.embed_scale != 1.0f) backend_.scale(x_, c.embed_scale, n * c.n_embd);

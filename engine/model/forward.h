@@ -6,9 +6,11 @@
 // Thread: the engine thread only (it owns the backend).
 #pragma once
 
+#include <memory>
 #include <vector>
 
 #include "engine/model/model.h"
+#include "engine/model/qwen35_forward.h"
 #include "kernels/backend.h"
 
 namespace prefixd {
@@ -58,6 +60,7 @@ class ForwardPass {
   float* out_q_ = nullptr;   // (max_outputs, n_heads * head_dim)
   float* out_x_ = nullptr;   // (max_outputs, n_embd)
   float* logits_ = nullptr;  // (max_outputs, n_vocab)
+  std::unique_ptr<Qwen35Forward> qwen35_;  // qwen35 models only: their step's layers
 };
 
 }  // namespace prefixd

@@ -1,5 +1,6 @@
 // Loading weights: shape and type checks per tensor, then upload to the backend.
 #include "engine/model/model.h"
+#include "engine/model/try_assign.h"
 
 #include <cstring>
 
@@ -12,12 +13,18 @@ Result<std::unique_ptr<Model>> Model::load(std::shared_ptr<GgufFile> file, Backe
   m->config_ = *config;
   m->file_ = std::move(file);
   m->backend_ = &backend;
+  if (!m->config_.layer_is_recurrent.empty() && !backend.supports_recurrent_layers()) {
+    return Status::error("the " + backend.name() + " backend cannot run the recurrent layers of '" +
+                         m->config_.arch_name + "' models");
+  }
   if (Status s = m->load_weights(); !s.ok()) return s;
   return m;
 }
 
 DType Model::auto_kv_dtype() const {
-  const LayerWeights& l = layers_.front();
+  size_t i = 0;
+  while (config_.is_recurrent(static_cast<int32_t>(i))) ++i;  // the first layer with K and V
+  const LayerWeights& l = layers_[i];
   const bool bf16 = l.wk->source_type == WeightType::BF16 && l.wv->source_type == WeightType::BF16;
   return bf16 ? DType::BF16 : DType::F16;
 }
@@ -43,20 +50,23 @@ Result<std::unique_ptr<Matrix>> Model::matrix(const std::string& name, int64_t r
   return m;
 }
 
-Result<float*> Model::vector(const std::string& name, int64_t n) {
+Result<float*> Model::f32_tensor(const std::string& name, const std::vector<int64_t>& dims) {
   const GgufTensorInfo* t = file_->find_tensor(name);
   if (!t) return Status::error("tensor '" + name + "' is missing");
-  if (t->dims.size() != 1 || t->dims[0] != n) {
-    return Status::error("tensor '" + name + "' must have shape [" + std::to_string(n) + "]");
+  if (t->dims != dims) {
+    std::string want;
+    for (int64_t d : dims) want += (want.empty() ? "" : ", ") + std::to_string(d);
+    return Status::error("tensor '" + name + "' must have shape [" + want + "]");
   }
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
   std::vector<float> host(n);  // (n) f32
-  const uint8_t* src = t->data;
   for (int64_t i = 0; i < n; ++i) {
     uint16_t h;
     switch (t->type) {
-      case GgmlType::F32: std::memcpy(&host[i], src + 4 * i, 4); break;
-      case GgmlType::F16: std::memcpy(&h, src + 2 * i, 2); host[i] = f16_to_f32(h); break;
-      case GgmlType::BF16: std::memcpy(&h, src + 2 * i, 2); host[i] = bf16_to_f32(h); break;
+      case GgmlType::F32: std::memcpy(&host[i], t->data + 4 * i, 4); break;
+      case GgmlType::F16: std::memcpy(&h, t->data + 2 * i, 2); host[i] = f16_to_f32(h); break;
+      case GgmlType::BF16: std::memcpy(&h, t->data + 2 * i, 2); host[i] = bf16_to_f32(h); break;
       default: return Status::error("tensor '" + name + "' must be F32, F16 or BF16");
     }
   }
@@ -66,21 +76,21 @@ Result<float*> Model::vector(const std::string& name, int64_t n) {
   return dev;
 }
 
+Result<float*> Model::vector(const std::string& name, int64_t n) { return f32_tensor(name, {n}); }
+
 Status Model::load_weights() {
   const ModelConfig& c = config_;
   const int64_t q_dim = static_cast<int64_t>(c.n_heads) * c.head_dim;
   const int64_t kv_dim = static_cast<int64_t>(c.n_kv_heads) * c.head_dim;
-#define PREFIXD_TRY_ASSIGN(dst, expr) \
-  do {                                \
-    auto r_ = (expr);                 \
-    if (!r_.ok()) return r_.status(); \
-    dst = std::move(r_.value());      \
-  } while (0)
   PREFIXD_TRY_ASSIGN(token_embd_, matrix("token_embd.weight", c.n_vocab, c.n_embd));
   if (!c.tied_output) PREFIXD_TRY_ASSIGN(output_, matrix("output.weight", c.n_vocab, c.n_embd));
   PREFIXD_TRY_ASSIGN(output_norm_, vector("output_norm.weight", c.n_embd));
   layers_.resize(c.n_layers);
   for (int i = 0; i < c.n_layers; ++i) {
+    if (c.arch == Arch::kQwen35) {
+      if (Status s = load_qwen35_layer(i); !s.ok()) return s;
+      continue;
+    }
     LayerWeights& l = layers_[i];
     const std::string b = "blk." + std::to_string(i) + ".";
     PREFIXD_TRY_ASSIGN(l.attn_norm, vector(b + "attn_norm.weight", c.n_embd));
@@ -106,7 +116,6 @@ Status Model::load_weights() {
     PREFIXD_TRY_ASSIGN(l.w_up, matrix(b + "ffn_up.weight", c.n_ff, c.n_embd));
     PREFIXD_TRY_ASSIGN(l.w_down, matrix(b + "ffn_down.weight", c.n_embd, c.n_ff));
   }
-#undef PREFIXD_TRY_ASSIGN
   return Status();
 }
 

@@ -31,6 +31,18 @@ struct LayerWeights {
   std::unique_ptr<Matrix> w_gate;    // (n_ff, n_embd)
   std::unique_ptr<Matrix> w_up;      // (n_ff, n_embd)
   std::unique_ptr<Matrix> w_down;    // (n_embd, n_ff)
+  // qwen35 Gated DeltaNet layers only (qwen35_weights.cpp; DeltaNetShape d =
+  // config.delta_net). Their attention fields above stay empty; ffn_norm
+  // holds the file's post_attention_norm (qwen35's norm before the FFN).
+  std::unique_ptr<Matrix> w_qkv;     // (d.conv_channels(), n_embd) attn_qkv
+  std::unique_ptr<Matrix> w_z;       // (n_v_heads * d_v, n_embd) attn_gate: the output gate
+  std::unique_ptr<Matrix> w_beta;    // (n_v_heads, n_embd) ssm_beta
+  std::unique_ptr<Matrix> w_alpha;   // (n_v_heads, n_embd) ssm_alpha
+  std::unique_ptr<Matrix> w_ssm_out; // (n_embd, n_v_heads * d_v) ssm_out
+  float* conv_w = nullptr;           // (d.conv_channels(), conv_width) f32 ssm_conv1d
+  float* dt_bias = nullptr;          // (n_v_heads) f32 ssm_dt.bias
+  float* ssm_a = nullptr;            // (n_v_heads) f32, negative
+  float* ssm_norm = nullptr;         // (d_v) f32
 };
 
 class Model {
@@ -60,6 +72,10 @@ class Model {
   Status load_weights();
   Result<std::unique_ptr<Matrix>> matrix(const std::string& name, int64_t rows, int64_t cols);
   Result<float*> vector(const std::string& name, int64_t n);
+  // qwen35_weights.cpp: layer il's tensors, DeltaNet or gated attention.
+  Status load_qwen35_layer(int il);
+  // A tensor of dims (ggml order, fastest first) as f32 in backend memory.
+  Result<float*> f32_tensor(const std::string& name, const std::vector<int64_t>& dims);
 
   ModelConfig config_;
   std::shared_ptr<GgufFile> file_;

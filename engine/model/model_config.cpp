@@ -171,6 +171,7 @@ Status read_gemma3(const GgufFile& f, const std::string& p, ModelConfig* c) {
 // Per-head Q and K norms hold one weight per head element.
 Status check_qk_norm_sizes(const GgufFile& f, const std::string& p, const ModelConfig& c) {
   for (int32_t i = 0; i < c.n_layers; ++i) {
+    if (c.is_recurrent(i)) continue;  // qwen35's DeltaNet layers have no Q/K norms
     for (const char* which : {"attn_q_norm", "attn_k_norm"}) {
       const std::string name = "blk." + std::to_string(i) + "." + which + ".weight";
       const GgufTensorInfo* t = f.find_tensor(name);
@@ -207,9 +208,13 @@ Status read_arch(const GgufFile& f, ModelConfig* c) {
     c->has_qk_norm = true;
     c->has_post_norms = true;
     c->ffn_activation = FfnActivation::kGeluTanh;
+  } else if (c->arch_name == "qwen35") {
+    c->arch = Arch::kQwen35;
+    c->rope_style = RopeStyle::kNeox;
+    c->has_qk_norm = true;
   } else {
     return Status::error("unsupported architecture '" + c->arch_name +
-                         "' (general.architecture); supported: llama, qwen2, qwen3, gemma3");
+                         "' (general.architecture); supported: llama, qwen2, qwen3, gemma3, qwen35");
   }
   return Status();
 }
@@ -325,6 +330,9 @@ Result<ModelConfig> load_model_config(const GgufFile& f) {
     // Linear scaling (Gemma 3 4B and larger) divides the global layers'
     // angles by the factor, as llama.cpp's freq_scale = 1 / factor does.
     if (linear_factor != 1.0f) c.rope_factors_global.assign(c.rope_dim / 2, linear_factor);
+  }
+  if (c.arch == Arch::kQwen35) {
+    if (Status s = read_qwen35(f, p, &c); !s.ok()) return s;
   }
   if (c.has_qk_norm) {
     if (Status s = check_qk_norm_sizes(f, p, c); !s.ok()) return s;

@@ -1,6 +1,7 @@
 // Hyper-parameters of a supported model architecture, read from GGUF metadata.
 // Supported: `llama` (Llama 2/3/3.1+ with RoPE frequency factors, Mistral,
-// TinyLlama, SmolLM), `qwen2`, `qwen3` and `gemma3` (sliding-window attention).
+// TinyLlama, SmolLM), `qwen2`, `qwen3`, `gemma3` (sliding-window attention) and
+// `qwen35` (Qwen3.5's dense hybrid: Gated DeltaNet and gated attention layers).
 #pragma once
 
 #include <cstdint>
@@ -13,7 +14,7 @@
 
 namespace prefixd {
 
-enum class Arch : uint8_t { kLlama, kQwen2, kQwen3, kGemma3 };
+enum class Arch : uint8_t { kLlama, kQwen2, kQwen3, kGemma3, kQwen35 };
 
 // The feed-forward block's gate activation.
 enum class FfnActivation : uint8_t {
@@ -61,6 +62,20 @@ struct ModelConfig {
   // larger): (rope_dim / 2) copies of F, the global layers' frequency factors
   // (angles divided by F); the window layers are not scaled. Empty otherwise.
   std::vector<float> rope_factors_global;
+  // qwen35 (engine/model/qwen35_config.cpp): [n_layers] 1 for a Gated
+  // DeltaNet layer, 0 for a gated attention layer; empty for other models.
+  std::vector<uint8_t> layer_is_recurrent;
+  DeltaNetShape delta_net;  // every DeltaNet layer's shape (state_offset 0)
+
+  bool is_recurrent(int32_t il) const { return !layer_is_recurrent.empty() && layer_is_recurrent[il]; }
+  // Layers with K/V in the pool (KvGeometry::n_layers), and layer il's index
+  // among them (il must be an attention layer).
+  int32_t n_kv_layers() const;
+  int32_t kv_layer_of(int32_t il) const;
+  // f32 of one sequence's recurrent state (KvGeometry::state_floats); 0 without
+  // recurrent layers. DeltaNet layer il's shape with its offset in the slot.
+  int64_t state_floats() const;
+  DeltaNetShape delta_net_of(int32_t il) const;
 
   // Attention window of layer `il` in positions; 0: global.
   int32_t window_of(int32_t il) const { return layer_is_window[il] ? sliding_window : 0; }
@@ -81,5 +96,10 @@ struct ModelConfig {
 // gemma3, logit soft-capping in attention, mixtures of experts) with a message
 // naming them.
 Result<ModelConfig> load_model_config(const GgufFile& file);
+
+// qwen35_config.cpp: the qwen35 keys (layer kinds from full_attention_interval,
+// the DeltaNet shape, M-RoPE sections); refuses multi-token-prediction layers,
+// experts and vision tensors by name. Called after the common keys.
+Status read_qwen35(const GgufFile& file, const std::string& prefix, ModelConfig* config);
 
 }  // namespace prefixd

@@ -20,6 +20,9 @@ constexpr const char* kLlama3 =
     R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 constexpr const char* kQwen2 =
     R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+// qwen35 (Qwen3.5): qwen2's with combining marks (\p{M}) kept inside words.
+constexpr const char* kQwen35 =
+    R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
 struct PreTokenizer {
   std::vector<const char*> patterns;
@@ -35,6 +38,8 @@ bool pre_tokenizer_for(const std::string& pre, PreTokenizer* out) {
     *out = {{kLlama3}, true};
   } else if (pre == "qwen2") {
     *out = {{kQwen2}, false};
+  } else if (pre == "qwen35") {
+    *out = {{kQwen35}, false};
   } else if (pre == "smollm") {
     *out = {{R"(\p{N})", kGpt2}, false};
   } else {

@@ -106,14 +106,24 @@ Result<KvPool> CpuBackend::allocate_kv_pool(const KvGeometry& geom) {
       side->push_back(p);
     }
   }
+  if (geom.n_state_slots > 0) {
+    if (geom.state_floats <= 0) {
+      free_kv_pool(pool);
+      return Status::error("invalid KV geometry: state slots need state_floats > 0");
+    }
+    pool.state = static_cast<float*>(
+        alloc_aligned(static_cast<size_t>(geom.n_state_slots) * geom.state_floats * sizeof(float)));
+  }
   return pool;
 }
 
 void CpuBackend::free_kv_pool(KvPool& pool) {
   for (void* p : pool.k) free_aligned(p);
   for (void* p : pool.v) free_aligned(p);
+  free_aligned(pool.state);
   pool.k.clear();
   pool.v.clear();
+  pool.state = nullptr;
 }
 
 void CpuBackend::prepare_batch(const Batch& batch, int32_t block_size) {

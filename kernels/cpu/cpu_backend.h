@@ -147,6 +147,15 @@ class CpuBackend : public Backend {
   void attention(const KvPool& pool, int32_t layer, const float* q, float* out, int32_t n_heads,
                  float scale, int32_t window_tokens) override;
   void gather_output_rows(const float* x, float* out, int64_t dim) override;
+  // delta_net_ops.cpp
+  bool supports_recurrent_layers() const override { return true; }
+  void delta_conv(KvPool& pool, const DeltaNetShape& s, const float* conv_w, float* x) override;
+  void delta_rule(KvPool& pool, const DeltaNetShape& s, float* qkv, const float* g, const float* beta,
+                  float* out, float eps) override;
+  void delta_gates(float* alpha, float* beta, const float* dt_bias, const float* a, int64_t n,
+                   int32_t n_heads) override;
+  void sigmoid_mul(float* y, const float* gate, int64_t n) override;
+  void split_pairs(const float* x, float* first, float* second, int64_t n_rows, int64_t width) override;
 
   void copy_block(KvPool& pool, int32_t src, int32_t dst) override;
   void read_block(const KvPool& pool, int32_t block_id, void* host_dst) override;
