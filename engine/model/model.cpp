@@ -17,7 +17,9 @@ Result<std::unique_ptr<Model>> Model::load(std::shared_ptr<GgufFile> file, Backe
 }
 
 DType Model::auto_kv_dtype() const {
-  const LayerWeights& l = layers_.front();
+  size_t first_attention = 0;  // lfm2: layer 0 may be a convolution
+  while (first_attention + 1 < layers_.size() && !layers_[first_attention].wk) ++first_attention;
+  const LayerWeights& l = layers_[first_attention];
   const bool bf16 = l.wk->source_type == WeightType::BF16 && l.wv->source_type == WeightType::BF16;
   return bf16 ? DType::BF16 : DType::F16;
 }
@@ -43,60 +45,105 @@ Result<std::unique_ptr<Matrix>> Model::matrix(const std::string& name, int64_t r
   return m;
 }
 
+namespace {
+
+// dst (n) f32 = the first n values of tensor `t` (F32, F16 or BF16).
+Status to_f32(const GgufTensorInfo& t, const std::string& name, int64_t n, float* dst) {
+  const uint8_t* src = t.data;
+  for (int64_t i = 0; i < n; ++i) {
+    uint16_t h;
+    switch (t.type) {
+      case GgmlType::F32: std::memcpy(&dst[i], src + 4 * i, 4); break;
+      case GgmlType::F16: std::memcpy(&h, src + 2 * i, 2); dst[i] = f16_to_f32(h); break;
+      case GgmlType::BF16: std::memcpy(&h, src + 2 * i, 2); dst[i] = bf16_to_f32(h); break;
+      default: return Status::error("tensor '" + name + "' must be F32, F16 or BF16");
+    }
+  }
+  return Status();
+}
+
+}  // namespace
+
 Result<float*> Model::vector(const std::string& name, int64_t n) {
   const GgufTensorInfo* t = file_->find_tensor(name);
   if (!t) return Status::error("tensor '" + name + "' is missing");
   if (t->dims.size() != 1 || t->dims[0] != n) {
     return Status::error("tensor '" + name + "' must have shape [" + std::to_string(n) + "]");
   }
-  std::vector<float> host(n);  // (n) f32
-  const uint8_t* src = t->data;
-  for (int64_t i = 0; i < n; ++i) {
-    uint16_t h;
-    switch (t->type) {
-      case GgmlType::F32: std::memcpy(&host[i], src + 4 * i, 4); break;
-      case GgmlType::F16: std::memcpy(&h, src + 2 * i, 2); host[i] = f16_to_f32(h); break;
-      case GgmlType::BF16: std::memcpy(&h, src + 2 * i, 2); host[i] = bf16_to_f32(h); break;
-      default: return Status::error("tensor '" + name + "' must be F32, F16 or BF16");
-    }
+  return table(name, 1, n);
+}
+
+Result<float*> Model::table(const std::string& name, int64_t outer, int64_t inner) {
+  const GgufTensorInfo* t = file_->find_tensor(name);
+  if (!t) return Status::error("tensor '" + name + "' is missing");
+  const bool shape_ok = outer == 1 ? t->dims.size() == 1 && t->dims[0] == inner
+                                   : t->dims.size() == 2 && t->dims[0] == inner && t->dims[1] == outer;
+  if (!shape_ok) {
+    return Status::error("tensor '" + name + "' must have shape [" + std::to_string(inner) + ", " +
+                         std::to_string(outer) + "]");
   }
+  const int64_t n = outer * inner;
+  std::vector<float> host(n);  // (outer, inner) f32
+  if (Status s = to_f32(*t, name, n, host.data()); !s.ok()) return s;
   float* dev = static_cast<float*>(backend_->alloc(n * sizeof(float)));
   owned_buffers_.push_back(dev);
   backend_->upload(dev, host.data(), n * sizeof(float));
   return dev;
 }
 
-Status Model::load_weights() {
-  const ModelConfig& c = config_;
-  const int64_t q_dim = static_cast<int64_t>(c.n_heads) * c.head_dim;
-  const int64_t kv_dim = static_cast<int64_t>(c.n_kv_heads) * c.head_dim;
 #define PREFIXD_TRY_ASSIGN(dst, expr) \
   do {                                \
     auto r_ = (expr);                 \
     if (!r_.ok()) return r_.status(); \
     dst = std::move(r_.value());      \
   } while (0)
+
+Status Model::load_attention(LayerWeights& l, const std::string& b) {
+  const ModelConfig& c = config_;
+  const int64_t q_dim = static_cast<int64_t>(c.n_heads) * c.head_dim;
+  const int64_t kv_dim = static_cast<int64_t>(c.n_kv_heads) * c.head_dim;
+  PREFIXD_TRY_ASSIGN(l.wq, matrix(b + "attn_q.weight", q_dim, c.n_embd));
+  PREFIXD_TRY_ASSIGN(l.wk, matrix(b + "attn_k.weight", kv_dim, c.n_embd));
+  PREFIXD_TRY_ASSIGN(l.wv, matrix(b + "attn_v.weight", kv_dim, c.n_embd));
+  PREFIXD_TRY_ASSIGN(l.wo, matrix(b + "attn_output.weight", c.n_embd, q_dim));
+  if (c.has_qkv_bias) {
+    PREFIXD_TRY_ASSIGN(l.bq, vector(b + "attn_q.bias", q_dim));
+    PREFIXD_TRY_ASSIGN(l.bk, vector(b + "attn_k.bias", kv_dim));
+    PREFIXD_TRY_ASSIGN(l.bv, vector(b + "attn_v.bias", kv_dim));
+  }
+  if (c.has_qk_norm) {
+    PREFIXD_TRY_ASSIGN(l.attn_q_norm, vector(b + "attn_q_norm.weight", c.head_dim));
+    PREFIXD_TRY_ASSIGN(l.attn_k_norm, vector(b + "attn_k_norm.weight", c.head_dim));
+  }
+  return Status();
+}
+
+Status Model::load_conv(LayerWeights& l, const std::string& b) {
+  const ModelConfig& c = config_;
+  PREFIXD_TRY_ASSIGN(l.conv_in, matrix(b + "shortconv.in_proj.weight", 3 * int64_t{c.n_embd}, c.n_embd));
+  PREFIXD_TRY_ASSIGN(l.conv_kernel, table(b + "shortconv.conv.weight", c.n_embd, c.conv_l_cache));
+  PREFIXD_TRY_ASSIGN(l.conv_out, matrix(b + "shortconv.out_proj.weight", c.n_embd, c.n_embd));
+  return Status();
+}
+
+Status Model::load_weights() {
+  const ModelConfig& c = config_;
+  if (!c.layer_is_conv.empty() && !backend_->supports_short_conv()) {
+    return Status::error("the " + backend_->name() + " backend has no short convolution (" + c.arch_name +
+                         "'s convolution layers); run it on the CPU backend");
+  }
   PREFIXD_TRY_ASSIGN(token_embd_, matrix("token_embd.weight", c.n_vocab, c.n_embd));
   if (!c.tied_output) PREFIXD_TRY_ASSIGN(output_, matrix("output.weight", c.n_vocab, c.n_embd));
-  PREFIXD_TRY_ASSIGN(output_norm_, vector("output_norm.weight", c.n_embd));
+  // lfm2 names its final norm token_embd_norm (llama.cpp's name for it there).
+  const char* final_norm = c.arch == Arch::kLfm2 ? "token_embd_norm.weight" : "output_norm.weight";
+  PREFIXD_TRY_ASSIGN(output_norm_, vector(final_norm, c.n_embd));
   layers_.resize(c.n_layers);
   for (int i = 0; i < c.n_layers; ++i) {
     LayerWeights& l = layers_[i];
     const std::string b = "blk." + std::to_string(i) + ".";
     PREFIXD_TRY_ASSIGN(l.attn_norm, vector(b + "attn_norm.weight", c.n_embd));
-    PREFIXD_TRY_ASSIGN(l.wq, matrix(b + "attn_q.weight", q_dim, c.n_embd));
-    PREFIXD_TRY_ASSIGN(l.wk, matrix(b + "attn_k.weight", kv_dim, c.n_embd));
-    PREFIXD_TRY_ASSIGN(l.wv, matrix(b + "attn_v.weight", kv_dim, c.n_embd));
-    PREFIXD_TRY_ASSIGN(l.wo, matrix(b + "attn_output.weight", c.n_embd, q_dim));
-    if (c.has_qkv_bias) {
-      PREFIXD_TRY_ASSIGN(l.bq, vector(b + "attn_q.bias", q_dim));
-      PREFIXD_TRY_ASSIGN(l.bk, vector(b + "attn_k.bias", kv_dim));
-      PREFIXD_TRY_ASSIGN(l.bv, vector(b + "attn_v.bias", kv_dim));
-    }
-    if (c.has_qk_norm) {
-      PREFIXD_TRY_ASSIGN(l.attn_q_norm, vector(b + "attn_q_norm.weight", c.head_dim));
-      PREFIXD_TRY_ASSIGN(l.attn_k_norm, vector(b + "attn_k_norm.weight", c.head_dim));
-    }
+    Status s = c.is_conv(i) ? load_conv(l, b) : load_attention(l, b);
+    if (!s.ok()) return s;
     PREFIXD_TRY_ASSIGN(l.ffn_norm, vector(b + "ffn_norm.weight", c.n_embd));
     if (c.has_post_norms) {  // stored as llama.cpp's converter writes them (Gemma's 1 + w)
       PREFIXD_TRY_ASSIGN(l.post_attn_norm, vector(b + "post_attention_norm.weight", c.n_embd));
@@ -106,8 +153,9 @@ Status Model::load_weights() {
     PREFIXD_TRY_ASSIGN(l.w_up, matrix(b + "ffn_up.weight", c.n_ff, c.n_embd));
     PREFIXD_TRY_ASSIGN(l.w_down, matrix(b + "ffn_down.weight", c.n_embd, c.n_ff));
   }
-#undef PREFIXD_TRY_ASSIGN
   return Status();
 }
+
+#undef PREFIXD_TRY_ASSIGN
 
 }  // namespace prefixd

@@ -31,6 +31,11 @@ struct LayerWeights {
   std::unique_ptr<Matrix> w_gate;    // (n_ff, n_embd)
   std::unique_ptr<Matrix> w_up;      // (n_ff, n_embd)
   std::unique_ptr<Matrix> w_down;    // (n_embd, n_ff)
+  // lfm2 convolution layers (no wq..wo): in-projection to B | C | x, the
+  // depthwise kernel, out-projection.
+  std::unique_ptr<Matrix> conv_in;   // (3 * n_embd, n_embd)
+  float* conv_kernel = nullptr;      // (n_embd, conv_l_cache) f32, tap 0 the oldest
+  std::unique_ptr<Matrix> conv_out;  // (n_embd, n_embd)
 };
 
 class Model {
@@ -60,6 +65,10 @@ class Model {
   Status load_weights();
   Result<std::unique_ptr<Matrix>> matrix(const std::string& name, int64_t rows, int64_t cols);
   Result<float*> vector(const std::string& name, int64_t n);
+  // A 2-D tensor of (outer, inner) values (ggml dims [inner, outer]) as f32.
+  Result<float*> table(const std::string& name, int64_t outer, int64_t inner);
+  Status load_attention(LayerWeights& l, const std::string& prefix);
+  Status load_conv(LayerWeights& l, const std::string& prefix);
 
   ModelConfig config_;
   std::shared_ptr<GgufFile> file_;

@@ -1,6 +1,7 @@
 // Hyper-parameters of a supported model architecture, read from GGUF metadata.
 // Supported: `llama` (Llama 2/3/3.1+ with RoPE frequency factors, Mistral,
-// TinyLlama, SmolLM), `qwen2`, `qwen3` and `gemma3` (sliding-window attention).
+// TinyLlama, SmolLM), `qwen2`, `qwen3`, `gemma3` (sliding-window attention) and
+// `lfm2` (Liquid LFM2: gated short-convolution layers beside attention layers).
 #pragma once
 
 #include <cstdint>
@@ -13,7 +14,7 @@
 
 namespace prefixd {
 
-enum class Arch : uint8_t { kLlama, kQwen2, kQwen3, kGemma3 };
+enum class Arch : uint8_t { kLlama, kQwen2, kQwen3, kGemma3, kLfm2 };
 
 // The feed-forward block's gate activation.
 enum class FfnActivation : uint8_t {
@@ -23,7 +24,7 @@ enum class FfnActivation : uint8_t {
 
 struct ModelConfig {
   Arch arch = Arch::kLlama;
-  std::string arch_name;      // "llama", "qwen2", "qwen3" or "gemma3"
+  std::string arch_name;      // "llama", "qwen2", "qwen3", "gemma3" or "lfm2"
   std::string name;           // general.name, for display
   int32_t n_ctx_train = 0;    // context length the model was trained for
   int32_t n_embd = 0;         // hidden size
@@ -61,6 +62,13 @@ struct ModelConfig {
   // larger): (rope_dim / 2) copies of F, the global layers' frequency factors
   // (angles divided by F); the window layers are not scaled. Empty otherwise.
   std::vector<float> rope_factors_global;
+  // lfm2: [n_layers] 1 for a gated short-convolution layer (no attention, no
+  // K/V: its convolution tail lives in the layer's pool area,
+  // kernels/conv_tail.h), 0 for an attention layer; empty for other models.
+  std::vector<uint8_t> layer_is_conv;
+  int32_t conv_l_cache = 0;  // convolution kernel width L (lfm2.shortconv.l_cache)
+
+  bool is_conv(int32_t il) const { return !layer_is_conv.empty() && layer_is_conv[il] != 0; }
 
   // Attention window of layer `il` in positions; 0: global.
   int32_t window_of(int32_t il) const { return layer_is_window[il] ? sliding_window : 0; }
