@@ -139,7 +139,7 @@ TEST_CASE("the last layer for the output rows alone: the same logits, every row'
         CAPTURE(c.name);
         const int32_t n = static_cast<int32_t>(c.ids.size());
         const size_t row_bytes = size_t(g.n_vocab) * sizeof(float);
-        const WeightType wt = l.model->layer(0).wq->source_type;
+        const WeightType wt = l.model->layer(0).w_gate->source_type;  // every layer has one (lfm2: not wq)
         const bool exact = wt == WeightType::F32 || wt == WeightType::F16 || wt == WeightType::BF16;
         SequenceRunner whole(*l.model, DType::F32, n + 1);
         const std::vector<float> all = whole.run(c.ids, 0, true);
