@@ -200,3 +200,32 @@ TEST_CASE("the tail fits a block's layer area, K side then V side") {
   g.n_kv_heads = 8;
   CHECK(conv_tail::fits(g, 1024, 3));
 }
+
+// Bytes a cached token costs in the pool and every tier record (block_bytes /
+// block_size, BF16 KV, blocks of 16): an lfm2 block carries every layer's
+// area at the attention layers' size, so the cost equals a llama model's with
+// the same layer count and KV shape. Printed for the report; the assertions
+// pin the arithmetic, and what the convolution tails alone would need.
+TEST_CASE("bytes per cached token: lfm2 as stored, against a llama of the same shape") {
+  struct Shape {
+    const char* name;
+    int32_t n_layers, n_attention, n_kv_heads, head_dim, channels;
+  };
+  for (const Shape& s : {Shape{"rand-lfm2-bf16", 6, 2, 2, 64, 256}, Shape{"LFM2-350M", 16, 6, 8, 64, 1024}}) {
+    KvGeometry g;
+    g.n_layers = s.n_layers;
+    g.block_size = 16;
+    g.n_kv_heads = s.n_kv_heads;
+    g.head_dim = s.head_dim;
+    g.dtype = DType::BF16;
+    REQUIRE(conv_tail::fits(g, s.channels, 3));
+    const size_t stored = g.block_bytes() / 16;  // the same for the llama of this shape
+    const size_t attention_only = 2 * g.layer_block_bytes() * s.n_attention / 16;
+    const size_t tails = static_cast<size_t>(s.n_layers - s.n_attention) * conv_tail::ring_rows(3) *
+                         conv_tail::row_bytes(s.channels) / 16;
+    MESSAGE(std::string(s.name) << ": " << stored << " bytes per cached token stored (llama of the same shape: " << stored
+                   << "); attention K/V " << attention_only << " + convolution tails " << tails << " = "
+                   << attention_only + tails << " if convolution layers had areas of their own");
+    CHECK(stored == size_t(s.n_layers) * 2 * s.n_kv_heads * s.head_dim * 2);
+  }
+}

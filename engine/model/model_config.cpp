@@ -1,11 +1,11 @@
 // Reading and validating model hyper-parameters from GGUF metadata.
 #include "engine/model/model_config.h"
 
-#include "engine/model/lfm2_config.h"
-
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+
+#include "engine/model/lfm2_config.h"
 
 namespace prefixd {
 namespace {
