@@ -23,6 +23,7 @@
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
 #include "engine/text/tokenizer.h"
+#include "kernels/conv_tail.h"
 #include "storage/onboard_policy.h"
 #include "storage/tier_manager.h"
 
@@ -50,6 +51,13 @@ Status EngineOptions::validate(const ModelConfig& model, bool window_group) cons
     return Status::error("KV pool of " + std::to_string(kv_pool_bytes) + " bytes holds " +
                          std::to_string(g.n_blocks) + " blocks of " + std::to_string(g.global_block_bytes()) +
                          " bytes; at least 2 are needed");
+  }
+  if (!model.layer_is_conv.empty() && !conv_tail::fits(g, model.n_embd, model.conv_l_cache)) {
+    return Status::error("a block of " + std::to_string(block_size) + " tokens has " +
+                         std::to_string(2 * g.layer_block_bytes()) + " bytes a layer, too few for the " +
+                         std::to_string(conv_tail::ring_rows(model.conv_l_cache)) +
+                         " F32 rows of a convolution layer's tail (" + std::to_string(model.n_embd) +
+                         " channels): use a larger block size");
   }
   if (g.has_window_group() && g.n_window_blocks < min_window_blocks(model)) {
     return Status::error("KV pool of " + std::to_string(kv_pool_bytes) + " bytes at window share " +

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <memory>
@@ -270,6 +271,23 @@ class Backend {
   // the window_tokens - 1 before it). 0: every key up to p.
   virtual void attention(const KvPool& pool, int32_t layer, const float* q, float* out,
                          int32_t n_heads, float scale, int32_t window_tokens) = 0;
+  // Gated short convolution (LFM2) of layer `layer`, whose convolution tail
+  // is a ring of B·x rows in the layer's pool area (kernels/conv_tail.h; the
+  // area must hold it: conv_tail::fits). bcx (n_tokens, 3 * channels) f32 is
+  // each row's B | C | x; kernel (channels, l_cache) f32, tap 0 the oldest.
+  // For the row at position p: bx[p] = B[p] ⊙ x[p] and
+  //   out[p] (channels) f32 = C[p] ⊙ Σ_{j=0}^{L-1} kernel[:, j] ⊙ bx[p - (L-1) + j],
+  // summed in F32 in that order from 0; positions below 0 count as zero rows,
+  // and those before the sequence's first row in the batch come from the
+  // ring. Then every row's bx goes into the ring. A backend without it
+  // (supports_short_conv() false) aborts; models check it at load.
+  virtual bool supports_short_conv() const { return false; }
+  virtual void short_conv(KvPool& pool, int32_t layer, const float* bcx, const float* kernel, float* out,
+                          int32_t channels, int32_t l_cache) {
+    (void)pool, (void)layer, (void)bcx, (void)kernel, (void)out, (void)channels, (void)l_cache;
+    std::fprintf(stderr, "fatal: backend %s has no short convolution\n", name().c_str());
+    std::abort();
+  }
   // out (n_rows, dim) = the batch's output_rows of x (n_tokens, dim).
   virtual void gather_output_rows(const float* x, float* out, int64_t dim) = 0;
 

@@ -127,7 +127,7 @@ inline AnswerDiff compare_answers(const Collected& cached, const Collected& cold
 // (F32, F16 and BF16 weights, every set and plan), so that a cached prefix's
 // answers equal the uncached ones bit for bit.
 inline bool batch_invariant_weights(const Model& m) {
-  const WeightType t = m.layer(0).w_down->source_type;  // every architecture's layers have one
+  const WeightType t = m.layer(0).w_down->source_type;  // every architecture's layers have one (qwen35, lfm2: not wq)
   return t == WeightType::F32 || t == WeightType::F16 || t == WeightType::BF16;
 }
 

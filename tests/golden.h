@@ -94,8 +94,13 @@ inline std::vector<std::pair<std::string, float>> golden_models() {
           {"rand-qwen2-bf16", 0.15f},
           {"rand-llama3rope-f16", 2e-2f},
           {"rand-qwen3-bf16", 0.15f},
-          {"rand-gemma3-bf16", 0.15f}};
+          {"rand-gemma3-bf16", 0.15f},
+          {"rand-lfm2-bf16", 0.15f}};
 }
+
+// Models whose layers only the CPU backend runs (lfm2's short convolutions):
+// GPU tests skip them.
+inline bool cpu_only_golden_model(const std::string& name) { return name == "rand-lfm2-bf16"; }
 
 // golden_models() and quant_golden_models().
 inline std::vector<std::pair<std::string, float>> all_golden_models() {

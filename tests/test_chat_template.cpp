@@ -56,6 +56,8 @@ TEST_CASE("chat templates are detected from the models' Jinja text") {
       {"{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim + '<end_of_turn>\\n' }}", "gemma"},
       {"{{'<|' + message['role'] + '|>' + '\\n' + message['content'] + '<|end|>\\n' }}{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}", "phi-3"},
       {"{% if message['role'] == 'user' %}{{ '<|user|>\\n' + message['content'] + eos_token }}{% elif %}{{ '<|assistant|>\\n' }}", "zephyr"},
+      // LFM2 (LiquidAI/LFM2-350M): ChatML after its BOS, which encode() adds (add_bos).
+      {"{{- bos_token -}}{%- set ns = namespace(system_prompt='') -%}{{- '<|im_start|>system\\n' + ns.system_prompt + '<|im_end|>\\n' -}}{%- for message in messages -%}{{- '<|im_start|>' + message['role'] + '\\n' -}}{{- content + '<|im_end|>\\n' -}}{%- endfor -%}", "chatml"},
   };
   for (const auto& [text, name] : cases) {
     auto t = ChatTemplate::detect(text, "");

@@ -6,16 +6,13 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
-#include <chrono>
-#include <thread>
-
-#include "tests/daemon_process.h"
-#include "tests/daemon_start.h"
+#include "tests/daemon_cache_check.h"
 #include "tests/golden.h"
 #include "tests/temp_dir.h"
 
 using nlohmann::json;
 using namespace prefixd::testing;
+using namespace prefixd::testing::cache_check;
 
 namespace {
 
@@ -27,75 +24,9 @@ constexpr int32_t kSharedTokens = kPrefixTokens / kBlockSize * kBlockSize;
 
 std::string model_path() { return shared_path("models/rand-gemma3-bf16.gguf"); }
 
-// Token ids in [3, 1003) (the model's vocabulary is 1024), BOS first when `bos`.
-std::vector<int32_t> tokens(int seed, int32_t n, bool bos) {
-  std::vector<int32_t> t;
-  if (bos) t.push_back(1);
-  for (int32_t i = static_cast<int32_t>(t.size()); i < n; ++i)
-    t.push_back(3 + (seed * 7919 + i * 613 + (i * i) % 11) % 1000);
-  return t;
-}
-
-std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
-// Greedy, 16 tokens, the top 5 logprobs of each.
-json completion(const std::vector<int32_t>& prompt) {
-  return json{{"prompt", prompt},  {"max_tokens", 16},
-              {"temperature", 0},  {"ignore_eos", true},
-              {"logprobs", 5},     {"return_tokens_as_token_ids", true}};
-}
-
-// F32 KV (bit-stable outputs), one thread, onboards forced (recompute would
-// often win on so small a model), blocks written through to host and disk.
+// The daemon's arguments: no tiers without `disk_dir` (see cache_check::daemon_args).
 std::vector<std::string> daemon_args(const std::string& disk_dir) {
-  std::vector<std::string> a = {"--model",       model_path(), "--threads",       "1",
-                                "--kv-dtype",    "f32",        "--block-size",    "16",
-                                "--kv-pool-mib", "4",          "--restore-policy", "always"};
-  if (disk_dir.empty()) {
-    a.insert(a.end(), {"--host-cache-gb", "0"});
-  } else {
-    a.insert(a.end(), {"--host-cache-gb", "1", "--disk-cache-dir", disk_dir, "--write-policy",
-                       "write-through"});
-  }
-  return a;
-}
-
-// Waits (30 s at most) until no pool block is referenced: write-through
-// copies hold a published block until the tiers' offload thread has read it,
-// and a request that finds most of this small pool so held is refused as too
-// big rather than queued (the engine's rule for a lone request).
-bool wait_pool_unreferenced(httplib::Client& c) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (stats(c)["tiers"]["device"]["blocks_referenced"].get<int64_t>() == 0) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return false;
-}
-
-// One answer: its ids and logprobs object.
-struct Answer {
-  json ids;
-  json logprobs;
-  json prefix_cache;
-};
-
-Answer ask(httplib::Client& c, const std::vector<int32_t>& prompt) {
-  REQUIRE(wait_pool_unreferenced(c));
-  HttpAnswer a = post_json(c, "/v1/completions", completion(prompt));
-  REQUIRE_MESSAGE(a.status == 200, a.raw);
-  return Answer{a.body["choices"][0]["token_ids"], a.body["choices"][0]["logprobs"],
-                a.body["prefix_cache"]};
-}
-
-// The answer equals the uncached one exactly: ids, and every logprob bit
-// (JSON numbers written with round-trip precision).
-void check_identical(const Answer& got, const Answer& uncached) {
-  CHECK(got.ids == uncached.ids);
-  CHECK(got.logprobs == uncached.logprobs);
+  return cache_check::daemon_args(model_path(), "4", disk_dir);
 }
 
 }  // namespace

@@ -139,7 +139,7 @@ TEST_CASE("the last layer for the output rows alone: the same logits, every row'
         CAPTURE(c.name);
         const int32_t n = static_cast<int32_t>(c.ids.size());
         const size_t row_bytes = size_t(g.n_vocab) * sizeof(float);
-        const WeightType wt = l.model->layer(0).w_down->source_type;
+        const WeightType wt = l.model->layer(0).w_down->source_type;  // every layer has one (qwen35, lfm2: not wq)
         const bool exact = wt == WeightType::F32 || wt == WeightType::F16 || wt == WeightType::BF16;
         SequenceRunner whole(*l.model, DType::F32, n + 1);
         const std::vector<float> all = whole.run(c.ids, 0, true);
@@ -550,6 +550,43 @@ TEST_CASE("gemma3 files prefixd cannot run are refused at load with the key name
   SUBCASE("a missing post-attention norm") {
     std::string m = load_message(rewritten(f, [](GgufWriter&) {}, {"blk.2.post_attention_norm.weight"}));
     CHECK(contains(m, "blk.2.post_attention_norm.weight"));
+  }
+}
+
+TEST_CASE("lfm2 files prefixd cannot run are refused at load with the key or tensor named") {
+  auto file = GgufFile::open(shared_path("models/rand-lfm2-bf16.gguf"));
+  REQUIRE(file.ok());
+  const GgufFile& f = *file.value();
+  CHECK(load_message(rewritten(f, [](GgufWriter&) {})) == "");
+  SUBCASE("one KV head count for all layers (no layer kinds)") {
+    std::string m = load_message(
+        rewritten(f, [](GgufWriter& w) { w.set_u32("lfm2.attention.head_count_kv", 2); }));
+    CHECK(contains(m, "lfm2.attention.head_count_kv"));
+  }
+  SUBCASE("attention layers with different KV head counts") {
+    std::string m = load_message(rewritten(
+        f, [](GgufWriter& w) { w.set_i32_array("lfm2.attention.head_count_kv", {0, 0, 2, 0, 0, 4}); }));
+    CHECK(contains(m, "different KV head counts"));
+  }
+  SUBCASE("a missing or out-of-range convolution width") {
+    std::string m = load_message(rewritten(f, [](GgufWriter& w) { w.set_u32("lfm2.shortconv.l_cache", 1); }));
+    CHECK(contains(m, "lfm2.shortconv.l_cache"));
+  }
+  SUBCASE("a convolution kernel of another width") {
+    std::string m = load_message(rewritten(f, [](GgufWriter& w) { w.set_u32("lfm2.shortconv.l_cache", 4); }));
+    CHECK(contains(m, "blk.0.shortconv.conv.weight"));
+  }
+  SUBCASE("a missing in-projection") {
+    std::string m = load_message(rewritten(f, [](GgufWriter&) {}, {"blk.3.shortconv.in_proj.weight"}));
+    CHECK(contains(m, "blk.3.shortconv.in_proj.weight"));
+  }
+  SUBCASE("per-layer KV head counts on another architecture") {
+    auto llama = GgufFile::open(shared_path("models/stories260K.gguf"));
+    REQUIRE(llama.ok());
+    std::string m = load_message(rewritten(*llama.value(), [](GgufWriter& w) {
+      w.set_i32_array("llama.attention.head_count_kv", {8, 8, 8, 8, 8});
+    }));
+    CHECK(contains(m, "lfm2 only"));
   }
 }
 

@@ -20,6 +20,7 @@
 #include "engine/model/gguf_writer.h"
 #include "engine/model/model_fingerprint.h"
 #include "engine/model/model_presets.h"
+#include "tests/golden.h"
 #include "tests/shared_dir.h"
 
 using namespace prefixd;
@@ -145,7 +146,7 @@ Hash128 fp_of(const std::vector<uint8_t>& bytes) {
 TEST_CASE("preset_spec knows the three presets and refuses others") {
   CHECK(preset_names() ==
         std::vector<std::string>{"tiny", "smol-135m", "demo", "llama-245m", "llama-1b",
-                                 "gemma3-1b"});
+                                 "gemma3-1b", "lfm2-tiny", "lfm2-350m"});
   PresetSpec tiny = *preset_spec("tiny");
   CHECK(tiny.n_embd == 256);
   CHECK(tiny.n_layers == 4);
@@ -249,6 +250,51 @@ TEST_CASE("preset_tensors and preset_tensor_bytes describe exactly what the writ
     CHECK(preset_tensor_bytes(*preset_spec("demo"), wt) == file_bytes);
     std::filesystem::remove(path);
   }
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("lfm2 presets: LFM2-350M's layer kinds, and lfm2-tiny writes a file that loads and runs") {
+  PresetSpec big = *preset_spec("lfm2-350m");
+  CHECK(big.arch == "lfm2");
+  CHECK(big.n_embd == 1024);
+  CHECK(big.n_layers == 16);
+  CHECK(big.attention_layers == std::vector<int32_t>{2, 5, 8, 10, 12, 14});
+  CHECK(big.is_conv(0));
+  CHECK_FALSE(big.is_conv(2));
+  CHECK(big.n_ff == 4608);
+  CHECK(big.n_vocab == 65536);
+  // 10 convolution layers (kernel, in-, out-projection), 6 attention layers
+  // (q, k, v, o and two head norms), each with 2 norms and 3 FFN matrices,
+  // plus the embedding and the final norm.
+  CHECK(preset_tensors(big).size() == size_t(10 * (3 + 5) + 6 * (6 + 5) + 2));
+
+  const std::string dir = test_dir();
+  const std::string path = dir + "/lfm2-tiny.gguf";
+  REQUIRE(write_preset_model("lfm2-tiny", WeightType::BF16, path).ok());
+  auto f = GgufFile::open(path);
+  REQUIRE_MESSAGE(f.ok(), f.message());
+  std::unique_ptr<Backend> backend = make_cpu_backend(1);
+  auto model = Model::load(*f, *backend);
+  REQUIRE_MESSAGE(model.ok(), model.message());
+  const ModelConfig& c = (*model)->config();
+  CHECK(c.arch == Arch::kLfm2);
+  CHECK(c.layer_is_conv == std::vector<uint8_t>{1, 1, 0, 1, 1, 0});
+  CHECK(c.n_kv_heads == 2);
+  CHECK(c.conv_l_cache == 3);
+  uint64_t file_bytes = 0;
+  for (const GgufTensorInfo& t : (*f)->tensors()) file_bytes += t.n_bytes;
+  CHECK(preset_tensor_bytes(*preset_spec("lfm2-tiny"), WeightType::BF16) == file_bytes);
+  // Whole and split at a block edge + 1: the same logits, bit for bit.
+  std::vector<int32_t> ids = {1};
+  for (int32_t i = 1; i < 40; ++i) ids.push_back(3 + (i * 37) % 1000);
+  prefixd::testing::SequenceRunner whole(**model, DType::BF16, 41);
+  const std::vector<float> a = whole.run(ids, 0, false);
+  prefixd::testing::SequenceRunner split(**model, DType::BF16, 41);
+  split.run(std::vector<int32_t>(ids.begin(), ids.begin() + 17), 0, false);
+  const std::vector<float> b = split.run(std::vector<int32_t>(ids.begin() + 17, ids.end()), 17, false);
+  REQUIRE(a.size() == b.size());
+  CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+  for (float v : a) REQUIRE(std::isfinite(v));
   std::filesystem::remove_all(dir);
 }
 

@@ -118,6 +118,10 @@ TEST_CASE("BPE pre-tokenizers split digits as their models do") {
   auto smol = make(tiny_vocab("smollm"));
   auto gpt2 = make(tiny_vocab("gpt-2"));
   CHECK(pieces(*llama, llama->encode("123123", false, false)) == std::vector<std::string>{"123", "123"});
+  // lfm2 (Liquid LFM2): llama.cpp splits it as llama3.
+  auto lfm2 = make(tiny_vocab("lfm2"));
+  CHECK(pieces(*lfm2, lfm2->encode("123123", false, false)) == std::vector<std::string>{"123", "123"});
+  CHECK(lfm2->encode("hello the 1234567", false, false) == llama->encode("hello the 1234567", false, false));
   CHECK(pieces(*qwen, qwen->encode("123", false, false)) == std::vector<std::string>{"1", "2", "3"});
   CHECK(pieces(*smol, smol->encode("123", false, false)) == std::vector<std::string>{"1", "2", "3"});
   CHECK(pieces(*gpt2, gpt2->encode("123123", false, false)) ==

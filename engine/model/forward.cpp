@@ -1,6 +1,7 @@
-// Llama/Qwen2/Qwen3/Gemma3 decoder: pre-norm attention and gated feed-forward
-// blocks (SwiGLU; Gemma 3: GeGLU, a norm on each block's output before its
-// residual add, sliding-window attention on its window layers).
+// Llama/Qwen2/Qwen3/Gemma3/LFM2 decoder: pre-norm attention and gated
+// feed-forward blocks (SwiGLU; Gemma 3: GeGLU, a norm on each block's output
+// before its residual add, sliding-window attention on its window layers;
+// LFM2: gated short convolutions in place of attention in some layers).
 #include "engine/model/forward.h"
 
 #include <algorithm>
@@ -29,11 +30,17 @@ ForwardPass::ForwardPass(const Model& model, int32_t max_tokens, int32_t max_out
   out_x_ = buf(max_outputs, c.n_embd);
   logits_ = buf(max_outputs, c.n_vocab);
   if (c.arch == Arch::kQwen35) qwen35_ = std::make_unique<Qwen35Forward>(model, max_tokens, max_outputs);
+  if (!c.layer_is_conv.empty()) {
+    bcx_ = buf(max_tokens, 3 * int64_t{c.n_embd});
+    conv_y_ = buf(max_tokens, c.n_embd);
+  }
 }
 
 ForwardPass::~ForwardPass() {
   for (float* p : {x_, h_, q_, k_, v_, attn_, proj_, gate_, up_, out_q_, out_x_, logits_})
     backend_.free(p);
+  for (float* p : {bcx_, conv_y_})
+    if (p != nullptr) backend_.free(p);
 }
 
 Batch ForwardPass::output_batch(const Batch& batch) {
@@ -62,6 +69,12 @@ void ForwardPass::finish_layer(int32_t il, KvPool& pool, const float* q, float* 
   backend_.matmul(*l.wo, attn_, proj_, n);
   if (c.has_post_norms) backend_.rmsnorm(proj_, l.post_attn_norm, proj_, n, c.n_embd, c.rms_eps);
   backend_.add(x, proj_, n * c.n_embd);
+  feed_forward(il, x, n);
+}
+
+void ForwardPass::feed_forward(int32_t il, float* x, int64_t n) {
+  const ModelConfig& c = model_.config();
+  const LayerWeights& l = model_.layer(il);
   backend_.rmsnorm(x, l.ffn_norm, h_, n, c.n_embd, c.rms_eps);
   const Matrix* gate_up[] = {l.w_gate.get(), l.w_up.get()};
   float* gate_up_out[] = {gate_, up_};
@@ -117,6 +130,14 @@ void ForwardPass::compute(const Batch& batch, KvPool& pool) {
   if (c.embed_scale != 1.0f) backend_.scale(x_, c.embed_scale, n * c.n_embd);
   for (int32_t il = 0; il < c.n_layers; ++il) {
     const LayerWeights& l = model_.layer(il);
+    if (c.is_conv(il)) {  // lfm2: every row (its tail is the next chunk's input)
+      conv_layer(il, pool, n);
+      if (il + 1 == c.n_layers && n_out < n) {
+        if (n_out == 0) return;
+        backend_.gather_output_rows(x_, out_x_, c.n_embd);
+      }
+      continue;
+    }
     // Attention sub-layer: Q, K, V of every row, K and V into the pool.
     backend_.rmsnorm(x_, l.attn_norm, h_, n, c.n_embd, c.rms_eps);
     const Matrix* qkv[] = {l.wq.get(), l.wk.get(), l.wv.get()};

@@ -40,6 +40,12 @@ class ForwardPass {
   // stored: x (n, n_embd) += attention(q); x += FFN(x), over the backend's
   // prepared batch of n rows.
   void finish_layer(int32_t il, KvPool& pool, const float* q, float* x, int64_t n);
+  // x (n, n_embd) += FFN(norm(x)) of layer `il`: the feed-forward sub-layer.
+  void feed_forward(int32_t il, float* x, int64_t n);
+  // A whole lfm2 convolution layer `il` over the batch's n rows in x_: the
+  // gated short convolution (its tail in the pool), then the feed-forward
+  // sub-layer (short_conv_layer.cpp).
+  void conv_layer(int32_t il, KvPool& pool, int64_t n);
   // The batch of the output rows alone: each a one-row sequence at its
   // position, with its sequence's block table.
   static Batch output_batch(const Batch& batch);
@@ -61,6 +67,9 @@ class ForwardPass {
   float* out_x_ = nullptr;   // (max_outputs, n_embd)
   float* logits_ = nullptr;  // (max_outputs, n_vocab)
   std::unique_ptr<Qwen35Forward> qwen35_;  // qwen35 models only: their step's layers
+  // lfm2 only (null otherwise):
+  float* bcx_ = nullptr;     // (max_tokens, 3 * n_embd) B | C | x of a convolution layer
+  float* conv_y_ = nullptr;  // (max_tokens, n_embd) gated convolution output
 };
 
 }  // namespace prefixd

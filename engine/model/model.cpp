@@ -22,8 +22,8 @@ Result<std::unique_ptr<Model>> Model::load(std::shared_ptr<GgufFile> file, Backe
 }
 
 DType Model::auto_kv_dtype() const {
-  size_t i = 0;
-  while (config_.is_recurrent(static_cast<int32_t>(i))) ++i;  // the first layer with K and V
+  size_t i = 0;  // the first layer with K and V (qwen35's DeltaNet, lfm2's convolution layers have none)
+  while (i + 1 < layers_.size() && !layers_[i].wk) ++i;
   const LayerWeights& l = layers_[i];
   const bool bf16 = l.wk->source_type == WeightType::BF16 && l.wv->source_type == WeightType::BF16;
   return bf16 ? DType::BF16 : DType::F16;
@@ -78,13 +78,49 @@ Result<float*> Model::f32_tensor(const std::string& name, const std::vector<int6
 
 Result<float*> Model::vector(const std::string& name, int64_t n) { return f32_tensor(name, {n}); }
 
-Status Model::load_weights() {
+Result<float*> Model::table(const std::string& name, int64_t outer, int64_t inner) {
+  return f32_tensor(name, {inner, outer});
+}
+
+Status Model::load_attention(LayerWeights& l, const std::string& b) {
   const ModelConfig& c = config_;
   const int64_t q_dim = static_cast<int64_t>(c.n_heads) * c.head_dim;
   const int64_t kv_dim = static_cast<int64_t>(c.n_kv_heads) * c.head_dim;
+  PREFIXD_TRY_ASSIGN(l.wq, matrix(b + "attn_q.weight", q_dim, c.n_embd));
+  PREFIXD_TRY_ASSIGN(l.wk, matrix(b + "attn_k.weight", kv_dim, c.n_embd));
+  PREFIXD_TRY_ASSIGN(l.wv, matrix(b + "attn_v.weight", kv_dim, c.n_embd));
+  PREFIXD_TRY_ASSIGN(l.wo, matrix(b + "attn_output.weight", c.n_embd, q_dim));
+  if (c.has_qkv_bias) {
+    PREFIXD_TRY_ASSIGN(l.bq, vector(b + "attn_q.bias", q_dim));
+    PREFIXD_TRY_ASSIGN(l.bk, vector(b + "attn_k.bias", kv_dim));
+    PREFIXD_TRY_ASSIGN(l.bv, vector(b + "attn_v.bias", kv_dim));
+  }
+  if (c.has_qk_norm) {
+    PREFIXD_TRY_ASSIGN(l.attn_q_norm, vector(b + "attn_q_norm.weight", c.head_dim));
+    PREFIXD_TRY_ASSIGN(l.attn_k_norm, vector(b + "attn_k_norm.weight", c.head_dim));
+  }
+  return Status();
+}
+
+Status Model::load_conv(LayerWeights& l, const std::string& b) {
+  const ModelConfig& c = config_;
+  PREFIXD_TRY_ASSIGN(l.conv_in, matrix(b + "shortconv.in_proj.weight", 3 * int64_t{c.n_embd}, c.n_embd));
+  PREFIXD_TRY_ASSIGN(l.conv_kernel, table(b + "shortconv.conv.weight", c.n_embd, c.conv_l_cache));
+  PREFIXD_TRY_ASSIGN(l.conv_out, matrix(b + "shortconv.out_proj.weight", c.n_embd, c.n_embd));
+  return Status();
+}
+
+Status Model::load_weights() {
+  const ModelConfig& c = config_;
+  if (!c.layer_is_conv.empty() && !backend_->supports_short_conv()) {
+    return Status::error("the " + backend_->name() + " backend has no short convolution (" + c.arch_name +
+                         "'s convolution layers); run it on the CPU backend");
+  }
   PREFIXD_TRY_ASSIGN(token_embd_, matrix("token_embd.weight", c.n_vocab, c.n_embd));
   if (!c.tied_output) PREFIXD_TRY_ASSIGN(output_, matrix("output.weight", c.n_vocab, c.n_embd));
-  PREFIXD_TRY_ASSIGN(output_norm_, vector("output_norm.weight", c.n_embd));
+  // lfm2 names its final norm token_embd_norm (llama.cpp's name for it there).
+  const char* final_norm = c.arch == Arch::kLfm2 ? "token_embd_norm.weight" : "output_norm.weight";
+  PREFIXD_TRY_ASSIGN(output_norm_, vector(final_norm, c.n_embd));
   layers_.resize(c.n_layers);
   for (int i = 0; i < c.n_layers; ++i) {
     if (c.arch == Arch::kQwen35) {
@@ -94,19 +130,8 @@ Status Model::load_weights() {
     LayerWeights& l = layers_[i];
     const std::string b = "blk." + std::to_string(i) + ".";
     PREFIXD_TRY_ASSIGN(l.attn_norm, vector(b + "attn_norm.weight", c.n_embd));
-    PREFIXD_TRY_ASSIGN(l.wq, matrix(b + "attn_q.weight", q_dim, c.n_embd));
-    PREFIXD_TRY_ASSIGN(l.wk, matrix(b + "attn_k.weight", kv_dim, c.n_embd));
-    PREFIXD_TRY_ASSIGN(l.wv, matrix(b + "attn_v.weight", kv_dim, c.n_embd));
-    PREFIXD_TRY_ASSIGN(l.wo, matrix(b + "attn_output.weight", c.n_embd, q_dim));
-    if (c.has_qkv_bias) {
-      PREFIXD_TRY_ASSIGN(l.bq, vector(b + "attn_q.bias", q_dim));
-      PREFIXD_TRY_ASSIGN(l.bk, vector(b + "attn_k.bias", kv_dim));
-      PREFIXD_TRY_ASSIGN(l.bv, vector(b + "attn_v.bias", kv_dim));
-    }
-    if (c.has_qk_norm) {
-      PREFIXD_TRY_ASSIGN(l.attn_q_norm, vector(b + "attn_q_norm.weight", c.head_dim));
-      PREFIXD_TRY_ASSIGN(l.attn_k_norm, vector(b + "attn_k_norm.weight", c.head_dim));
-    }
+    Status s = c.is_conv(i) ? load_conv(l, b) : load_attention(l, b);
+    if (!s.ok()) return s;
     PREFIXD_TRY_ASSIGN(l.ffn_norm, vector(b + "ffn_norm.weight", c.n_embd));
     if (c.has_post_norms) {  // stored as llama.cpp's converter writes them (Gemma's 1 + w)
       PREFIXD_TRY_ASSIGN(l.post_attn_norm, vector(b + "post_attention_norm.weight", c.n_embd));
@@ -118,5 +143,6 @@ Status Model::load_weights() {
   }
   return Status();
 }
+
 
 }  // namespace prefixd

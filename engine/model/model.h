@@ -43,6 +43,11 @@ struct LayerWeights {
   float* dt_bias = nullptr;          // (n_v_heads) f32 ssm_dt.bias
   float* ssm_a = nullptr;            // (n_v_heads) f32, negative
   float* ssm_norm = nullptr;         // (d_v) f32
+  // lfm2 convolution layers (no wq..wo): in-projection to B | C | x, the
+  // depthwise kernel, out-projection.
+  std::unique_ptr<Matrix> conv_in;   // (3 * n_embd, n_embd)
+  float* conv_kernel = nullptr;      // (n_embd, conv_l_cache) f32, tap 0 the oldest
+  std::unique_ptr<Matrix> conv_out;  // (n_embd, n_embd)
 };
 
 class Model {
@@ -76,6 +81,10 @@ class Model {
   Status load_qwen35_layer(int il);
   // A tensor of dims (ggml order, fastest first) as f32 in backend memory.
   Result<float*> f32_tensor(const std::string& name, const std::vector<int64_t>& dims);
+  // A 2-D tensor of (outer, inner) values (ggml dims [inner, outer]) as f32.
+  Result<float*> table(const std::string& name, int64_t outer, int64_t inner);
+  Status load_attention(LayerWeights& l, const std::string& prefix);
+  Status load_conv(LayerWeights& l, const std::string& prefix);
 
   ModelConfig config_;
   std::shared_ptr<GgufFile> file_;

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "engine/model/lfm2_config.h"
+
 namespace prefixd {
 namespace {
 
@@ -171,7 +173,7 @@ Status read_gemma3(const GgufFile& f, const std::string& p, ModelConfig* c) {
 // Per-head Q and K norms hold one weight per head element.
 Status check_qk_norm_sizes(const GgufFile& f, const std::string& p, const ModelConfig& c) {
   for (int32_t i = 0; i < c.n_layers; ++i) {
-    if (c.is_recurrent(i)) continue;  // qwen35's DeltaNet layers have no Q/K norms
+    if (c.is_recurrent(i) || c.is_conv(i)) continue;  // qwen35's DeltaNet, lfm2's convolution layers: no Q/K norms
     for (const char* which : {"attn_q_norm", "attn_k_norm"}) {
       const std::string name = "blk." + std::to_string(i) + "." + which + ".weight";
       const GgufTensorInfo* t = f.find_tensor(name);
@@ -212,9 +214,13 @@ Status read_arch(const GgufFile& f, ModelConfig* c) {
     c->arch = Arch::kQwen35;
     c->rope_style = RopeStyle::kNeox;
     c->has_qk_norm = true;
+  } else if (c->arch_name == "lfm2") {
+    c->arch = Arch::kLfm2;
+    c->rope_style = RopeStyle::kNeox;
+    c->has_qk_norm = true;
   } else {
     return Status::error("unsupported architecture '" + c->arch_name +
-                         "' (general.architecture); supported: llama, qwen2, qwen3, gemma3, qwen35");
+                         "' (general.architecture); supported: llama, qwen2, qwen3, gemma3, qwen35, lfm2");
   }
   return Status();
 }
@@ -234,7 +240,8 @@ Status read_dims(const GgufFile& f, const std::string& p, ModelConfig* c) {
   if (Status s = dim("feed_forward_length", &c->n_ff, kMaxDim); !s.ok()) return s;
   if (Status s = dim("attention.head_count", &c->n_heads, 4096); !s.ok()) return s;
   c->n_kv_heads = c->n_heads;
-  if (f.find(p + "attention.head_count_kv")) {
+  // (A per-layer array, lfm2's, is read by read_lfm2_layers.)
+  if (const GgufValue* kv = f.find(p + "attention.head_count_kv"); kv && kv->type != GgufType::ARRAY) {
     if (Status s = dim("attention.head_count_kv", &c->n_kv_heads, 4096); !s.ok()) return s;
   }
   if (c->n_heads % c->n_kv_heads != 0) {
@@ -321,6 +328,11 @@ Result<ModelConfig> load_model_config(const GgufFile& f) {
   }
 
   if (Status s = read_dims(f, p, &c); !s.ok()) return s;
+  if (c.arch == Arch::kLfm2) {
+    if (Status s = read_lfm2_layers(f, p, &c); !s.ok()) return s;
+  } else if (const GgufValue* kv = f.find(p + "attention.head_count_kv"); kv && kv->type == GgufType::ARRAY) {
+    return Status::error("per-layer KV head counts (" + p + "attention.head_count_kv) are supported for lfm2 only");
+  }
   if (Status s = read_eps_and_rope_base(f, p, &c); !s.ok()) return s;
   if (Status s = read_rope_freq_factors(f, &c); !s.ok()) return s;
   c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));

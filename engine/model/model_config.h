@@ -1,7 +1,8 @@
 // Hyper-parameters of a supported model architecture, read from GGUF metadata.
 // Supported: `llama` (Llama 2/3/3.1+ with RoPE frequency factors, Mistral,
 // TinyLlama, SmolLM), `qwen2`, `qwen3`, `gemma3` (sliding-window attention) and
-// `qwen35` (Qwen3.5's dense hybrid: Gated DeltaNet and gated attention layers).
+// `qwen35` (Qwen3.5's dense hybrid: Gated DeltaNet and gated attention layers)
+// and `lfm2` (Liquid LFM2: gated short-convolution layers beside attention layers).
 #pragma once
 
 #include <cstdint>
@@ -14,7 +15,7 @@
 
 namespace prefixd {
 
-enum class Arch : uint8_t { kLlama, kQwen2, kQwen3, kGemma3, kQwen35 };
+enum class Arch : uint8_t { kLlama, kQwen2, kQwen3, kGemma3, kQwen35, kLfm2 };
 
 // The feed-forward block's gate activation.
 enum class FfnActivation : uint8_t {
@@ -24,7 +25,7 @@ enum class FfnActivation : uint8_t {
 
 struct ModelConfig {
   Arch arch = Arch::kLlama;
-  std::string arch_name;      // "llama", "qwen2", "qwen3" or "gemma3"
+  std::string arch_name;      // "llama", "qwen2", "qwen3", "gemma3" or "lfm2"
   std::string name;           // general.name, for display
   int32_t n_ctx_train = 0;    // context length the model was trained for
   int32_t n_embd = 0;         // hidden size
@@ -76,6 +77,13 @@ struct ModelConfig {
   // recurrent layers. DeltaNet layer il's shape with its offset in the slot.
   int64_t state_floats() const;
   DeltaNetShape delta_net_of(int32_t il) const;
+  // lfm2: [n_layers] 1 for a gated short-convolution layer (no attention, no
+  // K/V: its convolution tail lives in the layer's pool area,
+  // kernels/conv_tail.h), 0 for an attention layer; empty for other models.
+  std::vector<uint8_t> layer_is_conv;
+  int32_t conv_l_cache = 0;  // convolution kernel width L (lfm2.shortconv.l_cache)
+
+  bool is_conv(int32_t il) const { return !layer_is_conv.empty() && layer_is_conv[il] != 0; }
 
   // Attention window of layer `il` in positions; 0: global.
   int32_t window_of(int32_t il) const { return layer_is_window[il] ? sliding_window : 0; }

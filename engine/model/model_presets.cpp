@@ -190,7 +190,11 @@ std::string lower(std::string s) {
 }  // namespace
 
 std::vector<std::string> preset_names() {
-  return {"tiny", "smol-135m", "demo", "llama-245m", "llama-1b", "gemma3-1b"};
+  return {"tiny", "smol-135m", "demo", "llama-245m", "llama-1b", "gemma3-1b", "lfm2-tiny", "lfm2-350m"};
+}
+
+bool PresetSpec::is_conv(int32_t layer) const {
+  return arch == "lfm2" && std::find(attention_layers.begin(), attention_layers.end(), layer) == attention_layers.end();
 }
 
 Result<PresetSpec> preset_spec(const std::string& preset) {
@@ -219,6 +223,18 @@ Result<PresetSpec> preset_spec(const std::string& preset) {
     s.sliding_window = 512, s.rope_base_window = 10000;
     s.rms_eps = 1e-6f;
     return s;
+  } else if (preset == "lfm2-tiny") {  // rand-lfm2-bf16's shape, for tests
+    s.arch = "lfm2";
+    s.n_embd = 256, s.n_layers = 6, s.n_heads = 4, s.n_kv_heads = 2, s.n_ff = 768;
+    s.n_vocab = 1024, s.n_ctx = 4096, s.rope_base = 1000000, s.tied_output = true;
+    s.attention_layers = {2, 5};
+    s.conv_l_cache = 3;
+  } else if (preset == "lfm2-350m") {  // LiquidAI/LFM2-350M's shape
+    s.arch = "lfm2";
+    s.n_embd = 1024, s.n_layers = 16, s.n_heads = 16, s.n_kv_heads = 8, s.n_ff = 4608;
+    s.n_vocab = 65536, s.n_ctx = 32768, s.rope_base = 1000000, s.tied_output = true;
+    s.attention_layers = {2, 5, 8, 10, 12, 14};
+    s.conv_l_cache = 3;
   } else {
     std::string known;
     for (const std::string& n : preset_names()) known += (known.empty() ? "" : ", ") + n;
@@ -306,27 +322,34 @@ std::vector<PresetTensor> preset_tensors(const PresetSpec& s) {
   const int64_t q_rows = static_cast<int64_t>(s.n_heads) * s.head_dim();
   const int64_t kv_rows = static_cast<int64_t>(s.n_kv_heads) * s.head_dim();
   const bool gemma3 = s.arch == "gemma3";
+  const bool lfm2 = s.arch == "lfm2";
   std::vector<PresetTensor> out;
   out.push_back({"token_embd.weight", {E, V}, false});
   for (int32_t l = 0; l < s.n_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     out.push_back({p + "attn_norm.weight", {E}, true});
-    out.push_back({p + "attn_q.weight", {E, q_rows}, false});
-    out.push_back({p + "attn_k.weight", {E, kv_rows}, false});
-    out.push_back({p + "attn_v.weight", {E, kv_rows}, false});
-    out.push_back({p + "attn_output.weight", {q_rows, E}, false});
-    if (gemma3) {
+    if (s.is_conv(l)) {  // lfm2: in-projection to B | C | x, kernel, out-projection
+      out.push_back({p + "shortconv.conv.weight", {s.conv_l_cache, E}, false, true});
+      out.push_back({p + "shortconv.in_proj.weight", {E, 3 * E}, false});
+      out.push_back({p + "shortconv.out_proj.weight", {E, E}, false});
+    } else {
+      out.push_back({p + "attn_q.weight", {E, q_rows}, false});
+      out.push_back({p + "attn_k.weight", {E, kv_rows}, false});
+      out.push_back({p + "attn_v.weight", {E, kv_rows}, false});
+      out.push_back({p + "attn_output.weight", {q_rows, E}, false});
+    }
+    if (gemma3 || (lfm2 && !s.is_conv(l))) {
       out.push_back({p + "attn_q_norm.weight", {s.head_dim()}, true});
       out.push_back({p + "attn_k_norm.weight", {s.head_dim()}, true});
-      out.push_back({p + "post_attention_norm.weight", {E}, true});
     }
+    if (gemma3) out.push_back({p + "post_attention_norm.weight", {E}, true});
     out.push_back({p + "ffn_norm.weight", {E}, true});
     out.push_back({p + "ffn_gate.weight", {E, F}, false});
     out.push_back({p + "ffn_up.weight", {E, F}, false});
     out.push_back({p + "ffn_down.weight", {F, E}, false});
     if (gemma3) out.push_back({p + "post_ffw_norm.weight", {E}, true});
   }
-  out.push_back({"output_norm.weight", {E}, true});
+  out.push_back({lfm2 ? "token_embd_norm.weight" : "output_norm.weight", {E}, true});
   if (!s.tied_output) out.push_back({"output.weight", {E, V}, false});
   return out;
 }
@@ -336,7 +359,7 @@ uint64_t preset_tensor_bytes(const PresetSpec& s, WeightType weight_type) {
   for (const PresetTensor& t : preset_tensors(s)) {
     int64_t n = 1;
     for (int64_t d : t.dims) n *= d;
-    total += ggml_type_bytes(t.is_norm ? GgmlType::F32 : weight_type, n);
+    total += ggml_type_bytes(t.is_norm || t.is_conv ? GgmlType::F32 : weight_type, n);
   }
   return total;
 }
@@ -355,7 +378,14 @@ void write_preset_metadata(const PresetSpec& s, WeightType wtype, GgufWriter& w)
   w.set_u32(a + "block_count", static_cast<uint32_t>(s.n_layers));
   w.set_u32(a + "feed_forward_length", static_cast<uint32_t>(s.n_ff));
   w.set_u32(a + "attention.head_count", static_cast<uint32_t>(s.n_heads));
-  w.set_u32(a + "attention.head_count_kv", static_cast<uint32_t>(s.n_kv_heads));
+  if (s.arch == "lfm2") {  // per layer: 0 for a convolution layer
+    std::vector<int32_t> kv(static_cast<size_t>(s.n_layers));
+    for (int32_t l = 0; l < s.n_layers; ++l) kv[static_cast<size_t>(l)] = s.is_conv(l) ? 0 : s.n_kv_heads;
+    w.set_i32_array(a + "attention.head_count_kv", kv);
+    w.set_u32(a + "shortconv.l_cache", static_cast<uint32_t>(s.conv_l_cache));
+  } else {
+    w.set_u32(a + "attention.head_count_kv", static_cast<uint32_t>(s.n_kv_heads));
+  }
   w.set_f32(a + "attention.layer_norm_rms_epsilon", s.rms_eps);
   w.set_f32(a + "rope.freq_base", s.rope_base);
   w.set_u32(a + "rope.dimension_count", static_cast<uint32_t>(head_dim));
@@ -425,9 +455,21 @@ void write_preset_tensors(const PresetSpec& s, WeightType wtype, GgufWriter& w) 
     w.add_tensor(name, GgmlType::F32, {n}, std::move(data));
   };
 
+  // An lfm2 convolution kernel [l_cache, n_embd], F32, stddev 1/sqrt(l_cache).
+  auto conv = [&](const std::string& name, int64_t taps, int64_t channels) {
+    const int64_t n = taps * channels;
+    std::vector<uint8_t> data(ggml_type_bytes(GgmlType::F32, n));
+    WeightGen gen{splitmix64(preset_seed ^ fnv1a64(name)),
+                  1.7320508f / std::sqrt(static_cast<float>(taps)) / 65536.0f};
+    fill_tensor(gen, GgmlType::F32, static_cast<uint64_t>(n), data.data());
+    w.add_tensor(name, GgmlType::F32, {taps, channels}, std::move(data));
+  };
+
   for (const PresetTensor& t : preset_tensors(s)) {
     if (t.is_norm) {
       norm(t.name, t.dims[0]);
+    } else if (t.is_conv) {
+      conv(t.name, t.dims[0], t.dims[1]);
     } else {
       matrix(t.name, t.dims[0], t.dims[1]);
     }

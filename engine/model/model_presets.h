@@ -1,4 +1,4 @@
-// Deterministic generated test models: llama- (and one gemma3-) architecture
+// Deterministic generated test models: llama- (and one gemma3-, one lfm2-) architecture
 // GGUF files with pseudo-random weights and a synthetic SPM vocabulary,
 // byte-identical on every machine. Used by the demo daemon, benchmarks and tests.
 #pragma once
@@ -16,7 +16,7 @@ namespace prefixd {
 // `llama.` prefix is the architecture's).
 struct PresetSpec {
   std::string name;         // general.name
-  std::string arch = "llama";  // general.architecture: "llama" or "gemma3"
+  std::string arch = "llama";  // general.architecture: "llama", "gemma3" or "lfm2"
   int32_t n_embd = 0;       // llama.embedding_length
   int32_t n_layers = 0;     // llama.block_count
   int32_t n_heads = 0;      // llama.attention.head_count
@@ -33,6 +33,11 @@ struct PresetSpec {
   // window layers' gemma3.rope.freq_base_swa.
   int32_t sliding_window = 0;
   float rope_base_window = 10000;
+  // lfm2 only: the attention layers (the others are gated short convolutions;
+  // lfm2.attention.head_count_kv is 0 for them) and lfm2.shortconv.l_cache.
+  std::vector<int32_t> attention_layers;
+  int32_t conv_l_cache = 3;
+  bool is_conv(int32_t layer) const;
   int32_t head_dim() const { return key_length > 0 ? key_length : n_embd / n_heads; }
 };
 
@@ -43,7 +48,11 @@ struct PresetSpec {
 // FFN 8192, synthetic vocab 32000, untied, RoPE base 500000, context 16384;
 // 2.2 GB as BF16, the GPU benchmark model of kernels/cuda/README.md) and
 // "gemma3-1b" (Gemma 3 1B's shape: gemma3, 1152 hidden, 26 layers, 4 heads /
-// 1 KV head of 256, FFN 6912, window 512, vocab 262144, tied).
+// 1 KV head of 256, FFN 6912, window 512, vocab 262144, tied), "lfm2-tiny"
+// (rand-lfm2-bf16's shape: 256 hidden, 6 layers, attention in 2 and 5) and "lfm2-350m"
+// (LiquidAI/LFM2-350M's shape: lfm2, 1024 hidden, 16 layers of which 2, 5, 8,
+// 10, 12 and 14 attention with 16 heads / 8 KV heads, the rest short
+// convolutions of width 3, FFN 4608, vocab 65536, tied, RoPE base 1000000).
 std::vector<std::string> preset_names();
 // Fails for an unknown name (the message lists the known ones).
 Result<PresetSpec> preset_spec(const std::string& preset);
@@ -54,6 +63,7 @@ struct PresetTensor {
   std::string name;
   std::vector<int64_t> dims;
   bool is_norm = false;
+  bool is_conv = false;  // an lfm2 convolution kernel [l_cache, n_embd], F32
 };
 // Every tensor the writer emits for `spec`, in the order it emits them.
 std::vector<PresetTensor> preset_tensors(const PresetSpec& spec);

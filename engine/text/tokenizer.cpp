@@ -95,7 +95,7 @@ Status read_special_tokens(const GgufFile& gguf, int64_t n_vocab, TokenizerVocab
     v.add_space_prefix = true;
   } else if (v.model == "gpt2") {
     if (v.pre.empty()) v.pre = "default";
-    v.add_bos = v.pre == "llama-bpe" || v.pre == "llama3" || v.pre == "llama-v3";
+    v.add_bos = v.pre == "llama-bpe" || v.pre == "llama3" || v.pre == "llama-v3" || v.pre == "lfm2";
   }
   if (n_vocab <= v.bos_id) v.bos_id = -1;
   if (n_vocab <= v.eos_id) v.eos_id = -1;

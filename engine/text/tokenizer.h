@@ -31,7 +31,7 @@ enum class TokenType : int32_t {
 // Ids are -1 when the model has no such token.
 struct TokenizerVocab {
   std::string model;                 // "llama" (SPM) or "gpt2" (byte-level BPE)
-  std::string pre;                   // BPE pre-tokenizer: default, gpt-2, llama-bpe, qwen2, smollm
+  std::string pre;                   // BPE pre-tokenizer: default, gpt-2, llama-bpe, lfm2, qwen2, smollm
   std::vector<std::string> tokens;   // [n_vocab] token text (SPM: "▁" for space; BPE: byte-mapped)
   std::vector<float> scores;         // [n_vocab] SPM merge scores (higher merges first); may be empty
   std::vector<int32_t> token_types;  // [n_vocab] TokenType values; empty = all normal

@@ -34,7 +34,7 @@ bool pre_tokenizer_for(const std::string& pre, PreTokenizer* out) {
     *out = {{R"([\p{P}\$\+<=>\^~\|]+)", kGpt2, R"(\p{N}+)", R"([0-9][0-9][0-9])"}, false};
   } else if (pre == "gpt-2" || pre == "gpt2") {
     *out = {{kGpt2}, false};
-  } else if (pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3") {
+  } else if (pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3" || pre == "lfm2") {  // lfm2: as llama.cpp
     *out = {{kLlama3}, true};
   } else if (pre == "qwen2") {
     *out = {{kQwen2}, false};
@@ -152,7 +152,7 @@ Result<std::unique_ptr<Tokenizer>> BpeTokenizer::create(TokenizerVocab vocab) {
   PreTokenizer pre;
   if (!pre_tokenizer_for(vocab.pre, &pre)) {
     return Status::error("tokenizer: unsupported BPE pre-tokenizer tokenizer.ggml.pre = '" +
-                         vocab.pre + "' (supported: default, gpt-2, llama-bpe, qwen2, smollm)");
+                         vocab.pre + "' (supported: default, gpt-2, llama-bpe, lfm2, qwen2, smollm)");
   }
   std::unique_ptr<BpeTokenizer> tok(new BpeTokenizer(std::move(vocab)));
   tok->ignore_merges_ = pre.ignore_merges;

@@ -20,7 +20,8 @@ namespace prefixd {
 // with the lowest merge rank (leftmost on ties) is merged until none applies.
 // With llama-bpe (ignore_merges), a word that is itself a token is emitted
 // directly. Supported pre values: default, gpt-2 (and gpt2), llama-bpe (llama3,
-// llama-v3), qwen2, smollm; any other is an error at create().
+// llama-v3; lfm2, whose splits and flags llama.cpp takes from llama3), qwen2,
+// smollm; any other is an error at create().
 class BpeTokenizer final : public Tokenizer {
  public:
   static Result<std::unique_ptr<Tokenizer>> create(TokenizerVocab vocab);

@@ -221,6 +221,11 @@ void CpuBackend::attention(const KvPool& pool, int32_t layer, const float* q, fl
   cpu::attention(kernels(KernelFamily::kAttention), pool_, batch_of(pool, layer), pool, layer, q, out, n_heads, scale, window_tokens);
 }
 
+void CpuBackend::short_conv(KvPool& pool, int32_t layer, const float* bcx, const float* kernel, float* out,
+                            int32_t channels, int32_t l_cache) {
+  cpu::short_conv(pool_, batch_of(pool, layer), pool, layer, bcx, kernel, out, channels, l_cache);
+}
+
 void CpuBackend::gather_output_rows(const float* x, float* out, int64_t dim) {
   for (size_t i = 0; i < batch_.output_rows.size(); ++i) {
     const int32_t row = batch_.output_rows[i];

@@ -102,6 +102,10 @@ void embed(ThreadPool& pool, const CpuBatch& batch, const CpuMatrix& table, floa
 // kv_cache.cpp: f32 rows -> pool dtype at the batch's slots.
 void kv_store(const CpuKernels& k, const CpuBatch& batch, KvPool& kv, int32_t layer, const float* key,
               const float* value);
+// short_conv.cpp: LFM2's gated short convolution over the batch, its ring
+// of B·x rows in the pool (Backend::short_conv, kernels/conv_tail.h).
+void short_conv(ThreadPool& pool, const CpuBatch& batch, KvPool& kv, int32_t layer, const float* bcx,
+                const float* kernel, float* out, int32_t channels, int32_t l_cache);
 
 class CpuBackend : public Backend {
  public:
@@ -156,6 +160,9 @@ class CpuBackend : public Backend {
                    int32_t n_heads) override;
   void sigmoid_mul(float* y, const float* gate, int64_t n) override;
   void split_pairs(const float* x, float* first, float* second, int64_t n_rows, int64_t width) override;
+  bool supports_short_conv() const override { return true; }
+  void short_conv(KvPool& pool, int32_t layer, const float* bcx, const float* kernel, float* out,
+                  int32_t channels, int32_t l_cache) override;
 
   void copy_block(KvPool& pool, int32_t src, int32_t dst) override;
   void read_block(const KvPool& pool, int32_t block_id, void* host_dst) override;
