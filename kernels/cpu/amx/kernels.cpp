@@ -1,8 +1,9 @@
 // The `amx` set (the avx512bf16 set's features and AMX-TILE, AMX-BF16,
 // AMX-INT8): the avx512bf16 set's kernels, with the BF16 panel products
 // (BF16 weights, and the block formats dequantized to BF16 panels in prefill)
-// on the AMX tiles (amx/bf16_tiles.h). Decode of the block formats stays on
-// the zmm VNNI tiles: a product of one x row gains nothing from the tile unit.
+// and the int8 panels of prefill on the AMX tiles (amx/bf16_tiles.h,
+// amx/int8_tiles.h). Decode of the block formats stays on the zmm VNNI tiles:
+// a product of one x row gains nothing from the tile unit.
 #include "kernels/cpu/avx512/vec.h"
 #include "kernels/cpu/x86_int8/ymm_int8_vnni.h"
 
@@ -18,7 +19,8 @@ struct I8 : YmmInt8Vnni {
 #include "kernels/cpu/amx/bf16_tiles.h"             // BF16 panels on the tile unit
 #include "kernels/cpu/avx512/int8_k_rows.h"         // decode of Q4_K, Q5_K, Q6_K in zmm
 #include "kernels/cpu/avx512bf16/int8_pair_rows.h"  // decode of the 32-value formats in zmm
-#include "kernels/cpu/avx512bf16/int8_panels.h"     // prefill in int8
+#include "kernels/cpu/avx512bf16/int8_panels.h"     // the formats of the int8 panels (i8panel::takes)
+#include "kernels/cpu/amx/int8_tiles.h"             // prefill in int8 on the tile unit
 #include "kernels/cpu/generic/kernel_set.h"
 
 namespace prefixd::cpu::PREFIXD_ISA_NS {
@@ -44,7 +46,7 @@ constexpr CpuKernels table() {
   CpuKernels k = kernel_table({
       .gemm_int8_rows = int8_rows,
       .int8_panel_type = i8panel::takes,
-      .gemm_int8_panels = i8panel::rows,
+      .gemm_int8_panels = int8_tiles::rows,
   });
   k.gemm_panels = panels;
   return k;
