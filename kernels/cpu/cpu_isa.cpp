@@ -13,6 +13,10 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
+#if defined(__linux__) && defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 namespace prefixd::cpu {
 
@@ -72,6 +76,21 @@ static_assert(every_set_feature_known(), "a set in isa_sets.def names a feature 
 
 using Features = std::array<bool, kFeatureCount>;  // by kFeatures index
 
+// XCR0's XTILEDATA bit (the AMX tile registers' 8 KiB state).
+constexpr uint64_t kXcr0TileData = uint64_t{1} << 18;
+
+// Whether this process may use the AMX tiles: Linux enables XTILEDATA per
+// process, on request (arch_prctl ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA);
+// until then the first tile instruction is a SIGILL. Requested once, by detection.
+bool request_tile_permission() {
+#if defined(__linux__) && defined(__x86_64__)
+  constexpr int kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+  return false;
+#endif
+}
+
 Features detect() {
   Features f{};
 #if defined(__x86_64__) || defined(__i386__)
@@ -86,12 +105,17 @@ Features detect() {
     __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
     xcr0 = (static_cast<uint64_t>(hi) << 32) | lo;
   }
+  int tile_permission = -1;  // -1: not asked yet
   for (int i = 0; i < kFeatureCount; ++i) {
     const FeatureBit& fb = kFeatures[i];
     if (fb.leaf > max_leaf || (fb.leaf == 7 && fb.subleaf > max_subleaf7)) continue;
     if ((xcr0 & fb.xcr0) != fb.xcr0) continue;
     __cpuid_count(fb.leaf, fb.subleaf, r[0], r[1], r[2], r[3]);
     f[i] = (r[static_cast<int>(fb.reg)] >> fb.bit) & 1u;
+    if (f[i] && (fb.xcr0 & kXcr0TileData) != 0) {
+      if (tile_permission < 0) tile_permission = request_tile_permission() ? 1 : 0;
+      f[i] = tile_permission == 1;
+    }
   }
 #endif
   return f;

@@ -35,7 +35,7 @@ inline constexpr bool kIsaArch_x86_64 = false;
 #endif
 inline constexpr const char* kHideFeaturesEnvVar = "PREFIXD_CPU_HIDE_FEATURES";
 
-// Its isa_sets.def name: "portable", "avx2", "avx512", "avx512bf16".
+// Its isa_sets.def name: "portable", "avx2", "avx512", "avx512bf16", "amx".
 const char* cpu_isa_name(CpuIsa isa);
 // The cpuid features it requires, as isa_sets.def lists them (none for portable).
 std::vector<std::string_view> cpu_isa_features(CpuIsa isa);

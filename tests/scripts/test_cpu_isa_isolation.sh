@@ -6,7 +6,8 @@
 #     requiring cpuid features; `portable` is none of them) no AVX at all (no
 #     VEX or EVEX instruction: nothing a baseline x86-64 CPU would fault on);
 #   - inside a set that does not require avx512f: no AVX-512 (zmm, mask or
-#     xmm16+ registers).
+#     xmm16+ registers);
+#   - outside the sets that require amx_tile: no AMX tile instruction.
 # Catches what the qemu test can miss: a shared inline function or template
 # emitted by an ISA unit and picked by the linker for everyone.
 # Usage: bash tests/scripts/test_cpu_isa_isolation.sh BUILD_DIR (from the repo
@@ -35,6 +36,7 @@ objdump -d --no-show-raw-insn -C "$binary" | awk -v sets="$sets" '
     for (i = 1; i <= n; ++i) {
       split(lines[i], words, " "); name = words[1]; names[i] = name; count[name] = 0
       evex_ok[name] = (" " lines[i] " " ~ / avx512f /)
+      amx_ok[name] = (" " lines[i] " " ~ / amx_tile /)
     }
   }
   /^[0-9a-f]+ <.*>:$/ {
@@ -52,6 +54,8 @@ objdump -d --no-show-raw-insn -C "$binary" | awk -v sets="$sets" '
     split(insn, words, " "); mnemonic = words[1]
     evex = (insn ~ /%zmm|%k[0-7]|%[xy]mm(1[6-9]|2[0-9]|3[01])\>|\{1to/)
     vex = (mnemonic ~ /^v/ || insn ~ /%ymm/)
+    amx = (mnemonic ~ /^(ldtilecfg|sttilecfg|tileload|tilestore|tilezero|tilerelease|tdp)/)
+    if (amx && (set == "" || !amx_ok[set])) { if (!(fn in seen)) { seen[fn] = 1; print "AMX outside the amx_tile sets: " fn ": " insn; bad++ } }
     if (set == "" && (vex || evex)) { if (!(fn in seen)) { seen[fn] = 1; print "AVX outside the sets: " fn ": " insn; bad++ } }
     else if (set != "" && !evex_ok[set] && evex) { if (!(fn in seen)) { seen[fn] = 1; print "AVX-512 in the " set " set: " fn ": " insn; bad++ } }
   }

@@ -252,13 +252,19 @@ inline void f32_panel_rows(const float* panel, const float* x, int64_t K, float*
 }
 
 #if defined(__AVX512BF16__)
-// y (n_rows, valid) = xb (n_rows, 2*K2) bf16 · BF16 panelᵀ, in tiles of kTileRows rows.
+// y (n_rows, valid) = xb (n_rows, 2*K2) bf16 · BF16 panelᵀ, in tiles of kTileRows rows
+// (in a set built with AMX-BF16, on the tile unit: amx/bf16_tiles.h).
 inline void bf16_dot_panel_rows(const uint16_t* panel, const uint16_t* xb, int64_t ldx, int64_t K2, float* y,
                                 int64_t ldy, int64_t valid, int64_t n_rows) {
+#if defined(__AMX_BF16__)
+  // The amx set: the tile unit for every count of rows (amx/bf16_tiles.h).
+  bf16_tiles::panel_rows(panel, xb, ldx, K2, y, ldy, valid, n_rows);
+#else
   for (int64_t i = 0; i < n_rows; i += kTileRows) {
     const int m = static_cast<int>(std::min<int64_t>(kTileRows, n_rows - i));
     with_count<kTileRows>(m, [&]<int M>() { tile_bf16_dot<M>(panel, xb + i * ldx, ldx, K2, y + i * ldy, ldy, valid); });
   }
+#endif
 }
 #endif
 
