@@ -31,91 +31,74 @@ int nearest_int(float x) {
 
 // ---- 32-value formats (quantize_row_q{4,5,8}_{0,1}_ref) ----
 
-void quantize_q4_0(const float* x, BlockQ4_0* y, int64_t nb) {
-  for (int64_t i = 0; i < nb; ++i, x += kQK) {
-    float amax = 0.0f, max = 0.0f;  // largest magnitude, and that value with its sign
-    for (int j = 0; j < kQK; ++j) {
-      if (amax < std::fabs(x[j])) {
-        amax = std::fabs(x[j]);
-        max = x[j];
-      }
-    }
-    const float d = max / -8;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    y[i].d = f32_to_f16(d);
-    for (int j = 0; j < kQK / 2; ++j) {
-      const float x0 = x[j] * id, x1 = x[j + kQK / 2] * id;
-      const int q0 = std::min(15, static_cast<int>(x0 + 8.5f));
-      const int q1 = std::min(15, static_cast<int>(x1 + 8.5f));
-      y[i].qs[j] = static_cast<uint8_t>(q0 | (q1 << 4));
+// The value of largest magnitude in x[0, n) with its sign (the first of equal
+// magnitudes; 0 when all are 0), its magnitude in *amax.
+float signed_max(const float* x, int n, float* amax) {
+  float max = 0.0f;
+  *amax = 0.0f;
+  for (int j = 0; j < n; ++j) {
+    const float ax = std::fabs(x[j]);
+    if (ax > *amax) {
+      *amax = ax;
+      max = x[j];
     }
   }
+  return max;
 }
 
-void quantize_q4_1(const float* x, BlockQ4_1* y, int64_t nb) {
-  for (int64_t i = 0; i < nb; ++i, x += kQK) {
-    float min = FLT_MAX, max = -FLT_MAX;
-    for (int j = 0; j < kQK; ++j) {
-      if (x[j] < min) min = x[j];
-      if (x[j] > max) max = x[j];
-    }
-    const float d = (max - min) / 15;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    y[i].d = f32_to_f16(d);
-    y[i].m = f32_to_f16(min);
-    for (int j = 0; j < kQK / 2; ++j) {
-      const float x0 = (x[j] - min) * id, x1 = (x[j + kQK / 2] - min) * id;
-      const int q0 = std::min(15, static_cast<int>(x0 + 0.5f));
-      const int q1 = std::min(15, static_cast<int>(x1 + 0.5f));
-      y[i].qs[j] = static_cast<uint8_t>(q0 | (q1 << 4));
-    }
-  }
-}
-
-// Low nibbles of the 32 5-bit values into qs, fifth bits into qh (bit j = value j).
-template <typename Block>
-void pack_q5(const int* q, Block* b) {
+// The 32 values q (0 .. 2^kBits - 1) into a block: low nibbles into qs (value
+// j and j + 16 in byte j), Q5's fifth bits into qh (bit j = value j).
+template <int kBits, typename Block>
+void pack_q(const int* q, Block* b) {
   uint32_t qh = 0;
   for (int j = 0; j < kQK / 2; ++j) {
     b->qs[j] = static_cast<uint8_t>((q[j] & 0x0F) | ((q[j + kQK / 2] & 0x0F) << 4));
     qh |= ((static_cast<uint32_t>(q[j]) & 0x10u) >> 4) << j;
     qh |= ((static_cast<uint32_t>(q[j + kQK / 2]) & 0x10u) >> 4) << (j + kQK / 2);
   }
-  std::memcpy(b->qh, &qh, 4);
+  if constexpr (kBits == 5) std::memcpy(b->qh, &qh, 4);
 }
 
-void quantize_q5_0(const float* x, BlockQ5_0* y, int64_t nb) {
+// Q4_0 and Q5_0: d = max / -2^(kBits - 1) (max: the value of largest
+// magnitude), q = min(2^kBits - 1, (int)(x / d + 2^(kBits - 1) + 0.5)).
+template <int kBits, typename Block>
+void quantize_q_0(const float* x, Block* y, int64_t nb) {
+  constexpr int kOffset = 1 << (kBits - 1), kMaxQ = (1 << kBits) - 1;
   for (int64_t i = 0; i < nb; ++i, x += kQK) {
-    float amax = 0.0f, max = 0.0f;
-    for (int j = 0; j < kQK; ++j) {
-      if (amax < std::fabs(x[j])) {
-        amax = std::fabs(x[j]);
-        max = x[j];
-      }
-    }
-    const float d = max / -16;
+    float amax;
+    const float d = signed_max(x, kQK, &amax) / -kOffset;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     y[i].d = f32_to_f16(d);
     int q[kQK];
-    for (int j = 0; j < kQK; ++j) q[j] = std::min(31, static_cast<int>(x[j] * id + 16.5f));
-    pack_q5(q, &y[i]);
+    for (int j = 0; j < kQK; ++j) q[j] = std::min(kMaxQ, static_cast<int>(x[j] * id + (kOffset + 0.5f)));
+    pack_q<kBits>(q, &y[i]);
   }
 }
 
-void quantize_q5_1(const float* x, BlockQ5_1* y, int64_t nb) {
+// Q4_1 and Q5_1: d = (max - min) / (2^kBits - 1), m = min,
+// q = (int)((x - min) / d + 0.5) (Q4_1 capped at 15, as ggml does; Q5_1 not).
+template <int kBits, typename Block>
+void quantize_q_1(const float* x, Block* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += kQK) {
     float min = FLT_MAX, max = -FLT_MAX;
     for (int j = 0; j < kQK; ++j) {
       if (x[j] < min) min = x[j];
       if (x[j] > max) max = x[j];
     }
-    const float d = (max - min) / 31;
+    const float d = (max - min) / ((1 << kBits) - 1);
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     y[i].d = f32_to_f16(d);
     y[i].m = f32_to_f16(min);
     int q[kQK];
-    for (int j = 0; j < kQK; ++j) q[j] = static_cast<uint8_t>((x[j] - min) * id + 0.5f);
-    pack_q5(q, &y[i]);
+    for (int j = 0; j < kQK; ++j) {
+      const float v = (x[j] - min) * id + 0.5f;
+      if constexpr (kBits == 4) {
+        q[j] = std::min(15, static_cast<int>(v));
+      } else {
+        q[j] = static_cast<uint8_t>(v);
+      }
+    }
+    pack_q<kBits>(q, &y[i]);
   }
 }
 
@@ -143,14 +126,8 @@ void quantize_q8(const float* x, Block* y, int64_t nb) {
 // Symmetric levels L in [0, 2*nmax) (value = scale * (L - nmax)); rmse_type 1
 // weights by x^2 and tries 18 scales around the first guess. Returns the scale.
 float make_qx_quants(int n, int nmax, const float* x, int8_t* L, int rmse_type) {
-  float max = 0, amax = 0;
-  for (int i = 0; i < n; ++i) {
-    const float ax = std::fabs(x[i]);
-    if (ax > amax) {
-      amax = ax;
-      max = x[i];
-    }
-  }
+  float amax;
+  const float max = signed_max(x, n, &amax);
   if (amax < kGroupMaxEps) {
     for (int i = 0; i < n; ++i) L[i] = 0;
     return 0.f;
@@ -205,14 +182,8 @@ float make_qx_quants(int n, int nmax, const float* x, int8_t* L, int rmse_type) 
 
 // Q3_K's sub-block search: levels in [0, 2*nmax), improved one value at a time.
 float make_q3_quants(int n, int nmax, const float* x, int8_t* L) {
-  float max = 0, amax = 0;
-  for (int i = 0; i < n; ++i) {
-    const float ax = std::fabs(x[i]);
-    if (ax > amax) {
-      amax = ax;
-      max = x[i];
-    }
-  }
+  float amax;
+  const float max = signed_max(x, n, &amax);
   if (amax < kGroupMaxEps) {
     for (int i = 0; i < n; ++i) L[i] = 0;
     return 0.f;
@@ -580,14 +551,8 @@ void quantize_q6_k(const float* x, BlockQ6_K* y, int64_t nb) {
 
 void quantize_q8_k(const float* x, BlockQ8_K* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += kQKK) {
-    float max = 0, amax = 0;
-    for (int j = 0; j < kQKK; ++j) {
-      const float ax = std::fabs(x[j]);
-      if (ax > amax) {
-        amax = ax;
-        max = x[j];
-      }
-    }
+    float amax;
+    const float max = signed_max(x, kQKK, &amax);
     if (amax == 0.0f) {  // ggml leaves bsums unwritten here; they are zero in ours
       std::memset(&y[i], 0, sizeof(BlockQ8_K));
       continue;
@@ -752,16 +717,16 @@ void quantize_row(WeightType type, const float* src, void* dst, int64_t n) {
       return;
     }
     case WeightType::Q4_0:
-      quantize_q4_0(src, static_cast<BlockQ4_0*>(dst), nb);
+      quantize_q_0<4>(src, static_cast<BlockQ4_0*>(dst), nb);
       return;
     case WeightType::Q4_1:
-      quantize_q4_1(src, static_cast<BlockQ4_1*>(dst), nb);
+      quantize_q_1<4>(src, static_cast<BlockQ4_1*>(dst), nb);
       return;
     case WeightType::Q5_0:
-      quantize_q5_0(src, static_cast<BlockQ5_0*>(dst), nb);
+      quantize_q_0<5>(src, static_cast<BlockQ5_0*>(dst), nb);
       return;
     case WeightType::Q5_1:
-      quantize_q5_1(src, static_cast<BlockQ5_1*>(dst), nb);
+      quantize_q_1<5>(src, static_cast<BlockQ5_1*>(dst), nb);
       return;
     case WeightType::Q8_0:
       quantize_q8(src, static_cast<BlockQ8_0*>(dst), nb);
