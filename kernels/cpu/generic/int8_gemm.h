@@ -433,22 +433,15 @@ inline void run(const GemmArgs& a, int64_t r0, int64_t r1, int64_t i0, int64_t i
   });
 }
 
-// y rows [i0, i1) x output columns of the 32-row groups [p0, p1); a.xq holds x quantized.
+// y rows [i0, i1) x output columns of the 32-row groups [p0, p1); a.xq holds x
+// quantized. Every format of formats/registry.h, through its Fmt adapter above.
 inline void rows(const GemmArgs& a, int64_t p0, int64_t p1, int64_t i0, int64_t i1) {
   const int64_t r0 = p0 * kGemmPanel, r1 = std::min(a.rows, p1 * kGemmPanel);
   switch (a.row_type) {
-    case WeightType::Q4_0: run<FmtQ4_0>(a, r0, r1, i0, i1); return;
-    case WeightType::Q4_1: run<FmtQ4_1>(a, r0, r1, i0, i1); return;
-    case WeightType::Q5_0: run<FmtQ5_0>(a, r0, r1, i0, i1); return;
-    case WeightType::Q5_1: run<FmtQ5_1>(a, r0, r1, i0, i1); return;
-    case WeightType::Q8_0: run<FmtQ8_0>(a, r0, r1, i0, i1); return;
-    case WeightType::IQ4_NL: run<FmtIQ4_NL>(a, r0, r1, i0, i1); return;
-    case WeightType::Q2_K: run<FmtQ2_K>(a, r0, r1, i0, i1); return;
-    case WeightType::Q3_K: run<FmtQ3_K>(a, r0, r1, i0, i1); return;
-    case WeightType::Q4_K: run<FmtQ4_K>(a, r0, r1, i0, i1); return;
-    case WeightType::Q5_K: run<FmtQ5_K>(a, r0, r1, i0, i1); return;
-    case WeightType::Q6_K: run<FmtQ6_K>(a, r0, r1, i0, i1); return;
-    case WeightType::IQ4_XS: run<FmtIQ4_XS>(a, r0, r1, i0, i1); return;
+#define PREFIXD_INT8_ROWS(T, Block) \
+  case WeightType::T: run<Fmt##T>(a, r0, r1, i0, i1); return;
+    PREFIXD_BLOCK_FORMATS(PREFIXD_INT8_ROWS)  // formats/registry.h: Fmt<T> above for each
+#undef PREFIXD_INT8_ROWS
     default: PREFIXD_CHECK(false, "not an int8 weight type");
   }
 }

@@ -85,8 +85,9 @@ static_assert(sizeof(BlockIQ4_XS) == 136 && offsetof(BlockIQ4_XS, scales_h) == 2
 // v (8) f32 = values 8c .. 8c + 7 (c in [0, 4)) of the IQ4_NL block at b:
 // chunk c reads qs[8 (c & 1) ..] at shift 4 (c >> 1).
 PREFIXD_HD void BlockIQ4_NL::decode_chunk(const uint8_t* b, int c, float (&v)[8]) {
+  const float d = chunk::f16(b);
   const chunk::Bytes8 q = chunk::bytes8(b + offsetof(BlockIQ4_NL, qs) + 8 * (c & 1));
-  chunk::iq4nl_values(q, 4 * (c >> 1), chunk::f16(b), v);
+  chunk::iq4nl_values(q, 4 * (c >> 1), d, v);
 }
 
 // Scale ib (0..7) of an IQ4_XS block, with its bias (0..63).
@@ -109,22 +110,12 @@ PREFIXD_HD void BlockIQ4_XS::decode_chunk(const uint8_t* b, int c, float (&v)[8]
 PREFIXD_HD void dequant_iq4_nl(const BlockIQ4_NL& b, float* y) { dequant_by_chunks(b, y); }
 PREFIXD_HD void dequant_iq4_xs(const BlockIQ4_XS& b, float* y) { dequant_by_chunks(b, y); }
 
-#if defined(PREFIXD_ISA_NS)
-// --- a CPU set's vector layer ---------------------------------------------------
-
-// On the set's 8-bit layer I8: the 32 signed values of the 16 index bytes qs
-// (IQ4_NL's layout), through the code book in one byte shuffle.
-template <class I8>
-inline __attribute__((always_inline)) typename I8::B int8_iq4nl(const uint8_t* qs) {
-  return I8::lut16(kIq4nlValues, I8::nibbles16(qs));
-}
-
 // The 8 scales of an IQ4_XS block at once, signed (ls - 32): byte k = scale
 // k, the low nibble k of scales_l (bytes in order, low nibble first) with
 // bits 2k..2k+1 of scales_h above it.
-inline uint64_t iq4_xs_scales8(const BlockIQ4_XS& b) {
+PREFIXD_HD uint64_t iq4_xs_scales8(const BlockIQ4_XS& b) {
   uint32_t l32;
-  std::memcpy(&l32, b.scales_l, 4);
+  memcpy(&l32, b.scales_l, 4);
   uint64_t l = l32;
   l = (l | (l << 16)) & 0x0000FFFF0000FFFFull;  // byte j of scales_l at bits 16j..
   l = (l | (l << 8)) & 0x00FF00FF00FF00FFull;
@@ -135,6 +126,16 @@ inline uint64_t iq4_xs_scales8(const BlockIQ4_XS& b) {
   h = (h & 0x0003000300030003ull) | ((h & 0x000C000C000C000Cull) << 6);
   return swar::minus32_bytes(l | (h << 4));
 }
+#if defined(PREFIXD_ISA_NS)
+// --- a CPU set's vector layer ---------------------------------------------------
+
+// On the set's 8-bit layer I8: the 32 signed values of the 16 index bytes qs
+// (IQ4_NL's layout), through the code book in one byte shuffle.
+template <class I8>
+inline __attribute__((always_inline)) typename I8::B int8_iq4nl(const uint8_t* qs) {
+  return I8::lut16(kIq4nlValues, I8::nibbles16(qs));
+}
+
 #endif  // PREFIXD_ISA_NS
 
 }  // namespace

@@ -46,11 +46,11 @@ PREFIXD_HD TwoBitChunk two_bit_chunk(int c) {
 // v (8) f32 = values 8c .. 8c + 7 (c in [0, 32)) of the Q2_K block at b:
 // (d * sc) * q - dmin * m, each product and difference rounded on its own.
 PREFIXD_HD void BlockQ2_K::decode_chunk(const uint8_t* b, int c, float (&v)[8]) {
-  const TwoBitChunk p = two_bit_chunk(c);
   const float d = chunk::f16(b + offsetof(BlockQ2_K, d)), dmin = chunk::f16(b + offsetof(BlockQ2_K, dmin));
   const uint32_t sc = b[c >> 1];
   const float dl = chunk::mul(d, static_cast<float>(sc & 0xFu));
   const float ml = chunk::mul(dmin, static_cast<float>(sc >> 4));
+  const TwoBitChunk p = two_bit_chunk(c);
   const chunk::Bytes8 q = chunk::bytes8(b + offsetof(BlockQ2_K, qs) + p.offset);
   PREFIXD_UNROLL
   for (int t = 0; t < 8; ++t) v[t] = chunk::sub(chunk::mul(dl, static_cast<float>((q[t] >> p.shift) & 3u)), ml);
@@ -59,6 +59,15 @@ PREFIXD_HD void BlockQ2_K::decode_chunk(const uint8_t* b, int c, float (&v)[8]) 
 // The scalar reference (decode_ops.h).
 PREFIXD_HD void dequant_q2_k(const BlockQ2_K& b, float* y) { dequant_by_chunks(b, y); }
 
+// The 16 scales (scales16, bytes 0..15) and mins (mins16) of a Q2_K block.
+PREFIXD_HD void q2_k_scales_mins(const BlockQ2_K& b, int8_t* scales16, int16_t* mins16) {
+  uint64_t packed[2];
+  memcpy(packed, b.scales, 16);
+  const uint64_t low4 = 0x0f0f0f0f0f0f0f0full;
+  const uint64_t scales[2] = {packed[0] & low4, packed[1] & low4};
+  memcpy(scales16, scales, 16);
+  for (int j = 0; j < 16; ++j) mins16[j] = static_cast<int16_t>(b.scales[j] >> 4);
+}
 #if defined(PREFIXD_ISA_NS)
 // --- a CPU set's vector layer ---------------------------------------------------
 
@@ -77,15 +86,6 @@ inline __attribute__((always_inline)) void int8_two_bit_groups(const uint8_t* qs
   }
 }
 
-// The 16 scales (scales16, bytes 0..15) and mins (mins16) of a Q2_K block.
-inline void q2_k_scales_mins(const BlockQ2_K& b, int8_t* scales16, int16_t* mins16) {
-  uint64_t packed[2];
-  std::memcpy(packed, b.scales, 16);
-  const uint64_t low4 = 0x0f0f0f0f0f0f0f0full;
-  const uint64_t scales[2] = {packed[0] & low4, packed[1] & low4};
-  std::memcpy(scales16, scales, 16);
-  for (int j = 0; j < 16; ++j) mins16[j] = static_cast<int16_t>(b.scales[j] >> 4);
-}
 #endif  // PREFIXD_ISA_NS
 
 }  // namespace

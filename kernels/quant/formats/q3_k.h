@@ -46,11 +46,11 @@ PREFIXD_HD uint32_t q3_k_scale(const uint8_t* packed, int i) {
 // v (8) f32 = values 8c .. 8c + 7 (c in [0, 32)) of the Q3_K block at b:
 // (d * (sc - 32)) * (q - 4), each product rounded on its own.
 PREFIXD_HD void BlockQ3_K::decode_chunk(const uint8_t* b, int c, float (&v)[8]) {
-  const TwoBitChunk p = two_bit_chunk(c);  // q2_k.h
   const int k = 8 * c, h = k >> 7, s = (k >> 4) & 1, l = k & 15;
   const float d_all = chunk::f16(b + offsetof(BlockQ3_K, d));
   const int sc = static_cast<int>(q3_k_scale(b + offsetof(BlockQ3_K, scales), c >> 1));
   const float dl = chunk::mul(d_all, static_cast<float>(sc - 32));
+  const TwoBitChunk p = two_bit_chunk(c);  // q2_k.h
   const chunk::Bytes8 q = chunk::bytes8(b + offsetof(BlockQ3_K, qs) + p.offset);
   const chunk::Bytes8 hm = chunk::bytes8(b + 16 * s + l);
   const int m_bit = 4 * h + p.shift / 2;
@@ -64,21 +64,21 @@ PREFIXD_HD void BlockQ3_K::decode_chunk(const uint8_t* b, int c, float (&v)[8]) 
 // The scalar reference (decode_ops.h).
 PREFIXD_HD void dequant_q3_k(const BlockQ3_K& b, float* y) { dequant_by_chunks(b, y); }
 
-#if defined(PREFIXD_ISA_NS)
-// --- a CPU set's vector layer ---------------------------------------------------
-
 // The 16 scales, signed (sc - 32), all at once: q3_k_scale in 64-bit words
 // (scale j in byte j), the bias taken off bytewise.
-inline void q3_k_scales16(const uint8_t* packed, int8_t* out) {
+PREFIXD_HD void q3_k_scales16(const uint8_t* packed, int8_t* out) {
   uint32_t a[3];
-  std::memcpy(a, packed, 12);
+  memcpy(a, packed, 12);
   const uint32_t low4 = 0x0f0f0f0fu, low2 = 0x03030303u;
   const uint64_t w0 = (a[0] & low4) | ((a[2] & low2) << 4), w1 = (a[1] & low4) | (((a[2] >> 2) & low2) << 4);
   const uint64_t w2 = ((a[0] >> 4) & low4) | (((a[2] >> 4) & low2) << 4);
   const uint64_t w3 = ((a[1] >> 4) & low4) | (((a[2] >> 6) & low2) << 4);
   const uint64_t words[2] = {swar::minus32_bytes(w0 | (w1 << 32)), swar::minus32_bytes(w2 | (w3 << 32))};
-  std::memcpy(out, words, 16);
+  memcpy(out, words, 16);
 }
+
+#if defined(PREFIXD_ISA_NS)
+// --- a CPU set's vector layer ---------------------------------------------------
 
 // On the set's 8-bit layer I8: q[k] (8 x 32 bytes) = group k's values 0..7
 // kept unsigned (the offset of 4 is left to the caller): Q2_K's planes with

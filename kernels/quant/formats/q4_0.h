@@ -63,14 +63,13 @@ PREFIXD_HD float chunk_min(const uint8_t* b) {
 template <typename Block>
 PREFIXD_HD void decode_chunk_q(const uint8_t* b, int c, float (&v)[8]) {
   const float d = chunk::f16(b), m = chunk_min<Block>(b);
-  const chunk::Bytes8 q = chunk::bytes8(b + offsetof(Block, qs) + 8 * (c & 1));
-  uint32_t qh = 0;
+  uint32_t qh = 0;  // the fifth bits of the chunk (Q5)
   if constexpr (Block::kBits == 5) qh = chunk::u32(b + offsetof(Block, qh)) >> (8 * c);
+  const chunk::Bytes8 q = chunk::bytes8(b + offsetof(Block, qs) + 8 * (c & 1));
   const int shift = 4 * (c >> 1);
   PREFIXD_UNROLL
   for (int t = 0; t < 8; ++t) {
-    int x = chunk::nibble(q, t, shift);
-    if constexpr (Block::kBits == 5) x |= static_cast<int>(((qh >> t) & 1u) << 4);
+    const int x = chunk::nibble(q, t, shift) | static_cast<int>(((qh >> t) & 1u) << 4);
     if constexpr (Block::kMin) {
       v[t] = chunk::add(chunk::mul(static_cast<float>(x), d), m);
     } else {
