@@ -154,9 +154,8 @@ Levels levels_of(WeightType type, const uint8_t* block, int j) {
     }
     case WeightType::Q3_K: {
       auto& b = *reinterpret_cast<const BlockQ3_K*>(block);
-      int8_t sc[16];
-      q3_k_scales(b.scales, sc);
-      return {f16_to_f32(b.d) * static_cast<float>(sc[j / 16] - 32), 0, -4, 3, false, 0};
+      const int sc = static_cast<int>(q3_k_scale(b.scales, j / 16));
+      return {f16_to_f32(b.d) * static_cast<float>(sc - 32), 0, -4, 3, false, 0};
     }
     case WeightType::Q4_K:
     case WeightType::Q5_K: {
@@ -597,5 +596,41 @@ TEST_CASE("the Q4_K/Q5_K scale packing: one sub-block and all 8 at once read the
     uint8_t repacked[12];
     quant::pack_scale_min_k4(ls, lm, repacked);
     REQUIRE(std::memcmp(repacked, packed, 12) == 0);
+  }
+}
+
+TEST_CASE("the Q2_K, Q3_K and IQ4_XS scales: one at a time (chunk decoders) and all at once (CPU sets) agree") {
+  // ggml's Q3_K scale unpack (dequantize_row_q3_K's kmask shuffle), byte by byte.
+  const auto ggml_q3_k_scale = [](const uint8_t* p, int i) {
+    const int lo = i < 8 ? p[i] & 0xF : p[i - 8] >> 4;
+    return lo | (((p[8 + i % 4] >> (2 * (i / 4))) & 3) << 4);
+  };
+  std::mt19937 rng(4402);
+  for (int trial = 0; trial < 20000; ++trial) {
+    uint8_t bytes[sizeof(quant::BlockIQ4_XS)];
+    for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng());
+    int8_t q3[16];
+    quant::q3_k_scales16(bytes, q3);
+    for (int i = 0; i < 16; ++i) {
+      REQUIRE(static_cast<int>(quant::q3_k_scale(bytes, i)) == ggml_q3_k_scale(bytes, i));
+      REQUIRE(q3[i] == ggml_q3_k_scale(bytes, i) - 32);
+    }
+    quant::BlockIQ4_XS xs;
+    std::memcpy(&xs, bytes, sizeof(xs));
+    const uint64_t xs8 = quant::iq4_xs_scales8(xs);
+    for (int ib = 0; ib < 8; ++ib) {
+      const int ls = ((xs.scales_l[ib / 2] >> 4 * (ib % 2)) & 0xF) | (((xs.scales_h >> 2 * ib) & 3) << 4);  // ggml's
+      REQUIRE(quant::iq4_xs_scale(bytes, ib) == ls);
+      REQUIRE(static_cast<int8_t>(xs8 >> (8 * ib)) == ls - 32);
+    }
+    quant::BlockQ2_K q2;
+    std::memcpy(&q2, bytes, sizeof(q2));
+    int8_t sc[16];
+    int16_t mn[16];
+    quant::q2_k_scales_mins(q2, sc, mn);
+    for (int j = 0; j < 16; ++j) {
+      REQUIRE(sc[j] == (q2.scales[j] & 0xF));
+      REQUIRE(mn[j] == (q2.scales[j] >> 4));
+    }
   }
 }

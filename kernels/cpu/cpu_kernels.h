@@ -37,25 +37,20 @@ struct XQ8KBlock {
   int16_t sums32[8];  // sum of q over each 32
 };
 
-// The 256-value formats (K and XS): x quantized to XQ8KBlock (the other int8
-// types: XQ8Block).
+// The 256-value weight formats (K and XS): x quantized to XQ8KBlock (the
+// other int8 types: XQ8Block).
 inline bool k_weight_type(WeightType t) {
-  return t == WeightType::Q2_K || t == WeightType::Q3_K || t == WeightType::Q4_K || t == WeightType::Q5_K ||
-         t == WeightType::Q6_K || t == WeightType::IQ4_XS;
+  const WeightTypeTraits& tr = weight_type_traits(t);
+  return tr.weight && tr.block_elements == 256;
 }
 
 // Block types whose matmul multiplies 8-bit integers (x quantized to XQ8Block
-// or XQ8KBlock): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K,
-// Q6_K, IQ4_XS (every block type). F16 weights are panels (gemm_tiles.h), widened to F32.
+// or XQ8KBlock): every weight block format (kernels/quant/formats/registry.h;
+// each has its adapter in generic/int8_gemm.h). F16 weights are panels
+// (gemm_tiles.h), widened to F32.
 inline bool int8_weight_type(WeightType t) {
-  switch (t) {
-    case WeightType::Q4_0: case WeightType::Q4_1: case WeightType::Q5_0: case WeightType::Q5_1:
-    case WeightType::Q8_0: case WeightType::IQ4_NL: case WeightType::Q2_K: case WeightType::Q3_K:
-    case WeightType::Q4_K: case WeightType::Q5_K: case WeightType::Q6_K: case WeightType::IQ4_XS:
-      return true;
-    default:
-      return false;
-  }
+  const WeightTypeTraits& tr = weight_type_traits(t);
+  return tr.weight && tr.block_elements > 1;
 }
 
 // Calls with fewer x rows than this (decode, short suffixes) use the integer

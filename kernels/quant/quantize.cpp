@@ -31,97 +31,84 @@ int nearest_int(float x) {
 
 // ---- 32-value formats (quantize_row_q{4,5,8}_{0,1}_ref) ----
 
-void quantize_q4_0(const float* x, BlockQ4_0* y, int64_t nb) {
-  for (int64_t i = 0; i < nb; ++i, x += kQK) {
-    float amax = 0.0f, max = 0.0f;  // largest magnitude, and that value with its sign
-    for (int j = 0; j < kQK; ++j) {
-      if (amax < std::fabs(x[j])) {
-        amax = std::fabs(x[j]);
-        max = x[j];
-      }
-    }
-    const float d = max / -8;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    y[i].d = f32_to_f16(d);
-    for (int j = 0; j < kQK / 2; ++j) {
-      const float x0 = x[j] * id, x1 = x[j + kQK / 2] * id;
-      const int q0 = std::min(15, static_cast<int>(x0 + 8.5f));
-      const int q1 = std::min(15, static_cast<int>(x1 + 8.5f));
-      y[i].qs[j] = static_cast<uint8_t>(q0 | (q1 << 4));
+// The value of largest magnitude in x[0, n) with its sign (the first of equal
+// magnitudes; 0 when all are 0), its magnitude in *amax.
+float signed_max(const float* x, int n, float* amax) {
+  float max = 0.0f;
+  *amax = 0.0f;
+  for (int j = 0; j < n; ++j) {
+    const float ax = std::fabs(x[j]);
+    if (ax > *amax) {
+      *amax = ax;
+      max = x[j];
     }
   }
+  return max;
 }
 
-void quantize_q4_1(const float* x, BlockQ4_1* y, int64_t nb) {
-  for (int64_t i = 0; i < nb; ++i, x += kQK) {
-    float min = FLT_MAX, max = -FLT_MAX;
-    for (int j = 0; j < kQK; ++j) {
-      if (x[j] < min) min = x[j];
-      if (x[j] > max) max = x[j];
-    }
-    const float d = (max - min) / 15;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    y[i].d = f32_to_f16(d);
-    y[i].m = f32_to_f16(min);
-    for (int j = 0; j < kQK / 2; ++j) {
-      const float x0 = (x[j] - min) * id, x1 = (x[j + kQK / 2] - min) * id;
-      const int q0 = std::min(15, static_cast<int>(x0 + 0.5f));
-      const int q1 = std::min(15, static_cast<int>(x1 + 0.5f));
-      y[i].qs[j] = static_cast<uint8_t>(q0 | (q1 << 4));
-    }
-  }
-}
-
-// Low nibbles of the 32 5-bit values into qs, fifth bits into qh (bit j = value j).
-template <typename Block>
-void pack_q5(const int* q, Block* b) {
+// The 32 values q (0 .. 2^kBits - 1) into a block: low nibbles into qs (value
+// j and j + 16 in byte j), Q5's fifth bits into qh (bit j = value j).
+template <int kBits, typename Block>
+void pack_q(const int* q, Block* b) {
   uint32_t qh = 0;
   for (int j = 0; j < kQK / 2; ++j) {
     b->qs[j] = static_cast<uint8_t>((q[j] & 0x0F) | ((q[j + kQK / 2] & 0x0F) << 4));
     qh |= ((static_cast<uint32_t>(q[j]) & 0x10u) >> 4) << j;
     qh |= ((static_cast<uint32_t>(q[j + kQK / 2]) & 0x10u) >> 4) << (j + kQK / 2);
   }
-  std::memcpy(b->qh, &qh, 4);
+  if constexpr (kBits == 5) std::memcpy(b->qh, &qh, 4);
 }
 
-void quantize_q5_0(const float* x, BlockQ5_0* y, int64_t nb) {
+// Q4_0 and Q5_0: d = max / -2^(kBits - 1) (max: the value of largest
+// magnitude), q = min(2^kBits - 1, (int)(x / d + 2^(kBits - 1) + 0.5)).
+template <typename Block>
+  requires(Block::kValues == kQK && !Block::kMin)
+void quantize_blocks(const float* x, Block* y, int64_t nb) {
+  constexpr int kBits = Block::kBits, kOffset = 1 << (kBits - 1), kMaxQ = (1 << kBits) - 1;
   for (int64_t i = 0; i < nb; ++i, x += kQK) {
-    float amax = 0.0f, max = 0.0f;
-    for (int j = 0; j < kQK; ++j) {
-      if (amax < std::fabs(x[j])) {
-        amax = std::fabs(x[j]);
-        max = x[j];
-      }
-    }
-    const float d = max / -16;
+    float amax;
+    const float d = signed_max(x, kQK, &amax) / -kOffset;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     y[i].d = f32_to_f16(d);
     int q[kQK];
-    for (int j = 0; j < kQK; ++j) q[j] = std::min(31, static_cast<int>(x[j] * id + 16.5f));
-    pack_q5(q, &y[i]);
+    for (int j = 0; j < kQK; ++j) q[j] = std::min(kMaxQ, static_cast<int>(x[j] * id + (kOffset + 0.5f)));
+    pack_q<kBits>(q, &y[i]);
   }
 }
 
-void quantize_q5_1(const float* x, BlockQ5_1* y, int64_t nb) {
+// Q4_1 and Q5_1: d = (max - min) / (2^kBits - 1), m = min,
+// q = (int)((x - min) / d + 0.5) (Q4_1 capped at 15, as ggml does; Q5_1 not).
+template <typename Block>
+  requires(Block::kValues == kQK && Block::kMin)
+void quantize_blocks(const float* x, Block* y, int64_t nb) {
+  constexpr int kBits = Block::kBits;
   for (int64_t i = 0; i < nb; ++i, x += kQK) {
     float min = FLT_MAX, max = -FLT_MAX;
     for (int j = 0; j < kQK; ++j) {
       if (x[j] < min) min = x[j];
       if (x[j] > max) max = x[j];
     }
-    const float d = (max - min) / 31;
+    const float d = (max - min) / ((1 << kBits) - 1);
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     y[i].d = f32_to_f16(d);
     y[i].m = f32_to_f16(min);
     int q[kQK];
-    for (int j = 0; j < kQK; ++j) q[j] = static_cast<uint8_t>((x[j] - min) * id + 0.5f);
-    pack_q5(q, &y[i]);
+    for (int j = 0; j < kQK; ++j) {
+      const float v = (x[j] - min) * id + 0.5f;
+      if constexpr (kBits == 4) {
+        q[j] = std::min(15, static_cast<int>(v));
+      } else {
+        q[j] = static_cast<uint8_t>(v);
+      }
+    }
+    pack_q<kBits>(q, &y[i]);
   }
 }
 
 // Q8_0 and Q8_1 share the scale and rounding; Q8_1 also stores s = d * sum(q).
 template <typename Block>
-void quantize_q8(const float* x, Block* y, int64_t nb) {
+  requires(std::is_same_v<Block, BlockQ8_0> || std::is_same_v<Block, BlockQ8_1>)
+void quantize_blocks(const float* x, Block* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += kQK) {
     float amax = 0.0f;
     for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
@@ -143,14 +130,8 @@ void quantize_q8(const float* x, Block* y, int64_t nb) {
 // Symmetric levels L in [0, 2*nmax) (value = scale * (L - nmax)); rmse_type 1
 // weights by x^2 and tries 18 scales around the first guess. Returns the scale.
 float make_qx_quants(int n, int nmax, const float* x, int8_t* L, int rmse_type) {
-  float max = 0, amax = 0;
-  for (int i = 0; i < n; ++i) {
-    const float ax = std::fabs(x[i]);
-    if (ax > amax) {
-      amax = ax;
-      max = x[i];
-    }
-  }
+  float amax;
+  const float max = signed_max(x, n, &amax);
   if (amax < kGroupMaxEps) {
     for (int i = 0; i < n; ++i) L[i] = 0;
     return 0.f;
@@ -205,14 +186,8 @@ float make_qx_quants(int n, int nmax, const float* x, int8_t* L, int rmse_type) 
 
 // Q3_K's sub-block search: levels in [0, 2*nmax), improved one value at a time.
 float make_q3_quants(int n, int nmax, const float* x, int8_t* L) {
-  float max = 0, amax = 0;
-  for (int i = 0; i < n; ++i) {
-    const float ax = std::fabs(x[i]);
-    if (ax > amax) {
-      amax = ax;
-      max = x[i];
-    }
-  }
+  float amax;
+  const float max = signed_max(x, n, &amax);
   if (amax < kGroupMaxEps) {
     for (int i = 0; i < n; ++i) L[i] = 0;
     return 0.f;
@@ -341,7 +316,7 @@ void pack_2bit(const uint8_t* L, uint8_t* qs) {
   }
 }
 
-void quantize_q2_k(const float* x, BlockQ2_K* y, int64_t nb) {
+void quantize_blocks(const float* x, BlockQ2_K* y, int64_t nb) {
   uint8_t L[kQKK], Laux[16];
   float weights[16], mins[kQKK / 16], scales[kQKK / 16];
   const float q4scale = 15.f;
@@ -387,13 +362,7 @@ void quantize_q2_k(const float* x, BlockQ2_K* y, int64_t nb) {
   }
 }
 
-// Scale j (0..15) of a Q3_K block as stored: 6 bits, biased by 32.
-int q3_k_scale(const uint8_t* scales, int j) {
-  int sc = j < 8 ? scales[j] & 0xF : scales[j - 8] >> 4;
-  return (sc | (((scales[8 + j % 4] >> (2 * (j / 4))) & 3) << 4)) - 32;
-}
-
-void quantize_q3_k(const float* x, BlockQ3_K* y, int64_t nb) {
+void quantize_blocks(const float* x, BlockQ3_K* y, int64_t nb) {
   int8_t L[kQKK];
   float scales[kQKK / 16];
   for (int64_t i = 0; i < nb; ++i, x += kQKK) {
@@ -426,7 +395,7 @@ void quantize_q3_k(const float* x, BlockQ3_K* y, int64_t nb) {
       y[i].d = f32_to_f16(0.f);
     }
     for (int j = 0; j < kQKK / 16; ++j) {
-      const float d = f16_to_f32(y[i].d) * q3_k_scale(y[i].scales, j);
+      const float d = f16_to_f32(y[i].d) * (static_cast<int>(q3_k_scale(y[i].scales, j)) - 32);  // formats/q3_k.h
       if (d == 0.0f) continue;
       for (int ii = 0; ii < 16; ++ii) {
         const int l = nearest_int(x[16 * j + ii] / d);
@@ -493,7 +462,7 @@ void quantize_k_scale_min(const float* x, int nmax, float rmin, float rdelta, in
   }
 }
 
-void quantize_q4_k(const float* x, BlockQ4_K* y, int64_t nb) {
+void quantize_blocks(const float* x, BlockQ4_K* y, int64_t nb) {
   uint8_t L[kQKK];
   for (int64_t i = 0; i < nb; ++i, x += kQKK) {
     quantize_k_scale_min(x, 15, -1.f, 0.1f, 20, &y[i].d, &y[i].dmin, y[i].scales, L);
@@ -504,7 +473,7 @@ void quantize_q4_k(const float* x, BlockQ4_K* y, int64_t nb) {
   }
 }
 
-void quantize_q5_k(const float* x, BlockQ5_K* y, int64_t nb) {
+void quantize_blocks(const float* x, BlockQ5_K* y, int64_t nb) {
   uint8_t L[kQKK];
   for (int64_t i = 0; i < nb; ++i, x += kQKK) {
     quantize_k_scale_min(x, 31, -0.5f, 0.1f, 15, &y[i].d, &y[i].dmin, y[i].scales, L);
@@ -532,7 +501,7 @@ void quantize_q5_k(const float* x, BlockQ5_K* y, int64_t nb) {
   }
 }
 
-void quantize_q6_k(const float* x, BlockQ6_K* y, int64_t nb) {
+void quantize_blocks(const float* x, BlockQ6_K* y, int64_t nb) {
   int8_t L[kQKK];
   float scales[kQKK / 16];
   for (int64_t i = 0; i < nb; ++i, x += kQKK) {
@@ -578,16 +547,10 @@ void quantize_q6_k(const float* x, BlockQ6_K* y, int64_t nb) {
   }
 }
 
-void quantize_q8_k(const float* x, BlockQ8_K* y, int64_t nb) {
+void quantize_blocks(const float* x, BlockQ8_K* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += kQKK) {
-    float max = 0, amax = 0;
-    for (int j = 0; j < kQKK; ++j) {
-      const float ax = std::fabs(x[j]);
-      if (ax > amax) {
-        amax = ax;
-        max = x[j];
-      }
-    }
+    float amax;
+    const float max = signed_max(x, kQKK, &amax);
     if (amax == 0.0f) {  // ggml leaves bsums unwritten here; they are zero in ours
       std::memset(&y[i], 0, sizeof(BlockQ8_K));
       continue;
@@ -725,13 +688,23 @@ void quantize_iq4_impl(int super_block_size, const float* x, uint16_t* dh, uint8
   }
 }
 
+// IQ4_NL and IQ4_XS (quantize_iq4_nl / quantize_iq4_xs without an importance matrix).
+void quantize_blocks(const float* x, BlockIQ4_NL* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) quantize_iq4_impl(kQK, x + i * kQK, &y[i].d, y[i].qs, nullptr, nullptr);
+}
+void quantize_blocks(const float* x, BlockIQ4_XS* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    quantize_iq4_impl(kQKK, x + i * kQKK, &y[i].d, y[i].qs, &y[i].scales_h, y[i].scales_l);
+  }
+}
+
 }  // namespace
 
 bool can_quantize(WeightType type) {
   return weight_type_traits(static_cast<uint32_t>(type)) != nullptr;
 }
 
-// Stays long: one case of a line or two per weight type, a dispatch table read whole.
+// The plain types here, every block format through its quantize_blocks (formats/registry.h's list).
 void quantize_row(WeightType type, const float* src, void* dst, int64_t n) {
   const WeightTypeTraits& t = weight_type_traits(type);
   PREFIXD_CHECK(n % t.block_elements == 0,
@@ -751,57 +724,13 @@ void quantize_row(WeightType type, const float* src, void* dst, int64_t n) {
       for (int64_t i = 0; i < n; ++i) p[i] = f32_to_bf16(src[i]);
       return;
     }
-    case WeightType::Q4_0:
-      quantize_q4_0(src, static_cast<BlockQ4_0*>(dst), nb);
-      return;
-    case WeightType::Q4_1:
-      quantize_q4_1(src, static_cast<BlockQ4_1*>(dst), nb);
-      return;
-    case WeightType::Q5_0:
-      quantize_q5_0(src, static_cast<BlockQ5_0*>(dst), nb);
-      return;
-    case WeightType::Q5_1:
-      quantize_q5_1(src, static_cast<BlockQ5_1*>(dst), nb);
-      return;
-    case WeightType::Q8_0:
-      quantize_q8(src, static_cast<BlockQ8_0*>(dst), nb);
-      return;
-    case WeightType::Q8_1:
-      quantize_q8(src, static_cast<BlockQ8_1*>(dst), nb);
-      return;
-    case WeightType::Q2_K:
-      quantize_q2_k(src, static_cast<BlockQ2_K*>(dst), nb);
-      return;
-    case WeightType::Q3_K:
-      quantize_q3_k(src, static_cast<BlockQ3_K*>(dst), nb);
-      return;
-    case WeightType::Q4_K:
-      quantize_q4_k(src, static_cast<BlockQ4_K*>(dst), nb);
-      return;
-    case WeightType::Q5_K:
-      quantize_q5_k(src, static_cast<BlockQ5_K*>(dst), nb);
-      return;
-    case WeightType::Q6_K:
-      quantize_q6_k(src, static_cast<BlockQ6_K*>(dst), nb);
-      return;
-    case WeightType::Q8_K:
-      quantize_q8_k(src, static_cast<BlockQ8_K*>(dst), nb);
-      return;
-    case WeightType::IQ4_NL: {
-      auto* y = static_cast<BlockIQ4_NL*>(dst);
-      for (int64_t i = 0; i < nb; ++i)
-        quantize_iq4_impl(kQK, src + i * kQK, &y[i].d, y[i].qs, nullptr, nullptr);
-      return;
-    }
-    case WeightType::IQ4_XS: {
-      auto* y = static_cast<BlockIQ4_XS*>(dst);
-      for (int64_t i = 0; i < nb; ++i) {
-        quantize_iq4_impl(kQKK, src + i * kQKK, &y[i].d, y[i].qs, &y[i].scales_h, y[i].scales_l);
-      }
-      return;
-    }
+#define PREFIXD_QUANTIZE(T, Block) \
+  case WeightType::T: quantize_blocks(src, static_cast<Block*>(dst), nb); return;
+      PREFIXD_BLOCK_FORMATS(PREFIXD_QUANTIZE)  // formats/registry.h: a quantize_blocks above for each
+      PREFIXD_QUANTIZE(Q8_1, BlockQ8_1)
+      PREFIXD_QUANTIZE(Q8_K, BlockQ8_K)
+#undef PREFIXD_QUANTIZE
   }
   PREFIXD_CHECK(false, "quantize_row: unknown weight type");
 }
-
 }  // namespace prefixd::quant

@@ -34,7 +34,6 @@ namespace i8wide {
 using Y = __m256i;
 
 PREFIXD_VEC_INLINE Y load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
-PREFIXD_VEC_INLINE Y bytes(uint8_t v) { return _mm256_set1_epi8(static_cast<char>(v)); }
 PREFIXD_VEC_INLINE Y mask(const uint8_t* m) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(m)); }
 
 // vpermps indices: factor 0 in lanes 0-3, factor 1 in lanes 4-7.
@@ -64,33 +63,20 @@ PREFIXD_VEC_INLINE __m128i extra_mins(const Scales& s, const XQ8KBlock& x) {
   return _mm_madd_epi16(_mm256_castsi256_si128(s.aux), _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.sums32)));
 }
 
-struct WideQ4_K {
-  using Block = quant::BlockQ4_K;
+// Q4_K and Q5_K: groups 2j (low nibbles) and 2j + 1 (high nibbles) of 32
+// unsigned values, Q5_K's fifth bit from qh (formats/q4_k.h on this set's I8).
+template <typename BlockT>
+struct WideK4 {
+  using Block = BlockT;
   static PREFIXD_VEC_INLINE void scales(const Block& b, Scales& s) { scales_mins(b, s); }
-  // Groups 2j (low nibbles) and 2j + 1 (high nibbles) of 32 unsigned values.
   static PREFIXD_VEC_INLINE void groups(const Block& b, int j, Y& lo, Y& hi) {
-    const Y v = load32(b.qs + 32 * j);
-    lo = _mm256_and_si256(v, bytes(0x0F));
-    hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), bytes(0x0F));
+    quant::int8_pair_k4<I8, Block>(load32(b.qs + 32 * j), quant::int8_fifth_bits<I8>(b), j, lo, hi);
   }
   static PREFIXD_VEC_INLINE Y scale(const Scales& s, int k) { return _mm256_shuffle_epi8(s.words[0], mask(i8gemm::kPick.same[k])); }
   static PREFIXD_VEC_INLINE __m128i extra(const Scales& s, const XQ8KBlock& x) { return extra_mins(s, x); }
 };
-
-// Q5_K: Q4_K's nibbles with the fifth bit (16) from qh, bit k for group k.
-struct WideQ5_K : WideQ4_K {
-  using Block = quant::BlockQ5_K;
-  static PREFIXD_VEC_INLINE void scales(const Block& b, Scales& s) { scales_mins(b, s); }
-  static PREFIXD_VEC_INLINE Y fifth(Y h, int k) {
-    const Y bit = bytes(static_cast<uint8_t>(1u << k));
-    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(h, bit), bit), bytes(0x10));
-  }
-  static PREFIXD_VEC_INLINE void groups(const Block& b, int j, Y& lo, Y& hi) {
-    const Y v = load32(b.qs + 32 * j), h = load32(b.qh);
-    lo = _mm256_or_si256(_mm256_and_si256(v, bytes(0x0F)), fifth(h, 2 * j));
-    hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), bytes(0x0F)), fifth(h, 2 * j + 1));
-  }
-};
+using WideQ4_K = WideK4<quant::BlockQ4_K>;
+using WideQ5_K = WideK4<quant::BlockQ5_K>;
 
 // Q6_K: values 0..63 (4 bits in ql, 2 in qh), 16 signed scales per 16 values,
 // an offset of 32 taken as -32 * sum(scale * x's sum per 16).
@@ -103,21 +89,8 @@ struct WideQ6_K {
     const __m128 d = _mm_cvtph_ps(_mm_set1_epi16(static_cast<int16_t>(b.d)));
     s.factors = _mm_mul_ps(d, _mm_setr_ps(1, -32, 0, 0));
   }
-  // Groups 2j and 2j + 1: in half h = j / 2, groups 4h..4h+3 take ql's low
-  // nibbles (bytes 0-31, 32-63), then the high ones, and qh's bit pairs 0-1, 2-3, 4-5, 6-7.
-  static PREFIXD_VEC_INLINE void groups(const Block& b, int j, Y& lo, Y& hi) {
-    const int h = j / 2;
-    const Y l0 = load32(b.ql + 64 * h), l1 = load32(b.ql + 64 * h + 32), q = load32(b.qh + 32 * h);
-    const Y m0f = bytes(0x0F), m30 = bytes(0x30);
-    if (j % 2 == 0) {
-      lo = _mm256_or_si256(_mm256_and_si256(l0, m0f), _mm256_and_si256(_mm256_slli_epi16(q, 4), m30));
-      hi = _mm256_or_si256(_mm256_and_si256(l1, m0f), _mm256_and_si256(_mm256_slli_epi16(q, 2), m30));
-    } else {
-      lo = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m0f), _mm256_and_si256(q, m30));
-      hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m0f),
-                           _mm256_and_si256(_mm256_srli_epi16(q, 2), m30));
-    }
-  }
+  // Groups 2j and 2j + 1 (formats/q6_k.h on this set's I8).
+  static PREFIXD_VEC_INLINE void groups(const Block& b, int j, Y& lo, Y& hi) { quant::int8_pair_q6_k<I8>(b, j, lo, hi); }
   static PREFIXD_VEC_INLINE Y scale(const Scales& s, int k) {
     return _mm256_shuffle_epi8(s.words[k / 4], mask(i8gemm::kPick.pair[k % 4]));
   }

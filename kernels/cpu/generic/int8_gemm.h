@@ -84,10 +84,10 @@ PREFIXD_VEC_INLINE void prefetch_ahead(const uint8_t* w, int64_t step, size_t di
 // when kSigned, else unsigned), a float scale per group and, when kMin, the
 // group's constant term: value = scale * q + min.
 
-// Q4_0/Q4_1 (kernels/quant/formats/q4_0.h) and Q5_0/Q5_1 (q5_0.h), unpacked
-// as those headers write it on this layer. Values stay unsigned (0..15,
-// 0..31): the offset of 8 or 16 of Q4_0 and Q5_0 is a min of -8d or -16d,
-// cheaper than signed bytes (vpabsb + vpsignb).
+// Q4_0/Q4_1 and Q5_0/Q5_1 (kernels/quant/formats/q4_0.h, q5_0.h), unpacked
+// as q4_0.h writes it on this layer, one template for the four. Values stay
+// unsigned (0..15, 0..31): the offset of 8 or 16 of Q4_0 and Q5_0 is a min of
+// -8d or -16d, cheaper than signed bytes (vpabsb + vpsignb).
 template <typename BlockT>
 struct FmtQ4 {
   using Block = BlockT;
@@ -95,45 +95,30 @@ struct FmtQ4 {
   static constexpr bool kSuper = false;
   static constexpr bool kSigned = false, kMin = true;
   static PREFIXD_VEC_INLINE void unpack(const Block& b, B* q, float* sc, float* mn) {
-    quant::int8_unpack_q4<I8>(b, q, sc, mn);
+    quant::int8_unpack_q<I8>(b, q, sc, mn);
   }
 };
 using FmtQ4_0 = FmtQ4<quant::BlockQ4_0>;
 using FmtQ4_1 = FmtQ4<quant::BlockQ4_1>;
+using FmtQ5_0 = FmtQ4<quant::BlockQ5_0>;
+using FmtQ5_1 = FmtQ4<quant::BlockQ5_1>;
 
-template <typename BlockT>
-struct FmtQ5 : FmtQ4<BlockT> {
-  static PREFIXD_VEC_INLINE void unpack(const BlockT& b, B* q, float* sc, float* mn) {
-    quant::int8_unpack_q5<I8>(b, q, sc, mn);
-  }
-};
-using FmtQ5_0 = FmtQ5<quant::BlockQ5_0>;
-using FmtQ5_1 = FmtQ5<quant::BlockQ5_1>;
-
+// Q8_0 (formats/q8_0.h): signed values.
 struct FmtQ8_0 {
   using Block = quant::BlockQ8_0;
   static constexpr int kSub = 1;
   static constexpr bool kSuper = false;
   static constexpr bool kSigned = true, kMin = false;
   static PREFIXD_VEC_INLINE void unpack(const Block& b, B* q, float* sc, float*) {
-    q[0] = I8::load(b.qs);
-    sc[0] = I8::half(b.d);
+    quant::int8_unpack_q8_0<I8>(b, q, sc);
   }
 };
 
-// The IQ4_NL / IQ4_XS code book (quant::iq4nl_value) as a vpshufb table: a
-// 4-bit index becomes its signed 8-bit value in registers.
-alignas(16) inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
-                                                        1,    13,   25,  38,  53,  69,  89,  113};
-
-// IQ4_NL: Q4_0's nibble layout through the code book; signed (-127..113), as Q8_0.
-struct FmtIQ4_NL {
+// IQ4_NL (formats/iq4_nl.h): the code book's signed values (-127..113), as Q8_0.
+struct FmtIQ4_NL : FmtQ8_0 {
   using Block = quant::BlockIQ4_NL;
-  static constexpr int kSub = 1;
-  static constexpr bool kSuper = false;
-  static constexpr bool kSigned = true, kMin = false;
   static PREFIXD_VEC_INLINE void unpack(const Block& b, B* q, float* sc, float*) {
-    q[0] = I8::lut16(kIq4nlValues, I8::nibbles16(b.qs));
+    q[0] = quant::int8_iq4nl<I8>(b.qs);
     sc[0] = I8::half(b.d);
   }
 };
@@ -219,90 +204,46 @@ struct Scale16 {
   static PREFIXD_VEC_INLINE B scale(const KUnpacked& u, int k) { return I8::shuffle(u.scales[k / 4], kPick.pair[k % 4]); }
 };
 
-// Eight 6-bit values (bytes 0..63) minus 32 each, as signed bytes, without a
-// borrow crossing bytes: (x | 0x80) - 32 = x + 0x60, then bit 7 flipped.
-PREFIXD_VEC_INLINE uint64_t minus32_bytes(uint64_t v) {
-  const uint64_t top = 0x8080808080808080ull;
-  return ((v | top) - 0x2020202020202020ull) ^ top;
-}
-
-// Q2_K and Q3_K's low 2 bits: value 128h + 32j + l is bits 2j..2j+1 of qs[32h + l] (group 4h + j).
-PREFIXD_VEC_INLINE void two_bit_groups(const uint8_t* qs, B* q) {
-#pragma GCC unroll 2
-  for (int h = 0; h < 2; ++h) {
-    const B v = I8::load(qs + 32 * h);
-    q[4 * h] = I8::and_c(v, 3);
-    q[4 * h + 1] = I8::and_c(I8::template shr16<2>(v), 3);
-    q[4 * h + 2] = I8::and_c(I8::template shr16<4>(v), 3);
-    q[4 * h + 3] = I8::and_c(I8::template shr16<6>(v), 3);
-  }
-}
-
-// Q2_K: values 0..3, 4-bit scales (low nibble) and mins (high); w = d * sc * q - dmin * m.
+// Q2_K (formats/q2_k.h): values 0..3, 4-bit scales and mins; w = d * sc * q - dmin * m.
 struct FmtQ2_K : Scale16 {
   using Block = quant::BlockQ2_K;
   static PREFIXD_VEC_INLINE void unpack(const Block& b, KUnpacked& u) {
     u.d = I8::half(b.d);
     u.dmin = I8::half(b.dmin);
-    two_bit_groups(b.qs, u.q);
-    uint64_t packed[2];
-    std::memcpy(packed, b.scales, 16);
-    const uint64_t low4 = 0x0f0f0f0f0f0f0f0full;
-    const uint64_t scales[2] = {packed[0] & low4, packed[1] & low4};
-    set_scales(reinterpret_cast<const int8_t*>(scales), u);
-    for (int j = 0; j < 16; ++j) u.aux[j] = static_cast<int16_t>(b.scales[j] >> 4);
+    quant::int8_two_bit_groups<I8>(b.qs, u.q);
+    int8_t scales[16];
+    quant::q2_k_scales_mins(b, scales, u.aux);
+    set_scales(scales, u);
   }
   static PREFIXD_VEC_INLINE float extra(const KUnpacked& u, const XQ8KBlock& x) {
     return -u.dmin * static_cast<float>(I8::dot_i16x16(u.aux, x.bsums));
   }
 };
 
-// Q3_K: values 0..7 kept unsigned (2 bits in qs, the third in hmask bit k for
-// group k); the offset of 4 is -4 * sum(scale * x sum) per 16; scales 6-bit signed.
+// Q3_K (formats/q3_k.h): values 0..7 kept unsigned; the offset of 4 is
+// -4 * sum(scale * x sum) per 16; scales 6-bit signed.
 struct FmtQ3_K : Scale16 {
   using Block = quant::BlockQ3_K;
   static PREFIXD_VEC_INLINE void unpack(const Block& b, KUnpacked& u) {
     u.d = I8::half(b.d);
-    two_bit_groups(b.qs, u.q);
-    const B h = I8::load(b.hmask);
-#pragma GCC unroll 8
-    for (int k = 0; k < 8; ++k) u.q[k] = I8::or_(u.q[k], I8::test(h, static_cast<uint8_t>(1u << k), 4));
+    quant::int8_groups_q3_k<I8>(b, u.q);
     int8_t scales[16];
-    scale_bytes(b.scales, scales);
+    quant::q3_k_scales16(b.scales, scales);
     for (int j = 0; j < 16; ++j) u.aux[j] = scales[j];
     set_scales(scales, u);
-  }
-  // The 16 scales, signed: quant::q3_k_scales in 64-bit words (scale j in
-  // byte j), the bias of 32 taken off bytewise.
-  static PREFIXD_VEC_INLINE void scale_bytes(const uint8_t* packed, int8_t* out) {
-    uint32_t a[3];
-    std::memcpy(a, packed, 12);
-    const uint32_t low4 = 0x0f0f0f0fu, low2 = 0x03030303u;
-    const uint64_t w0 = (a[0] & low4) | ((a[2] & low2) << 4), w1 = (a[1] & low4) | (((a[2] >> 2) & low2) << 4);
-    const uint64_t w2 = ((a[0] >> 4) & low4) | (((a[2] >> 4) & low2) << 4);
-    const uint64_t w3 = ((a[1] >> 4) & low4) | (((a[2] >> 6) & low2) << 4);
-    const uint64_t words[2] = {minus32_bytes(w0 | (w1 << 32)), minus32_bytes(w2 | (w3 << 32))};
-    std::memcpy(out, words, 16);
   }
   static PREFIXD_VEC_INLINE float extra(const KUnpacked& u, const XQ8KBlock& x) {
     return -4.0f * u.d * static_cast<float>(I8::dot_i16x16(u.aux, x.bsums));
   }
 };
 
-// Q6_K: values 0..63 kept unsigned; the offset of 32 is -32 * sum(scale * x sum) per 16.
+// Q6_K (formats/q6_k.h): values 0..63 kept unsigned; the offset of 32 is
+// -32 * sum(scale * x sum) per 16.
 struct FmtQ6_K : Scale16 {
   using Block = quant::BlockQ6_K;
   static PREFIXD_VEC_INLINE void unpack(const Block& b, KUnpacked& u) {
     u.d = I8::half(b.d);
-    for (int half = 0; half < 2; ++half) {
-      const uint8_t* ql = b.ql + 64 * half;
-      const B a = I8::load(ql), c = I8::load(ql + 32), h = I8::load(b.qh + 32 * half);
-      B* o = u.q + 4 * half;
-      o[0] = I8::or_(I8::lo4(a), I8::template shl16<4>(I8::and_c(h, 3)));
-      o[1] = I8::or_(I8::lo4(c), I8::template shl16<4>(I8::and_c(I8::template shr16<2>(h), 3)));
-      o[2] = I8::or_(I8::hi4(a), I8::template shl16<4>(I8::and_c(I8::template shr16<4>(h), 3)));
-      o[3] = I8::or_(I8::hi4(c), I8::template shl16<4>(I8::and_c(I8::template shr16<6>(h), 3)));
-    }
+    quant::int8_groups_q6_k<I8>(b, u.q);
     set_scales(b.scales, u);
     for (int j = 0; j < 16; ++j) u.aux[j] = b.scales[j];
   }
@@ -311,8 +252,8 @@ struct FmtQ6_K : Scale16 {
   }
 };
 
-// IQ4_XS: 8 groups of 32 in IQ4_NL's layout and code book (signed), each with
-// a 6-bit scale biased by 32 (low 4 bits in scales_l, high 2 in scales_h); no offset.
+// IQ4_XS (formats/iq4_nl.h): 8 groups of 32 through IQ4_NL's code book
+// (signed), each with its 6-bit scale less 32; no offset.
 struct FmtIQ4_XS {
   using Block = quant::BlockIQ4_XS;
   static constexpr bool kSuper = true, kSigned = true, kExtra = false;
@@ -320,26 +261,11 @@ struct FmtIQ4_XS {
     u.d = I8::half(b.d);
 #pragma GCC unroll 8
     for (int k = 0; k < 8; ++k) {
-      u.signs[k] = I8::lut16(kIq4nlValues, I8::nibbles16(b.qs + 16 * k));
+      u.signs[k] = quant::int8_iq4nl<I8>(b.qs + 16 * k);
       u.q[k] = I8::abs(u.signs[k]);
     }
-    const uint64_t scales = minus32_bytes(scale_bytes(b));
+    const uint64_t scales = quant::iq4_xs_scales8(b);
     u.scales[0] = I8::widen_i8x8(reinterpret_cast<const int8_t*>(&scales));
-  }
-  // Byte k = scale k (0..63): the low nibble k of scales_l (bytes in
-  // order, low nibble first) and bits 2k..2k+1 of scales_h above it.
-  static PREFIXD_VEC_INLINE uint64_t scale_bytes(const Block& b) {
-    uint32_t l32;
-    std::memcpy(&l32, b.scales_l, 4);
-    uint64_t l = l32;
-    l = (l | (l << 16)) & 0x0000FFFF0000FFFFull;  // byte j of scales_l at bits 16j..
-    l = (l | (l << 8)) & 0x00FF00FF00FF00FFull;
-    l = (l & 0x000F000F000F000Full) | ((l & 0x00F000F000F000F0ull) << 4);
-    uint64_t h = b.scales_h;  // 2 bits per scale, moved to bits 8k.. in three steps
-    h = (h & 0x00FFull) | ((h & 0xFF00ull) << 24);
-    h = (h & 0x0000000F0000000Full) | ((h & 0x000000F0000000F0ull) << 12);
-    h = (h & 0x0003000300030003ull) | ((h & 0x000C000C000C000Cull) << 6);
-    return l | (h << 4);
   }
   static PREFIXD_VEC_INLINE B scale(const KUnpacked& u, int k) { return I8::shuffle(u.scales[0], kPick.same[k]); }
 };
@@ -507,22 +433,15 @@ inline void run(const GemmArgs& a, int64_t r0, int64_t r1, int64_t i0, int64_t i
   });
 }
 
-// y rows [i0, i1) x output columns of the 32-row groups [p0, p1); a.xq holds x quantized.
+// y rows [i0, i1) x output columns of the 32-row groups [p0, p1); a.xq holds x
+// quantized. Every format of formats/registry.h, through its Fmt adapter above.
 inline void rows(const GemmArgs& a, int64_t p0, int64_t p1, int64_t i0, int64_t i1) {
   const int64_t r0 = p0 * kGemmPanel, r1 = std::min(a.rows, p1 * kGemmPanel);
   switch (a.row_type) {
-    case WeightType::Q4_0: run<FmtQ4_0>(a, r0, r1, i0, i1); return;
-    case WeightType::Q4_1: run<FmtQ4_1>(a, r0, r1, i0, i1); return;
-    case WeightType::Q5_0: run<FmtQ5_0>(a, r0, r1, i0, i1); return;
-    case WeightType::Q5_1: run<FmtQ5_1>(a, r0, r1, i0, i1); return;
-    case WeightType::Q8_0: run<FmtQ8_0>(a, r0, r1, i0, i1); return;
-    case WeightType::IQ4_NL: run<FmtIQ4_NL>(a, r0, r1, i0, i1); return;
-    case WeightType::Q2_K: run<FmtQ2_K>(a, r0, r1, i0, i1); return;
-    case WeightType::Q3_K: run<FmtQ3_K>(a, r0, r1, i0, i1); return;
-    case WeightType::Q4_K: run<FmtQ4_K>(a, r0, r1, i0, i1); return;
-    case WeightType::Q5_K: run<FmtQ5_K>(a, r0, r1, i0, i1); return;
-    case WeightType::Q6_K: run<FmtQ6_K>(a, r0, r1, i0, i1); return;
-    case WeightType::IQ4_XS: run<FmtIQ4_XS>(a, r0, r1, i0, i1); return;
+#define PREFIXD_INT8_ROWS(T, Block) \
+  case WeightType::T: run<Fmt##T>(a, r0, r1, i0, i1); return;
+    PREFIXD_BLOCK_FORMATS(PREFIXD_INT8_ROWS)  // formats/registry.h: Fmt<T> above for each
+#undef PREFIXD_INT8_ROWS
     default: PREFIXD_CHECK(false, "not an int8 weight type");
   }
 }

@@ -88,28 +88,24 @@ struct Bytes8 {
 };
 PREFIXD_HD Bytes8 bytes8(const uint8_t* p) { return {u32(p), u32(p + 4)}; }
 
-// The IQ4_NL code book (quant::iq4nl_value) packed little-endian in four
-// words, entry i (0..15) picked with a byte permute on the device.
-// (Scalars, not an array: device code may read constexpr scalars only.)
-inline constexpr uint32_t kIq4nl0 = 0xBFAD9881u, kIq4nl1 = 0xF6EADDCFu;  // entries 0-3, 4-7
-inline constexpr uint32_t kIq4nl2 = 0x26190D01u, kIq4nl3 = 0x71594535u;  // entries 8-11, 12-15
-PREFIXD_HD int iq4nl(uint32_t i) {
-  const uint32_t lo = (i & 8u) ? kIq4nl2 : kIq4nl0;
-  const uint32_t hi = (i & 8u) ? kIq4nl3 : kIq4nl1;
-#if defined(__CUDA_ARCH__)
-  const uint32_t b = __byte_perm(lo, hi, i & 7u);
-#else
-  const uint32_t b = static_cast<uint32_t>(((uint64_t(hi) << 32) | lo) >> (8 * (i & 7u)));
-#endif
-  return static_cast<int8_t>(b & 0xFFu);
-}
-
 // Nibble t of the 8 bytes q, low nibbles when shift is 0, high when 4.
 PREFIXD_HD int nibble(const Bytes8& q, int t, int shift) {
   return static_cast<int>((q[t] >> shift) & 0xFu);
 }
 
 }  // namespace chunk
+
+// Bytes side by side in a 64-bit word (the CPU sets' scale unpacks).
+namespace swar {
+
+// Eight 6-bit values (bytes 0..63) minus 32 each, as signed bytes, without a
+// borrow crossing bytes: (x | 0x80) - 32 = x + 0x60, then bit 7 flipped.
+PREFIXD_HD uint64_t minus32_bytes(uint64_t v) {
+  const uint64_t top = 0x8080808080808080ull;
+  return ((v | top) - 0x2020202020202020ull) ^ top;
+}
+
+}  // namespace swar
 
 // The scalar reference of a format: y (Block::kValues) f32 = the block's
 // values, decoded chunk by chunk as the device decodes them.
@@ -122,5 +118,15 @@ PREFIXD_HD void dequant_by_chunks(const Block& b, float* y) {
     for (int t = 0; t < 8; ++t) y[8 * c + t] = v[t];
   }
 }
+
+#if defined(PREFIXD_ISA_NS)
+// A CPU set's F32 rows of a block: y (Block::kValues) f32. The scalar
+// reference unless the format's header has a vector decoder: an overload
+// dequant_vec<Vec>(const BlockX&, float*) over the set's vector layer Vec.
+template <class Vec, typename Block>
+inline void dequant_vec(const Block& b, float* y) {
+  dequant_by_chunks(b, y);
+}
+#endif
 
 }  // namespace

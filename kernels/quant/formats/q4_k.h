@@ -3,9 +3,10 @@
 // decoder the CUDA kernels run (the reference is a loop over it, so host and
 // device decode from this one source), and, for the CPU sets, the F32 rows and
 // the int8 groups written once over a set's vector layer. The 12-byte scale
-// packing is k_scales.h's. The sets' own register schedules
-// (avx2/int8_k_rows.h, avx512/int8_k_rows.h) read the same layout and take
-// their scales from k_scales.h.
+// packing is k_scales.h's. Of the sets' own register schedules,
+// avx2/int8_k_rows.h takes its groups from here and avx512/int8_k_rows.h
+// reads the same layout in 512-bit registers; both take their scales from
+// k_scales.h.
 //
 // A super-block is 8 sub-blocks of 32 values, each with a 6-bit scale sc and
 // min m: w = d * sc * q - dmin * m. Value k (0..255) lies in sub-block
@@ -111,24 +112,40 @@ inline void dequant_k4_vec(const Block& b, float* y) {
   }
 }
 
+template <class Vec>
+inline void dequant_vec(const BlockQ4_K& b, float* y) { dequant_k4_vec<Vec>(b, y); }
+template <class Vec>
+inline void dequant_vec(const BlockQ5_K& b, float* y) { dequant_k4_vec<Vec>(b, y); }
+
+// On the set's 8-bit layer I8: the bytes of qh (Q5_K's fifth bits; unused for Q4_K).
+template <class I8, typename Block>
+inline __attribute__((always_inline)) typename I8::B int8_fifth_bits(const Block& b) {
+  if constexpr (Block::kBits == 5) {
+    return I8::load(b.qh);
+  } else {
+    return typename I8::B{};
+  }
+}
+
+// Sub-blocks 2j, 2j + 1 (lo, hi: 32 unsigned values each) from the 32 bytes
+// v = qs[32 j ..] and, for Q5_K, the qh bytes h (int8_fifth_bits).
+template <class I8, typename Block>
+inline __attribute__((always_inline)) void int8_pair_k4(typename I8::B v, typename I8::B h, int j,
+                                                       typename I8::B& lo, typename I8::B& hi) {
+  lo = I8::lo4(v);
+  hi = I8::hi4(v);
+  if constexpr (Block::kBits == 5) {
+    lo = I8::or_(lo, I8::test(h, static_cast<uint8_t>(1u << (2 * j)), 0x10));
+    hi = I8::or_(hi, I8::test(h, static_cast<uint8_t>(2u << (2 * j)), 0x10));
+  }
+}
+
 // q[k] (8 x 32 bytes) = the unsigned values of sub-block k, on the set's
 // 8-bit layer I8 (generic/int8_gemm.h's tiles and the int8 panels).
 template <class I8, typename Block>
 inline __attribute__((always_inline)) void int8_groups_k4(const Block& b, typename I8::B* q) {
-  if constexpr (Block::kBits == 5) {
-    const typename I8::B h = I8::load(b.qh);
-    for (int j = 0; j < 4; ++j) {
-      const typename I8::B v = I8::load(b.qs + 32 * j);
-      q[2 * j] = I8::or_(I8::lo4(v), I8::test(h, static_cast<uint8_t>(1u << (2 * j)), 0x10));
-      q[2 * j + 1] = I8::or_(I8::hi4(v), I8::test(h, static_cast<uint8_t>(2u << (2 * j)), 0x10));
-    }
-  } else {
-    for (int j = 0; j < 4; ++j) {
-      const typename I8::B v = I8::load(b.qs + 32 * j);
-      q[2 * j] = I8::lo4(v);
-      q[2 * j + 1] = I8::hi4(v);
-    }
-  }
+  const typename I8::B h = int8_fifth_bits<I8>(b);
+  for (int j = 0; j < 4; ++j) int8_pair_k4<I8, Block>(I8::load(b.qs + 32 * j), h, j, q[2 * j], q[2 * j + 1]);
 }
 #endif  // PREFIXD_ISA_NS
 
