@@ -42,6 +42,8 @@ fail() {
 # What the test needs, and nothing x86: the common CPU backend files, the
 # portable set, the forward pass and model loading.
 sources=(kernels/cpu/*.cpp kernels/quant/*.cpp engine/model/forward.cpp engine/model/model.cpp engine/model/model_config.cpp
+         engine/model/lfm2_config.cpp engine/model/short_conv_layer.cpp
+         engine/model/qwen35_config.cpp engine/model/qwen35_forward.cpp engine/model/qwen35_weights.cpp
          engine/model/gguf.cpp engine/model/gguf_writer.cpp engine/batch_builder.cpp tests/test_forward_golden.cpp)
 for f in "${sources[@]}"; do [[ -f "$src_dir/$f" ]] || fail "missing source $f"; done
 
