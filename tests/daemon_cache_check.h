@@ -1,8 +1,9 @@
-// Test support for the daemon prefix-cache scenarios (a long prefix cold,
-// then with new suffixes from the pool, the host tier, disk after a restart):
-// synthetic prompts, the daemon's arguments, and answers compared with the
-// uncached run's, ids and every logprob bit. Used by
-// tests/test_daemon_window_cache.cpp and tests/test_daemon_lfm2_cache.cpp.
+// Test support for the daemon prefix-cache scenario (a long prefix cold, then
+// with new suffixes from the pool, the whole prompt again, from the host tier,
+// from disk after a restart, and a prompt shorter than a block): synthetic
+// prompts, the daemon's arguments, answers compared with the uncached run's
+// (ids and every logprob bit), and the scenario itself, check_tier_walk().
+// Used by tests/test_daemon_window_cache.cpp and tests/test_daemon_lfm2_cache.cpp.
 #pragma once
 
 #include <chrono>
@@ -14,6 +15,7 @@
 
 #include "tests/daemon_process.h"
 #include "tests/daemon_start.h"
+#include "tests/temp_dir.h"
 
 namespace prefixd::testing::cache_check {
 
@@ -89,6 +91,83 @@ inline Answer ask(httplib::Client& c, const std::vector<int32_t>& prompt) {
 inline void check_identical(const Answer& got, const Answer& uncached) {
   CHECK(got.ids == uncached.ids);
   CHECK(got.logprobs == uncached.logprobs);
+}
+
+// The scenario, on `model_path` with a pool of `pool_mib` (small enough that
+// two unrelated 720-token prompts evict the prefix): a 700-token prefix with
+// 20-token suffixes, blocks of 16, so 43 shared blocks (688 tokens).
+//  - uncached references from a daemon without tiers, its cache cleared
+//    before each prompt;
+//  - cold; a new suffix from the pool; the same prompt again (all its blocks
+//    cached: its last token recomputed in a copy of its last block); the
+//    prefix evicted from the pool and read back from host; after a restart
+//    from disk, then from the pool again; a prompt shorter than one block
+//    (nothing shared), twice alike.
+// Every answer identical to the uncached one.
+inline void check_tier_walk(const std::string& model_path, const std::string& pool_mib) {
+  constexpr int32_t kPrefixTokens = 700, kSuffixTokens = 20, kBlockSize = 16;
+  constexpr int32_t kSharedTokens = kPrefixTokens / kBlockSize * kBlockSize;
+  const std::vector<int32_t> prefix = tokens(1, kPrefixTokens, true);
+  std::vector<std::vector<int32_t>> prompts;  // the prefix + suffix i, i < 5
+  for (int i = 0; i < 5; ++i) prompts.push_back(concat(prefix, tokens(100 + i, kSuffixTokens, false)));
+  const std::vector<int32_t> filler[2] = {tokens(2, kPrefixTokens + kSuffixTokens, true),
+                                          tokens(3, kPrefixTokens + kSuffixTokens, true)};
+  const std::vector<int32_t> short_prompt = tokens(4, kBlockSize - 5, true);
+
+  std::vector<Answer> uncached;
+  Answer short_uncached;
+  {
+    auto d = start_or_fail(daemon_args(model_path, pool_mib, ""));
+    auto c = d->client();
+    for (const auto& p : prompts) {
+      REQUIRE(c->Delete("/v1/cache")->status == 200);
+      uncached.push_back(ask(*c, p));
+      REQUIRE(uncached.back().prefix_cache["cached_tokens"] == 0);
+    }
+    REQUIRE(c->Delete("/v1/cache")->status == 200);
+    short_uncached = ask(*c, short_prompt);
+    CHECK(d->stop() == 0);
+  }
+
+  TempDir dir;
+  {
+    auto d = start_or_fail(daemon_args(model_path, pool_mib, dir.path));
+    auto c = d->client();
+    Answer cold = ask(*c, prompts[0]);
+    CHECK(cold.prefix_cache["cached_tokens"] == 0);
+    check_identical(cold, uncached[0]);
+    Answer device = ask(*c, prompts[1]);
+    CHECK(device.prefix_cache["device_tokens"] == kSharedTokens);
+    CHECK(device.prefix_cache["prefill_tokens"] == kPrefixTokens + kSuffixTokens - kSharedTokens);
+    check_identical(device, uncached[1]);
+    Answer whole = ask(*c, prompts[1]);
+    CHECK(whole.prefix_cache["device_tokens"] == kPrefixTokens + kSuffixTokens - 1);
+    check_identical(whole, uncached[1]);
+    for (const auto& f : filler) CHECK(ask(*c, f).prefix_cache["cached_tokens"] == 0);
+    Answer host = ask(*c, prompts[2]);
+    CHECK(host.prefix_cache["host_tokens"] == kSharedTokens);
+    CHECK(host.prefix_cache["device_tokens"] == 0);
+    CHECK(host.prefix_cache["restore_path"] == "restore");
+    check_identical(host, uncached[2]);
+    CHECK(wait_disk_blocks(*c, kSharedTokens / kBlockSize));
+    CHECK(d->stop() == 0);
+  }
+  auto d = start_or_fail(daemon_args(model_path, pool_mib, dir.path));
+  auto c = d->client();
+  Answer disk = ask(*c, prompts[3]);
+  CHECK(disk.prefix_cache["disk_tokens"] == kSharedTokens);
+  CHECK(disk.prefix_cache["host_tokens"] == 0);
+  CHECK(disk.prefix_cache["device_tokens"] == 0);
+  check_identical(disk, uncached[3]);
+  Answer again = ask(*c, prompts[4]);
+  CHECK(again.prefix_cache["device_tokens"] == kSharedTokens);
+  check_identical(again, uncached[4]);
+  for (int i = 0; i < 2; ++i) {
+    Answer s = ask(*c, short_prompt);
+    CHECK(s.prefix_cache["cached_tokens"] == 0);
+    check_identical(s, short_uncached);
+  }
+  CHECK(d->stop() == 0);
 }
 
 }  // namespace prefixd::testing::cache_check
