@@ -15,29 +15,17 @@
 
 #include "tests/daemon_process.h"
 #include "tests/daemon_start.h"
+#include "tests/greedy_answers.h"
 #include "tests/temp_dir.h"
 
 namespace prefixd::testing::cache_check {
 
 // Token ids in [3, 1003) (the models' vocabularies are 1024), BOS first when `bos`.
-inline std::vector<int32_t> tokens(int seed, int32_t n, bool bos) {
-  std::vector<int32_t> t;
-  if (bos) t.push_back(1);
-  for (int32_t i = static_cast<int32_t>(t.size()); i < n; ++i)
-    t.push_back(3 + (seed * 7919 + i * 613 + (i * i) % 11) % 1000);
-  return t;
-}
+inline std::vector<int32_t> tokens(int seed, int32_t n, bool bos) { return testing::tokens(seed, n, bos, 1000); }
 
 inline std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
-}
-
-// Greedy, 16 tokens, the top 5 logprobs of each.
-inline nlohmann::json completion(const std::vector<int32_t>& prompt) {
-  return nlohmann::json{{"prompt", prompt},  {"max_tokens", 16},
-                        {"temperature", 0},  {"ignore_eos", true},
-                        {"logprobs", 5},     {"return_tokens_as_token_ids", true}};
 }
 
 // F32 KV (bit-stable outputs), one thread, blocks of 16, a pool of
@@ -71,19 +59,10 @@ inline bool wait_pool_unreferenced(httplib::Client& c) {
   return false;
 }
 
-// One answer: its ids, logprobs object and prefix_cache report.
-struct Answer {
-  nlohmann::json ids;
-  nlohmann::json logprobs;
-  nlohmann::json prefix_cache;
-};
-
+// A greedy 16-token answer (testing::ask), once no pool block is referenced.
 inline Answer ask(httplib::Client& c, const std::vector<int32_t>& prompt) {
   REQUIRE(wait_pool_unreferenced(c));
-  HttpAnswer a = post_json(c, "/v1/completions", completion(prompt));
-  REQUIRE_MESSAGE(a.status == 200, a.raw);
-  return Answer{a.body["choices"][0]["token_ids"], a.body["choices"][0]["logprobs"],
-                a.body["prefix_cache"]};
+  return testing::ask(c, prompt, 16);
 }
 
 // The answer equals the uncached one exactly: ids, and every logprob bit

@@ -13,12 +13,13 @@
 
 namespace prefixd::testing {
 
-// Token ids in [3, 503) (every test model's vocabulary has 512 or more), BOS first when `bos`.
-inline std::vector<int32_t> tokens(int seed, int32_t n, bool bos) {
+// Token ids in [3, 3 + range) (every test model's vocabulary has 512 or
+// more; the default suits them all), BOS first when `bos`.
+inline std::vector<int32_t> tokens(int seed, int32_t n, bool bos, int32_t range = 500) {
   std::vector<int32_t> t;
   if (bos) t.push_back(1);
   for (int32_t i = static_cast<int32_t>(t.size()); i < n; ++i)
-    t.push_back(3 + (seed * 7919 + i * 613 + (i * i) % 11) % 500);
+    t.push_back(3 + (seed * 7919 + i * 613 + (i * i) % 11) % range);
   return t;
 }
 
@@ -28,9 +29,10 @@ struct Answer {
   nlohmann::json prefix_cache;
 };
 
-// POST /v1/completions: greedy, 8 tokens, the top 5 logprobs of each (must answer 200).
-inline Answer ask(httplib::Client& c, const std::vector<int32_t>& prompt) {
-  const nlohmann::json body = {{"prompt", prompt},   {"max_tokens", 8},  {"temperature", 0},
+// POST /v1/completions: greedy, `max_tokens` tokens, the top 5 logprobs of
+// each (must answer 200).
+inline Answer ask(httplib::Client& c, const std::vector<int32_t>& prompt, int max_tokens = 8) {
+  const nlohmann::json body = {{"prompt", prompt},   {"max_tokens", max_tokens},  {"temperature", 0},
                                {"ignore_eos", true}, {"logprobs", 5},    {"return_tokens_as_token_ids", true}};
   HttpAnswer a = post_json(c, "/v1/completions", body);
   REQUIRE_MESSAGE(a.status == 200, a.raw);
