@@ -69,6 +69,12 @@ TEST_CASE("conv_silu: the causal depthwise convolution with SiLU, its tail carri
     for (int32_t j = 0; j < width - 1; ++j) {  // the new tail: the last inputs
       for (int64_t c = 0; c < ch; ++c) CHECK(tail[j * ch + c] == x0[(n - width + 1 + j) * ch + c]);
     }
+    // One channel at a time (the one-lane path) and the whole range (16
+    // channels at a time): the same bits.
+    std::vector<float> one = x0, one_tail = tail0;
+    for (int64_t c = 0; c < ch; ++c) conv_silu(one.data(), n, ch, w.data(), width, one_tail.data(), c, c + 1);
+    CHECK(std::memcmp(one.data(), x.data(), x.size() * sizeof(float)) == 0);
+    CHECK(std::memcmp(one_tail.data(), tail.data(), tail.size() * sizeof(float)) == 0);
     // In two pieces at every split: bit for bit the whole.
     for (int64_t s = 1; s < n; ++s) {
       std::vector<float> y = x0, t2 = tail0;

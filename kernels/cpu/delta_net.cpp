@@ -1,10 +1,17 @@
-// Gated DeltaNet kernels: plain loops, one row or head at a time (see the header).
+// Gated DeltaNet kernels: one row, head or block of 16 channels at a time (see
+// the header).
 #include "kernels/cpu/delta_net.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "common/result.h"
+
+// Contraction off for the whole file: a fused multiply-add rounds differently
+// from a multiply then an add, and results must not depend on how this file
+// was compiled (baseline, a target clone, another architecture).
+#pragma GCC optimize("fp-contract=off")
 
 namespace prefixd::cpu::delta_net {
 
@@ -14,11 +21,38 @@ constexpr int32_t kMaxConvWidth = 16;
 
 float silu(float z) { return z / (1.0f + std::exp(-z)); }
 
-}  // namespace
+// 16 floats as one value of GCC's vector extension: lane l of an operation is
+// the scalar operation on lane l, whatever registers the compiler picks (one
+// zmm, two ymm, four xmm), so every build computes the same bits.
+using F16x = float __attribute__((vector_size(64)));
+constexpr int32_t kLanes = 16;
 
-void conv_silu(float* x, int64_t n, int64_t channels, const float* w, int32_t width, float* tail,
-               int64_t c0, int64_t c1) {
-  PREFIXD_CHECK(width >= 2 && width <= kMaxConvWidth, "convolution width out of range");
+// The helpers below are always inlined into each clone of rule_step, so no
+// call passes a vector between code built for different registers (what
+// -Wpsabi warns of for their signatures).
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+[[gnu::always_inline]] inline F16x load(const float* p) {
+  F16x v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+[[gnu::always_inline]] inline void store(float* p, F16x v) { std::memcpy(p, &v, sizeof(v)); }
+
+// The 16 lanes' sum in one fixed tree (halves added, then their halves...).
+[[gnu::always_inline]] inline float reduce_lanes(F16x v) {
+  float part[kLanes];
+  std::memcpy(part, &v, sizeof(v));
+  for (int32_t w = kLanes / 2; w >= 1; w /= 2)
+    for (int32_t l = 0; l < w; ++l) part[l] += part[l + w];
+  return part[0];
+}
+
+// conv_silu over channels [c0, c1) one at a time: the reference order of the
+// operations, and the path of a block narrower than kLanes.
+void conv_silu_scalar(float* x, int64_t n, int64_t channels, const float* w, int32_t width, float* tail,
+                      int64_t c0, int64_t c1) {
   const int32_t n_hist = width - 1;
   for (int64_t c = c0; c < c1; ++c) {
     const float* wc = w + c * width;  // (width)
@@ -38,6 +72,44 @@ void conv_silu(float* x, int64_t n, int64_t channels, const float* w, int32_t wi
   }
 }
 
+// The same over kLanes channels from c at once: each lane does exactly the
+// scalar path's operations, in its order, on contiguous rows.
+void conv_silu_lanes(float* x, int64_t n, int64_t channels, const float* w, int32_t width, float* tail,
+                     int64_t c) {
+  const int32_t n_hist = width - 1;
+  F16x wj[kMaxConvWidth];    // tap j of the kLanes channels
+  F16x hist[kMaxConvWidth];  // the n_hist inputs before row t, oldest first
+  for (int32_t j = 0; j < width; ++j) {
+    float lanes[kLanes];
+    for (int32_t l = 0; l < kLanes; ++l) lanes[l] = w[(c + l) * width + j];
+    wj[j] = load(lanes);
+  }
+  for (int32_t j = 0; j < n_hist; ++j) hist[j] = load(tail + j * channels + c);
+  for (int64_t t = 0; t < n; ++t) {
+    float* xt = x + t * channels + c;
+    const F16x in = load(xt);
+    F16x acc = {};
+    for (int32_t j = 0; j < n_hist; ++j) acc += wj[j] * hist[j];
+    acc += wj[n_hist] * in;
+    for (int32_t j = 0; j + 1 < n_hist; ++j) hist[j] = hist[j + 1];
+    hist[n_hist - 1] = in;
+    float out[kLanes];
+    store(out, acc);
+    for (int32_t l = 0; l < kLanes; ++l) xt[l] = silu(out[l]);
+  }
+  for (int32_t j = 0; j < n_hist; ++j) store(tail + j * channels + c, hist[j]);
+}
+
+}  // namespace
+
+void conv_silu(float* x, int64_t n, int64_t channels, const float* w, int32_t width, float* tail,
+               int64_t c0, int64_t c1) {
+  PREFIXD_CHECK(width >= 2 && width <= kMaxConvWidth, "convolution width out of range");
+  int64_t c = c0;
+  for (; c + kLanes <= c1; c += kLanes) conv_silu_lanes(x, n, channels, w, width, tail, c);
+  conv_silu_scalar(x, n, channels, w, width, tail, c, c1);
+}
+
 void l2_normalize(float* x, int64_t dim, float eps) {
   float sum_sq = 0.0f;
   for (int64_t i = 0; i < dim; ++i) sum_sq += x[i] * x[i];
@@ -54,23 +126,43 @@ void gates(float* alpha, float* beta, const float* dt_bias, const float* a, int3
   }
 }
 
+// Each dot product keeps 16 partial sums, lane l taking elements l, l + 16,
+// ...; a single accumulator would wait 4 cycles an element on its own adds.
+// The x86 clones do the same lane operations (and contraction is off), so
+// every clone computes the same bits.
+#if defined(__x86_64__)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
 void rule_step(float* state, const float* q, const float* k, const float* v, float g, float beta,
                float scale, float* out, int32_t d_k, int32_t d_v) {
   const float decay = std::exp(g);
+  const int32_t d_main = d_k - d_k % kLanes;
   for (int32_t j = 0; j < d_v; ++j) {
     float* s = state + static_cast<int64_t>(j) * d_k;  // (d_k)
-    float sk = 0.0f;
-    for (int32_t i = 0; i < d_k; ++i) {
+    F16x part = {};
+    for (int32_t i = 0; i < d_main; i += kLanes) {
+      const F16x si = load(s + i) * decay;
+      store(s + i, si);
+      part += si * load(k + i);
+    }
+    float tail[kLanes] = {};
+    for (int32_t i = d_main; i < d_k; ++i) {
       s[i] *= decay;
-      sk += s[i] * k[i];
+      tail[i - d_main] = s[i] * k[i];
     }
-    const float d = beta * (v[j] - sk);
-    float sq = 0.0f;
-    for (int32_t i = 0; i < d_k; ++i) {
+    const float d = beta * (v[j] - reduce_lanes(part + load(tail)));
+    F16x qpart = {};
+    for (int32_t i = 0; i < d_main; i += kLanes) {
+      const F16x si = load(s + i) + d * load(k + i);
+      store(s + i, si);
+      qpart += si * load(q + i);
+    }
+    float qtail[kLanes] = {};
+    for (int32_t i = d_main; i < d_k; ++i) {
       s[i] += d * k[i];
-      sq += s[i] * q[i];
+      qtail[i - d_main] = s[i] * q[i];
     }
-    out[j] = scale * sq;
+    out[j] = scale * reduce_lanes(qpart + load(qtail));
   }
 }
 
