@@ -258,15 +258,14 @@ TEST_CASE("pages_and_kv_blocks_are_never_taken_for_each_other") {
   const size_t n = 2 * kPage;
   const auto state = state_bytes(n, 21);
   tm->offload_snapshot(kKey, state, OffloadReason::kPublished);
-  // The page keys asked for as a chain of blocks: no block (parent and tokens differ).
+  // A page key asked for as a block of a prompt (real tokens, a real
+  // parent): no block, the page's parent and tokens differ.
   ChainQuery q;
   q.namespace_seed = kNs;
-  q.first_parent = kSnapshotPageParent;
   q.hashes = {snapshot_page_hash(kKey, 0, n)};
-  q.token_ids.assign(kGeom.block_size, kSnapshotPageToken);
-  CHECK(tm->lookup_chain(q).n_blocks == 0);
-  q.first_parent = Hash128{};
   q.token_ids.assign(kGeom.block_size, 5);
+  CHECK(tm->lookup_chain(q).n_blocks == 0);
+  q.first_parent = kKey.block_hash;
   CHECK(tm->lookup_chain(q).n_blocks == 0);
   // A KV block under the snapshot's own key is not a snapshot, and a KV
   // record stored under a page key is rejected as a page.
@@ -306,8 +305,15 @@ TEST_CASE("random_page_corruption_is_never_served") {
     REQUIRE(good != nullptr);
     auto bad = copy_of(good);
     const int n_flips = 1 + static_cast<int>(rng() % 3);
-    for (int f = 0; f < n_flips; ++f) bad->mutable_data()[rng() % kRecordBytes] ^= static_cast<uint8_t>(1 + rng() % 255);
-    if (rng() % 4 == 0) seal_block_record(*bad);  // checksums made to match: the page checks must catch it
+    // A quarter of the time the damage is in the payload (page header or
+    // state bytes) and the checksums are made to match: the page checks and
+    // the whole-content checksum must catch it. Otherwise anywhere, unsealed.
+    const bool reseal = rng() % 4 == 0;
+    const uint64_t first = reseal ? kRecordBytes - 512 : 0;
+    for (int f = 0; f < n_flips; ++f) {
+      bad->mutable_data()[first + rng() % (kRecordBytes - first)] ^= static_cast<uint8_t>(1 + rng() % 255);
+    }
+    if (reseal) seal_block_record(*bad);
     const bool same = std::memcmp(bad->data(), good->data(), kRecordBytes) == 0;
     tm->host().erase(pk);
     tm->host().insert(pk, bad);
