@@ -40,13 +40,17 @@ constexpr int32_t kLanes = 16;
 
 [[gnu::always_inline]] inline void store(float* p, F16x v) { std::memcpy(p, &v, sizeof(v)); }
 
-// The 16 lanes' sum in one fixed tree (halves added, then their halves...).
+// The 16 lanes' sum in one fixed tree: lanes l and l + 8 added, then l and
+// l + 4 of those, then l and l + 2, then the last two (vector shuffles: the
+// same tree through memory cost more than the dot product it ends).
 [[gnu::always_inline]] inline float reduce_lanes(F16x v) {
-  float part[kLanes];
-  std::memcpy(part, &v, sizeof(v));
-  for (int32_t w = kLanes / 2; w >= 1; w /= 2)
-    for (int32_t l = 0; l < w; ++l) part[l] += part[l + w];
-  return part[0];
+  using F8x = float __attribute__((vector_size(32)));
+  using F4x = float __attribute__((vector_size(16)));
+  const F8x a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
+                __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+  const F4x b = __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
+  const float c0 = b[0] + b[2], c1 = b[1] + b[3];
+  return c0 + c1;
 }
 
 // conv_silu over channels [c0, c1) one at a time: the reference order of the
@@ -126,8 +130,55 @@ void gates(float* alpha, float* beta, const float* dt_bias, const float* a, int3
   }
 }
 
-// Each dot product keeps 16 partial sums, lane l taking elements l, l + 16,
-// ...; a single accumulator would wait 4 cycles an element on its own adds.
+namespace {
+
+// One token of the rule on one state row s (d_k): the operations of
+// rule_step's row j. Each dot product keeps 16 partial sums, lane l taking
+// elements l, l + 16, ...; a single accumulator would wait 4 cycles an
+// element on its own adds.
+[[gnu::always_inline]] inline float row_step(float* s, const float* q, const float* k, float v, float decay,
+                                             float beta, float scale, int32_t d_k) {
+  const int32_t d_main = d_k - d_k % kLanes;
+  F16x part = {};
+  for (int32_t i = 0; i < d_main; i += kLanes) {
+    const F16x si = load(s + i) * decay;
+    store(s + i, si);
+    part += si * load(k + i);
+  }
+  if (d_main < d_k) {  // the last d_k % 16 elements: lanes 0.. of one more term
+    float tail[kLanes] = {};
+    for (int32_t i = d_main; i < d_k; ++i) {
+      s[i] *= decay;
+      tail[i - d_main] = s[i] * k[i];
+    }
+    part += load(tail);
+  }
+  const float d = beta * (v - reduce_lanes(part));
+  F16x qpart = {};
+  for (int32_t i = 0; i < d_main; i += kLanes) {
+    const F16x si = load(s + i) + d * load(k + i);
+    store(s + i, si);
+    qpart += si * load(q + i);
+  }
+  if (d_main < d_k) {
+    float qtail[kLanes] = {};
+    for (int32_t i = d_main; i < d_k; ++i) {
+      s[i] += d * k[i];
+      qtail[i - d_main] = s[i] * q[i];
+    }
+    qpart += load(qtail);
+  }
+  return scale * reduce_lanes(qpart);
+}
+
+// rule_steps' tiles: kTileTokens tokens' q and k (2 x 32 x 512 bytes at
+// d_k = 128) and kTileRows state rows stay in L1 while every row of the tile
+// takes every token of it.
+constexpr int64_t kTileTokens = 32;
+constexpr int32_t kTileRows = 8;
+
+}  // namespace
+
 // The x86 clones do the same lane operations (and contraction is off), so
 // every clone computes the same bits.
 #if defined(__x86_64__)
@@ -136,33 +187,33 @@ __attribute__((target_clones("avx512f", "avx2", "default")))
 void rule_step(float* state, const float* q, const float* k, const float* v, float g, float beta,
                float scale, float* out, int32_t d_k, int32_t d_v) {
   const float decay = std::exp(g);
-  const int32_t d_main = d_k - d_k % kLanes;
   for (int32_t j = 0; j < d_v; ++j) {
-    float* s = state + static_cast<int64_t>(j) * d_k;  // (d_k)
-    F16x part = {};
-    for (int32_t i = 0; i < d_main; i += kLanes) {
-      const F16x si = load(s + i) * decay;
-      store(s + i, si);
-      part += si * load(k + i);
+    out[j] = row_step(state + static_cast<int64_t>(j) * d_k, q, k, v[j], decay, beta, scale, d_k);
+  }
+}
+
+#if defined(__x86_64__)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+void rule_steps(float* state, const float* q, const float* k, int64_t qk_stride, const float* v,
+                int64_t v_stride, const float* g, const float* beta, int64_t gb_stride, float scale,
+                float* out, int64_t out_stride, int64_t n, int32_t d_k, int32_t d_v) {
+  float decay[kTileTokens];
+  for (int64_t t0 = 0; t0 < n; t0 += kTileTokens) {
+    const int64_t nt = std::min(kTileTokens, n - t0);
+    for (int64_t t = 0; t < nt; ++t) decay[t] = std::exp(g[(t0 + t) * gb_stride]);
+    for (int32_t j0 = 0; j0 < d_v; j0 += kTileRows) {
+      const int32_t j1 = std::min(d_v, j0 + kTileRows);
+      for (int64_t t = t0; t < t0 + nt; ++t) {
+        const float* qt = q + t * qk_stride;
+        const float* kt = k + t * qk_stride;
+        const float bt = beta[t * gb_stride];
+        for (int32_t j = j0; j < j1; ++j) {
+          out[t * out_stride + j] = row_step(state + static_cast<int64_t>(j) * d_k, qt, kt,
+                                             v[t * v_stride + j], decay[t - t0], bt, scale, d_k);
+        }
+      }
     }
-    float tail[kLanes] = {};
-    for (int32_t i = d_main; i < d_k; ++i) {
-      s[i] *= decay;
-      tail[i - d_main] = s[i] * k[i];
-    }
-    const float d = beta * (v[j] - reduce_lanes(part + load(tail)));
-    F16x qpart = {};
-    for (int32_t i = 0; i < d_main; i += kLanes) {
-      const F16x si = load(s + i) + d * load(k + i);
-      store(s + i, si);
-      qpart += si * load(q + i);
-    }
-    float qtail[kLanes] = {};
-    for (int32_t i = d_main; i < d_k; ++i) {
-      s[i] += d * k[i];
-      qtail[i - d_main] = s[i] * q[i];
-    }
-    out[j] = scale * reduce_lanes(qpart + load(qtail));
   }
 }
 
