@@ -72,7 +72,7 @@ struct WideK4 {
   static PREFIXD_VEC_INLINE void groups(const Block& b, int j, Y& lo, Y& hi) {
     quant::int8_pair_k4<I8, Block>(load32(b.qs + 32 * j), quant::int8_fifth_bits<I8>(b), j, lo, hi);
   }
-  static PREFIXD_VEC_INLINE Y scale(const Scales& s, int k) { return _mm256_shuffle_epi8(s.words[0], mask(i8gemm::kPick.same[k])); }
+  static PREFIXD_VEC_INLINE Y scale(const Scales& s, int k) { return _mm256_shuffle_epi8(s.words[0], mask(quant::kPick.same[k])); }
   static PREFIXD_VEC_INLINE __m128i extra(const Scales& s, const XQ8KBlock& x) { return extra_mins(s, x); }
 };
 using WideQ4_K = WideK4<quant::BlockQ4_K>;
@@ -92,7 +92,7 @@ struct WideQ6_K {
   // Groups 2j and 2j + 1 (formats/q6_k.h on this set's I8).
   static PREFIXD_VEC_INLINE void groups(const Block& b, int j, Y& lo, Y& hi) { quant::int8_pair_q6_k<I8>(b, j, lo, hi); }
   static PREFIXD_VEC_INLINE Y scale(const Scales& s, int k) {
-    return _mm256_shuffle_epi8(s.words[k / 4], mask(i8gemm::kPick.pair[k % 4]));
+    return _mm256_shuffle_epi8(s.words[k / 4], mask(quant::kPick.pair[k % 4]));
   }
   // sum over the 16 groups of scale * (x's sum over the group), folded to 4 int32 lanes.
   static PREFIXD_VEC_INLINE __m128i extra(const Scales& s, const XQ8KBlock& x) {
