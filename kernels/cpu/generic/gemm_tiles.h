@@ -44,11 +44,16 @@ inline void store_row(float* y, const V* acc, int64_t valid) {
   }
 }
 
+// N values of a panel row as f32: an F32 panel's as they are, an F16 panel's
+// widened (vcvtph2ps). (BF16 panels hold column pairs: tile_bf16_widen.)
+PREFIXD_VEC_INLINE V load_f32(const float* p) { return Vec::load(p); }
+PREFIXD_VEC_INLINE V load_f32(const uint16_t* p) { return Vec::load_f16(p); }
+
 // y (M, valid <= W*N) = x (M, K) · tileᵀ, where tile = panel columns
-// [0, W*N) with row stride P: panel (K, P) f32.
-template <int M, int W>
-void tile_f32(const float* panel, const float* x, int64_t ldx, int64_t K, float* y, int64_t ldy,
-              int64_t valid) {
+// [0, W*N) with row stride P: panel (K, P) f32, or f16 (T = uint16_t) widened
+// in the tile; one FMA chain per output in column order either way.
+template <int M, int W, typename T>
+void tile_f32(const T* panel, const float* x, int64_t ldx, int64_t K, float* y, int64_t ldy, int64_t valid) {
   V acc[M][W];
 #pragma GCC unroll 12
   for (int i = 0; i < M; ++i)
@@ -57,7 +62,7 @@ void tile_f32(const float* panel, const float* x, int64_t ldx, int64_t K, float*
   for (int64_t k = 0; k < K; ++k) {
     V w[W];
 #pragma GCC unroll 4
-    for (int j = 0; j < W; ++j) w[j] = Vec::load(panel + k * P + j * N);
+    for (int j = 0; j < W; ++j) w[j] = load_f32(panel + k * P + j * N);
 #pragma GCC unroll 12
     for (int i = 0; i < M; ++i) {
       const V xv = Vec::set1(x[i * ldx + k]);
@@ -121,31 +126,6 @@ __attribute__((noinline)) void tile_bf16_widen(const uint16_t* panel, int64_t pa
   for (int q = 0; q < NP; ++q)
 #pragma GCC unroll 12
     for (int i = 0; i < M; ++i) store_row<W>(y + q * P + i * ldy, acc[q][i], valid[q]);
-}
-
-// Same from an F16 panel (K, P) widened in the tile (vcvtph2ps); one FMA
-// chain per output in column order, like tile_f32 over the widened panel.
-template <int M, int W>
-void tile_f16_widen(const uint16_t* panel, const float* x, int64_t ldx, int64_t K, float* y,
-                    int64_t ldy, int64_t valid) {
-  V acc[M][W];
-#pragma GCC unroll 12
-  for (int i = 0; i < M; ++i)
-#pragma GCC unroll 4
-    for (int j = 0; j < W; ++j) acc[i][j] = Vec::zero();
-  for (int64_t k = 0; k < K; ++k) {
-    V w[W];
-#pragma GCC unroll 4
-    for (int j = 0; j < W; ++j) w[j] = Vec::load_f16(panel + k * P + j * N);
-#pragma GCC unroll 12
-    for (int i = 0; i < M; ++i) {
-      const V xv = Vec::set1(x[i * ldx + k]);
-#pragma GCC unroll 4
-      for (int j = 0; j < W; ++j) acc[i][j] = Vec::fmadd(w[j], xv, acc[i][j]);
-    }
-  }
-#pragma GCC unroll 12
-  for (int i = 0; i < M; ++i) store_row<W>(y + i * ldy, acc[i], valid);
 }
 
 #if defined(__AVX512BF16__)
@@ -278,7 +258,7 @@ inline void panels(const GemmArgs& a, int64_t p0, int64_t p1, int64_t i0, int64_
       for (int64_t i = 0; i < n_rows; i += kWideRows) {
         const int m = static_cast<int>(std::min<int64_t>(kWideRows, n_rows - i));
         with_count<kWideRows>(m, [&]<int M>() {
-          tile_f16_widen<M, kWideVecs>(panel, x + i * K, K, K, y + i * a.rows, a.rows, valid);
+          tile_f32<M, kWideVecs>(panel, x + i * K, K, K, y + i * a.rows, a.rows, valid);
         });
       }
       continue;
