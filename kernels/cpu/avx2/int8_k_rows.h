@@ -124,10 +124,7 @@ PREFIXD_VEC_INLINE void tile(const uint8_t* w, size_t row_bytes, const XQ8KBlock
                              int64_t n_blocks, float* y, int64_t ldy) {
   using Block = typename Fmt::Block;
   __m256 acc[MR][NR];
-#pragma GCC unroll 4
-  for (int m = 0; m < MR; ++m)
-#pragma GCC unroll 4
-    for (int i = 0; i < NR; ++i) acc[m][i] = _mm256_setzero_ps();
+  i8gemm::fill(acc, _mm256_setzero_ps());
   for (int64_t b = 0; b < n_blocks; ++b) {
     i8gemm::prefetch_ahead<MR * sizeof(Block)>(w, b, i8gemm::kPrefetchBytes);
 #pragma GCC unroll 4

@@ -78,6 +78,26 @@ PREFIXD_VEC_INLINE void prefetch_ahead(const uint8_t* w, int64_t step, size_t di
   for (size_t o = 0; o < kStep + 64; o += 64) __builtin_prefetch(pf + o);
 }
 
+// Every element of a tile's MR x NR accumulators a set to va (and, in the
+// same pass, of b to vb).
+template <typename T, int MR, int NR>
+PREFIXD_VEC_INLINE void fill(T (&a)[MR][NR], T va) {
+#pragma GCC unroll 4
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 4
+    for (int i = 0; i < NR; ++i) a[m][i] = va;
+}
+template <typename T, typename U, int MR, int NR>
+PREFIXD_VEC_INLINE void fill(T (&a)[MR][NR], T va, U (&b)[MR][NR], U vb) {
+#pragma GCC unroll 4
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 4
+    for (int i = 0; i < NR; ++i) {
+      a[m][i] = va;
+      b[m][i] = vb;
+    }
+}
+
 // --- weight formats -------------------------------------------------------------
 // Each format's unpack is its header's (kernels/quant/formats/, the protocol in
 // formats/int8_unpack.h): the 32-value formats give groups of 32 bytes with a
@@ -97,13 +117,7 @@ PREFIXD_VEC_INLINE void tile_k(const uint8_t* w, size_t row_bytes, const XQ8KBlo
   using Block = typename Fmt::Block;
   F acc[MR][NR];
   float extra[MR][NR];
-#pragma GCC unroll 4
-  for (int m = 0; m < MR; ++m)
-#pragma GCC unroll 4
-    for (int i = 0; i < NR; ++i) {
-      acc[m][i] = I8::zero();
-      extra[m][i] = 0.0f;
-    }
+  fill(acc, I8::zero(), extra, 0.0f);
   for (int64_t b = 0; b < n_blocks; ++b) {
     prefetch_ahead<MR * sizeof(Block)>(w, b, kPrefetchBytes);
     KUnpacked u[MR];
@@ -148,13 +162,7 @@ PREFIXD_VEC_INLINE void tile(const uint8_t* w, size_t row_bytes, const XQ8Block*
   constexpr int S = Fmt::kSub;
   F acc[MR][NR];
   float mins[MR][NR];
-#pragma GCC unroll 4
-  for (int m = 0; m < MR; ++m)
-#pragma GCC unroll 4
-    for (int i = 0; i < NR; ++i) {
-      acc[m][i] = I8::zero();
-      mins[m][i] = 0.0f;
-    }
+  fill(acc, I8::zero(), mins, 0.0f);
   for (int64_t b = 0; b < n_blocks; ++b) {
     B q[MR][S];
     float sc[MR][S];
