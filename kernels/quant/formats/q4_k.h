@@ -30,8 +30,7 @@ namespace PREFIXD_QUANT_NS {
 
 // 8 sub-blocks of 32 with 6-bit scales and mins packed in 12 bytes; q 4 bits.
 struct BlockQ4_K {
-  static constexpr int kValues = kQKK;
-  static constexpr int kBits = 4;
+  static constexpr int kValues = kQKK, kBits = 4;
   static PREFIXD_HD void decode_chunk(const uint8_t* b, int c, float (&v)[8]);
   uint16_t d, dmin;          // F16
   uint8_t scales[12];        // k_scales.h's packing
@@ -39,8 +38,7 @@ struct BlockQ4_K {
 };
 // As Q4_K with a fifth bit per value in qh.
 struct BlockQ5_K {
-  static constexpr int kValues = kQKK;
-  static constexpr int kBits = 5;
+  static constexpr int kValues = kQKK, kBits = 5;
   static PREFIXD_HD void decode_chunk(const uint8_t* b, int c, float (&v)[8]);
   uint16_t d, dmin;          // F16
   uint8_t scales[12];        // k_scales.h's packing
