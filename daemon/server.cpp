@@ -162,6 +162,16 @@ Status load_text(Server::State& s) {
   return Status::ok_status();
 }
 
+// What blocks are stored under: the model and the numerics that computed them
+// (cache_identity.h), so another CPU plan's blocks are misses, never used.
+Hash128 cache_identity(const ServerOptions& o, const std::string& backend_name, const Hash128& model) {
+  const std::string numerics =
+      backend_numerics(backend_name, backend_name == "cpu" ? cpu::plan_for_isa(o.cpu_isa).describe() : "");
+  const Hash128 id = cache_fingerprint(model, numerics);
+  log_line(o, LogLevel::kInfo, "cache identity " + id.hex() + " (model " + model.hex() + ", " + numerics + ")");
+  return id;
+}
+
 // The engine's options from the serve options (the deployment secret is
 // filled by open_tiers()).
 EngineOptions engine_options(const ServerOptions& o, const Model& model, const Hash128& fingerprint) {
@@ -453,13 +463,7 @@ Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
   // Weights, tokenizer and fingerprint are copied out: the file is never read
   // again, so replacing or truncating it while serving cannot SIGBUS.
   s->file->drop_mapping();
-  // Blocks are stored under the model and the numerics that computed them
-  // (cache_identity.h): another CPU plan's blocks are misses, never used.
-  const std::string numerics =
-      backend_numerics(backend_name, backend_name == "cpu" ? cpu::plan_for_isa(o.cpu_isa).describe() : "");
-  const Hash128 cache_id = cache_fingerprint(*fingerprint, numerics);
-  log_line(o, LogLevel::kInfo,
-           "cache identity " + cache_id.hex() + " (model " + fingerprint->hex() + ", " + numerics + ")");
+  const Hash128 cache_id = cache_identity(o, backend_name, *fingerprint);
   EngineOptions eo = engine_options(o, *s->model, cache_id);
   log_line(o, LogLevel::kInfo,
            std::string("KV cache: ") + dtype_name(eo.kv_dtype) + (o.kv_dtype == "auto" ? " (--kv-dtype auto)" : ""));

@@ -202,6 +202,7 @@ bool PresetSpec::is_conv(int32_t layer) const {
   return arch == "lfm2" && std::find(attention_layers.begin(), attention_layers.end(), layer) == attention_layers.end();
 }
 
+// Stays long: one branch of plain assignments per preset, a table to read down.
 Result<PresetSpec> preset_spec(const std::string& preset) {
   PresetSpec s;
   s.name = preset;
