@@ -722,75 +722,92 @@ bool TierManager::has_snapshot(const BlockKey& key, size_t n_bytes) const {
                                 2 * options_.remote->timeout) == static_cast<int32_t>(n_probe);
 }
 
+Result<std::vector<uint8_t>> TierManager::reject_snapshot(const BlockKey& key, size_t n_bytes,
+                                                          std::span<const BlockKey> keys, SnapshotCheck why,
+                                                          uint32_t page) {
+  if (why != SnapshotCheck::kMissing) {
+    for (const BlockKey& pk : keys) {  // a later write under the key can then be stored
+      host_->erase(pk);
+      if (disk_) disk_->erase(pk);
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    switch (why) {
+      case SnapshotCheck::kMissing: ++counters_.snapshot_reads_missed; break;
+      case SnapshotCheck::kWrongSize: ++counters_.snapshot_reads_rejected_size; break;
+      case SnapshotCheck::kOtherModel: ++counters_.snapshot_reads_rejected_model; break;
+      default: ++counters_.snapshot_reads_rejected_damaged; break;
+    }
+  }
+  return Status::error(std::string(snapshot_check_name(why)) + ": state snapshot " + key.block_hash.hex() + " (" +
+                       std::to_string(n_bytes) + " bytes), page " + std::to_string(page) + " of " +
+                       std::to_string(keys.size()));
+}
+
+SnapshotCheck TierManager::gather_snapshot_pages(const BlockKey& key, size_t n_bytes, std::span<const BlockKey> keys,
+                                                 std::vector<RecordPtr>& pages, std::vector<uint8_t>& from,
+                                                 uint32_t* bad_page) {
+  const auto n_pages = static_cast<uint32_t>(keys.size());
+  std::vector<uint32_t> remote_wanted;
+  const auto check = [&](uint32_t i) {
+    *bad_page = i;
+    return check_snapshot_page(pages[i]->bytes(), options_.model_fingerprint, options_.geometry, key, i, n_bytes,
+                               nullptr);
+  };
+  for (uint32_t i = 0; i < n_pages; ++i) {
+    *bad_page = i;
+    pages[i] = host_->lookup(keys[i]);
+    if (pages[i] == nullptr && disk_ && disk_->contains(keys[i])) {
+      pages[i] = disk_->get(keys[i], nullptr);  // MAC, integrity, key; the page checks below
+      if (pages[i] == nullptr) return SnapshotCheck::kDamaged;
+      from[i] = 1;
+    }
+    if (pages[i] == nullptr) {
+      if (!remote_) return SnapshotCheck::kMissing;
+      remote_wanted.push_back(i);
+      continue;
+    }
+    if (const SnapshotCheck c = check(i); c != SnapshotCheck::kOk) return c;
+  }
+  if (remote_wanted.empty()) return SnapshotCheck::kOk;
+  std::vector<BlockKey> rkeys;
+  std::vector<RecordExpectations> rexp;
+  std::vector<std::vector<int32_t>> tokens(remote_wanted.size());
+  for (size_t j = 0; j < remote_wanted.size(); ++j) {
+    rkeys.push_back(keys[remote_wanted[j]]);
+    rexp.push_back(snapshot_page_expectations(options_.model_fingerprint, options_.geometry, key, remote_wanted[j],
+                                              n_bytes, tokens[j]));
+  }
+  const std::vector<RecordPtr> got = remote_->get_chain(rkeys, rexp);
+  if (got.size() < remote_wanted.size()) {
+    *bad_page = remote_wanted[got.size()];
+    return SnapshotCheck::kMissing;
+  }
+  for (size_t j = 0; j < got.size(); ++j) {
+    const uint32_t i = remote_wanted[j];
+    pages[i] = got[j];
+    from[i] = 2;
+    if (const SnapshotCheck c = check(i); c != SnapshotCheck::kOk) return c;
+  }
+  return SnapshotCheck::kOk;
+}
+
 Result<std::vector<uint8_t>> TierManager::read_snapshot(const BlockKey& key, size_t n_bytes) {
   const uint32_t n_pages = snapshot_page_count(options_.geometry, n_bytes);
   std::vector<BlockKey> keys(n_pages);
   for (uint32_t i = 0; i < n_pages; ++i) keys[i] = snapshot_page_key(key, i, n_bytes);
-  auto reject = [&](SnapshotCheck why, uint32_t page) -> Result<std::vector<uint8_t>> {
-    if (why != SnapshotCheck::kMissing) {
-      for (const BlockKey& pk : keys) {  // a later write under the key can then be stored
-        host_->erase(pk);
-        if (disk_) disk_->erase(pk);
-      }
-    }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      switch (why) {
-        case SnapshotCheck::kMissing: ++counters_.snapshot_reads_missed; break;
-        case SnapshotCheck::kWrongSize: ++counters_.snapshot_reads_rejected_size; break;
-        case SnapshotCheck::kOtherModel: ++counters_.snapshot_reads_rejected_model; break;
-        default: ++counters_.snapshot_reads_rejected_damaged; break;
-      }
-    }
-    return Status::error(std::string(snapshot_check_name(why)) + ": state snapshot " +
-                         key.block_hash.hex() + " (" + std::to_string(n_bytes) + " bytes), page " +
-                         std::to_string(page) + " of " + std::to_string(n_pages));
-  };
-  if (n_pages == 0) return reject(SnapshotCheck::kMissing, 0);
+  if (n_pages == 0) return reject_snapshot(key, n_bytes, keys, SnapshotCheck::kMissing, 0);
   std::vector<RecordPtr> pages(n_pages);
   std::vector<uint8_t> from(n_pages, 0);  // 0 host, 1 disk, 2 remote
-  std::vector<uint32_t> remote_wanted;
-  const auto check = [&](uint32_t i) {
-    return check_snapshot_page(pages[i]->bytes(), options_.model_fingerprint, options_.geometry, key,
-                               i, n_bytes, nullptr);
-  };
-  for (uint32_t i = 0; i < n_pages; ++i) {
-    pages[i] = host_->lookup(keys[i]);
-    if (pages[i] == nullptr && disk_ && disk_->contains(keys[i])) {
-      pages[i] = disk_->get(keys[i], nullptr);  // MAC, integrity, key; the page checks below
-      if (pages[i] == nullptr) return reject(SnapshotCheck::kDamaged, i);
-      from[i] = 1;
-    }
-    if (pages[i] == nullptr) {
-      if (!remote_) return reject(SnapshotCheck::kMissing, i);
-      remote_wanted.push_back(i);
-      continue;
-    }
-    const SnapshotCheck c = check(i);
-    if (c != SnapshotCheck::kOk) return reject(c, i);
-  }
-  if (!remote_wanted.empty()) {
-    std::vector<BlockKey> rkeys;
-    std::vector<RecordExpectations> rexp;
-    std::vector<std::vector<int32_t>> tokens(remote_wanted.size());
-    for (size_t j = 0; j < remote_wanted.size(); ++j) {
-      rkeys.push_back(keys[remote_wanted[j]]);
-      rexp.push_back(snapshot_page_expectations(options_.model_fingerprint, options_.geometry, key,
-                                                remote_wanted[j], n_bytes, tokens[j]));
-    }
-    const std::vector<RecordPtr> got = remote_->get_chain(rkeys, rexp);
-    if (got.size() < remote_wanted.size()) return reject(SnapshotCheck::kMissing, remote_wanted[got.size()]);
-    for (size_t j = 0; j < got.size(); ++j) {
-      const uint32_t i = remote_wanted[j];
-      pages[i] = got[j];
-      from[i] = 2;
-      const SnapshotCheck c = check(i);
-      if (c != SnapshotCheck::kOk) return reject(c, i);
-    }
+  uint32_t bad_page = 0;
+  if (const SnapshotCheck c = gather_snapshot_pages(key, n_bytes, keys, pages, from, &bad_page);
+      c != SnapshotCheck::kOk) {
+    return reject_snapshot(key, n_bytes, keys, c, bad_page);
   }
   std::vector<uint8_t> state;
   const SnapshotCheck assembled = assemble_snapshot(pages, n_bytes, &state);
-  if (assembled != SnapshotCheck::kOk) return reject(assembled, 0);
+  if (assembled != SnapshotCheck::kOk) return reject_snapshot(key, n_bytes, keys, assembled, 0);
   uint64_t n_host = 0, n_disk = 0, n_remote = 0;
   for (uint32_t i = 0; i < n_pages; ++i) {
     if (from[i] == 0) {

@@ -354,6 +354,15 @@ class TierManager {
   };
 
   explicit TierManager(const TierManagerOptions& options);
+  // read_snapshot's parts. gather_snapshot_pages: every page of `keys` from
+  // host, disk or the remote tier into `pages` (`from`: 0 host, 1 disk, 2
+  // remote), each checked; kOk, or the failed check with its page at
+  // *bad_page. reject_snapshot: a failed read counted by reason, its pages
+  // erased where a check failed, the error returned.
+  SnapshotCheck gather_snapshot_pages(const BlockKey& key, size_t n_bytes, std::span<const BlockKey> keys,
+                                      std::vector<RecordPtr>& pages, std::vector<uint8_t>& from, uint32_t* bad_page);
+  Result<std::vector<uint8_t>> reject_snapshot(const BlockKey& key, size_t n_bytes, std::span<const BlockKey> keys,
+                                               SnapshotCheck why, uint32_t page);
   enum class IoRole : uint8_t { kAll, kOffload, kOnboard };
   void io_loop(IoRole role);
   void run_offload(OffloadJob& job);
