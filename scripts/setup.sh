@@ -26,6 +26,7 @@ if [[ "${PREFIXD_WITH_TEST_TOOLS:-0}" == "1" ]]; then
     memcached                # the remote tier's servers in the cluster test
     python3 jq               # the proxy and cluster test scripts
     zstd                     # reads the build's compressed PTX (tests/scripts/test_cuda_ptxas.sh)
+    universal-ctags          # finds long functions (tests/scripts/test_long_functions.sh)
   )
 fi
 
