@@ -351,10 +351,10 @@ int lookup_command(Client& client, const PromptArgs& prompt) {
   if (!q.ok()) return fail(q.message());
   Result<LookupResult> r = client.lookup(q.value());
   if (!r.ok()) return fail(r.message());
-  std::printf("prompt_tokens %lld cached_tokens %lld (device %lld, host %lld, disk %lld)\n",
+  std::printf("prompt_tokens %lld cached_tokens %lld (device %lld, host %lld, disk %lld, remote %lld)\n",
               static_cast<long long>(r->prompt_tokens), static_cast<long long>(r->cached_tokens),
               static_cast<long long>(r->device_tokens), static_cast<long long>(r->host_tokens),
-              static_cast<long long>(r->disk_tokens));
+              static_cast<long long>(r->disk_tokens), static_cast<long long>(r->remote_tokens));
   return 0;
 }
 

@@ -328,7 +328,8 @@ Result<LookupResult> parse_lookup(const json& answer) {
                                          {"cached_tokens", &LookupResult::cached_tokens},
                                          {"device_tokens", &LookupResult::device_tokens},
                                          {"host_tokens", &LookupResult::host_tokens},
-                                         {"disk_tokens", &LookupResult::disk_tokens}});
+                                         {"disk_tokens", &LookupResult::disk_tokens},
+                                         {"remote_tokens", &LookupResult::remote_tokens}});
 }
 
 Result<PrefetchResult> parse_prefetch(const json& answer) {

@@ -139,6 +139,7 @@ struct LookupResult {
   int64_t device_tokens = 0;
   int64_t host_tokens = 0;
   int64_t disk_tokens = 0;
+  int64_t remote_tokens = 0;
 };
 
 struct PrefetchResult {

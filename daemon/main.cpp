@@ -77,7 +77,7 @@ int main(int argc, char** argv) {
 
   std::string preset, dtype = "bf16", out;
   CLI::App* gm = app.add_subcommand("gen-model", "write a generated test model (deterministic weights)");
-  gm->add_option("--preset", preset, "tiny, smol-135m, demo, llama-245m, llama-1b, gemma3-1b, lfm2-tiny, lfm2-350m")->required();
+  gm->add_option("--preset", preset, "tiny, smol-135m, demo, llama-245m, llama-1b, gemma3-1b, lfm2-tiny, lfm2-350m, qwen35-tiny, qwen35-0.8b")->required();
   gm->add_option("--dtype", dtype,
                  "f32, f16, bf16, or a quantization: " + prefixd::quant_mix_names())
       ->capture_default_str();

@@ -17,6 +17,7 @@
 #include "daemon/api/daemon_context.h"
 #include "daemon/api/routes.h"
 #include "daemon/api/ttl_pins.h"
+#include "daemon/cache_identity.h"
 #include "daemon/cpu_plan_memory.h"
 #include "daemon/auth/tenant_limits.h"
 #include "daemon/http/connection_server.h"
@@ -454,11 +455,18 @@ Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
   // Weights, tokenizer and fingerprint are copied out: the file is never read
   // again, so replacing or truncating it while serving cannot SIGBUS.
   s->file->drop_mapping();
-  EngineOptions eo = engine_options(o, *s->model, *fingerprint);
+  // Blocks are stored under the model and the numerics that computed them
+  // (cache_identity.h): another CPU plan's blocks are misses, never used.
+  const std::string numerics =
+      backend_numerics(backend_name, backend_name == "cpu" ? cpu::plan_for_isa(o.cpu_isa).describe() : "");
+  const Hash128 cache_id = cache_fingerprint(*fingerprint, numerics);
+  log_line(o, LogLevel::kInfo,
+           "cache identity " + cache_id.hex() + " (model " + fingerprint->hex() + ", " + numerics + ")");
+  EngineOptions eo = engine_options(o, *s->model, cache_id);
   log_line(o, LogLevel::kInfo,
            std::string("KV cache: ") + dtype_name(eo.kv_dtype) + (o.kv_dtype == "auto" ? " (--kv-dtype auto)" : ""));
   if (Status st = eo.validate(cfg); !st.ok()) return st;
-  if (Status st = open_tiers(*s, *fingerprint, &eo); !st.ok()) return st;
+  if (Status st = open_tiers(*s, cache_id, &eo); !st.ok()) return st;
   auto engine = Engine::create(*s->model, s->tokenizer.get(), s->tiers.get(), eo);
   if (!engine.ok()) return Status::error("cannot start the engine: " + engine.message());
   s->engine = std::move(engine.value());

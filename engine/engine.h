@@ -60,7 +60,9 @@ struct EngineOptions {
   // Parts of every namespace seed (engine/kv/block_hash.h). With tiers they
   // must equal the TierManager's (its options' model_fingerprint and its
   // deployment_secret()), or no block would ever be found there: create()
-  // refuses a mismatch.
+  // refuses a mismatch. The daemon passes the model's fingerprint mixed with
+  // the backend's numerics (daemon/cache_identity.h), so blocks computed
+  // under another CPU plan are never found.
   Hash128 model_fingerprint;
   std::array<uint8_t, 16> deployment_secret{};
   // Chains found below the device: kAuto onboards when the estimated onboard

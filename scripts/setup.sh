@@ -25,6 +25,7 @@ if [[ "${PREFIXD_WITH_TEST_TOOLS:-0}" == "1" ]]; then
     haproxy                  # the shipped proxies (front, replica routing), tested in tests/
     memcached                # the remote tier's servers in the cluster test
     python3 jq               # the proxy and cluster test scripts
+    zstd                     # reads the build's compressed PTX (tests/scripts/test_cuda_ptxas.sh)
   )
 fi
 

@@ -676,4 +676,137 @@ int32_t TierManager::lookup_remote(std::span<const BlockKey> keys, std::string* 
   return remote_->present_chain(keys, keys.size(), budget, error);
 }
 
+void TierManager::offload_snapshot(const BlockKey& key, std::span<const uint8_t> state,
+                                   OffloadReason reason) {
+  const bool write_through = options_.write_policy == WritePolicy::kWriteThrough;
+  if (reason == OffloadReason::kPublished && !write_through) return;
+  const std::vector<RecordPtr> pages = encode_snapshot_pages(
+      options_.model_fingerprint, options_.geometry, key, state, options_.allocator);
+  if (pages.empty()) return;
+  uint64_t host_new = 0, host_bytes = 0, below = 0;
+  for (uint32_t i = 0; i < pages.size(); ++i) {
+    const BlockKey pk = snapshot_page_key(key, i, state.size());
+    const HostInsert inserted = host_->insert(pk, pages[i]);
+    if (inserted == HostInsert::kInserted) {
+      ++host_new;
+      host_bytes += pages[i]->size();
+    }
+    if (write_through || inserted == HostInsert::kDeclined) {
+      write_below(pk, pages[i]);
+      ++below;
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  ++counters_.snapshots_offloaded;
+  counters_.offload_host_blocks += host_new;
+  counters_.offload_host_bytes += host_bytes;
+  counters_.snapshot_pages_host_written += host_new;
+  if (disk_) counters_.snapshot_pages_disk_queued += below;
+  if (remote_) counters_.snapshot_pages_remote_queued += below;
+}
+
+bool TierManager::has_snapshot(const BlockKey& key, size_t n_bytes) const {
+  const uint32_t n_pages = snapshot_page_count(options_.geometry, n_bytes);
+  if (n_pages == 0) return false;
+  bool all_local = true;
+  for (uint32_t i = 0; i < n_pages && all_local; ++i) {
+    const BlockKey pk = snapshot_page_key(key, i, n_bytes);
+    all_local = host_->contains(pk) || (disk_ && disk_->contains(pk));
+  }
+  if (all_local) return true;
+  if (!remote_) return false;
+  const std::array<BlockKey, 2> probe{snapshot_page_key(key, 0, n_bytes),
+                                      snapshot_page_key(key, n_pages - 1, n_bytes)};
+  const size_t n_probe = n_pages == 1 ? 1 : 2;
+  return remote_->present_chain(std::span<const BlockKey>(probe.data(), n_probe), n_probe,
+                                2 * options_.remote->timeout) == static_cast<int32_t>(n_probe);
+}
+
+Result<std::vector<uint8_t>> TierManager::read_snapshot(const BlockKey& key, size_t n_bytes) {
+  const uint32_t n_pages = snapshot_page_count(options_.geometry, n_bytes);
+  std::vector<BlockKey> keys(n_pages);
+  for (uint32_t i = 0; i < n_pages; ++i) keys[i] = snapshot_page_key(key, i, n_bytes);
+  auto reject = [&](SnapshotCheck why, uint32_t page) -> Result<std::vector<uint8_t>> {
+    if (why != SnapshotCheck::kMissing) {
+      for (const BlockKey& pk : keys) {  // a later write under the key can then be stored
+        host_->erase(pk);
+        if (disk_) disk_->erase(pk);
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      switch (why) {
+        case SnapshotCheck::kMissing: ++counters_.snapshot_reads_missed; break;
+        case SnapshotCheck::kWrongSize: ++counters_.snapshot_reads_rejected_size; break;
+        case SnapshotCheck::kOtherModel: ++counters_.snapshot_reads_rejected_model; break;
+        default: ++counters_.snapshot_reads_rejected_damaged; break;
+      }
+    }
+    return Status::error(std::string(snapshot_check_name(why)) + ": state snapshot " +
+                         key.block_hash.hex() + " (" + std::to_string(n_bytes) + " bytes), page " +
+                         std::to_string(page) + " of " + std::to_string(n_pages));
+  };
+  if (n_pages == 0) return reject(SnapshotCheck::kMissing, 0);
+  std::vector<RecordPtr> pages(n_pages);
+  std::vector<uint8_t> from(n_pages, 0);  // 0 host, 1 disk, 2 remote
+  std::vector<uint32_t> remote_wanted;
+  const auto check = [&](uint32_t i) {
+    return check_snapshot_page(pages[i]->bytes(), options_.model_fingerprint, options_.geometry, key,
+                               i, n_bytes, nullptr);
+  };
+  for (uint32_t i = 0; i < n_pages; ++i) {
+    pages[i] = host_->lookup(keys[i]);
+    if (pages[i] == nullptr && disk_ && disk_->contains(keys[i])) {
+      pages[i] = disk_->get(keys[i], nullptr);  // MAC, integrity, key; the page checks below
+      if (pages[i] == nullptr) return reject(SnapshotCheck::kDamaged, i);
+      from[i] = 1;
+    }
+    if (pages[i] == nullptr) {
+      if (!remote_) return reject(SnapshotCheck::kMissing, i);
+      remote_wanted.push_back(i);
+      continue;
+    }
+    const SnapshotCheck c = check(i);
+    if (c != SnapshotCheck::kOk) return reject(c, i);
+  }
+  if (!remote_wanted.empty()) {
+    std::vector<BlockKey> rkeys;
+    std::vector<RecordExpectations> rexp;
+    std::vector<std::vector<int32_t>> tokens(remote_wanted.size());
+    for (size_t j = 0; j < remote_wanted.size(); ++j) {
+      rkeys.push_back(keys[remote_wanted[j]]);
+      rexp.push_back(snapshot_page_expectations(options_.model_fingerprint, options_.geometry, key,
+                                                remote_wanted[j], n_bytes, tokens[j]));
+    }
+    const std::vector<RecordPtr> got = remote_->get_chain(rkeys, rexp);
+    if (got.size() < remote_wanted.size()) return reject(SnapshotCheck::kMissing, remote_wanted[got.size()]);
+    for (size_t j = 0; j < got.size(); ++j) {
+      const uint32_t i = remote_wanted[j];
+      pages[i] = got[j];
+      from[i] = 2;
+      const SnapshotCheck c = check(i);
+      if (c != SnapshotCheck::kOk) return reject(c, i);
+    }
+  }
+  std::vector<uint8_t> state;
+  const SnapshotCheck assembled = assemble_snapshot(pages, n_bytes, &state);
+  if (assembled != SnapshotCheck::kOk) return reject(assembled, 0);
+  uint64_t n_host = 0, n_disk = 0, n_remote = 0;
+  for (uint32_t i = 0; i < n_pages; ++i) {
+    if (from[i] == 0) {
+      ++n_host;
+      continue;
+    }
+    (from[i] == 1 ? n_disk : n_remote) += 1;
+    host_->insert(keys[i], pages[i]);
+    if (from[i] == 2) queue_disk_write(keys[i], pages[i], std::chrono::steady_clock::now());
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  ++counters_.snapshot_reads_ok;
+  counters_.snapshot_pages_host_read += n_host;
+  counters_.snapshot_pages_disk_read += n_disk;
+  counters_.snapshot_pages_remote_read += n_remote;
+  return state;
+}
+
 }  // namespace prefixd

@@ -28,6 +28,7 @@
 #include "storage/lag_histogram.h"
 #include "storage/record_slab_allocator.h"
 #include "storage/remote_tier.h"
+#include "storage/state_snapshot.h"
 #include "storage/onboard_policy.h"
 #include "storage/pin_record.h"
 #include "storage/writer_priority.h"
@@ -137,6 +138,20 @@ struct TierManagerStats {
   uint64_t shutdown_dropped_records = 0;  // queued disk writes dropped at the shutdown deadline
   bool has_remote = false;
   RemoteTierStats remote;
+  // Recurrent-state snapshots (state_snapshot.h): their pages are records in
+  // the same tiers, so host/disk/remote used bytes and counts include them.
+  uint64_t snapshots_offloaded = 0;           // offload_snapshot() calls that stored pages
+  uint64_t snapshot_pages_host_written = 0;   // pages newly inserted into host
+  uint64_t snapshot_pages_disk_queued = 0;    // pages handed to the disk writer (or evicted to it later)
+  uint64_t snapshot_pages_remote_queued = 0;  // pages handed to the remote writer
+  uint64_t snapshot_pages_host_read = 0;      // pages read_snapshot() took from host
+  uint64_t snapshot_pages_disk_read = 0;      // ... from disk
+  uint64_t snapshot_pages_remote_read = 0;    // ... from the remote tier
+  uint64_t snapshot_reads_ok = 0;
+  uint64_t snapshot_reads_missed = 0;          // a page in no tier
+  uint64_t snapshot_reads_rejected_damaged = 0;   // a page failed a check, or pages of different writes
+  uint64_t snapshot_reads_rejected_size = 0;      // pages of another total size
+  uint64_t snapshot_reads_rejected_model = 0;     // pages of another model or geometry
 };
 
 // What drain_for_shutdown() did, for the daemon's last log lines.
@@ -264,6 +279,25 @@ class TierManager {
   void prefault_async(uint64_t n_bytes);
   // Bytes of record memory reserved so far (slabs).
   uint64_t reserved_record_bytes() const { return slabs_->reserved_bytes(); }
+
+  // Recurrent-state snapshots, stored as page records (state_snapshot.h)
+  // under keys derived from `key` = (namespace seed, chain hash of the last
+  // block the state covers) and the byte count. offload_snapshot copies
+  // `state` into pages and offers each like offload() does a block (host
+  // now; disk and remote per the write policy, queued). has_snapshot: every
+  // page in host or on disk (in-memory checks only, never I/O), or with a
+  // remote tier page 0 and the last page present there (one existence
+  // check each: I/O, not for the engine thread unless the host/disk probe
+  // answered). read_snapshot: synchronous (I/O); each page from host, else
+  // disk, else the remote tier (pages from below are inserted into host),
+  // every page checked (record checks and MAC where the tier signs, model,
+  // geometry, index, count, total bytes == n_bytes) and the assembled bytes
+  // against the whole-content checksum. Any failure is an error (a miss,
+  // counted by reason); the pages of a rejected snapshot are erased from
+  // host and disk. The message starts with snapshot_check_name().
+  void offload_snapshot(const BlockKey& key, std::span<const uint8_t> state, OffloadReason reason);
+  bool has_snapshot(const BlockKey& key, size_t n_bytes) const;
+  Result<std::vector<uint8_t>> read_snapshot(const BlockKey& key, size_t n_bytes);
 
   // Blocks until no job is queued or running (a prefault is not waited for)
   // and the remote tier's write queue is empty.

@@ -197,7 +197,9 @@ int bench_model(Backend& backend, const Args& a, DType kv, const std::string& la
   const double file_mb = static_cast<double>(file.value()->size_bytes()) / 1e6;
   const ModelConfig& c = model->config();
   KvGeometry g;
-  g.n_layers = c.n_layers;
+  g.n_layers = c.n_kv_layers();
+  g.n_state_slots = c.state_floats() > 0 ? 1 : 0;  // a recurrent model's one sequence
+  g.state_floats = c.state_floats();
   g.block_size = 16;
   g.n_blocks = 2048 / 16 + 16;
   g.n_kv_heads = c.n_kv_heads;

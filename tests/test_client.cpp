@@ -536,7 +536,7 @@ TEST_CASE("cache endpoints: stats, lookup, prefetch, pin, unpin, clear") {
   d.server.Post("/v1/cache/lookup", [&](const httplib::Request& req, httplib::Response& res) {
     d.record(req);
     res.set_content(
-        R"({"prompt_tokens":40,"cached_tokens":32,"device_tokens":16,"host_tokens":16,"disk_tokens":0})",
+        R"({"prompt_tokens":60,"cached_tokens":48,"device_tokens":16,"host_tokens":16,"disk_tokens":0,"remote_tokens":16})",
         "application/json");
   });
   d.server.Post("/v1/cache/prefetch", [&](const httplib::Request& req, httplib::Response& res) {
@@ -580,11 +580,12 @@ TEST_CASE("cache endpoints: stats, lookup, prefetch, pin, unpin, clear") {
   Result<LookupResult> l = client.lookup(q);
   REQUIRE(l.ok());
   CHECK(d.last_body() == json{{"prompt", {1, 2, 3}}, {"cache_salt", "t"}});
-  CHECK(l->prompt_tokens == 40);
-  CHECK(l->cached_tokens == 32);
+  CHECK(l->prompt_tokens == 60);
+  CHECK(l->cached_tokens == 48);
   CHECK(l->device_tokens == 16);
   CHECK(l->host_tokens == 16);
   CHECK(l->disk_tokens == 0);
+  CHECK(l->remote_tokens == 16);
 
   Result<PrefetchResult> p = client.prefetch(CacheQuery::of_messages({{"system", "sys"}}));
   REQUIRE(p.ok());

@@ -22,6 +22,7 @@ using cpu::delta_net::conv_silu;
 using cpu::delta_net::gates;
 using cpu::delta_net::l2_normalize;
 using cpu::delta_net::rule_step;
+using cpu::delta_net::rule_steps;
 
 std::vector<float> random_floats(std::mt19937& rng, size_t n, float lo = -1.0f, float hi = 1.0f) {
   std::uniform_real_distribution<float> d(lo, hi);
@@ -69,6 +70,12 @@ TEST_CASE("conv_silu: the causal depthwise convolution with SiLU, its tail carri
     for (int32_t j = 0; j < width - 1; ++j) {  // the new tail: the last inputs
       for (int64_t c = 0; c < ch; ++c) CHECK(tail[j * ch + c] == x0[(n - width + 1 + j) * ch + c]);
     }
+    // One channel at a time (the one-lane path) and the whole range (16
+    // channels at a time): the same bits.
+    std::vector<float> one = x0, one_tail = tail0;
+    for (int64_t c = 0; c < ch; ++c) conv_silu(one.data(), n, ch, w.data(), width, one_tail.data(), c, c + 1);
+    CHECK(std::memcmp(one.data(), x.data(), x.size() * sizeof(float)) == 0);
+    CHECK(std::memcmp(one_tail.data(), tail.data(), tail.size() * sizeof(float)) == 0);
     // In two pieces at every split: bit for bit the whole.
     for (int64_t s = 1; s < n; ++s) {
       std::vector<float> y = x0, t2 = tail0;
@@ -143,6 +150,37 @@ TEST_CASE("rule_step over a sequence matches the F64 gated delta rule") {
   }
   CHECK(worst_out < 1e-5);
   CHECK(max_abs_diff(state, ref) < 1e-5);
+}
+
+TEST_CASE("rule_steps over n tokens is bit for bit n calls of rule_step") {
+  std::mt19937 rng(17);
+  // d_k 40: two 16-lane groups and a tail; d_v 20: a row tile of 8 and a
+  // partial one; 70 tokens: two token tiles of 32 and a partial one.
+  for (int32_t dk : {40, 128}) {
+    CAPTURE(dk);
+    const int32_t dv = 20, n = 70, stride = 3 * dk, gb_stride = 2;
+    const float scale = 1.0f / std::sqrt(float(dk));
+    std::vector<float> rows = random_floats(rng, size_t(n) * stride);  // q | k | v per token
+    for (int32_t t = 0; t < n; ++t) {
+      l2_normalize(&rows[size_t(t) * stride], dk, 1e-6f);
+      l2_normalize(&rows[size_t(t) * stride + dk], dk, 1e-6f);
+    }
+    std::vector<float> g(size_t(n) * gb_stride), b(size_t(n) * gb_stride);
+    for (float& x : g) x = -std::uniform_real_distribution<float>(0.0f, 0.5f)(rng);
+    for (float& x : b) x = std::uniform_real_distribution<float>(0.0f, 1.0f)(rng);
+    const std::vector<float> state0 = random_floats(rng, size_t(dv) * dk, -0.5f, 0.5f);
+    std::vector<float> one_state = state0, one_out(size_t(n) * dv);
+    for (int32_t t = 0; t < n; ++t) {
+      const float* r = &rows[size_t(t) * stride];
+      rule_step(one_state.data(), r, r + dk, r + 2 * dk, g[size_t(t) * gb_stride], b[size_t(t) * gb_stride], scale,
+                &one_out[size_t(t) * dv], dk, dv);
+    }
+    std::vector<float> state = state0, out(size_t(n) * dv);
+    rule_steps(state.data(), rows.data(), rows.data() + dk, stride, rows.data() + 2 * dk, stride, g.data(),
+               b.data(), gb_stride, scale, out.data(), dv, n, dk, dv);
+    CHECK(std::memcmp(state.data(), one_state.data(), state.size() * sizeof(float)) == 0);
+    CHECK(std::memcmp(out.data(), one_out.data(), out.size() * sizeof(float)) == 0);
+  }
 }
 
 TEST_CASE("rule_chunked equals the F64 recurrence, and bit for bit when split on a chunk boundary") {

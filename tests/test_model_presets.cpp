@@ -146,7 +146,7 @@ Hash128 fp_of(const std::vector<uint8_t>& bytes) {
 TEST_CASE("preset_spec knows the three presets and refuses others") {
   CHECK(preset_names() ==
         std::vector<std::string>{"tiny", "smol-135m", "demo", "llama-245m", "llama-1b",
-                                 "gemma3-1b", "lfm2-tiny", "lfm2-350m"});
+                                 "gemma3-1b", "lfm2-tiny", "lfm2-350m", "qwen35-tiny", "qwen35-0.8b"});
   PresetSpec tiny = *preset_spec("tiny");
   CHECK(tiny.n_embd == 256);
   CHECK(tiny.n_layers == 4);
@@ -499,5 +499,52 @@ TEST_CASE("fingerprint cache is written, used on the next call and invalidated b
   auto mem = GgufFile::parse(bytes.data(), bytes.size());
   REQUIRE(mem.ok());
   CHECK(*model_fingerprint(**mem, cache) == *third);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("qwen35 presets: Qwen3.5-0.8B's layer kinds, and qwen35-tiny writes a file that loads and runs") {
+  PresetSpec big = *preset_spec("qwen35-0.8b");
+  CHECK(big.arch == "qwen35");
+  CHECK(big.n_embd == 1024);
+  CHECK(big.n_layers == 24);
+  CHECK(big.is_delta_net(0));
+  CHECK(big.is_delta_net(2));
+  CHECK_FALSE(big.is_delta_net(3));
+  CHECK(big.head_dim() == 256);
+  CHECK(big.n_vocab == 248320);
+  // 18 DeltaNet layers (qkv, gate, beta, alpha, conv, dt bias, a, norm, out),
+  // 6 attention layers (q, k, v, o and two head norms), each with 2 norms and
+  // 3 FFN matrices, plus the embedding and the final norm.
+  CHECK(preset_tensors(big).size() == size_t(18 * (9 + 5) + 6 * (6 + 5) + 2));
+
+  const std::string dir = test_dir();
+  const std::string path = dir + "/qwen35-tiny.gguf";
+  REQUIRE(write_preset_model("qwen35-tiny", WeightType::BF16, path).ok());
+  auto f = GgufFile::open(path);
+  REQUIRE_MESSAGE(f.ok(), f.message());
+  std::unique_ptr<Backend> backend = make_cpu_backend(1);
+  auto model = Model::load(*f, *backend);
+  REQUIRE_MESSAGE(model.ok(), model.message());
+  const ModelConfig& c = (*model)->config();
+  CHECK(c.layer_is_recurrent == std::vector<uint8_t>{1, 1, 1, 0});
+  CHECK(c.delta_net.n_k_heads == 2);
+  CHECK(c.delta_net.n_v_heads == 4);
+  CHECK(c.delta_net.d_k == 32);
+  CHECK(c.head_dim == 64);
+  CHECK(c.rope_dim == 16);
+  uint64_t file_bytes = 0;
+  for (const GgufTensorInfo& t : (*f)->tensors()) file_bytes += t.n_bytes;
+  CHECK(preset_tensor_bytes(*preset_spec("qwen35-tiny"), WeightType::BF16) == file_bytes);
+  // Whole and split at a block edge + 1: the same logits, bit for bit.
+  std::vector<int32_t> ids = {1};
+  for (int32_t i = 1; i < 40; ++i) ids.push_back(3 + (i * 37) % 1000);
+  prefixd::testing::SequenceRunner whole(**model, DType::BF16, 41);
+  const std::vector<float> a = whole.run(ids, 0, false);
+  prefixd::testing::SequenceRunner split(**model, DType::BF16, 41);
+  split.run(std::vector<int32_t>(ids.begin(), ids.begin() + 17), 0, false);
+  const std::vector<float> b = split.run(std::vector<int32_t>(ids.begin() + 17, ids.end()), 17, false);
+  REQUIRE(a.size() == b.size());
+  CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+  for (float v : a) REQUIRE(std::isfinite(v));
   std::filesystem::remove_all(dir);
 }

@@ -173,7 +173,7 @@ void TtlPins::repin(const Key& key, Entry& e) {
 
 std::string TtlPins::restore_refusal(const PinRecord& p, int32_t* tenant) const {
   if (p.model_fingerprint != tiers_->model_fingerprint())
-    return "stored for another model (fingerprint " + p.model_fingerprint.hex() + ")";
+    return "stored for another model or CPU plan (cache identity " + p.model_fingerprint.hex() + ")";
   const ChainKeys keys = engine_->chain_keys(p.tokens, p.cache_salt);
   if (keys.namespace_seed != p.namespace_seed || keys.block_hashes != p.block_hashes ||
       p.tokens.size() != p.block_hashes.size() * static_cast<size_t>(options_.block_size))

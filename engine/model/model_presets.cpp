@@ -190,7 +190,12 @@ std::string lower(std::string s) {
 }  // namespace
 
 std::vector<std::string> preset_names() {
-  return {"tiny", "smol-135m", "demo", "llama-245m", "llama-1b", "gemma3-1b", "lfm2-tiny", "lfm2-350m"};
+  return {"tiny",      "smol-135m", "demo",      "llama-245m",  "llama-1b",
+          "gemma3-1b", "lfm2-tiny", "lfm2-350m", "qwen35-tiny", "qwen35-0.8b"};
+}
+
+bool PresetSpec::is_delta_net(int32_t layer) const {
+  return arch == "qwen35" && (layer + 1) % full_attention_interval != 0;
 }
 
 bool PresetSpec::is_conv(int32_t layer) const {
@@ -235,6 +240,22 @@ Result<PresetSpec> preset_spec(const std::string& preset) {
     s.n_vocab = 65536, s.n_ctx = 32768, s.rope_base = 1000000, s.tied_output = true;
     s.attention_layers = {2, 5, 8, 10, 12, 14};
     s.conv_l_cache = 3;
+  } else if (preset == "qwen35-tiny") {  // rand-qwen35-bf16's shape, for tests
+    s.arch = "qwen35";
+    s.n_embd = 256, s.n_layers = 4, s.n_heads = 4, s.n_kv_heads = 2, s.key_length = 64, s.n_ff = 768;
+    s.n_vocab = 1024, s.n_ctx = 4096, s.rope_base = 10000000, s.tied_output = true;
+    s.full_attention_interval = 4, s.ssm_k_heads = 2, s.ssm_v_heads = 4, s.ssm_head_dim = 32;
+    s.rope_dims = 16, s.rope_sections = {3, 3, 2, 0};
+    s.rms_eps = 1e-6f;
+    return s;
+  } else if (preset == "qwen35-0.8b") {  // Qwen/Qwen3.5-0.8B's shape
+    s.arch = "qwen35";
+    s.n_embd = 1024, s.n_layers = 24, s.n_heads = 8, s.n_kv_heads = 2, s.key_length = 256, s.n_ff = 3584;
+    s.n_vocab = 248320, s.n_ctx = 32768, s.rope_base = 10000000, s.tied_output = true;
+    s.full_attention_interval = 4, s.ssm_k_heads = 16, s.ssm_v_heads = 16, s.ssm_head_dim = 128;
+    s.rope_dims = 64, s.rope_sections = {11, 11, 10, 0};
+    s.rms_eps = 1e-6f;
+    return s;
   } else {
     std::string known;
     for (const std::string& n : preset_names()) known += (known.empty() ? "" : ", ") + n;
@@ -323,12 +344,32 @@ std::vector<PresetTensor> preset_tensors(const PresetSpec& s) {
   const int64_t kv_rows = static_cast<int64_t>(s.n_kv_heads) * s.head_dim();
   const bool gemma3 = s.arch == "gemma3";
   const bool lfm2 = s.arch == "lfm2";
+  const bool qwen35 = s.arch == "qwen35";
   std::vector<PresetTensor> out;
   out.push_back({"token_embd.weight", {E, V}, false});
   for (int32_t l = 0; l < s.n_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     out.push_back({p + "attn_norm.weight", {E}, true});
-    if (s.is_conv(l)) {  // lfm2: in-projection to B | C | x, kernel, out-projection
+    if (s.is_delta_net(l)) {  // qwen35: q|k|v projection and its convolution, gates, output
+      const int64_t heads = s.ssm_v_heads, value_dim = heads * s.ssm_head_dim;
+      const int64_t channels = 2 * int64_t{s.ssm_k_heads} * s.ssm_head_dim + value_dim;
+      out.push_back({p + "attn_qkv.weight", {E, channels}, false});
+      out.push_back({p + "attn_gate.weight", {E, value_dim}, false});
+      out.push_back({p + "ssm_beta.weight", {E, heads}, false});
+      out.push_back({p + "ssm_alpha.weight", {E, heads}, false});
+      out.push_back({p + "ssm_conv1d.weight", {s.ssm_conv_width, channels}, false, true});
+      out.push_back({p + "ssm_dt.bias", {heads}, true});
+      out.push_back({p + "ssm_a", {heads}, false, false, true});
+      out.push_back({p + "ssm_norm.weight", {s.ssm_head_dim}, true});
+      out.push_back({p + "ssm_out.weight", {value_dim, E}, false});
+    } else if (qwen35) {  // gated attention: attn_q holds query and gate per head
+      out.push_back({p + "attn_q.weight", {E, 2 * q_rows}, false});
+      out.push_back({p + "attn_k.weight", {E, kv_rows}, false});
+      out.push_back({p + "attn_v.weight", {E, kv_rows}, false});
+      out.push_back({p + "attn_output.weight", {q_rows, E}, false});
+      out.push_back({p + "attn_q_norm.weight", {s.head_dim()}, true});
+      out.push_back({p + "attn_k_norm.weight", {s.head_dim()}, true});
+    } else if (s.is_conv(l)) {  // lfm2: in-projection to B | C | x, kernel, out-projection
       out.push_back({p + "shortconv.conv.weight", {s.conv_l_cache, E}, false, true});
       out.push_back({p + "shortconv.in_proj.weight", {E, 3 * E}, false});
       out.push_back({p + "shortconv.out_proj.weight", {E, E}, false});
@@ -343,7 +384,7 @@ std::vector<PresetTensor> preset_tensors(const PresetSpec& s) {
       out.push_back({p + "attn_k_norm.weight", {s.head_dim()}, true});
     }
     if (gemma3) out.push_back({p + "post_attention_norm.weight", {E}, true});
-    out.push_back({p + "ffn_norm.weight", {E}, true});
+    out.push_back({p + (qwen35 ? "post_attention_norm.weight" : "ffn_norm.weight"), {E}, true});
     out.push_back({p + "ffn_gate.weight", {E, F}, false});
     out.push_back({p + "ffn_up.weight", {E, F}, false});
     out.push_back({p + "ffn_down.weight", {F, E}, false});
@@ -359,7 +400,7 @@ uint64_t preset_tensor_bytes(const PresetSpec& s, WeightType weight_type) {
   for (const PresetTensor& t : preset_tensors(s)) {
     int64_t n = 1;
     for (int64_t d : t.dims) n *= d;
-    total += ggml_type_bytes(t.is_norm || t.is_conv ? GgmlType::F32 : weight_type, n);
+    total += ggml_type_bytes(t.is_norm || t.is_conv || t.is_decay ? GgmlType::F32 : weight_type, n);
   }
   return total;
 }
@@ -386,9 +427,18 @@ void write_preset_metadata(const PresetSpec& s, WeightType wtype, GgufWriter& w)
   } else {
     w.set_u32(a + "attention.head_count_kv", static_cast<uint32_t>(s.n_kv_heads));
   }
+  if (s.arch == "qwen35") {
+    w.set_u32(a + "full_attention_interval", static_cast<uint32_t>(s.full_attention_interval));
+    w.set_u32(a + "ssm.conv_kernel", static_cast<uint32_t>(s.ssm_conv_width));
+    w.set_u32(a + "ssm.state_size", static_cast<uint32_t>(s.ssm_head_dim));
+    w.set_u32(a + "ssm.group_count", static_cast<uint32_t>(s.ssm_k_heads));
+    w.set_u32(a + "ssm.time_step_rank", static_cast<uint32_t>(s.ssm_v_heads));
+    w.set_u32(a + "ssm.inner_size", static_cast<uint32_t>(s.ssm_v_heads * s.ssm_head_dim));
+    w.set_i32_array(a + "rope.dimension_sections", s.rope_sections);
+  }
   w.set_f32(a + "attention.layer_norm_rms_epsilon", s.rms_eps);
   w.set_f32(a + "rope.freq_base", s.rope_base);
-  w.set_u32(a + "rope.dimension_count", static_cast<uint32_t>(head_dim));
+  w.set_u32(a + "rope.dimension_count", static_cast<uint32_t>(s.rope_dims > 0 ? s.rope_dims : head_dim));
   w.set_u32(a + "vocab_size", static_cast<uint32_t>(s.n_vocab));
   if (s.key_length > 0) {
     w.set_u32(a + "attention.key_length", static_cast<uint32_t>(s.key_length));
@@ -465,9 +515,23 @@ void write_preset_tensors(const PresetSpec& s, WeightType wtype, GgufWriter& w) 
     w.add_tensor(name, GgmlType::F32, {taps, channels}, std::move(data));
   };
 
+  // qwen35's ssm_a [heads], F32: the log-decay scale, in [-1.5, -0.5].
+  auto decay = [&](const std::string& name, int64_t n) {
+    std::vector<uint8_t> data(ggml_type_bytes(GgmlType::F32, n));
+    WeightGen gen{splitmix64(preset_seed ^ fnv1a64(name)), 1.7320508f / 65536.0f};
+    for (int64_t i = 0; i < n; ++i) {
+      volatile float half_u = 0.5f * std::clamp(gen(static_cast<uint64_t>(i)), -1.0f, 1.0f);  // no FMA
+      const float v = -1.0f - half_u;
+      std::memcpy(data.data() + 4 * i, &v, 4);
+    }
+    w.add_tensor(name, GgmlType::F32, {n}, std::move(data));
+  };
+
   for (const PresetTensor& t : preset_tensors(s)) {
     if (t.is_norm) {
       norm(t.name, t.dims[0]);
+    } else if (t.is_decay) {
+      decay(t.name, t.dims[0]);
     } else if (t.is_conv) {
       conv(t.name, t.dims[0], t.dims[1]);
     } else {

@@ -1,4 +1,4 @@
-// Deterministic generated test models: llama- (and one gemma3-, one lfm2-) architecture
+// Deterministic generated test models: llama- (and gemma3-, lfm2-, qwen35-) architecture
 // GGUF files with pseudo-random weights and a synthetic SPM vocabulary,
 // byte-identical on every machine. Used by the demo daemon, benchmarks and tests.
 #pragma once
@@ -37,7 +37,20 @@ struct PresetSpec {
   // lfm2.attention.head_count_kv is 0 for them) and lfm2.shortconv.l_cache.
   std::vector<int32_t> attention_layers;
   int32_t conv_l_cache = 3;
+  // qwen35 only: every full_attention_interval-th layer is gated attention,
+  // the rest Gated DeltaNet with ssm_k_heads key heads and ssm_v_heads value
+  // heads of ssm_head_dim (qwen35.ssm.*) and a convolution of ssm_conv_width;
+  // rope_dims rotated dims per head (rope.dimension_count, 0 = all) in the
+  // M-RoPE rope_sections (pairs per section).
+  int32_t full_attention_interval = 0;
+  int32_t ssm_k_heads = 0;
+  int32_t ssm_v_heads = 0;
+  int32_t ssm_head_dim = 0;
+  int32_t ssm_conv_width = 4;
+  int32_t rope_dims = 0;
+  std::vector<int32_t> rope_sections;
   bool is_conv(int32_t layer) const;
+  bool is_delta_net(int32_t layer) const;
   int32_t head_dim() const { return key_length > 0 ? key_length : n_embd / n_heads; }
 };
 
@@ -52,7 +65,14 @@ struct PresetSpec {
 // (rand-lfm2-bf16's shape: 256 hidden, 6 layers, attention in 2 and 5) and "lfm2-350m"
 // (LiquidAI/LFM2-350M's shape: lfm2, 1024 hidden, 16 layers of which 2, 5, 8,
 // 10, 12 and 14 attention with 16 heads / 8 KV heads, the rest short
-// convolutions of width 3, FFN 4608, vocab 65536, tied, RoPE base 1000000).
+// convolutions of width 3, FFN 4608, vocab 65536, tied, RoPE base 1000000),
+// "qwen35-tiny" (rand-qwen35-bf16's shape: qwen35, 256 hidden, 4 layers,
+// DeltaNet 2 key / 4 value heads of 32, attention in layer 3 with 4 heads /
+// 2 KV heads of 64, 16 rotated dims) and "qwen35-0.8b" (Qwen3.5-0.8B's
+// shape: 1024 hidden, 24 layers, every 4th gated attention with 8 heads / 2
+// KV heads of 256 and 64 rotated dims, the rest Gated DeltaNet with 16 key
+// and 16 value heads of 128, convolution width 4, FFN 3584, vocab 248320,
+// tied, RoPE base 1e7).
 std::vector<std::string> preset_names();
 // Fails for an unknown name (the message lists the known ones).
 Result<PresetSpec> preset_spec(const std::string& preset);
@@ -63,7 +83,8 @@ struct PresetTensor {
   std::string name;
   std::vector<int64_t> dims;
   bool is_norm = false;
-  bool is_conv = false;  // an lfm2 convolution kernel [l_cache, n_embd], F32
+  bool is_conv = false;  // a convolution kernel [width, channels], F32 (lfm2, qwen35)
+  bool is_decay = false;  // qwen35's ssm_a [value heads], F32, negative
 };
 // Every tensor the writer emits for `spec`, in the order it emits them.
 std::vector<PresetTensor> preset_tensors(const PresetSpec& spec);

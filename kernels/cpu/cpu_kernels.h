@@ -46,7 +46,7 @@ inline bool k_weight_type(WeightType t) {
 
 // Block types whose matmul multiplies 8-bit integers (x quantized to XQ8Block
 // or XQ8KBlock): every weight block format (kernels/quant/formats/registry.h;
-// each has its adapter in generic/int8_gemm.h). F16 weights are panels
+// each header's Int8Unpack, formats/int8_unpack.h). F16 weights are panels
 // (gemm_tiles.h), widened to F32.
 inline bool int8_weight_type(WeightType t) {
   const WeightTypeTraits& tr = weight_type_traits(t);

@@ -2,11 +2,14 @@
 // row or one head at a time: the causal depthwise convolution with SiLU, the
 // L2 norm, the gates (β and the per-head decay) and the gated delta rule. The
 // CPU backend's recurrent ops (delta_net_ops.cpp) run them over a batch; the
-// unit tests compare each with an F64 reference. No instruction-set variants:
-// the rule costs about 4·d_k·d_v flops per value head and token, around 1 % of
-// a token's matrix products at Qwen3.5-0.8B's shape, and its state row stays
-// in L1, so the compiler's vectorisation of the plain loops is what runs on
-// every set.
+// unit tests compare each with an F64 reference. No per-set variants: the
+// rule and the convolution work on 16-float values of GCC's vector extension
+// (rule_step and rule_steps have avx512f/avx2 clones), whose lanes do the scalar operations
+// in a fixed order, so every set and build computes the same bits. The rule
+// costs about 4·d_k·d_v flops per value head and token, a few % of a token's
+// matrix products at Qwen3.5-0.8B's shape, but with one accumulator per dot
+// product it ran at one add per 4 cycles: 48 % of a 512-token prefill there
+// (perf); 15 % of a 1024-token one with 16 lanes reduced by vector shuffles.
 #pragma once
 
 #include <cstdint>
@@ -38,6 +41,17 @@ void gates(float* alpha, float* beta, const float* dt_bias, const float* a, int3
 // q, k (d_k) L2-normalised, v and out (d_v). Rows are independent.
 void rule_step(float* state, const float* q, const float* k, const float* v, float g, float beta,
                float scale, float* out, int32_t d_k, int32_t d_v);
+
+// rule_step over n tokens of one value head, bit for bit n calls of it: rows
+// are independent, so the state is walked in tiles of rows by tokens that
+// stay in L1 rather than whole once a token (64 KiB a head at d_k = d_v =
+// 128; at that shape it measured the same as rule_step per token within
+// this host's noise: the rule is compute-bound). Row t of q, k: q + t *
+// qk_stride (d_k); of v: v + t * v_stride (d_v); of out: out + t *
+// out_stride; g, beta: g[t * gb_stride], beta[t * gb_stride].
+void rule_steps(float* state, const float* q, const float* k, int64_t qk_stride, const float* v,
+                int64_t v_stride, const float* g, const float* beta, int64_t gb_stride, float scale,
+                float* out, int64_t out_stride, int64_t n, int32_t d_k, int32_t d_v);
 
 // The same rule over n tokens of one value head in chunked (WY) form, for
 // prefill: within a chunk the corrections u_t = β_t (v_t − S_{t-1} e^{g_t} k_t)

@@ -61,13 +61,12 @@ void CpuBackend::delta_rule(KvPool& pool, const DeltaNetShape& s, float* qkv, co
     if (seq.pos0 == 0) std::memset(delta, 0, s.delta_state_floats() * sizeof(float));
     pool_.parallel_for(s.n_v_heads, [&](int64_t h, int) {
       const int64_t kh = h % s.n_k_heads;
-      float* state = delta + h * head_floats;
-      for (int64_t t = seq.q_start; t < seq.q_start + seq.n_q; ++t) {
-        const float* row = qkv + t * channels;
-        delta_net::rule_step(state, row + kh * s.d_k, row + k_off + kh * s.d_k, row + v_off + h * s.d_v,
-                             g[t * s.n_v_heads + h], beta[t * s.n_v_heads + h], scale,
-                             out + t * out_cols + h * s.d_v, s.d_k, s.d_v);
-      }
+      const float* row = qkv + static_cast<int64_t>(seq.q_start) * channels;
+      const int64_t gb = static_cast<int64_t>(seq.q_start) * s.n_v_heads + h;
+      delta_net::rule_steps(delta + h * head_floats, row + kh * s.d_k, row + k_off + kh * s.d_k, channels,
+                            row + v_off + h * s.d_v, channels, g + gb, beta + gb, s.n_v_heads, scale,
+                            out + static_cast<int64_t>(seq.q_start) * out_cols + h * s.d_v, out_cols, seq.n_q,
+                            s.d_k, s.d_v);
     });
   }
 }

@@ -306,6 +306,15 @@ float make_qkx2_quants(int n, int nmax, const float* x, const float* weights, ui
 
 // ---- K formats (quantize_row_q{2,3,4,5,6,8}_K_ref) ----
 
+// L[0, 16) = the 16 values x at the stored scale d: rounded, clamped to
+// [-offset, offset) and made unsigned (+ offset); Q3_K's and Q6_K's last pass.
+void requantize16(const float* x, float d, int offset, int8_t* L) {
+  for (int j = 0; j < 16; ++j) {
+    const int l = nearest_int(x[j] / d);
+    L[j] = static_cast<int8_t>(std::max(-offset, std::min(offset - 1, l)) + offset);
+  }
+}
+
 // Four 2-bit levels per byte: byte l of each 32-byte group holds values l, l+32, l+64, l+96.
 void pack_2bit(const uint8_t* L, uint8_t* qs) {
   for (int j = 0; j < kQKK; j += 128) {
@@ -366,15 +375,9 @@ void quantize_blocks(const float* x, BlockQ3_K* y, int64_t nb) {
   int8_t L[kQKK];
   float scales[kQKK / 16];
   for (int64_t i = 0; i < nb; ++i, x += kQKK) {
-    float max_scale = 0, amax = 0;
-    for (int j = 0; j < kQKK / 16; ++j) {
-      scales[j] = make_q3_quants(16, 4, x + 16 * j, L + 16 * j);
-      const float scale = std::fabs(scales[j]);
-      if (scale > amax) {
-        amax = scale;
-        max_scale = scales[j];
-      }
-    }
+    for (int j = 0; j < kQKK / 16; ++j) scales[j] = make_q3_quants(16, 4, x + 16 * j, L + 16 * j);
+    float amax;
+    const float max_scale = signed_max(scales, kQKK / 16, &amax);
     std::memset(y[i].scales, 0, 12);
     if (max_scale != 0.0f) {
       const float iscale = -32.f / max_scale;
@@ -396,11 +399,7 @@ void quantize_blocks(const float* x, BlockQ3_K* y, int64_t nb) {
     }
     for (int j = 0; j < kQKK / 16; ++j) {
       const float d = f16_to_f32(y[i].d) * (static_cast<int>(q3_k_scale(y[i].scales, j)) - 32);  // formats/q3_k.h
-      if (d == 0.0f) continue;
-      for (int ii = 0; ii < 16; ++ii) {
-        const int l = nearest_int(x[16 * j + ii] / d);
-        L[16 * j + ii] = static_cast<int8_t>(std::max(-4, std::min(3, l)) + 4);
-      }
+      if (d != 0.0f) requantize16(x + 16 * j, d, 4, L + 16 * j);
     }
     // High bit of value j goes to bit j / 32 of hmask[j % 32]; the low two bits to qs.
     std::memset(y[i].hmask, 0, kQKK / 8);
@@ -505,16 +504,9 @@ void quantize_blocks(const float* x, BlockQ6_K* y, int64_t nb) {
   int8_t L[kQKK];
   float scales[kQKK / 16];
   for (int64_t i = 0; i < nb; ++i, x += kQKK) {
-    float max_scale = 0, max_abs_scale = 0;
-    for (int ib = 0; ib < kQKK / 16; ++ib) {
-      const float scale = make_qx_quants(16, 32, x + 16 * ib, L + 16 * ib, 1);
-      scales[ib] = scale;
-      const float abs_scale = std::fabs(scale);
-      if (abs_scale > max_abs_scale) {
-        max_abs_scale = abs_scale;
-        max_scale = scale;
-      }
-    }
+    for (int ib = 0; ib < kQKK / 16; ++ib) scales[ib] = make_qx_quants(16, 32, x + 16 * ib, L + 16 * ib, 1);
+    float max_abs_scale;
+    const float max_scale = signed_max(scales, kQKK / 16, &max_abs_scale);
     if (max_abs_scale < kGroupMaxEps) {
       std::memset(&y[i], 0, sizeof(BlockQ6_K));
       y[i].d = f32_to_f16(0.f);
@@ -527,11 +519,7 @@ void quantize_blocks(const float* x, BlockQ6_K* y, int64_t nb) {
     }
     for (int j = 0; j < kQKK / 16; ++j) {
       const float d = f16_to_f32(y[i].d) * y[i].scales[j];
-      if (d == 0.0f) continue;
-      for (int ii = 0; ii < 16; ++ii) {
-        const int l = nearest_int(x[16 * j + ii] / d);
-        L[16 * j + ii] = static_cast<int8_t>(std::max(-32, std::min(31, l)) + 32);
-      }
+      if (d != 0.0f) requantize16(x + 16 * j, d, 32, L + 16 * j);
     }
     uint8_t* ql = y[i].ql;
     uint8_t* qh = y[i].qh;

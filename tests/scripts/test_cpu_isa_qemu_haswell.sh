@@ -59,10 +59,12 @@ fi
 log="$work/auto.log"
 rc=0
 models=stories260K,rand-gemma3-bf16,quant/rand-q-q4-k-m
-# One prompt each: stories260K's longest (204 tokens, 64 greedy steps), the
-# 200-token one that crosses gemma3's 64-token window, and Q4_K_M's 17-token one (int8
-# panels in prefill, the int8 decode tiles for 32 steps).
-cases=long,rand-200,rand-17
+# One prompt each: stories260K's longest (204 tokens, 64 greedy steps), gemma3's
+# shortest that crosses its 64-token window (100 tokens: the last query sees
+# positions 36..99 only; BF16 tiles under emulation are the
+# run's slowest part, 200 tokens took half as long again), and Q4_K_M's 17-token
+# one (int8 panels in prefill, the int8 decode tiles for 32 steps).
+cases=long,rand-100,rand-17
 # The timeout stays under ctest's 900 s so that a hang is reported with its log.
 timeout 800 env -u PREFIXD_CPU_ISA PREFIXD_GOLDEN_CASES="$cases" "${qemu[@]}" "$binary" --test-case='full forward pass*' \
   --subcase="$models" >"$log" 2>&1 || rc=$?
@@ -82,7 +84,7 @@ echo "$summary"
 passed=$(sed -n 's/^\[doctest\] assertions: *[0-9]* | *\([0-9]*\) passed.*/\1/p' <<<"$summary")
 [[ -n "$passed" ]] && ((passed > 0)) || fail "no assertions ran" "$log"
 # Each model's golden cases ran (a filter that selects nothing passes vacuously).
-for m in stories260K/long rand-gemma3-bf16/rand-200 quant/rand-q-q4-k-m/rand-17; do
+for m in stories260K/long rand-gemma3-bf16/rand-100 quant/rand-q-q4-k-m/rand-17; do
   grep -q "MESSAGE: $m.*max logit error" "$log" || fail "no $m golden case ran" "$log"
 done
 others=$(grep 'MESSAGE: .*max logit error' "$log" |

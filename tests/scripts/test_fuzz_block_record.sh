@@ -14,7 +14,7 @@ work="$build_dir/fuzz_block_record"
 mkdir -p "$work/corpus"
 xxhash_flags="$(pkg-config --cflags --libs libxxhash 2>/dev/null || echo -lxxhash)"
 
-clang++ -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+clang++ -std=c++20 -gline-tables-only -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
   -I"$src_dir" "$src_dir/tests/fuzz/fuzz_block_record.cpp" "$src_dir/storage/block_record.cpp" \
   $xxhash_flags -o "$work/fuzz_block_record"
 

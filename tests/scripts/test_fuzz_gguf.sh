@@ -21,7 +21,7 @@ src_dir="$(pwd)"
 work="$build_dir/fuzz/gguf"
 mkdir -p "$work/corpus"
 
-clang++ -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+clang++ -std=c++20 -gline-tables-only -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
   -I"$src_dir" "$src_dir/tests/fuzz/fuzz_gguf.cpp" "$src_dir/engine/model/gguf.cpp" \
   "$src_dir/engine/model/gguf_writer.cpp" "$src_dir/kernels/quant/dequantize.cpp" -o "$work/fuzz_gguf"
 

@@ -16,7 +16,7 @@ work="$build_dir/fuzz_request_validation"
 mkdir -p "$work/corpus"
 pcre_flags="$(pkg-config --cflags --libs libpcre2-8 2>/dev/null || echo -lpcre2-8)"
 
-clang++ -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+clang++ -std=c++20 -gline-tables-only -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
   -I"$src_dir" "$src_dir/tests/fuzz/fuzz_request_validation.cpp" \
   "$src_dir/daemon/validation/request_validation.cpp" "$src_dir/daemon/validation/messages_request.cpp" \
   "$src_dir/daemon/validation/cache_breakpoints.cpp" "$src_dir/engine/sampler.cpp" \

@@ -72,7 +72,7 @@ struct WideK4 {
   static PREFIXD_VEC_INLINE void groups(const Block& b, int j, Y& lo, Y& hi) {
     quant::int8_pair_k4<I8, Block>(load32(b.qs + 32 * j), quant::int8_fifth_bits<I8>(b), j, lo, hi);
   }
-  static PREFIXD_VEC_INLINE Y scale(const Scales& s, int k) { return _mm256_shuffle_epi8(s.words[0], mask(i8gemm::kPick.same[k])); }
+  static PREFIXD_VEC_INLINE Y scale(const Scales& s, int k) { return _mm256_shuffle_epi8(s.words[0], mask(quant::kPick.same[k])); }
   static PREFIXD_VEC_INLINE __m128i extra(const Scales& s, const XQ8KBlock& x) { return extra_mins(s, x); }
 };
 using WideQ4_K = WideK4<quant::BlockQ4_K>;
@@ -92,7 +92,7 @@ struct WideQ6_K {
   // Groups 2j and 2j + 1 (formats/q6_k.h on this set's I8).
   static PREFIXD_VEC_INLINE void groups(const Block& b, int j, Y& lo, Y& hi) { quant::int8_pair_q6_k<I8>(b, j, lo, hi); }
   static PREFIXD_VEC_INLINE Y scale(const Scales& s, int k) {
-    return _mm256_shuffle_epi8(s.words[k / 4], mask(i8gemm::kPick.pair[k % 4]));
+    return _mm256_shuffle_epi8(s.words[k / 4], mask(quant::kPick.pair[k % 4]));
   }
   // sum over the 16 groups of scale * (x's sum over the group), folded to 4 int32 lanes.
   static PREFIXD_VEC_INLINE __m128i extra(const Scales& s, const XQ8KBlock& x) {
@@ -124,10 +124,7 @@ PREFIXD_VEC_INLINE void tile(const uint8_t* w, size_t row_bytes, const XQ8KBlock
                              int64_t n_blocks, float* y, int64_t ldy) {
   using Block = typename Fmt::Block;
   __m256 acc[MR][NR];
-#pragma GCC unroll 4
-  for (int m = 0; m < MR; ++m)
-#pragma GCC unroll 4
-    for (int i = 0; i < NR; ++i) acc[m][i] = _mm256_setzero_ps();
+  i8gemm::fill(acc, _mm256_setzero_ps());
   for (int64_t b = 0; b < n_blocks; ++b) {
     i8gemm::prefetch_ahead<MR * sizeof(Block)>(w, b, i8gemm::kPrefetchBytes);
 #pragma GCC unroll 4

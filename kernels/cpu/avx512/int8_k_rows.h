@@ -117,11 +117,23 @@ PREFIXD_VEC_INLINE void scales_mins(const Block& b, Unpacked& u) {
   u.factors = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(d_dmin))), _mm_setr_ps(1, -1, 0, 0));
 }
 
-struct WideQ4_K {
-  using Block = quant::BlockQ4_K;
+// Q4_K and Q5_K (formats/q4_k.h's layout): 64 values a zmm from 32 bytes of
+// nibbles; Q5_K adds the fifth bit (16) from qh, bit 2j for group 2j.
+template <typename BlockT>
+struct WideK4 {
+  using Block = BlockT;
   static PREFIXD_VEC_INLINE void unpack(const Block& b, Unpacked& u) {
+    Z h;
+    if constexpr (Block::kBits == 5) h = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh)));
 #pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j) u.q[j] = nibbles32(b.qs + 32 * j);
+    for (int j = 0; j < 4; ++j) {
+      const Z lo = nibbles32(b.qs + 32 * j);
+      if constexpr (Block::kBits == 5) {
+        u.q[j] = _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(h, load64(kHighBits.m[j])), lo, bytes(0x10));
+      } else {
+        u.q[j] = lo;
+      }
+    }
     scales_mins(b, u);
   }
   // sum over the 8 groups of min * (x's sum over the group): 4 int32 lanes.
@@ -130,22 +142,8 @@ struct WideQ4_K {
     return _mm256_zextsi128_si256(_mm_madd_epi16(_mm256_castsi256_si128(u.aux), s));
   }
 };
-
-// Q5_K: Q4_K's nibbles with the fifth bit (16) from qh, bit 2j for group 2j.
-struct WideQ5_K {
-  using Block = quant::BlockQ5_K;
-  static PREFIXD_VEC_INLINE void unpack(const Block& b, Unpacked& u) {
-    const Z h = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh)));
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j) {
-      const __mmask64 set = _mm512_test_epi8_mask(h, load64(kHighBits.m[j]));
-      const Z lo = nibbles32(b.qs + 32 * j);
-      u.q[j] = _mm512_mask_add_epi8(lo, set, lo, bytes(0x10));
-    }
-    scales_mins(b, u);
-  }
-  static PREFIXD_VEC_INLINE __m256i extra(const Unpacked& u, const XQ8KBlock& x) { return WideQ4_K::extra(u, x); }
-};
+using WideQ4_K = WideK4<quant::BlockQ4_K>;
+using WideQ5_K = WideK4<quant::BlockQ5_K>;
 
 // Q6_K: values 0..63 (4 bits in ql, 2 in qh), 16 signed scales per 16 values,
 // an offset of 32 taken as -32 * sum(scale * x's sum per 16).
@@ -188,10 +186,7 @@ PREFIXD_VEC_INLINE void tile(const uint8_t* w, size_t row_bytes, const XQ8KBlock
                              int64_t n_blocks, float* y, int64_t ldy) {
   using Block = typename Fmt::Block;
   __m512 acc[MR][NR];
-#pragma GCC unroll 4
-  for (int m = 0; m < MR; ++m)
-#pragma GCC unroll 4
-    for (int i = 0; i < NR; ++i) acc[m][i] = _mm512_setzero_ps();
+  i8gemm::fill(acc, _mm512_setzero_ps());
   for (int64_t b = 0; b < n_blocks; ++b) {
     // Without it llama-245m Q4_K_M decoded at 175-203 t/s instead of 275-321.
     i8gemm::prefetch_ahead<MR * sizeof(Block)>(w, b, i8gemm::kPrefetchBytes);

@@ -171,16 +171,10 @@ template <class Fmt, int MR, int NR>
 PREFIXD_VEC_INLINE void tile(const uint8_t* w, size_t row_bytes, const XQ8Block* x, int64_t x_stride,
                              int64_t n_blocks, float* y, int64_t ldy) {
   using Block = typename Fmt::Block;
+  const Block zero_block{};  // the pair's second block when n_blocks is odd
   __m512 acc[MR][NR];
   __m128 cst[MR][NR];
-#pragma GCC unroll 4
-  for (int m = 0; m < MR; ++m)
-#pragma GCC unroll 4
-    for (int i = 0; i < NR; ++i) {
-      acc[m][i] = _mm512_setzero_ps();
-      cst[m][i] = _mm_setzero_ps();
-    }
-  const Block zero_block{};
+  i8gemm::fill(acc, _mm512_setzero_ps(), cst, _mm_setzero_ps());
   for (int64_t b = 0; b < n_blocks; b += 2) {
     const bool single = b + 1 == n_blocks;
     i8gemm::prefetch_ahead<MR * 2 * sizeof(Block)>(w, b / 2, kPrefetchBytes);

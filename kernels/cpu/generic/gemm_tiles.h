@@ -44,11 +44,16 @@ inline void store_row(float* y, const V* acc, int64_t valid) {
   }
 }
 
+// N values of a panel row as f32: an F32 panel's as they are, an F16 panel's
+// widened (vcvtph2ps). (BF16 panels hold column pairs: tile_bf16_widen.)
+PREFIXD_VEC_INLINE V load_f32(const float* p) { return Vec::load(p); }
+PREFIXD_VEC_INLINE V load_f32(const uint16_t* p) { return Vec::load_f16(p); }
+
 // y (M, valid <= W*N) = x (M, K) · tileᵀ, where tile = panel columns
-// [0, W*N) with row stride P: panel (K, P) f32.
-template <int M, int W>
-void tile_f32(const float* panel, const float* x, int64_t ldx, int64_t K, float* y, int64_t ldy,
-              int64_t valid) {
+// [0, W*N) with row stride P: panel (K, P) f32, or f16 (T = uint16_t) widened
+// in the tile; one FMA chain per output in column order either way.
+template <int M, int W, typename T>
+void tile_f32(const T* panel, const float* x, int64_t ldx, int64_t K, float* y, int64_t ldy, int64_t valid) {
   V acc[M][W];
 #pragma GCC unroll 12
   for (int i = 0; i < M; ++i)
@@ -57,7 +62,7 @@ void tile_f32(const float* panel, const float* x, int64_t ldx, int64_t K, float*
   for (int64_t k = 0; k < K; ++k) {
     V w[W];
 #pragma GCC unroll 4
-    for (int j = 0; j < W; ++j) w[j] = Vec::load(panel + k * P + j * N);
+    for (int j = 0; j < W; ++j) w[j] = load_f32(panel + k * P + j * N);
 #pragma GCC unroll 12
     for (int i = 0; i < M; ++i) {
       const V xv = Vec::set1(x[i * ldx + k]);
@@ -69,108 +74,58 @@ void tile_f32(const float* panel, const float* x, int64_t ldx, int64_t K, float*
   for (int i = 0; i < M; ++i) store_row<W>(y + i * ldy, acc[i], valid);
 }
 
-// Same from a BF16 panel (K2 = ceil(K/2), P, 2) widened in the tile; x f32.
-// One FMA chain per output in column order, as tile_f32 runs over the widened
-// panel: an output's value does not depend on how many x rows the call has (a
+// y (M, NP panels of valid[q] <= W*N columns) = x (M, K) · panelsᵀ, from NP
+// consecutive BF16 panels (K2 = ceil(K/2), P, 2), panel_stride elements apart,
+// widened in the tile; x f32; panel q's outputs at y + q * P. One FMA chain
+// per output in column order, as tile_f32 runs over the widened panel: an
+// output's value does not depend on how many x rows the call has nor on NP (a
 // cached prefix's suffix equals the same rows computed in the whole prompt).
-template <int M, int W>
-void tile_bf16_widen(const uint16_t* panel, const float* x, int64_t ldx, int64_t K, float* y,
-                     int64_t ldy, int64_t valid) {
-  V acc[M][W];
-#pragma GCC unroll 12
-  for (int i = 0; i < M; ++i)
-#pragma GCC unroll 4
-    for (int j = 0; j < W; ++j) acc[i][j] = Vec::zero();
-  const int64_t k_pairs = K / 2;
-  for (int64_t k2 = 0; k2 < k_pairs; ++k2) {
-#pragma GCC unroll 4
-    for (int j = 0; j < W; ++j) {
-      V even, odd;
-      Vec::load_bf16_pairs(panel + k2 * 2 * P + j * 2 * N, even, odd);
-#pragma GCC unroll 12
-      for (int i = 0; i < M; ++i) {
-        acc[i][j] = Vec::fmadd(even, Vec::set1(x[i * ldx + 2 * k2]), acc[i][j]);
-        acc[i][j] = Vec::fmadd(odd, Vec::set1(x[i * ldx + 2 * k2 + 1]), acc[i][j]);
-      }
-    }
-  }
-  if (K % 2 != 0) {  // last column alone (its pair partner is the zero pad)
-#pragma GCC unroll 4
-    for (int j = 0; j < W; ++j) {
-      V even, odd;
-      Vec::load_bf16_pairs(panel + k_pairs * 2 * P + j * 2 * N, even, odd);
-#pragma GCC unroll 12
-      for (int i = 0; i < M; ++i) acc[i][j] = Vec::fmadd(even, Vec::set1(x[i * ldx + K - 1]), acc[i][j]);
-    }
-  }
-#pragma GCC unroll 12
-  for (int i = 0; i < M; ++i) store_row<W>(y + i * ldy, acc[i], valid);
-}
-
-// Decode (one x row) from NP consecutive BF16 panels at once, each output's
-// FMA chain in the order tile_bf16_widen<1, W> runs it (so the same values):
-// one panel alone gives W chains of two dependent FMAs per column pair, too
-// few to hide the FMA latency, and the product ran at two thirds of the
-// memory's speed (smol-135m BF16 decode); NP panels give NP * W chains.
-template <int W, int NP>
-void tile_bf16_widen_panels(const uint16_t* panel, int64_t panel_stride, const float* x, int64_t K, float* y,
-                            const int64_t* valid) {
-  V acc[NP][W];
+// NP > 1 is for decode (one x row): one panel alone gives W chains of two
+// dependent FMAs per column pair, too few to hide the FMA latency, and the
+// product ran at two thirds of the memory's speed (smol-135m BF16 decode);
+// NP panels give NP * W chains. Never inlined: its loop's registers are
+// allocated alone, as the other tiles' (inlined into panels(), some tiles'
+// loops took up to 7 more register moves).
+template <int M, int W, int NP = 1>
+__attribute__((noinline)) void tile_bf16_widen(const uint16_t* panel, int64_t panel_stride, const float* x, int64_t ldx, int64_t K,
+                     float* y, int64_t ldy, const int64_t* valid) {
+  V acc[NP][M][W];
 #pragma GCC unroll 4
   for (int q = 0; q < NP; ++q)
+#pragma GCC unroll 12
+    for (int i = 0; i < M; ++i)
 #pragma GCC unroll 4
-    for (int j = 0; j < W; ++j) acc[q][j] = Vec::zero();
+      for (int j = 0; j < W; ++j) acc[q][i][j] = Vec::zero();
   const int64_t k_pairs = K / 2;
   for (int64_t k2 = 0; k2 < k_pairs; ++k2) {
-    const V x_even = Vec::set1(x[2 * k2]), x_odd = Vec::set1(x[2 * k2 + 1]);
 #pragma GCC unroll 4
     for (int q = 0; q < NP; ++q)
 #pragma GCC unroll 4
       for (int j = 0; j < W; ++j) {
         V even, odd;
         Vec::load_bf16_pairs(panel + q * panel_stride + k2 * 2 * P + j * 2 * N, even, odd);
-        acc[q][j] = Vec::fmadd(even, x_even, acc[q][j]);
-        acc[q][j] = Vec::fmadd(odd, x_odd, acc[q][j]);
+#pragma GCC unroll 12
+        for (int i = 0; i < M; ++i) {
+          acc[q][i][j] = Vec::fmadd(even, Vec::set1(x[i * ldx + 2 * k2]), acc[q][i][j]);
+          acc[q][i][j] = Vec::fmadd(odd, Vec::set1(x[i * ldx + 2 * k2 + 1]), acc[q][i][j]);
+        }
       }
   }
   if (K % 2 != 0) {  // last column alone (its pair partner is the zero pad)
-    const V x_last = Vec::set1(x[K - 1]);
 #pragma GCC unroll 4
     for (int q = 0; q < NP; ++q)
 #pragma GCC unroll 4
       for (int j = 0; j < W; ++j) {
         V even, odd;
         Vec::load_bf16_pairs(panel + q * panel_stride + k_pairs * 2 * P + j * 2 * N, even, odd);
-        acc[q][j] = Vec::fmadd(even, x_last, acc[q][j]);
+#pragma GCC unroll 12
+        for (int i = 0; i < M; ++i) acc[q][i][j] = Vec::fmadd(even, Vec::set1(x[i * ldx + K - 1]), acc[q][i][j]);
       }
   }
 #pragma GCC unroll 4
-  for (int q = 0; q < NP; ++q) store_row<W>(y + q * P, acc[q], valid[q]);
-}
-
-// Same from an F16 panel (K, P) widened in the tile (vcvtph2ps); one FMA
-// chain per output in column order, like tile_f32 over the widened panel.
-template <int M, int W>
-void tile_f16_widen(const uint16_t* panel, const float* x, int64_t ldx, int64_t K, float* y,
-                    int64_t ldy, int64_t valid) {
-  V acc[M][W];
+  for (int q = 0; q < NP; ++q)
 #pragma GCC unroll 12
-  for (int i = 0; i < M; ++i)
-#pragma GCC unroll 4
-    for (int j = 0; j < W; ++j) acc[i][j] = Vec::zero();
-  for (int64_t k = 0; k < K; ++k) {
-    V w[W];
-#pragma GCC unroll 4
-    for (int j = 0; j < W; ++j) w[j] = Vec::load_f16(panel + k * P + j * N);
-#pragma GCC unroll 12
-    for (int i = 0; i < M; ++i) {
-      const V xv = Vec::set1(x[i * ldx + k]);
-#pragma GCC unroll 4
-      for (int j = 0; j < W; ++j) acc[i][j] = Vec::fmadd(w[j], xv, acc[i][j]);
-    }
-  }
-#pragma GCC unroll 12
-  for (int i = 0; i < M; ++i) store_row<W>(y + i * ldy, acc[i], valid);
+    for (int i = 0; i < M; ++i) store_row<W>(y + q * P + i * ldy, acc[q][i], valid[q]);
 }
 
 #if defined(__AVX512BF16__)
@@ -303,7 +258,7 @@ inline void panels(const GemmArgs& a, int64_t p0, int64_t p1, int64_t i0, int64_
       for (int64_t i = 0; i < n_rows; i += kWideRows) {
         const int m = static_cast<int>(std::min<int64_t>(kWideRows, n_rows - i));
         with_count<kWideRows>(m, [&]<int M>() {
-          tile_f16_widen<M, kWideVecs>(panel, x + i * K, K, K, y + i * a.rows, a.rows, valid);
+          tile_f32<M, kWideVecs>(panel, x + i * K, K, K, y + i * a.rows, a.rows, valid);
         });
       }
       continue;
@@ -315,7 +270,7 @@ inline void panels(const GemmArgs& a, int64_t p0, int64_t p1, int64_t i0, int64_
 #else
     if (n_rows == 1 && p + 1 < p1) {  // decode: two panels at once
       const int64_t valid2[2] = {valid, std::min(P, a.rows - (p + 1) * P)};
-      tile_bf16_widen_panels<kWideVecs, 2>(panel, K2 * P * 2, x, K, y, valid2);
+      tile_bf16_widen<1, kWideVecs, 2>(panel, K2 * P * 2, x, K, K, y, a.rows, valid2);
       ++p;
       continue;
     }
@@ -327,7 +282,7 @@ inline void panels(const GemmArgs& a, int64_t p0, int64_t p1, int64_t i0, int64_
     for (int64_t i = 0; i < n_rows; i += kWideRows) {
       const int m = static_cast<int>(std::min<int64_t>(kWideRows, n_rows - i));
       with_count<kWideRows>(m, [&]<int M>() {
-        tile_bf16_widen<M, kWideVecs>(panel, x + i * K, K, K, y + i * a.rows, a.rows, valid);
+        tile_bf16_widen<M, kWideVecs>(panel, 0, x + i * K, K, K, y + i * a.rows, a.rows, &valid);
       });
     }
 #endif

@@ -78,197 +78,37 @@ PREFIXD_VEC_INLINE void prefetch_ahead(const uint8_t* w, int64_t step, size_t di
   for (size_t o = 0; o < kStep + 64; o += 64) __builtin_prefetch(pf + o);
 }
 
-// --- weight formats -------------------------------------------------------------
-// --- 32-value formats (x as XQ8Block) ----------------------------------------------
-// Each format unpacks one block into kSub groups of 32 bytes `q` (signed weights
-// when kSigned, else unsigned), a float scale per group and, when kMin, the
-// group's constant term: value = scale * q + min.
-
-// Q4_0/Q4_1 and Q5_0/Q5_1 (kernels/quant/formats/q4_0.h, q5_0.h), unpacked
-// as q4_0.h writes it on this layer, one template for the four. Values stay
-// unsigned (0..15, 0..31): the offset of 8 or 16 of Q4_0 and Q5_0 is a min of
-// -8d or -16d, cheaper than signed bytes (vpabsb + vpsignb).
-template <typename BlockT>
-struct FmtQ4 {
-  using Block = BlockT;
-  static constexpr int kSub = 1;
-  static constexpr bool kSuper = false;
-  static constexpr bool kSigned = false, kMin = true;
-  static PREFIXD_VEC_INLINE void unpack(const Block& b, B* q, float* sc, float* mn) {
-    quant::int8_unpack_q<I8>(b, q, sc, mn);
-  }
-};
-using FmtQ4_0 = FmtQ4<quant::BlockQ4_0>;
-using FmtQ4_1 = FmtQ4<quant::BlockQ4_1>;
-using FmtQ5_0 = FmtQ4<quant::BlockQ5_0>;
-using FmtQ5_1 = FmtQ4<quant::BlockQ5_1>;
-
-// Q8_0 (formats/q8_0.h): signed values.
-struct FmtQ8_0 {
-  using Block = quant::BlockQ8_0;
-  static constexpr int kSub = 1;
-  static constexpr bool kSuper = false;
-  static constexpr bool kSigned = true, kMin = false;
-  static PREFIXD_VEC_INLINE void unpack(const Block& b, B* q, float* sc, float*) {
-    quant::int8_unpack_q8_0<I8>(b, q, sc);
-  }
-};
-
-// IQ4_NL (formats/iq4_nl.h): the code book's signed values (-127..113), as Q8_0.
-struct FmtIQ4_NL : FmtQ8_0 {
-  using Block = quant::BlockIQ4_NL;
-  static PREFIXD_VEC_INLINE void unpack(const Block& b, B* q, float* sc, float*) {
-    q[0] = quant::int8_iq4nl<I8>(b.qs);
-    sc[0] = I8::half(b.d);
-  }
-};
-
-// --- K formats (x as XQ8KBlock) -------------------------------------------------
-// A 256-value super-block is 8 groups of 32: each group's integer products are
-// scaled by its 16-bit scale inside vpmaddwd and summed in int32 over the whole
-// super-block, then scaled once in floats by d(weight) * d(x). Mins (Q2_K, Q4_K,
-// Q5_K) and the offsets of Q3_K (4) and Q6_K (32) come from the activation sums
-// per 32 or per 16 (extra()). Weights are unsigned bytes, except IQ4_XS's
-// (kSigned: q holds their magnitudes, `signs` the signed values, and the
-// activations take their signs, as the 32-value Q8_0 does).
-
-// vpshufb masks: kPickSame[k] puts 16-bit word k of each half in all 8 words of
-// that half; kPickPair[j] puts word 2j in the low half and word 2j + 1 in the high.
-struct PickMasks {
-  alignas(32) uint8_t same[8][32];
-  alignas(32) uint8_t pair[4][32];
-  constexpr PickMasks() : same{}, pair{} {
-    for (int k = 0; k < 8; ++k)
-      for (int j = 0; j < 32; ++j) same[k][j] = static_cast<uint8_t>(2 * k + (j & 1));
-    for (int p = 0; p < 4; ++p)
-      for (int j = 0; j < 32; ++j) pair[p][j] = static_cast<uint8_t>(2 * (2 * p + (j >= 16 ? 1 : 0)) + (j & 1));
-  }
-};
-inline constexpr PickMasks kPick{};
-
-// One K block unpacked: 8 groups of 32 unsigned bytes, their 16-bit scales
-// (scale(k)), and the block's constant term for an x block (extra(): to be
-// multiplied by x's d).
-struct KUnpacked {
-  B q[8];
-  B signs[8];         // kSigned formats only: the signed weights (q: their magnitudes)
-  B scales[2];        // 16-bit scales, the same 8 in both halves (Scale16: [0] scales 0..7, [1] 8..15)
-  int16_t aux[16];    // Q4_K/Q5_K: the 8 mins; Q2_K: the 16 mins; Q3_K/Q6_K: the 16 scales
-  float d, dmin;
-};
-
-// Q4_K and Q5_K (kernels/quant/formats/q4_k.h): the groups as q4_k.h
-// unpacks them on this layer, the scales and mins from its k_scales.h; the
-// group scale applies inside vpmaddwd, the mins against x's sums per 32.
-struct ScaleMinK {
-  static constexpr bool kSuper = true, kSigned = false, kExtra = true;
-  // q (8): the 8 groups of 32 unsigned values.
-  template <typename Block>
-  static PREFIXD_VEC_INLINE void groups(const Block& b, B* q) {
-    quant::int8_groups_k4<I8>(b, q);
-  }
-  template <typename Block>
-  static PREFIXD_VEC_INLINE void unpack(const Block& b, KUnpacked& u) {
-    groups(b, u.q);
-    u.d = I8::half(b.d);
-    u.dmin = I8::half(b.dmin);
-    const quant::ScalesMinsK4 sm = quant::scales_mins_k4(b.scales);
-    uint8_t sc[8], mn[8];
-    std::memcpy(sc, &sm.scales, 8);
-    std::memcpy(mn, &sm.mins, 8);
-    u.scales[0] = I8::widen_u8x8(sc);
-    for (int k = 0; k < 8; ++k) u.aux[k] = mn[k];
-  }
-  static PREFIXD_VEC_INLINE B scale(const KUnpacked& u, int k) { return I8::shuffle(u.scales[0], kPick.same[k]); }
-  static PREFIXD_VEC_INLINE float extra(const KUnpacked& u, const XQ8KBlock& x) {
-    return -u.dmin * static_cast<float>(I8::dot_i16x8(u.aux, x.sums32));
-  }
-};
-
-struct FmtQ4_K : ScaleMinK {
-  using Block = quant::BlockQ4_K;
-};
-
-struct FmtQ5_K : ScaleMinK {
-  using Block = quant::BlockQ5_K;
-};
-
-// The formats of 16 groups of 16 (Q2_K, Q3_K, Q6_K): 16 signed 8-bit scales,
-// group k of 32 bytes taking scales 2k (first 16 bytes) and 2k + 1 (last 16).
-struct Scale16 {
-  static constexpr bool kSuper = true, kSigned = false, kExtra = true;
-  static PREFIXD_VEC_INLINE void set_scales(const int8_t* scales16, KUnpacked& u) {
-    u.scales[0] = I8::widen_i8x8(scales16);
-    u.scales[1] = I8::widen_i8x8(scales16 + 8);
-  }
-  static PREFIXD_VEC_INLINE B scale(const KUnpacked& u, int k) { return I8::shuffle(u.scales[k / 4], kPick.pair[k % 4]); }
-};
-
-// Q2_K (formats/q2_k.h): values 0..3, 4-bit scales and mins; w = d * sc * q - dmin * m.
-struct FmtQ2_K : Scale16 {
-  using Block = quant::BlockQ2_K;
-  static PREFIXD_VEC_INLINE void unpack(const Block& b, KUnpacked& u) {
-    u.d = I8::half(b.d);
-    u.dmin = I8::half(b.dmin);
-    quant::int8_two_bit_groups<I8>(b.qs, u.q);
-    int8_t scales[16];
-    quant::q2_k_scales_mins(b, scales, u.aux);
-    set_scales(scales, u);
-  }
-  static PREFIXD_VEC_INLINE float extra(const KUnpacked& u, const XQ8KBlock& x) {
-    return -u.dmin * static_cast<float>(I8::dot_i16x16(u.aux, x.bsums));
-  }
-};
-
-// Q3_K (formats/q3_k.h): values 0..7 kept unsigned; the offset of 4 is
-// -4 * sum(scale * x sum) per 16; scales 6-bit signed.
-struct FmtQ3_K : Scale16 {
-  using Block = quant::BlockQ3_K;
-  static PREFIXD_VEC_INLINE void unpack(const Block& b, KUnpacked& u) {
-    u.d = I8::half(b.d);
-    quant::int8_groups_q3_k<I8>(b, u.q);
-    int8_t scales[16];
-    quant::q3_k_scales16(b.scales, scales);
-    for (int j = 0; j < 16; ++j) u.aux[j] = scales[j];
-    set_scales(scales, u);
-  }
-  static PREFIXD_VEC_INLINE float extra(const KUnpacked& u, const XQ8KBlock& x) {
-    return -4.0f * u.d * static_cast<float>(I8::dot_i16x16(u.aux, x.bsums));
-  }
-};
-
-// Q6_K (formats/q6_k.h): values 0..63 kept unsigned; the offset of 32 is
-// -32 * sum(scale * x sum) per 16.
-struct FmtQ6_K : Scale16 {
-  using Block = quant::BlockQ6_K;
-  static PREFIXD_VEC_INLINE void unpack(const Block& b, KUnpacked& u) {
-    u.d = I8::half(b.d);
-    quant::int8_groups_q6_k<I8>(b, u.q);
-    set_scales(b.scales, u);
-    for (int j = 0; j < 16; ++j) u.aux[j] = b.scales[j];
-  }
-  static PREFIXD_VEC_INLINE float extra(const KUnpacked& u, const XQ8KBlock& x) {
-    return -32.0f * u.d * static_cast<float>(I8::dot_i16x16(u.aux, x.bsums));
-  }
-};
-
-// IQ4_XS (formats/iq4_nl.h): 8 groups of 32 through IQ4_NL's code book
-// (signed), each with its 6-bit scale less 32; no offset.
-struct FmtIQ4_XS {
-  using Block = quant::BlockIQ4_XS;
-  static constexpr bool kSuper = true, kSigned = true, kExtra = false;
-  static PREFIXD_VEC_INLINE void unpack(const Block& b, KUnpacked& u) {
-    u.d = I8::half(b.d);
-#pragma GCC unroll 8
-    for (int k = 0; k < 8; ++k) {
-      u.signs[k] = quant::int8_iq4nl<I8>(b.qs + 16 * k);
-      u.q[k] = I8::abs(u.signs[k]);
+// Every element of a tile's MR x NR accumulators a set to va (and, in the
+// same pass, of b to vb).
+template <typename T, int MR, int NR>
+PREFIXD_VEC_INLINE void fill(T (&a)[MR][NR], T va) {
+#pragma GCC unroll 4
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 4
+    for (int i = 0; i < NR; ++i) a[m][i] = va;
+}
+template <typename T, typename U, int MR, int NR>
+PREFIXD_VEC_INLINE void fill(T (&a)[MR][NR], T va, U (&b)[MR][NR], U vb) {
+#pragma GCC unroll 4
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 4
+    for (int i = 0; i < NR; ++i) {
+      a[m][i] = va;
+      b[m][i] = vb;
     }
-    const uint64_t scales = quant::iq4_xs_scales8(b);
-    u.scales[0] = I8::widen_i8x8(reinterpret_cast<const int8_t*>(&scales));
-  }
-  static PREFIXD_VEC_INLINE B scale(const KUnpacked& u, int k) { return I8::shuffle(u.scales[0], kPick.same[k]); }
-};
+}
+
+// --- weight formats -------------------------------------------------------------
+// Each format's unpack is its header's (kernels/quant/formats/, the protocol in
+// formats/int8_unpack.h): the 32-value formats give groups of 32 bytes with a
+// float scale and constant term each (x as XQ8Block); the K formats and IQ4_XS
+// give a 256-value super-block as 8 groups of 32 whose integer products are
+// scaled by their 16-bit group scales inside vpmaddwd and summed in int32 over
+// the whole super-block, then scaled once in floats by d(weight) * d(x); mins
+// and offsets come from the activation sums per 32 or per 16 (extra()).
+template <typename Block>
+using Fmt = quant::Int8Unpack<I8, Block>;
+using KUnpacked = quant::KUnpacked<I8>;
 
 // y[i * ldy + m] for MR weight rows and NR activation rows of a K format.
 template <class Fmt, int MR, int NR>
@@ -277,13 +117,7 @@ PREFIXD_VEC_INLINE void tile_k(const uint8_t* w, size_t row_bytes, const XQ8KBlo
   using Block = typename Fmt::Block;
   F acc[MR][NR];
   float extra[MR][NR];
-#pragma GCC unroll 4
-  for (int m = 0; m < MR; ++m)
-#pragma GCC unroll 4
-    for (int i = 0; i < NR; ++i) {
-      acc[m][i] = I8::zero();
-      extra[m][i] = 0.0f;
-    }
+  fill(acc, I8::zero(), extra, 0.0f);
   for (int64_t b = 0; b < n_blocks; ++b) {
     prefetch_ahead<MR * sizeof(Block)>(w, b, kPrefetchBytes);
     KUnpacked u[MR];
@@ -328,13 +162,7 @@ PREFIXD_VEC_INLINE void tile(const uint8_t* w, size_t row_bytes, const XQ8Block*
   constexpr int S = Fmt::kSub;
   F acc[MR][NR];
   float mins[MR][NR];
-#pragma GCC unroll 4
-  for (int m = 0; m < MR; ++m)
-#pragma GCC unroll 4
-    for (int i = 0; i < NR; ++i) {
-      acc[m][i] = I8::zero();
-      mins[m][i] = 0.0f;
-    }
+  fill(acc, I8::zero(), mins, 0.0f);
   for (int64_t b = 0; b < n_blocks; ++b) {
     B q[MR][S];
     float sc[MR][S];
@@ -434,13 +262,13 @@ inline void run(const GemmArgs& a, int64_t r0, int64_t r1, int64_t i0, int64_t i
 }
 
 // y rows [i0, i1) x output columns of the 32-row groups [p0, p1); a.xq holds x
-// quantized. Every format of formats/registry.h, through its Fmt adapter above.
+// quantized. Every format of formats/registry.h, unpacked by its header.
 inline void rows(const GemmArgs& a, int64_t p0, int64_t p1, int64_t i0, int64_t i1) {
   const int64_t r0 = p0 * kGemmPanel, r1 = std::min(a.rows, p1 * kGemmPanel);
   switch (a.row_type) {
 #define PREFIXD_INT8_ROWS(T, Block) \
-  case WeightType::T: run<Fmt##T>(a, r0, r1, i0, i1); return;
-    PREFIXD_BLOCK_FORMATS(PREFIXD_INT8_ROWS)  // formats/registry.h: Fmt<T> above for each
+  case WeightType::T: run<Fmt<quant::Block>>(a, r0, r1, i0, i1); return;
+    PREFIXD_BLOCK_FORMATS(PREFIXD_INT8_ROWS)  // formats/registry.h: each header's Int8Unpack
 #undef PREFIXD_INT8_ROWS
     default: PREFIXD_CHECK(false, "not an int8 weight type");
   }

@@ -38,7 +38,7 @@ template <class Fmt>
 PREFIXD_VEC_INLINE int unpack_block(const typename Fmt::Block& b, Group* g) {
   if constexpr (Fmt::kSuper) {  // Q4_K/Q5_K: the groups, and the scales unpacked once (k_scales.h)
     i8gemm::B q[8];
-    Fmt::groups(b, q);
+    quant::int8_groups_k4<I8>(b, q);
     const quant::ScalesMinsK4 sm = quant::scales_mins_k4(b.scales);
     const float d = I8::half(b.d), dmin = I8::half(b.dmin);
     for (int k = 0; k < 8; ++k) {
@@ -105,14 +105,14 @@ inline uint8_t* panel_in(float* scratch) {
 template <class Body>
 bool with_format(WeightType t, Body&& body) {
   switch (t) {
-    case WeightType::Q4_0: body.template operator()<i8gemm::FmtQ4_0>(); return true;
-    case WeightType::Q4_1: body.template operator()<i8gemm::FmtQ4_1>(); return true;
-    case WeightType::Q5_0: body.template operator()<i8gemm::FmtQ5_0>(); return true;
-    case WeightType::Q5_1: body.template operator()<i8gemm::FmtQ5_1>(); return true;
-    case WeightType::Q8_0: body.template operator()<i8gemm::FmtQ8_0>(); return true;
-    case WeightType::IQ4_NL: body.template operator()<i8gemm::FmtIQ4_NL>(); return true;
-    case WeightType::Q4_K: body.template operator()<i8gemm::FmtQ4_K>(); return true;
-    case WeightType::Q5_K: body.template operator()<i8gemm::FmtQ5_K>(); return true;
+    case WeightType::Q4_0: body.template operator()<i8gemm::Fmt<quant::BlockQ4_0>>(); return true;
+    case WeightType::Q4_1: body.template operator()<i8gemm::Fmt<quant::BlockQ4_1>>(); return true;
+    case WeightType::Q5_0: body.template operator()<i8gemm::Fmt<quant::BlockQ5_0>>(); return true;
+    case WeightType::Q5_1: body.template operator()<i8gemm::Fmt<quant::BlockQ5_1>>(); return true;
+    case WeightType::Q8_0: body.template operator()<i8gemm::Fmt<quant::BlockQ8_0>>(); return true;
+    case WeightType::IQ4_NL: body.template operator()<i8gemm::Fmt<quant::BlockIQ4_NL>>(); return true;
+    case WeightType::Q4_K: body.template operator()<i8gemm::Fmt<quant::BlockQ4_K>>(); return true;
+    case WeightType::Q5_K: body.template operator()<i8gemm::Fmt<quant::BlockQ5_K>>(); return true;
     default: return false;
   }
 }

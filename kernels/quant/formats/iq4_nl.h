@@ -22,6 +22,7 @@
 
 #include "kernels/dtype.h"
 #include "kernels/quant/formats/decode_ops.h"
+#include "kernels/quant/formats/int8_unpack.h"
 
 namespace PREFIXD_QUANT_NS {
 
@@ -136,6 +137,31 @@ inline __attribute__((always_inline)) typename I8::B int8_iq4nl(const uint8_t* q
   return I8::lut16(kIq4nlValues, I8::nibbles16(qs));
 }
 
+// IQ4_NL (int8_unpack.h's protocol): the code book's signed values
+// (-127..113), sc = d, as Q8_0.
+template <class I8>
+struct Int8Unpack<I8, BlockIQ4_NL> : Int8Q32<BlockIQ4_NL, true> {
+  static inline __attribute__((always_inline)) void unpack(const BlockIQ4_NL& b, typename I8::B* q, float* sc, float*) {
+    q[0] = int8_iq4nl<I8>(b.qs);
+    sc[0] = I8::half(b.d);
+  }
+};
+
+// IQ4_XS: 8 groups of 32 through the code book (signed), each with its 6-bit
+// scale less 32; no constant term.
+template <class I8>
+struct Int8Unpack<I8, BlockIQ4_XS> : Int8K<BlockIQ4_XS, Scale8<I8>, true, false> {
+  static inline __attribute__((always_inline)) void unpack(const BlockIQ4_XS& b, KUnpacked<I8>& u) {
+    u.d = I8::half(b.d);
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) {
+      u.signs[k] = int8_iq4nl<I8>(b.qs + 16 * k);
+      u.q[k] = I8::abs(u.signs[k]);
+    }
+    const uint64_t scales = iq4_xs_scales8(b);
+    u.scales[0] = I8::widen_i8x8(reinterpret_cast<const int8_t*>(&scales));
+  }
+};
 #endif  // PREFIXD_ISA_NS
 
 }  // namespace

@@ -20,6 +20,7 @@
 
 #include "kernels/dtype.h"
 #include "kernels/quant/formats/decode_ops.h"
+#include "kernels/quant/formats/int8_unpack.h"
 
 namespace PREFIXD_QUANT_NS {
 
@@ -85,6 +86,24 @@ inline __attribute__((always_inline)) void int8_two_bit_groups(const uint8_t* qs
     q[4 * h + 3] = I8::and_c(I8::template shr16<6>(v), 3);
   }
 }
+
+// Q2_K (int8_unpack.h's protocol): values 0..3, 4-bit scales and mins;
+// w = d * sc * q - dmin * m, the mins against x's sums per 16.
+template <class I8>
+struct Int8Unpack<I8, BlockQ2_K> : Int8K<BlockQ2_K, Scale16<I8>> {
+  static inline __attribute__((always_inline)) void unpack(const BlockQ2_K& b, KUnpacked<I8>& u) {
+    u.d = I8::half(b.d);
+    u.dmin = I8::half(b.dmin);
+    int8_two_bit_groups<I8>(b.qs, u.q);
+    int8_t scales[16];
+    q2_k_scales_mins(b, scales, u.aux);
+    Scale16<I8>::set_scales(scales, u);
+  }
+  template <class X>
+  static inline __attribute__((always_inline)) float extra(const KUnpacked<I8>& u, const X& x) {
+    return -u.dmin * static_cast<float>(I8::dot_i16x16(u.aux, x.bsums));
+  }
+};
 
 #endif  // PREFIXD_ISA_NS
 

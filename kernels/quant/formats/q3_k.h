@@ -21,6 +21,7 @@
 
 #include "kernels/dtype.h"
 #include "kernels/quant/formats/decode_ops.h"
+#include "kernels/quant/formats/int8_unpack.h"
 #include "kernels/quant/formats/q2_k.h"
 
 namespace PREFIXD_QUANT_NS {
@@ -90,6 +91,20 @@ inline __attribute__((always_inline)) void int8_groups_q3_k(const BlockQ3_K& b, 
 #pragma GCC unroll 8
   for (int k = 0; k < 8; ++k) q[k] = I8::or_(q[k], I8::test(h, static_cast<uint8_t>(1u << k), 4));
 }
+
+// Q3_K (int8_unpack.h's protocol): values 0..7 kept unsigned, offset 4;
+// scales 6-bit signed.
+template <class I8>
+struct Int8Unpack<I8, BlockQ3_K> : Int8KOffset<I8, BlockQ3_K, 4> {
+  static inline __attribute__((always_inline)) void unpack(const BlockQ3_K& b, KUnpacked<I8>& u) {
+    u.d = I8::half(b.d);
+    int8_groups_q3_k<I8>(b, u.q);
+    int8_t scales[16];
+    q3_k_scales16(b.scales, scales);
+    for (int j = 0; j < 16; ++j) u.aux[j] = scales[j];
+    Scale16<I8>::set_scales(scales, u);
+  }
+};
 #endif  // PREFIXD_ISA_NS
 
 }  // namespace

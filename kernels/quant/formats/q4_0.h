@@ -22,6 +22,7 @@
 
 #include "kernels/dtype.h"
 #include "kernels/quant/formats/decode_ops.h"
+#include "kernels/quant/formats/int8_unpack.h"
 
 namespace PREFIXD_QUANT_NS {
 
@@ -127,21 +128,27 @@ inline void dequant_vec(const BlockQ4_0& b, float* y) { dequant_q_vec<Vec>(b, y)
 template <class Vec>
 inline void dequant_vec(const BlockQ4_1& b, float* y) { dequant_q_vec<Vec>(b, y); }
 
-// On the set's 8-bit layer I8 (generic/int8_gemm.h): q = the 32 values as
-// unsigned bytes (0 .. 2^kBits - 1), sc = d, mn = the constant term (Q4_0,
-// Q5_0: -8 d, -16 d, the offset as a min, cheaper than signed bytes; the *_1
-// formats: m).
+// On the set's 8-bit layer I8 (int8_unpack.h's protocol): q = the 32 values
+// as unsigned bytes (0 .. 2^kBits - 1), sc = d, mn = the constant term (Q4_0,
+// Q5_0: -8 d, -16 d, the offset as a min, cheaper than signed bytes (vpabsb +
+// vpsignb); the *_1 formats: m).
 template <class I8, typename Block>
-inline __attribute__((always_inline)) void int8_unpack_q(const Block& b, typename I8::B* q, float* sc, float* mn) {
-  q[0] = I8::nibbles16(b.qs);
-  if constexpr (Block::kBits == 5) q[0] = I8::or_(q[0], I8::bits32(fifth_bits(b), 0x10));
-  sc[0] = I8::half(b.d);
-  if constexpr (Block::kMin) {
-    mn[0] = I8::half(b.m);
-  } else {
-    mn[0] = -static_cast<float>(kQOffset<Block>) * sc[0];
+struct Int8UnpackQ : Int8Q32<Block, false> {
+  static inline __attribute__((always_inline)) void unpack(const Block& b, typename I8::B* q, float* sc, float* mn) {
+    q[0] = I8::nibbles16(b.qs);
+    if constexpr (Block::kBits == 5) q[0] = I8::or_(q[0], I8::bits32(fifth_bits(b), 0x10));
+    sc[0] = I8::half(b.d);
+    if constexpr (Block::kMin) {
+      mn[0] = I8::half(b.m);
+    } else {
+      mn[0] = -static_cast<float>(kQOffset<Block>) * sc[0];
+    }
   }
-}
+};
+// The four formats' (blocks of 32 values with kBits: Q4_0, Q4_1, q5_0.h's Q5_0, Q5_1).
+template <class I8, typename Block>
+  requires(Block::kValues == kQK && Block::kBits > 0)
+struct Int8Unpack<I8, Block> : Int8UnpackQ<I8, Block> {};
 #endif  // PREFIXD_ISA_NS
 
 }  // namespace

@@ -19,17 +19,18 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/dtype.h"
 #include "kernels/quant/formats/decode_ops.h"
+#include "kernels/quant/formats/int8_unpack.h"
 #include "kernels/quant/formats/k_scales.h"
 
 namespace PREFIXD_QUANT_NS {
 
 // 8 sub-blocks of 32 with 6-bit scales and mins packed in 12 bytes; q 4 bits.
 struct BlockQ4_K {
-  static constexpr int kValues = kQKK;
-  static constexpr int kBits = 4;
+  static constexpr int kValues = kQKK, kBits = 4;
   static PREFIXD_HD void decode_chunk(const uint8_t* b, int c, float (&v)[8]);
   uint16_t d, dmin;          // F16
   uint8_t scales[12];        // k_scales.h's packing
@@ -37,8 +38,7 @@ struct BlockQ4_K {
 };
 // As Q4_K with a fifth bit per value in qh.
 struct BlockQ5_K {
-  static constexpr int kValues = kQKK;
-  static constexpr int kBits = 5;
+  static constexpr int kValues = kQKK, kBits = 5;
   static PREFIXD_HD void decode_chunk(const uint8_t* b, int c, float (&v)[8]);
   uint16_t d, dmin;          // F16
   uint8_t scales[12];        // k_scales.h's packing
@@ -147,6 +147,32 @@ inline __attribute__((always_inline)) void int8_groups_k4(const Block& b, typena
   const typename I8::B h = int8_fifth_bits<I8>(b);
   for (int j = 0; j < 4; ++j) int8_pair_k4<I8, Block>(I8::load(b.qs + 32 * j), h, j, q[2 * j], q[2 * j + 1]);
 }
+
+// Q4_K and Q5_K (int8_unpack.h's protocol): the groups above, the scales and
+// mins from k_scales.h; the group scale applies inside vpmaddwd, the mins
+// against x's sums per 32.
+template <class I8, typename Block>
+struct Int8UnpackK4 : Int8K<Block, Scale8<I8>> {
+  static inline __attribute__((always_inline)) void unpack(const Block& b, KUnpacked<I8>& u) {
+    int8_groups_k4<I8>(b, u.q);
+    u.d = I8::half(b.d);
+    u.dmin = I8::half(b.dmin);
+    const ScalesMinsK4 sm = scales_mins_k4(b.scales);
+    uint8_t sc[8], mn[8];
+    std::memcpy(sc, &sm.scales, 8);
+    std::memcpy(mn, &sm.mins, 8);
+    u.scales[0] = I8::widen_u8x8(sc);
+    for (int k = 0; k < 8; ++k) u.aux[k] = mn[k];
+  }
+  template <class X>
+  static inline __attribute__((always_inline)) float extra(const KUnpacked<I8>& u, const X& x) {
+    return -u.dmin * static_cast<float>(I8::dot_i16x8(u.aux, x.sums32));
+  }
+};
+// The two formats' (blocks of 256 values with kBits: Q4_K, Q5_K).
+template <class I8, typename Block>
+  requires(Block::kValues == kQKK && Block::kBits > 0)
+struct Int8Unpack<I8, Block> : Int8UnpackK4<I8, Block> {};
 #endif  // PREFIXD_ISA_NS
 
 }  // namespace

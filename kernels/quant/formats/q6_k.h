@@ -20,6 +20,7 @@
 
 #include "kernels/dtype.h"
 #include "kernels/quant/formats/decode_ops.h"
+#include "kernels/quant/formats/int8_unpack.h"
 
 namespace PREFIXD_QUANT_NS {
 
@@ -119,6 +120,18 @@ inline __attribute__((always_inline)) void int8_groups_q6_k(const BlockQ6_K& b, 
     int8_pair_q6_k<I8>(l0, l1, hb, true, q[4 * h + 2], q[4 * h + 3]);
   }
 }
+
+// Q6_K (int8_unpack.h's protocol): values 0..63 kept unsigned, offset 32;
+// scales 8-bit signed.
+template <class I8>
+struct Int8Unpack<I8, BlockQ6_K> : Int8KOffset<I8, BlockQ6_K, 32> {
+  static inline __attribute__((always_inline)) void unpack(const BlockQ6_K& b, KUnpacked<I8>& u) {
+    u.d = I8::half(b.d);
+    int8_groups_q6_k<I8>(b, u.q);
+    Scale16<I8>::set_scales(b.scales, u);
+    for (int j = 0; j < 16; ++j) u.aux[j] = b.scales[j];
+  }
+};
 #endif  // PREFIXD_ISA_NS
 
 }  // namespace

@@ -15,6 +15,7 @@
 
 #include "kernels/dtype.h"
 #include "kernels/quant/formats/decode_ops.h"
+#include "kernels/quant/formats/int8_unpack.h"
 
 namespace PREFIXD_QUANT_NS {
 
@@ -53,12 +54,14 @@ inline void dequant_vec(const BlockQ8_0& b, float* y) {
   for (int e = 0; e < kQK; e += Vec::N) Vec::store(y + e, Vec::mul(Vec::q_float(Vec::q_i8(b.qs + e)), d));
 }
 
-// On the set's 8-bit layer I8 (generic/int8_gemm.h): q = the 32 signed values, sc = d.
+// On the set's 8-bit layer I8 (int8_unpack.h's protocol): q = the 32 signed values, sc = d.
 template <class I8>
-inline __attribute__((always_inline)) void int8_unpack_q8_0(const BlockQ8_0& b, typename I8::B* q, float* sc) {
-  q[0] = I8::load(b.qs);
-  sc[0] = I8::half(b.d);
-}
+struct Int8Unpack<I8, BlockQ8_0> : Int8Q32<BlockQ8_0, true> {
+  static inline __attribute__((always_inline)) void unpack(const BlockQ8_0& b, typename I8::B* q, float* sc, float*) {
+    q[0] = I8::load(b.qs);
+    sc[0] = I8::half(b.d);
+  }
+};
 #endif  // PREFIXD_ISA_NS
 
 }  // namespace

@@ -6,11 +6,12 @@
 // (kernels/cuda/quant_chunk.h) and the CPU sets' F32 rows
 // (generic/dequant_rows.h) are loops over this list.
 //
-// A new format: its header here, its line below, its WeightType row
-// (weight_type.h), its int8 adapter (Fmt<T> in generic/int8_gemm.h) and its
-// quantizer (quantize_blocks in quantize.cpp); the int8 rows and the
-// quantizer's dispatch loop over this list too, so a missing one fails to
-// compile. An int8 prefill panel (int8_panel_layout.h) is a set's choice.
+// A new format: its header here (with its Int8Unpack, int8_unpack.h's
+// protocol for the CPU sets' integer products), its line below, its
+// WeightType row (weight_type.h) and its quantizer (quantize_blocks in
+// quantize.cpp); the int8 rows (generic/int8_gemm.h) and the quantizer's
+// dispatch loop over this list too, so a missing one fails to compile. An
+// int8 prefill panel (int8_panel_layout.h) is a set's choice.
 #pragma once
 
 #include "kernels/quant/formats/decode_ops.h"
