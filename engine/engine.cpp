@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <condition_variable>
 #include <deque>
 #include <future>
@@ -271,6 +272,9 @@ class Engine::Impl {
       s.snapshots_dropped = c.dropped;
       s.snapshot_bytes_taken = c.bytes_taken;
       s.snapshot_bytes_restored = c.bytes_restored;
+      s.snapshot_tier_hits = c.tier_hits;
+      s.snapshot_tier_rejected = c.tier_rejected;
+      s.snapshots_offloaded = c.offloaded;
       s.snapshot_bytes = pool_.geom.state_floats * static_cast<int64_t>(sizeof(float));
     }
     s.cached_tokens_device = cached_totals_.device;
@@ -467,12 +471,57 @@ class Engine::Impl {
     for (const ScheduledChunk& c : plan.chunks) {
       if (c.snapshot_blocks <= 0) continue;
       const Sequence& s = *c.seq;
-      const int32_t dst =
-          snapshots_->store(SnapshotKey{s.namespace_seed, s.hashes[static_cast<size_t>(c.snapshot_blocks) - 1]});
+      const SnapshotKey key{s.namespace_seed, s.hashes[static_cast<size_t>(c.snapshot_blocks) - 1]};
+      SnapshotKey evicted;
+      const int32_t dst = snapshots_->store(key, &evicted);
       if (dst < 0) continue;
+      // Evict-only tiers get a snapshot when its slot goes to another.
+      if (tiers_ && tiers_->write_policy() != WritePolicy::kWriteThrough && !(evicted == SnapshotKey{}))
+        offload_snapshot(evicted, dst, OffloadReason::kEvicted);
       backend_.copy_state_slot(pool_, state_slots_->slot_of(s.id), dst);
       snapshots_->counters.bytes_taken += bytes;
+      if (tiers_ && tiers_->write_policy() == WritePolicy::kWriteThrough)
+        offload_snapshot(key, dst, OffloadReason::kPublished);
     }
+  }
+
+  // The snapshot in slot `slot` to the tiers (they copy the bytes).
+  void offload_snapshot(const SnapshotKey& key, int32_t slot, OffloadReason reason) {
+    std::vector<float> state(static_cast<size_t>(pool_.geom.state_floats));
+    backend_.read_state_slot(pool_, slot, state.data());
+    tiers_->offload_snapshot(BlockKey{key.namespace_seed, key.hash},
+                             std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(state.data()),
+                                                      state.size() * sizeof(float)),
+                             reason);
+    snapshots_->counters.offloaded++;
+  }
+
+  // The tiers' snapshot `key` into the sequence's state slot (and a device
+  // snapshot slot); false when they hold none or it fails a check (a miss).
+  bool restore_snapshot_from_tiers(const Sequence& s, const SnapshotKey& key) {
+    const size_t n_bytes = static_cast<size_t>(pool_.geom.state_floats) * sizeof(float);
+    const BlockKey bk{key.namespace_seed, key.hash};
+    if (!tiers_->has_snapshot(bk, n_bytes)) return false;
+    Result<std::vector<uint8_t>> r = tiers_->read_snapshot(bk, n_bytes);
+    if (!r.ok() || r.value().size() != n_bytes) {
+      snapshots_->counters.tier_rejected++;
+      return false;
+    }
+    std::vector<float> state(static_cast<size_t>(pool_.geom.state_floats));
+    std::memcpy(state.data(), r.value().data(), n_bytes);
+    state_slots_->retain(scheduler_.running());
+    const int32_t slot = state_slots_->slot_of(s.id);
+    backend_.write_state_slot(pool_, slot, state.data());
+    SnapshotKey evicted;
+    const int32_t dst = snapshots_->store(key, &evicted);
+    if (dst >= 0) {
+      if (tiers_->write_policy() != WritePolicy::kWriteThrough && !(evicted == SnapshotKey{}))
+        offload_snapshot(evicted, dst, OffloadReason::kEvicted);
+      backend_.copy_state_slot(pool_, slot, dst);
+    }
+    snapshots_->counters.tier_hits++;
+    snapshots_->counters.bytes_restored += static_cast<int64_t>(n_bytes);
+    return true;
   }
 
   // Ref counts equal the references held by live block tables, and the block
@@ -516,8 +565,9 @@ class Engine::Impl {
     h.copy_block = [this](int32_t src, int32_t dst) { backend_.copy_kv_block(pool_, kv_ids(src), kv_ids(dst)); };
     if (snapshots_) {
       h.resume_state = [this](const Sequence& s, int32_t n_blocks) {
-        const int32_t src = snapshots_->find(SnapshotKey{s.namespace_seed, s.hashes[static_cast<size_t>(n_blocks) - 1]});
-        if (src < 0) return false;
+        const SnapshotKey key{s.namespace_seed, s.hashes[static_cast<size_t>(n_blocks) - 1]};
+        const int32_t src = snapshots_->find(key);
+        if (src < 0) return tiers_ != nullptr && restore_snapshot_from_tiers(s, key);
         // Slots of sequences that left the running set are free again first:
         // this one is not running yet and needs its own.
         state_slots_->retain(scheduler_.running());

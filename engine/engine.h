@@ -136,6 +136,9 @@ struct EngineStats {
   int64_t snapshot_bytes_taken = 0;
   int64_t snapshot_bytes_restored = 0;
   int64_t snapshot_bytes = 0;  // bytes of one snapshot (state_floats f32)
+  int64_t snapshot_tier_hits = 0;      // of snapshot_hits, restored from the tiers
+  int64_t snapshot_tier_rejected = 0;  // tiers' snapshots that failed a check (misses)
+  int64_t snapshots_offloaded = 0;     // snapshots handed to the tiers
   int32_t running = 0;
   int32_t waiting = 0;               // includes loading
 };

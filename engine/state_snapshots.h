@@ -10,7 +10,10 @@
 // key -> slot map and the LRU order; the engine copies the state in and out
 // (Backend::copy_state_slot). A slot is reused for a new snapshot when none
 // is free (the least recently used one is evicted), and a snapshot is
-// dropped when its block leaves the prefix index (drop()).
+// dropped when its block leaves the prefix index (drop()). With tiers the
+// engine also hands each snapshot to them (TierManager::offload_snapshot:
+// when taken under write-through, else when its slot is evicted) and
+// restores one from them when the device has none at a matched prefix.
 //
 // Thread: the engine thread only.
 #pragma once
@@ -45,6 +48,9 @@ struct SnapshotCounters {
   int64_t dropped = 0;    // snapshots dropped with their block (it left the index)
   int64_t bytes_taken = 0;
   int64_t bytes_restored = 0;
+  int64_t tier_hits = 0;      // of the hits, restored from the tiers below the device
+  int64_t tier_rejected = 0;  // tiers' snapshots found but refused by read_snapshot (a miss)
+  int64_t offloaded = 0;      // snapshots handed to the tiers
 };
 
 class StateSnapshots {
@@ -66,7 +72,10 @@ class StateSnapshots {
   // A slot to store `key`'s snapshot in: -1 when it is already stored (then
   // it becomes the most recently used), else a free slot or the least
   // recently used one's (evicted). -1 too when there are no slots at all.
-  int32_t store(const SnapshotKey& key) {
+  // `evicted`, when given, is set to the evicted snapshot's key (its slot
+  // still holds it until the caller overwrites it) and to a zero key else.
+  int32_t store(const SnapshotKey& key, SnapshotKey* evicted = nullptr) {
+    if (evicted) *evicted = SnapshotKey{};
     if (find(key) >= 0) return -1;
     int32_t slot = -1;
     if (!free_.empty()) {
@@ -75,6 +84,7 @@ class StateSnapshots {
     } else if (!lru_.empty()) {
       auto victim = map_.find(lru_.front());
       slot = victim->second.slot;
+      if (evicted) *evicted = victim->first;
       map_.erase(victim);
       lru_.pop_front();
       counters.evictions++;

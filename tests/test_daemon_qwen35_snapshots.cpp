@@ -13,6 +13,7 @@
 #include "tests/daemon_start.h"
 #include "tests/golden.h"
 #include "tests/greedy_answers.h"
+#include "tests/temp_dir.h"
 
 using nlohmann::json;
 using namespace prefixd;
@@ -81,5 +82,33 @@ TEST_CASE("qwen35: a cached prefix resumes from its state snapshot and answers a
   CHECK(t2.prefix_cache["cached_tokens"] == 0);
   CHECK(t1.ids == t2.ids);
   CHECK(t1.logprobs == t2.logprobs);
+  CHECK(d->stop() == 0);
+}
+
+TEST_CASE("qwen35: a snapshot evicted from the device is restored from the host tier, bit for bit") {
+  // One device snapshot slot: the prompt's earlier snapshots leave the
+  // device as later ones come, but went to the host tier when taken.
+  TempDir dir;
+  auto d = start_or_fail({"--model", shared_path("models/rand-qwen35-bf16.gguf"), "--threads", "2",
+                          "--block-size", "16", "--kv-dtype", "f32", "--snapshot-interval-blocks", "8",
+                          "--state-snapshots", "1", "--host-cache-gb", "1", "--disk-cache-dir", dir.path + "/disk",
+                          "--write-policy", "write-through"});
+  auto c = d->client();
+  const std::vector<int32_t> prefix = tokens(1, 680, true);
+  const std::vector<int32_t> p1 = joined(prefix, tokens(5, 40, false));
+  const std::vector<int32_t> p2 = joined(prefix, tokens(9, 30, false));
+  const Answer a1 = ask(*c, p1);
+  CHECK(a1.prefix_cache["cached_tokens"] == 0);
+  CHECK(metric_now(*c, "prefixd_state_snapshots_stored") == 1);
+  CHECK(metric_now(*c, "prefixd_state_snapshots_offloaded_total") == 6);
+  const Answer a2 = ask(*c, p2);  // its snapshot at block 40 is in the host tier only
+  CHECK(a2.prefix_cache["cached_tokens"] == 640);
+  CHECK(metric_now(*c, "prefixd_state_snapshot_tier_hits_total") == 1);
+  CHECK(metric_now(*c, "prefixd_state_snapshot_hits_total") == 1);
+  REQUIRE(c->Delete("/v1/cache")->status == 200);
+  const Answer a2_cold = ask(*c, p2);
+  CHECK(a2_cold.prefix_cache["cached_tokens"] == 0);
+  CHECK(a2.ids == a2_cold.ids);
+  CHECK(a2.logprobs == a2_cold.logprobs);
   CHECK(d->stop() == 0);
 }

@@ -108,6 +108,14 @@ void render_tokens(const StatsSnapshot& s, const BuildInfo& build, std::string* 
            "State bytes copied into snapshots (taken) and out of them (restored).");
     sample(out, "prefixd_state_snapshot_bytes_total", "direction=\"taken\"", s.snapshot_bytes_taken);
     sample(out, "prefixd_state_snapshot_bytes_total", "direction=\"restored\"", s.snapshot_bytes_restored);
+    header(out, "prefixd_state_snapshot_tier_hits_total", "counter",
+           "State snapshot hits restored from the tiers below the device (host, disk, remote).");
+    sample(out, "prefixd_state_snapshot_tier_hits_total", "", s.snapshot_tier_hits);
+    header(out, "prefixd_state_snapshot_tier_rejected_total", "counter",
+           "State snapshots found in the tiers but refused by a check (counted as misses).");
+    sample(out, "prefixd_state_snapshot_tier_rejected_total", "", s.snapshot_tier_rejected);
+    header(out, "prefixd_state_snapshots_offloaded_total", "counter", "State snapshots handed to the tiers.");
+    sample(out, "prefixd_state_snapshots_offloaded_total", "", s.snapshots_offloaded);
   }
 }
 

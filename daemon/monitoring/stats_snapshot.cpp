@@ -118,6 +118,9 @@ StatsSnapshot read_stats(Engine& engine, const TierManager* tiers) {
   s.snapshots_dropped = es.snapshots_dropped;
   s.snapshot_bytes_taken = es.snapshot_bytes_taken;
   s.snapshot_bytes_restored = es.snapshot_bytes_restored;
+  s.snapshot_tier_hits = es.snapshot_tier_hits;
+  s.snapshot_tier_rejected = es.snapshot_tier_rejected;
+  s.snapshots_offloaded = es.snapshots_offloaded;
   if (tiers) read_tier_stats(tiers->stats(), s);
   // Reused prompt tokens by tier, as the engine counts them (with or without tiers).
   s.device.cached_tokens = es.cached_tokens_device;

@@ -93,6 +93,9 @@ struct StatsSnapshot {
   int64_t snapshots_dropped = 0;
   int64_t snapshot_bytes_taken = 0;
   int64_t snapshot_bytes_restored = 0;
+  int64_t snapshot_tier_hits = 0;      // of snapshot_hits, restored from the tiers
+  int64_t snapshot_tier_rejected = 0;  // tiers' snapshots refused by a check
+  int64_t snapshots_offloaded = 0;
 
   // Gauges.
   int32_t running = 0;  // requests running in the engine
