@@ -184,6 +184,8 @@ EngineOptions engine_options(const ServerOptions& o, const Model& model, const H
   eo.kv_pool_bytes = o.kv_pool_bytes();
   eo.window_share = o.kv_window_share;
   eo.max_batch_tokens = o.max_batch_tokens;
+  eo.state_snapshots = o.state_snapshots;
+  eo.snapshot_interval_blocks = o.snapshot_interval_blocks;
   eo.max_running = o.max_concurrent_requests;
   eo.max_pinned_blocks = o.max_pinned_blocks;
   eo.onboard_mode = o.onboard_policy == "always"  ? EngineOptions::OnboardMode::kAlways

@@ -68,6 +68,12 @@ Status check_engine_flags(ServerOptions& o) {
   if (o.kv_dtype != "auto" && o.kv_dtype != "f32" && o.kv_dtype != "f16" && o.kv_dtype != "bf16") {
     return Status::error("--kv-dtype '" + o.kv_dtype + "' is not one of auto, f32, f16, bf16");
   }
+  if (o.state_snapshots < -1 || o.state_snapshots > 4096) {
+    return range_error("state-snapshots", std::to_string(o.state_snapshots), "-1..4096");
+  }
+  if (o.snapshot_interval_blocks < 0 || o.snapshot_interval_blocks > (1 << 20)) {
+    return range_error("snapshot-interval-blocks", std::to_string(o.snapshot_interval_blocks), "0..1048576");
+  }
   if (o.max_batch_tokens < 1 || o.max_batch_tokens > (1 << 20)) {
     return range_error("max-batch-tokens", std::to_string(o.max_batch_tokens), "1..1048576");
   }
@@ -258,6 +264,14 @@ void add_engine_flags(CLI::App& app, ServerOptions& o) {
   app.add_option("--block-size", o.block_size, "tokens per KV block")->capture_default_str();
   app.add_option("--kv-dtype", o.kv_dtype,
                  "KV cache type: auto (bf16 for a model with BF16 K/V weights, else f16), f32, f16, bf16")->capture_default_str();
+  app.add_option("--state-snapshots", o.state_snapshots,
+                 "recurrent models (qwen35): device state snapshot slots, out of the KV pool "
+                 "(-1: 16; 0: no prefix reuse for such models)")
+      ->capture_default_str();
+  app.add_option("--snapshot-interval-blocks", o.snapshot_interval_blocks,
+                 "recurrent models: a state snapshot every this many prompt blocks (0: only at "
+                 "a prompt's last full block)")
+      ->capture_default_str();
   app.add_option("--max-batch-tokens", o.max_batch_tokens,
                  "tokens per forward pass (chunked prefill budget)")
       ->capture_default_str();

@@ -70,6 +70,11 @@ struct ServerOptions {
   int32_t block_size = 16;               // tokens per KV block
   std::string kv_dtype = "auto";         // auto | f32 | f16 | bf16 (auto: Model::auto_kv_dtype)
   int32_t max_batch_tokens = 512;        // tokens per forward pass (chunked prefill budget)
+  // Recurrent models (qwen35): device state snapshot slots (-1: the engine's
+  // default, 0: none) and a snapshot every that many prompt blocks (0: only
+  // at a prompt's last full block). EngineOptions::state_snapshots.
+  int32_t state_snapshots = -1;
+  int32_t snapshot_interval_blocks = 32;
   int32_t max_concurrent_requests = 64;  // sequences running in the engine at once
   int32_t max_queued_requests = 256;     // requests admitted beyond those; more get 429
   int32_t max_pinned_blocks = 0;         // 0 = a quarter of the pool

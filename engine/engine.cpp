@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <condition_variable>
 #include <deque>
 #include <future>
@@ -15,6 +16,7 @@
 
 #include "engine/batch_builder.h"
 #include "engine/state_slots.h"
+#include "engine/state_snapshots.h"
 #include "engine/kv/block_hash.h"
 #include "engine/kv/block_manager.h"
 #include "engine/kv/window_blocks.h"
@@ -39,6 +41,10 @@ Status EngineOptions::validate(const ModelConfig& model, bool window_group) cons
   }
   if (max_batch_tokens < 1) return Status::error("max batch tokens must be >= 1");
   if (max_running < 1) return Status::error("max running sequences must be >= 1");
+  if (state_snapshots < -1 || state_snapshots > 4096) {
+    return Status::error("state snapshots " + std::to_string(state_snapshots) + " is out of range (-1..4096)");
+  }
+  if (snapshot_interval_blocks < 0) return Status::error("snapshot interval blocks must be >= 0");
   if (max_prompt_logits_rows < 1 || max_prompt_logits_rows > 4096) {
     return Status::error("max prompt logits rows " + std::to_string(max_prompt_logits_rows) +
                          " is out of range (1..4096)");
@@ -81,7 +87,8 @@ KvGeometry EngineOptions::pool_geometry(const ModelConfig& model, bool window_gr
   KvGeometry g;
   g.n_layers = model.n_kv_layers();
   g.block_size = block_size;
-  g.n_state_slots = model.state_floats() > 0 ? max_running : 0;  // one per running sequence
+  // One per running sequence, then the state snapshots'.
+  g.n_state_slots = model.state_floats() > 0 ? max_running + n_state_snapshots(model) : 0;
   g.state_floats = model.state_floats();
   g.n_kv_heads = model.n_kv_heads;
   g.head_dim = model.head_dim;
@@ -148,16 +155,23 @@ class Engine::Impl {
         window_(pool.geom.has_window_group()
                     ? std::make_unique<WindowBlocks>(pool.geom.n_window_blocks, model.config().sliding_window, blocks_)
                     : nullptr),
+        snapshots_(opts.n_state_snapshots(model.config()) > 0
+                       ? std::make_unique<StateSnapshots>(opts.max_running, opts.n_state_snapshots(model.config()))
+                       : nullptr),
         scheduler_(SchedulerOptions{opts.block_size, opts.max_batch_tokens, opts.max_running,
-                                    opts.max_prompt_logits_rows, model.config().state_floats() == 0},
+                                    opts.max_prompt_logits_rows, model.config().state_floats() == 0,
+                                    snapshots_ != nullptr, opts.snapshot_interval_blocks},
                    blocks_, scheduler_hooks(), window_.get()),
         // Logits rows: one per sequence that samples, plus the prompt-logprobs rows.
         fwd_(model, opts.max_batch_tokens, opts.max_running + opts.max_prompt_logits_rows),
         builder_(opts.block_size),
-        state_slots_(pool.geom.n_state_slots > 0 ? std::make_unique<StateSlots>(pool.geom.n_state_slots) : nullptr),
+        // The first max_running slots; the snapshots' come after them.
+        state_slots_(pool.geom.n_state_slots > 0 ? std::make_unique<StateSlots>(opts.max_running) : nullptr),
         onboard_policy_(OnboardPolicyOptions{tiers ? tiers->record_bytes() : 1}) {
-    if (tiers_ || window_) {
+    if (tiers_ || window_ || snapshots_) {
       blocks_.set_on_evict([this](int32_t block_id, const BlockMeta& meta) {
+        // A snapshot goes with the block it ends at.
+        if (snapshots_) snapshots_->drop(SnapshotKey{meta.namespace_seed, meta.hash});
         // A block that lost its window part went down when it did (below).
         if (tiers_ && (!window_ || window_->of(block_id) >= 0)) {
           offload_block(block_id, meta.namespace_seed, meta.hash, meta.parent_hash, meta.tokens,
@@ -247,6 +261,22 @@ class Engine::Impl {
     s.device_evictions = b.evictions;
     s.prompt_tokens = scheduler_.stats().prompt_tokens;
     s.preemptions = scheduler_.stats().preemptions;
+    if (snapshots_) {
+      const SnapshotCounters& c = snapshots_->counters;
+      s.snapshot_slots = opts_.n_state_snapshots(model_.config());
+      s.snapshots_stored = snapshots_->n_stored();
+      s.snapshot_hits = scheduler_.stats().snapshot_hits;
+      s.snapshot_misses = scheduler_.stats().snapshot_misses;
+      s.snapshots_taken = c.taken;
+      s.snapshot_evictions = c.evictions;
+      s.snapshots_dropped = c.dropped;
+      s.snapshot_bytes_taken = c.bytes_taken;
+      s.snapshot_bytes_restored = c.bytes_restored;
+      s.snapshot_tier_hits = c.tier_hits;
+      s.snapshot_tier_rejected = c.tier_rejected;
+      s.snapshots_offloaded = c.offloaded;
+      s.snapshot_bytes = pool_.geom.state_floats * static_cast<int64_t>(sizeof(float));
+    }
     s.cached_tokens_device = cached_totals_.device;
     s.cached_tokens_host = cached_totals_.host;
     s.cached_tokens_disk = cached_totals_.disk;
@@ -260,10 +290,18 @@ class Engine::Impl {
   LookupResult lookup_now(const std::vector<int32_t>& prompt, const std::string& salt) {
     LookupResult r;
     r.prompt_tokens = static_cast<int32_t>(prompt.size());
-    if (!scheduler_.options().prefix_reuse) return r;  // a recurrent model resumes no prefix (yet)
+    if (!scheduler_.options().prefix_reuse && !snapshots_) return r;  // a recurrent model without snapshots
     const uint64_t ns_seed = namespace_seed_for(salt);
     std::vector<BlockHash> hashes = hash_blocks(prompt, opts_.block_size, ns_seed);
     MatchResult m = blocks_.match(ns_seed, hashes, prompt);
+    if (snapshots_) {
+      // What a request would resume from: the longest match short of the
+      // prompt's end that ends at a snapshot (the tiers hold no state yet).
+      int32_t k = std::min(m.n_ready(), (r.prompt_tokens - 1) / opts_.block_size);
+      while (k > 0 && !snapshots_->contains(SnapshotKey{ns_seed, hashes[static_cast<size_t>(k) - 1]})) --k;
+      r.device_tokens = std::max(k, 0) * opts_.block_size;
+      return r;
+    }
     if (window_) m.block_ids.resize(static_cast<size_t>(window_->usable_prefix(m.block_ids, r.prompt_tokens)));
     r.device_tokens = m.n_ready() * opts_.block_size;
     if (tiers_ && m.n_ready() < static_cast<int32_t>(hashes.size())) {
@@ -420,8 +458,69 @@ class Engine::Impl {
     int64_t prefill_rows = 0;
     for (const ScheduledChunk& c : plan.chunks) prefill_rows += c.is_decode ? 0 : c.n_tokens;
     if (prefill_rows == builder_.n_tokens()) onboard_policy_.observe_prefill(prefill_rows, pass_s);
+    if (snapshots_) take_snapshots(plan);
     for (const ScheduledChunk& c : plan.chunks) complete(c, logits);
     if (opts_.check_invariants_each_step) check_invariants();
+    return true;
+  }
+
+  // The chunks that ended at a snapshot boundary: their sequences' state
+  // slots into snapshot slots (none when that block's snapshot is stored).
+  void take_snapshots(const StepPlan& plan) {
+    const int64_t bytes = pool_.geom.state_floats * static_cast<int64_t>(sizeof(float));
+    for (const ScheduledChunk& c : plan.chunks) {
+      if (c.snapshot_blocks <= 0) continue;
+      const Sequence& s = *c.seq;
+      const SnapshotKey key{s.namespace_seed, s.hashes[static_cast<size_t>(c.snapshot_blocks) - 1]};
+      SnapshotKey evicted;
+      const int32_t dst = snapshots_->store(key, &evicted);
+      if (dst < 0) continue;
+      // Evict-only tiers get a snapshot when its slot goes to another.
+      if (tiers_ && tiers_->write_policy() != WritePolicy::kWriteThrough && !(evicted == SnapshotKey{}))
+        offload_snapshot(evicted, dst, OffloadReason::kEvicted);
+      backend_.copy_state_slot(pool_, state_slots_->slot_of(s.id), dst);
+      snapshots_->counters.bytes_taken += bytes;
+      if (tiers_ && tiers_->write_policy() == WritePolicy::kWriteThrough)
+        offload_snapshot(key, dst, OffloadReason::kPublished);
+    }
+  }
+
+  // The snapshot in slot `slot` to the tiers (they copy the bytes).
+  void offload_snapshot(const SnapshotKey& key, int32_t slot, OffloadReason reason) {
+    std::vector<float> state(static_cast<size_t>(pool_.geom.state_floats));
+    backend_.read_state_slot(pool_, slot, state.data());
+    tiers_->offload_snapshot(BlockKey{key.namespace_seed, key.hash},
+                             std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(state.data()),
+                                                      state.size() * sizeof(float)),
+                             reason);
+    snapshots_->counters.offloaded++;
+  }
+
+  // The tiers' snapshot `key` into the sequence's state slot (and a device
+  // snapshot slot); false when they hold none or it fails a check (a miss).
+  bool restore_snapshot_from_tiers(const Sequence& s, const SnapshotKey& key) {
+    const size_t n_bytes = static_cast<size_t>(pool_.geom.state_floats) * sizeof(float);
+    const BlockKey bk{key.namespace_seed, key.hash};
+    if (!tiers_->has_snapshot(bk, n_bytes)) return false;
+    Result<std::vector<uint8_t>> r = tiers_->read_snapshot(bk, n_bytes);
+    if (!r.ok() || r.value().size() != n_bytes) {
+      snapshots_->counters.tier_rejected++;
+      return false;
+    }
+    std::vector<float> state(static_cast<size_t>(pool_.geom.state_floats));
+    std::memcpy(state.data(), r.value().data(), n_bytes);
+    state_slots_->retain(scheduler_.running());
+    const int32_t slot = state_slots_->slot_of(s.id);
+    backend_.write_state_slot(pool_, slot, state.data());
+    SnapshotKey evicted;
+    const int32_t dst = snapshots_->store(key, &evicted);
+    if (dst >= 0) {
+      if (tiers_->write_policy() != WritePolicy::kWriteThrough && !(evicted == SnapshotKey{}))
+        offload_snapshot(evicted, dst, OffloadReason::kEvicted);
+      backend_.copy_state_slot(pool_, slot, dst);
+    }
+    snapshots_->counters.tier_hits++;
+    snapshots_->counters.bytes_restored += static_cast<int64_t>(n_bytes);
     return true;
   }
 
@@ -464,6 +563,19 @@ class Engine::Impl {
   SchedulerHooks scheduler_hooks() {
     SchedulerHooks h;
     h.copy_block = [this](int32_t src, int32_t dst) { backend_.copy_kv_block(pool_, kv_ids(src), kv_ids(dst)); };
+    if (snapshots_) {
+      h.resume_state = [this](const Sequence& s, int32_t n_blocks) {
+        const SnapshotKey key{s.namespace_seed, s.hashes[static_cast<size_t>(n_blocks) - 1]};
+        const int32_t src = snapshots_->find(key);
+        if (src < 0) return tiers_ != nullptr && restore_snapshot_from_tiers(s, key);
+        // Slots of sequences that left the running set are free again first:
+        // this one is not running yet and needs its own.
+        state_slots_->retain(scheduler_.running());
+        backend_.copy_state_slot(pool_, src, state_slots_->slot_of(s.id));
+        snapshots_->counters.bytes_restored += pool_.geom.state_floats * static_cast<int64_t>(sizeof(float));
+        return true;
+      };
+    }
     if (tiers_ == nullptr) return h;
     h.offer = [this](const Sequence& s, int32_t from, int32_t to) {
       TierOffer offer;
@@ -727,6 +839,8 @@ class Engine::Impl {
   KvPool pool_;
   BlockManager blocks_;
   std::unique_ptr<WindowBlocks> window_;  // the window space (sliding-window models), or null
+  // Recurrent models with snapshot slots: the state snapshots (else null).
+  std::unique_ptr<StateSnapshots> snapshots_;
   Scheduler scheduler_;
   ForwardPass fwd_;
   BatchBuilder builder_;

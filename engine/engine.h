@@ -32,6 +32,19 @@ struct EngineOptions {
   int32_t max_batch_tokens = 512;        // tokens per forward pass (chunked prefill budget)
   int32_t max_running = 64;              // sequences in one batch at most
   int32_t max_pinned_blocks = 0;         // 0 = a quarter of the pool
+  // Models with recurrent layers (qwen35): state snapshots in the device
+  // pool (engine/state_snapshots.h), the only way such a model resumes a
+  // cached prefix. state_snapshots: snapshot slots (state_floats f32 each,
+  // out of kv_pool_bytes); -1: kDefaultStateSnapshots; 0: none (every
+  // sequence computes from position 0). snapshot_interval_blocks: a snapshot
+  // every that many blocks of a prompt (0: only at its last full block).
+  static constexpr int32_t kDefaultStateSnapshots = 16;
+  int32_t state_snapshots = -1;
+  int32_t snapshot_interval_blocks = 32;
+  int32_t n_state_snapshots(const ModelConfig& model) const {
+    if (model.state_floats() == 0) return 0;
+    return state_snapshots < 0 ? kDefaultStateSnapshots : state_snapshots;
+  }
   // Sliding-window models on a backend with supports_window_group(): the
   // share of kv_pool_bytes that holds the window layers' K/V, in a space of
   // its own (KvGeometry's window group, engine/kv/window_blocks.h); the rest
@@ -108,6 +121,24 @@ struct EngineStats {
   int64_t forward_passes = 0;
   int64_t forward_tokens = 0;        // rows of all forward passes
   int64_t preemptions = 0;
+  // Recurrent models' state snapshots (engine/state_snapshots.h): slots,
+  // those holding one, admissions resumed from one (hits) or with matched
+  // blocks but no snapshot at their boundaries (misses), snapshots stored,
+  // evicted by newer ones (LRU), dropped with their block, and the bytes
+  // copied into them and restored from them.
+  int32_t snapshot_slots = 0;
+  int32_t snapshots_stored = 0;
+  int64_t snapshot_hits = 0;
+  int64_t snapshot_misses = 0;
+  int64_t snapshots_taken = 0;
+  int64_t snapshot_evictions = 0;
+  int64_t snapshots_dropped = 0;
+  int64_t snapshot_bytes_taken = 0;
+  int64_t snapshot_bytes_restored = 0;
+  int64_t snapshot_bytes = 0;  // bytes of one snapshot (state_floats f32)
+  int64_t snapshot_tier_hits = 0;      // of snapshot_hits, restored from the tiers
+  int64_t snapshot_tier_rejected = 0;  // tiers' snapshots that failed a check (misses)
+  int64_t snapshots_offloaded = 0;     // snapshots handed to the tiers
   int32_t running = 0;
   int32_t waiting = 0;               // includes loading
 };

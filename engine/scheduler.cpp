@@ -17,6 +17,9 @@ Scheduler::Scheduler(const SchedulerOptions& options, BlockManager& blocks, Sche
                 "scheduler limits must be >= 1");
   PREFIXD_CHECK(static_cast<bool>(hooks_.copy_block), "scheduler needs a copy_block hook");
   PREFIXD_CHECK(!hooks_.offer || hooks_.onboard, "a scheduler with tiers needs an onboard hook");
+  PREFIXD_CHECK(!options_.state_snapshots || (!options_.prefix_reuse && hooks_.resume_state),
+                "state snapshots are for recurrent models (no plain prefix reuse) and need a resume_state hook");
+  PREFIXD_CHECK(options_.snapshot_interval_blocks >= 0, "snapshot interval must be >= 0");
 }
 
 void Scheduler::add(std::unique_ptr<Sequence> seq) {
@@ -41,8 +44,8 @@ void Scheduler::admit(Clock::time_point now) {
 MatchResult Scheduler::match_prefix(const Sequence& s, bool whole_prompt) const {
   // Prompt logprobs need the logits of every prompt position, which cached
   // blocks do not have: such a sequence looks nothing up and computes all.
-  MatchResult m = whole_prompt || !options_.prefix_reuse ? MatchResult{}
-                                                         : blocks_.match(s.namespace_seed, s.hashes, s.tokens);
+  const bool reuse = options_.prefix_reuse || options_.state_snapshots;
+  MatchResult m = whole_prompt || !reuse ? MatchResult{} : blocks_.match(s.namespace_seed, s.hashes, s.tokens);
   // A window model resumes only where the window layers' K/V it reads are here.
   if (window_ && m.n_ready() > 0)
     m.block_ids.resize(static_cast<size_t>(
@@ -102,7 +105,8 @@ bool Scheduler::try_admit(Sequence& s, Clock::time_point now) {
   const int32_t n_full = static_cast<int32_t>(s.tokens.size()) / B;
   extend_block_hashes(s.hashes, s.tokens, B, s.namespace_seed);
   const bool whole_prompt = s.wants_prompt_logits();
-  const MatchResult m = match_prefix(s, whole_prompt);
+  MatchResult m = match_prefix(s, whole_prompt);
+  if (options_.state_snapshots) cut_to_snapshot(s, m);
   const int32_t k = m.n_ready();
   // In-flight coalescing: another sequence is computing our next block.
   if (k < n_full && !whole_prompt && options_.prefix_reuse) {
@@ -171,6 +175,21 @@ void Scheduler::onboarded(Sequence& s, int32_t n_onboarded, int32_t n_from_host,
   s.cache.onboarded(v, n_from_host, n_from_remote);
   publish_full_blocks(s);
   start_running(s, k, v);
+}
+
+// A recurrent model resumes after k blocks only with the state there, and
+// never at the known tokens' end (its last token is always computed, and a
+// resume inside a block would need the state there): the longest k whose
+// snapshot resume_state restores, from the longest match down.
+void Scheduler::cut_to_snapshot(const Sequence& s, MatchResult& m) {
+  const int32_t B = options_.block_size;
+  const int32_t n_known = static_cast<int32_t>(s.tokens.size());
+  int32_t k = std::min(m.n_ready(), (n_known - 1) / B);
+  const bool matched = k > 0;
+  while (k > 0 && !hooks_.resume_state(s, k)) --k;
+  m.block_ids.resize(static_cast<size_t>(std::max(k, 0)));
+  stats_.snapshot_hits += k > 0 ? 1 : 0;
+  stats_.snapshot_misses += matched && k == 0 ? 1 : 0;
 }
 
 // The sequence's first n_device + n_onboarded blocks (device matched, then
@@ -279,15 +298,39 @@ StepPlan Scheduler::plan_step() {
       if (prompt_rows_left == 0) continue;  // next pass
       n = std::min(n, prompt_rows_left);
     }
+    // A snapshot boundary ends the chunk, so the state can be copied there.
+    const int32_t boundary = options_.state_snapshots ? next_snapshot_boundary(*s) : 0;
+    if (boundary > 0) n = std::min(n, boundary * options_.block_size - s->n_computed);
     n = grant_blocks(*s, n, plan);
     if (n <= 0) continue;
     const bool is_decode = n == 1 && s->n_generated > 0 && remaining == 1 && !s->recomputing;
     plan.chunks.push_back(ScheduledChunk{s, n, is_decode, -1, all_logits ? 0 : -1});
+    if (boundary > 0 && s->n_computed + n == boundary * options_.block_size)
+      plan.chunks.back().snapshot_blocks = boundary;
     budget -= n;
     if (all_logits) prompt_rows_left -= n;
   }
   assign_logits_rows(plan);
   return plan;
+}
+
+// Boundaries: every snapshot_interval_blocks blocks, and the prompt's last
+// resumable one, the last block boundary before its end ((n_prompt - 1) / B:
+// its last full block, or the one before when the prompt ends on a
+// boundary, as a resume never starts at the prompt's end). Generated tokens
+// get none.
+int32_t Scheduler::next_snapshot_boundary(const Sequence& s) const {
+  const int32_t B = options_.block_size;
+  const int32_t n_full = (s.n_prompt - 1) / B;
+  const int32_t after = s.n_computed / B + 1;  // the first block count past n_computed
+  int32_t best = 0;
+  const int32_t I = options_.snapshot_interval_blocks;
+  if (I > 0) {
+    const int32_t b = (after + I - 1) / I * I;
+    if (b <= n_full) best = b;
+  }
+  if (n_full >= after && (best == 0 || n_full < best)) best = n_full;
+  return best;
 }
 
 // Decode steps first (one token each), then prefill chunks, oldest first.

@@ -35,10 +35,18 @@ struct SchedulerOptions {
   // has at most max_running + max_prompt_logits_rows logits rows.
   int32_t max_prompt_logits_rows = 64;
   // false for a model with recurrent layers (qwen35): a cached prefix is of
-  // no use without the recurrent state at its end, which the cache does not
-  // hold yet, so every lookup counts its blocks as misses and every sequence
-  // computes from position 0 (its blocks are still published and offloaded).
+  // no use without the recurrent state at its end, so the plain block match
+  // (and in-flight coalescing, and the tiers' offer) is off for it. Such a
+  // model resumes a prefix only through state snapshots (state_snapshots).
   bool prefix_reuse = true;
+  // A recurrent model with snapshot slots (engine/state_snapshots.h): a hit
+  // is the longest matched prefix of k blocks (k*block_size below the known
+  // tokens' count) whose state SchedulerHooks::resume_state restores, and
+  // prefill chunks end at snapshot boundaries (ScheduledChunk::snapshot_blocks):
+  // every snapshot_interval_blocks blocks (0: none) and the last block
+  // boundary before the prompt's end ((n_prompt - 1) / block_size blocks).
+  bool state_snapshots = false;
+  int32_t snapshot_interval_blocks = 0;
 };
 
 // What the tiers below the pool hold of blocks [from, to) of a sequence's
@@ -67,6 +75,10 @@ struct SchedulerHooks {
   // seq.hashes[block_index]) has just been published in the index under its
   // own id (not a duplicate of another): e.g. a write-through offload.
   std::function<void(const Sequence& seq, int32_t block_index)> published;
+  // state_snapshots: fills the sequence's state slot with the state after
+  // its first n_blocks blocks (a snapshot keyed by seq.hashes[n_blocks - 1]);
+  // false when there is none. Required with state_snapshots.
+  std::function<bool(const Sequence& seq, int32_t n_blocks)> resume_state;
 };
 
 // One sequence's share of a forward pass: its known tokens
@@ -80,6 +92,11 @@ struct ScheduledChunk {
   int32_t all_logits_row = -1;  // when it wants every row's logits (prompt logprobs): the
                                 // row of its first token; its rows are [all_logits_row,
                                 // all_logits_row + n_tokens) (logits_row, if any, the last)
+  // state_snapshots: > 0 when the chunk ends exactly at this snapshot
+  // boundary (a block count): after the pass, the sequence's state slot holds
+  // the state after its first snapshot_blocks blocks, to be snapshotted
+  // under seq.hashes[snapshot_blocks - 1].
+  int32_t snapshot_blocks = 0;
 };
 
 // The plan of one step.
@@ -94,6 +111,10 @@ struct StepPlan {
 struct SchedulerStats {
   int64_t prompt_tokens = 0;  // prompt tokens of admitted requests (counted at first admission)
   int64_t preemptions = 0;
+  // state_snapshots: admissions resumed from a snapshot, and those whose
+  // matched blocks had none at any of their boundaries.
+  int64_t snapshot_hits = 0;
+  int64_t snapshot_misses = 0;
 };
 
 class Scheduler {
@@ -221,6 +242,11 @@ class Scheduler {
   // tokens it can compute, 0 when it cannot run this pass); logits rows.
   std::vector<Sequence*> step_order() const;
   int32_t grant_blocks(Sequence& s, int32_t n, StepPlan& plan);
+  // state_snapshots: the first snapshot boundary (a block count) after the
+  // sequence's computed tokens, 0 when none is left in its known tokens.
+  int32_t next_snapshot_boundary(const Sequence& s) const;
+  // state_snapshots: the matched blocks cut to the longest prefix whose state resume_state restored.
+  void cut_to_snapshot(const Sequence& s, MatchResult& m);
   void assign_logits_rows(StepPlan& plan) const;
   Sequence* preemption_victim(const Sequence& seq,
                               const std::vector<ScheduledChunk>& planned) const;

@@ -1,9 +1,11 @@
 // Which recurrent state slot (KvPool::state, BatchSeq::state_slot) each
-// running sequence of a model with recurrent layers owns. A slot is a
-// sequence's from its first step until it leaves the running set (finished,
-// failed or preempted); a sequence always starts at position 0 (no prefix is
-// reused for such models yet, SchedulerOptions::prefix_reuse), where the
-// kernels ignore what the slot held, so a slot needs no clearing.
+// running sequence of a model with recurrent layers owns: slots
+// [0, n_slots), one per running sequence (the state snapshots' slots come
+// after them, engine/state_snapshots.h). A slot is a sequence's from its
+// admission when it resumes a cached prefix (its snapshot is copied in then,
+// SchedulerHooks::resume_state), else from its first step, until it leaves
+// the running set (finished, failed or preempted). A sequence that starts at
+// position 0 needs no clearing: the kernels ignore what the slot held.
 //
 // Thread: the engine thread only.
 #pragma once

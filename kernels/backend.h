@@ -314,6 +314,22 @@ class Backend {
     (void)pool, (void)s, (void)qkv, (void)g, (void)beta, (void)out, (void)eps;
     PREFIXD_CHECK(false, "this backend has no recurrent layers");
   }
+  // State slots as whole units (prefix reuse for recurrent models: state
+  // snapshots, engine/state_snapshots.h): slot dst := slot src; a slot's
+  // state_floats f32 to or from host memory. Every backend with recurrent
+  // layers implements them.
+  virtual void copy_state_slot(KvPool& pool, int32_t src, int32_t dst) {
+    (void)pool, (void)src, (void)dst;
+    PREFIXD_CHECK(false, "this backend has no recurrent state slots");
+  }
+  virtual void read_state_slot(const KvPool& pool, int32_t slot, float* host_dst) {
+    (void)pool, (void)slot, (void)host_dst;
+    PREFIXD_CHECK(false, "this backend has no recurrent state slots");
+  }
+  virtual void write_state_slot(KvPool& pool, int32_t slot, const float* host_src) {
+    (void)pool, (void)slot, (void)host_src;
+    PREFIXD_CHECK(false, "this backend has no recurrent state slots");
+  }
   // In place over n rows of n_heads: alpha := softplus(alpha + dt_bias) · a,
   // beta := sigmoid(beta). dt_bias, a (n_heads) f32.
   virtual void delta_gates(float* alpha, float* beta, const float* dt_bias, const float* a, int64_t n,

@@ -1,6 +1,7 @@
-// qwen35 (Qwen3.5's Gated DeltaNet hybrid) through the real daemon: until the
-// cache stores recurrent state snapshots, a cached prefix is never resumed
-// without its state. A repeated prompt is a counted miss (device misses grow,
+// qwen35 (Qwen3.5's Gated DeltaNet hybrid) through the real daemon without
+// state snapshots (--state-snapshots 0; with them:
+// test_daemon_qwen35_snapshots): a cached prefix is never resumed without
+// its state. A repeated prompt is a counted miss (device misses grow,
 // hits do not, cached_tokens 0) and gives the first answer bit for bit, and
 // two prompts sharing a prefix, run one after the other and then in the
 // opposite order, answer the same each time (each sequence's own state slot).
@@ -28,7 +29,7 @@ int64_t device_figure(httplib::Client& c, const char* name) {
 
 TEST_CASE("qwen35: a repeated prompt is a counted miss and answers the same, bit for bit") {
   auto d = start_or_fail({"--model", shared_path("models/rand-qwen35-bf16.gguf"), "--threads", "2",
-                          "--block-size", "16", "--kv-dtype", "f32"});
+                          "--block-size", "16", "--kv-dtype", "f32", "--state-snapshots", "0"});
   auto c = d->client();
   std::vector<int32_t> first = tokens(1, 300, true);
   std::vector<int32_t> second = first;

@@ -86,6 +86,37 @@ void render_tokens(const StatsSnapshot& s, const BuildInfo& build, std::string* 
   sample(out, "prefixd_generated_tokens_total", "", s.generated_tokens);
   tier_family(out, "prefixd_evictions_total", "counter", "Blocks evicted, by tier.", s,
               &TierFigures::evictions, kDeviceTier | kHostTier | kDiskTier);
+  if (s.snapshot_slots > 0) {
+    // Recurrent models only: their state snapshots in the device pool.
+    header(out, "prefixd_state_snapshot_slots", "gauge", "Device state snapshot slots.");
+    sample(out, "prefixd_state_snapshot_slots", "", s.snapshot_slots);
+    header(out, "prefixd_state_snapshots_stored", "gauge", "Device state snapshots held.");
+    sample(out, "prefixd_state_snapshots_stored", "", s.snapshots_stored);
+    header(out, "prefixd_state_snapshot_hits_total", "counter",
+           "Requests resumed from a state snapshot at the end of their cached prefix.");
+    sample(out, "prefixd_state_snapshot_hits_total", "", s.snapshot_hits);
+    header(out, "prefixd_state_snapshot_misses_total", "counter",
+           "Requests with cached blocks but no state snapshot at any of their boundaries.");
+    sample(out, "prefixd_state_snapshot_misses_total", "", s.snapshot_misses);
+    header(out, "prefixd_state_snapshots_taken_total", "counter", "State snapshots stored.");
+    sample(out, "prefixd_state_snapshots_taken_total", "", s.snapshots_taken);
+    header(out, "prefixd_state_snapshot_evictions_total", "counter",
+           "State snapshots evicted, by reason (lru: for a newer one; block: with their block).");
+    sample(out, "prefixd_state_snapshot_evictions_total", "reason=\"lru\"", s.snapshot_evictions);
+    sample(out, "prefixd_state_snapshot_evictions_total", "reason=\"block\"", s.snapshots_dropped);
+    header(out, "prefixd_state_snapshot_bytes_total", "counter",
+           "State bytes copied into snapshots (taken) and out of them (restored).");
+    sample(out, "prefixd_state_snapshot_bytes_total", "direction=\"taken\"", s.snapshot_bytes_taken);
+    sample(out, "prefixd_state_snapshot_bytes_total", "direction=\"restored\"", s.snapshot_bytes_restored);
+    header(out, "prefixd_state_snapshot_tier_hits_total", "counter",
+           "State snapshot hits restored from the tiers below the device (host, disk, remote).");
+    sample(out, "prefixd_state_snapshot_tier_hits_total", "", s.snapshot_tier_hits);
+    header(out, "prefixd_state_snapshot_tier_rejected_total", "counter",
+           "State snapshots found in the tiers but refused by a check (counted as misses).");
+    sample(out, "prefixd_state_snapshot_tier_rejected_total", "", s.snapshot_tier_rejected);
+    header(out, "prefixd_state_snapshots_offloaded_total", "counter", "State snapshots handed to the tiers.");
+    sample(out, "prefixd_state_snapshots_offloaded_total", "", s.snapshots_offloaded);
+  }
 }
 
 // What moves between the device and the tiers below it, and their sizes.

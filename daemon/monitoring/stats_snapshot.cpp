@@ -109,6 +109,18 @@ StatsSnapshot read_stats(Engine& engine, const TierManager* tiers) {
   s.generated_tokens = es.generated_tokens;
   s.running = es.running;
   s.waiting = es.waiting;
+  s.snapshot_slots = es.snapshot_slots;
+  s.snapshots_stored = es.snapshots_stored;
+  s.snapshot_hits = es.snapshot_hits;
+  s.snapshot_misses = es.snapshot_misses;
+  s.snapshots_taken = es.snapshots_taken;
+  s.snapshot_evictions = es.snapshot_evictions;
+  s.snapshots_dropped = es.snapshots_dropped;
+  s.snapshot_bytes_taken = es.snapshot_bytes_taken;
+  s.snapshot_bytes_restored = es.snapshot_bytes_restored;
+  s.snapshot_tier_hits = es.snapshot_tier_hits;
+  s.snapshot_tier_rejected = es.snapshot_tier_rejected;
+  s.snapshots_offloaded = es.snapshots_offloaded;
   if (tiers) read_tier_stats(tiers->stats(), s);
   // Reused prompt tokens by tier, as the engine counts them (with or without tiers).
   s.device.cached_tokens = es.cached_tokens_device;

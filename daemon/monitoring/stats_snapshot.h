@@ -82,6 +82,21 @@ struct StatsSnapshot {
   int64_t disk_pending_write_bytes = 0;  // gauge: disk writes queued
   LagSummary disk_write_lag;         // since start: queued -> stored (count is a counter)
 
+  // Recurrent models' state snapshots (EngineStats' snapshot_*; all zero
+  // for other models): slots and stored ones (gauges), then counters.
+  int32_t snapshot_slots = 0;
+  int32_t snapshots_stored = 0;
+  int64_t snapshot_hits = 0;
+  int64_t snapshot_misses = 0;
+  int64_t snapshots_taken = 0;
+  int64_t snapshot_evictions = 0;
+  int64_t snapshots_dropped = 0;
+  int64_t snapshot_bytes_taken = 0;
+  int64_t snapshot_bytes_restored = 0;
+  int64_t snapshot_tier_hits = 0;      // of snapshot_hits, restored from the tiers
+  int64_t snapshot_tier_rejected = 0;  // tiers' snapshots refused by a check
+  int64_t snapshots_offloaded = 0;
+
   // Gauges.
   int32_t running = 0;  // requests running in the engine
   int32_t waiting = 0;  // requests waiting for admission or for onboarding

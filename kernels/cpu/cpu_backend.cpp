@@ -235,6 +235,27 @@ void CpuBackend::gather_output_rows(const float* x, float* out, int64_t dim) {
   }
 }
 
+namespace {
+float* state_slot_ptr(const KvPool& pool, int32_t slot) {
+  PREFIXD_CHECK(pool.state != nullptr && slot >= 0 && slot < pool.geom.n_state_slots, "state slot out of range");
+  return pool.state + static_cast<int64_t>(slot) * pool.geom.state_floats;
+}
+}  // namespace
+
+void CpuBackend::copy_state_slot(KvPool& pool, int32_t src, int32_t dst) {
+  if (src == dst) return;
+  std::memcpy(state_slot_ptr(pool, dst), state_slot_ptr(pool, src),
+              static_cast<size_t>(pool.geom.state_floats) * sizeof(float));
+}
+
+void CpuBackend::read_state_slot(const KvPool& pool, int32_t slot, float* host_dst) {
+  std::memcpy(host_dst, state_slot_ptr(pool, slot), static_cast<size_t>(pool.geom.state_floats) * sizeof(float));
+}
+
+void CpuBackend::write_state_slot(KvPool& pool, int32_t slot, const float* host_src) {
+  std::memcpy(state_slot_ptr(pool, slot), host_src, static_cast<size_t>(pool.geom.state_floats) * sizeof(float));
+}
+
 void CpuBackend::copy_block(KvPool& pool, int32_t src, int32_t dst) {
   copy_kv_block(pool, KvBlockIds{src, -1}, KvBlockIds{dst, -1});
 }

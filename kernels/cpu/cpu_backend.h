@@ -164,6 +164,9 @@ class CpuBackend : public Backend {
   void short_conv(KvPool& pool, int32_t layer, const float* bcx, const float* kernel, float* out,
                   int32_t channels, int32_t l_cache) override;
 
+  void copy_state_slot(KvPool& pool, int32_t src, int32_t dst) override;
+  void read_state_slot(const KvPool& pool, int32_t slot, float* host_dst) override;
+  void write_state_slot(KvPool& pool, int32_t slot, const float* host_src) override;
   void copy_block(KvPool& pool, int32_t src, int32_t dst) override;
   void read_block(const KvPool& pool, int32_t block_id, void* host_dst) override;
   bool reads_blocks_concurrently() const override { return true; }

@@ -1,0 +1,165 @@
+// Tests for the state snapshots of recurrent models without a model: the
+// snapshot LRU (engine/state_snapshots.h: free slots first, then the least
+// recently used one; a lookup refreshes; drop() frees a slot), and the
+// scheduler's side (engine/scheduler.h, SchedulerOptions::state_snapshots):
+// prefill chunks end at the snapshot boundaries (every interval, and the
+// last block boundary before the prompt's end), and a sequence resumes from
+// the longest matched prefix whose state resume_state restores, never at
+// its prompt's end.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include <set>
+#include <unordered_set>
+#include <vector>
+
+#include "engine/kv/block_manager.h"
+#include "engine/scheduler.h"
+#include "engine/sequence.h"
+#include "engine/state_snapshots.h"
+
+using namespace prefixd;
+
+namespace {
+
+constexpr int32_t kB = 4;  // tokens per block
+
+SnapshotKey key(uint64_t n) { return SnapshotKey{7, Hash128{n, n * 3}}; }
+
+std::vector<int32_t> tokens(int n, int32_t start) {
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) t[static_cast<size_t>(i)] = start + i;
+  return t;
+}
+
+// The engine's part: snapshots stored by (seed, hash of their last block),
+// "taken" after every chunk that ends at a boundary.
+struct Harness {
+  BlockManager blocks;
+  std::unordered_set<SnapshotKey, SnapshotKeyHasher> stored;
+  std::vector<int32_t> resumed;  // resume_state successes: block counts
+  Scheduler sched;
+  uint64_t next_id = 0;
+
+  Harness(int32_t max_batch_tokens, int32_t interval)
+      : blocks(BlockManagerOptions{64, kB, 4}),
+        sched(SchedulerOptions{kB, max_batch_tokens, 4, 64, false, true, interval}, blocks, hooks()) {}
+
+  SchedulerHooks hooks() {
+    SchedulerHooks h;
+    h.copy_block = [](int32_t, int32_t) {};
+    h.resume_state = [this](const Sequence& s, int32_t n) {
+      if (!stored.count(SnapshotKey{s.namespace_seed, s.hashes[static_cast<size_t>(n) - 1]})) return false;
+      resumed.push_back(n);
+      return true;
+    };
+    return h;
+  }
+
+  // Runs a prompt to its first sampled token; returns each chunk's
+  // (n_computed before, n_tokens, snapshot_blocks).
+  std::vector<std::array<int32_t, 3>> run(std::vector<int32_t> prompt) {
+    auto s = std::make_unique<Sequence>();
+    s->id = ++next_id;
+    s->request.prompt = std::move(prompt);
+    s->request.max_tokens = 1;
+    s->namespace_seed = 7;
+    Sequence* p = s.get();
+    sched.add(std::move(s));
+    sched.admit(Clock::time_point{});
+    std::vector<std::array<int32_t, 3>> chunks;
+    for (int guard = 0; guard < 1000; ++guard) {
+      StepPlan plan = sched.plan_step();
+      REQUIRE(plan.chunks.size() == 1);
+      const ScheduledChunk c = plan.chunks[0];
+      chunks.push_back({p->n_computed, c.n_tokens, c.snapshot_blocks});
+      if (c.snapshot_blocks > 0) stored.insert(SnapshotKey{p->namespace_seed, p->hashes[static_cast<size_t>(c.snapshot_blocks) - 1]});
+      sched.advance(*p, c.n_tokens);
+      if (c.logits_row >= 0) break;
+    }
+    sched.remove(*p);
+    return chunks;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("snapshot LRU: free slots first, then the least recently used; find refreshes; drop frees") {
+  StateSnapshots s(/*first_slot=*/4, /*n_slots=*/2);
+  CHECK(s.find(key(1)) == -1);
+  const int32_t a = s.store(key(1));
+  const int32_t b = s.store(key(2));
+  CHECK(std::set<int32_t>{a, b} == std::set<int32_t>{4, 5});
+  CHECK(s.store(key(1)) == -1);  // already stored: refreshed, nothing to copy
+  CHECK(s.find(key(2)) == b);    // key 1 is now the least recently used
+  const int32_t c = s.store(key(3));
+  CHECK(c == a);
+  CHECK(s.counters.evictions == 1);
+  CHECK(s.find(key(1)) == -1);
+  CHECK(s.find(key(2)) == b);
+  s.drop(key(2));
+  CHECK(s.counters.dropped == 1);
+  CHECK(s.n_stored() == 1);
+  CHECK(s.store(key(4)) == b);  // the dropped one's slot, no eviction
+  CHECK(s.counters.evictions == 1);
+  CHECK(s.counters.taken == 4);
+  StateSnapshots none(4, 0);
+  CHECK(none.store(key(1)) == -1);
+}
+
+TEST_CASE("scheduler: prefill chunks end at snapshot boundaries; a hit resumes from the longest snapshotted prefix") {
+  Harness h(/*max_batch_tokens=*/64, /*interval=*/3);
+  // 30 tokens: 7 full blocks; boundaries at 3 and 6 (interval) and 7 ((30-1)/4).
+  const std::vector<int32_t> p = tokens(30, 100);
+  auto chunks = h.run(p);
+  REQUIRE(chunks.size() == 4);
+  CHECK(chunks[0] == std::array<int32_t, 3>{0, 12, 3});
+  CHECK(chunks[1] == std::array<int32_t, 3>{12, 12, 6});
+  CHECK(chunks[2] == std::array<int32_t, 3>{24, 4, 7});
+  CHECK(chunks[3] == std::array<int32_t, 3>{28, 2, 0});
+  CHECK(h.stored.size() == 3);
+
+  // The same prompt: 7 blocks matched and resumable, the state at 7.
+  chunks = h.run(p);
+  CHECK(h.resumed.back() == 7);
+  CHECK(chunks.front()[0] == 28);
+  CHECK(h.sched.stats().snapshot_hits == 1);
+
+  // Sharing 5 blocks and 2 tokens: resumes at 3, the longest with a snapshot.
+  std::vector<int32_t> q(p.begin(), p.begin() + 22);
+  for (int32_t t : tokens(10, 900)) q.push_back(t);
+  chunks = h.run(q);
+  CHECK(h.resumed.back() == 3);
+  CHECK(chunks.front()[0] == 12);
+  // Its own boundaries from there: 6 (interval) and 7 ((32-1)/4).
+  CHECK(chunks.front() == std::array<int32_t, 3>{12, 12, 6});
+  CHECK(chunks[1] == std::array<int32_t, 3>{24, 4, 7});
+
+  // A prompt ending exactly on a block boundary (8 blocks) resumes at 7.
+  std::vector<int32_t> r(p.begin(), p.begin() + 28);
+  for (int32_t t : tokens(4, 500)) r.push_back(t);
+  h.run(r);
+  chunks = h.run(r);
+  CHECK(h.resumed.back() == 7);
+  CHECK(chunks.front()[0] == 28);
+
+  // Shorter than a block: one chunk, no boundary, no hit.
+  const int64_t hits = h.sched.stats().snapshot_hits;
+  chunks = h.run(tokens(3, 7));
+  CHECK(chunks.size() == 1);
+  CHECK(chunks[0] == std::array<int32_t, 3>{0, 3, 0});
+  chunks = h.run(tokens(3, 7));
+  CHECK(h.sched.stats().snapshot_hits == hits);
+}
+
+TEST_CASE("scheduler: matched blocks without a snapshot are a counted miss, computed from 0") {
+  Harness h(64, /*interval=*/0);
+  const std::vector<int32_t> p = tokens(30, 100);
+  h.run(p);  // snapshot at 7 only
+  std::vector<int32_t> q(p.begin(), p.begin() + 20);  // 5 blocks shared, none snapshotted
+  for (int32_t t : tokens(10, 900)) q.push_back(t);
+  auto chunks = h.run(q);
+  CHECK(chunks.front()[0] == 0);
+  CHECK(h.sched.stats().snapshot_misses == 1);
+  CHECK(h.sched.stats().snapshot_hits == 0);
+}
