@@ -32,6 +32,10 @@ struct Request {
   std::vector<std::string> stop;        // stop strings (text)
   bool ignore_eos = false;
   std::string cache_salt;               // tenant isolation of cached blocks
+  // Prompt lengths (token counts) the caller marked as prefixes to reuse
+  // (`cache_control` breakpoints): a model with recurrent layers snapshots
+  // its state at the last block boundary at or before each.
+  std::vector<int32_t> reuse_positions;
   bool return_logits = false;           // attach each sampled position's logits to its event
   LogprobsOptions logprobs;             // token log-probabilities on the events (engine/logprobs.h)
 };

@@ -314,22 +314,24 @@ StepPlan Scheduler::plan_step() {
   return plan;
 }
 
-// Boundaries: every snapshot_interval_blocks blocks, and the prompt's last
-// resumable one, the last block boundary before its end ((n_prompt - 1) / B:
-// its last full block, or the one before when the prompt ends on a
-// boundary, as a resume never starts at the prompt's end). Generated tokens
-// get none.
+// Boundaries: every snapshot_interval_blocks blocks, the last block boundary
+// at or before each of the request's reuse positions (its `cache_control`
+// breakpoints), and the prompt's last resumable one, the last block boundary
+// before its end ((n_prompt - 1) / B: its last full block, or the one before
+// when the prompt ends on a boundary, as a resume never starts at the
+// prompt's end). Generated tokens get none.
 int32_t Scheduler::next_snapshot_boundary(const Sequence& s) const {
   const int32_t B = options_.block_size;
   const int32_t n_full = (s.n_prompt - 1) / B;
   const int32_t after = s.n_computed / B + 1;  // the first block count past n_computed
   int32_t best = 0;
+  auto consider = [&](int32_t b) {
+    if (b >= after && b <= n_full && (best == 0 || b < best)) best = b;
+  };
   const int32_t I = options_.snapshot_interval_blocks;
-  if (I > 0) {
-    const int32_t b = (after + I - 1) / I * I;
-    if (b <= n_full) best = b;
-  }
-  if (n_full >= after && (best == 0 || n_full < best)) best = n_full;
+  if (I > 0) consider((after + I - 1) / I * I);
+  for (int32_t pos : s.request.reuse_positions) consider(pos / B);
+  consider(n_full);
   return best;
 }
 

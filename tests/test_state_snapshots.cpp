@@ -2,8 +2,9 @@
 // snapshot LRU (engine/state_snapshots.h: free slots first, then the least
 // recently used one; a lookup refreshes; drop() frees a slot), and the
 // scheduler's side (engine/scheduler.h, SchedulerOptions::state_snapshots):
-// prefill chunks end at the snapshot boundaries (every interval, and the
-// last block boundary before the prompt's end), and a sequence resumes from
+// prefill chunks end at the snapshot boundaries (every interval, the
+// request's reuse positions, and the last block boundary before the
+// prompt's end), and a sequence resumes from
 // the longest matched prefix whose state resume_state restores, never at
 // its prompt's end.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
@@ -58,10 +59,11 @@ struct Harness {
 
   // Runs a prompt to its first sampled token; returns each chunk's
   // (n_computed before, n_tokens, snapshot_blocks).
-  std::vector<std::array<int32_t, 3>> run(std::vector<int32_t> prompt) {
+  std::vector<std::array<int32_t, 3>> run(std::vector<int32_t> prompt, std::vector<int32_t> reuse_positions = {}) {
     auto s = std::make_unique<Sequence>();
     s->id = ++next_id;
     s->request.prompt = std::move(prompt);
+    s->request.reuse_positions = std::move(reuse_positions);
     s->request.max_tokens = 1;
     s->namespace_seed = 7;
     Sequence* p = s.get();
@@ -150,6 +152,25 @@ TEST_CASE("scheduler: prefill chunks end at snapshot boundaries; a hit resumes f
   CHECK(chunks[0] == std::array<int32_t, 3>{0, 3, 0});
   chunks = h.run(tokens(3, 7));
   CHECK(h.sched.stats().snapshot_hits == hits);
+}
+
+TEST_CASE("scheduler: a request's reuse positions (cache breakpoints) are snapshot boundaries") {
+  Harness h(/*max_batch_tokens=*/64, /*interval=*/0);
+  // 30 tokens marked at 10 and 21: boundaries at 2 and 5 (the block
+  // boundaries at or before them) and 7 ((30-1)/4).
+  const std::vector<int32_t> p = tokens(30, 100);
+  auto chunks = h.run(p, {10, 21});
+  REQUIRE(chunks.size() == 4);
+  CHECK(chunks[0] == std::array<int32_t, 3>{0, 8, 2});
+  CHECK(chunks[1] == std::array<int32_t, 3>{8, 12, 5});
+  CHECK(chunks[2] == std::array<int32_t, 3>{20, 8, 7});
+  CHECK(chunks[3] == std::array<int32_t, 3>{28, 2, 0});
+  // The marked 21 tokens with another question: resumes at 5 blocks.
+  std::vector<int32_t> q(p.begin(), p.begin() + 21);
+  for (int32_t t : tokens(9, 900)) q.push_back(t);
+  chunks = h.run(q);
+  CHECK(h.resumed.back() == 5);
+  CHECK(chunks.front()[0] == 20);
 }
 
 TEST_CASE("scheduler: matched blocks without a snapshot are a counted miss, computed from 0") {

@@ -252,6 +252,7 @@ ApiResult<MessagesRequest> validate_messages(const json& body, const ModelInfo& 
   m.request.max_tokens = static_cast<int32_t>(max_tokens);
   m.breakpoints = place_breakpoints(*model.chat_template, *model.tokenizer, conv.messages,
                                     conv.marks, m.request.prompt);
+  for (const CacheBreakpoint& bp : m.breakpoints) m.request.reuse_positions.push_back(bp.position_tokens);
   return m;
 }
 
