@@ -53,6 +53,17 @@ Status EngineOptions::validate(const ModelConfig& model, bool window_group) cons
     return Status::error("window share " + std::to_string(window_share) + " is out of range (0..0.95)");
   }
   const KvGeometry g = pool_geometry(model, window_group);
+  const size_t state_bytes = static_cast<size_t>(g.n_state_slots) * g.state_floats * sizeof(float);
+  if (g.n_blocks < 2 && state_bytes > 0) {
+    return Status::error("KV pool of " + std::to_string(kv_pool_bytes) + " bytes holds " +
+                         std::to_string(g.n_blocks) + " blocks of " + std::to_string(g.global_block_bytes()) +
+                         " bytes after the recurrent state: " + std::to_string(g.n_state_slots) + " slots of " +
+                         std::to_string(g.state_floats * sizeof(float)) + " bytes (one per running sequence, " +
+                         std::to_string(max_running) + ", and " + std::to_string(g.n_state_slots - max_running) +
+                         " snapshots) take " + std::to_string(state_bytes) +
+                         "; at least 2 blocks are needed (raise --kv-pool-mib, or lower --max-concurrent or "
+                         "--state-snapshots)");
+  }
   if (g.n_blocks < 2) {
     return Status::error("KV pool of " + std::to_string(kv_pool_bytes) + " bytes holds " +
                          std::to_string(g.n_blocks) + " blocks of " + std::to_string(g.global_block_bytes()) +
