@@ -10,7 +10,7 @@
 
 // Contraction off for the whole file: a fused multiply-add rounds differently
 // from a multiply then an add, and results must not depend on how this file
-// was compiled (baseline, a target clone, another architecture).
+// was compiled (the x86-64 baseline, another architecture).
 #pragma GCC optimize("fp-contract=off")
 
 namespace prefixd::cpu::delta_net {
@@ -22,14 +22,16 @@ constexpr int32_t kMaxConvWidth = 16;
 float silu(float z) { return z / (1.0f + std::exp(-z)); }
 
 // 16 floats as one value of GCC's vector extension: lane l of an operation is
-// the scalar operation on lane l, whatever registers the compiler picks (one
-// zmm, two ymm, four xmm), so every build computes the same bits.
+// the scalar operation on lane l, whatever registers the compiler picks (four
+// xmm in the baseline x86-64 build this file gets: ISA-specific code lives
+// only in the sets' folders, tests/scripts/test_cpu_isa_isolation.sh), so
+// every build computes the same bits.
 using F16x = float __attribute__((vector_size(64)));
 constexpr int32_t kLanes = 16;
 
-// The helpers below are always inlined into each clone of rule_step, so no
-// call passes a vector between code built for different registers (what
-// -Wpsabi warns of for their signatures).
+// The helpers below are always inlined, so no call passes a 64-byte vector
+// (what -Wpsabi warns of for their signatures: the baseline build passes
+// them in memory, an AVX-512 build would not).
 #pragma GCC diagnostic ignored "-Wpsabi"
 
 [[gnu::always_inline]] inline F16x load(const float* p) {
@@ -179,11 +181,6 @@ constexpr int32_t kTileRows = 8;
 
 }  // namespace
 
-// The x86 clones do the same lane operations (and contraction is off), so
-// every clone computes the same bits.
-#if defined(__x86_64__)
-__attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
 void rule_step(float* state, const float* q, const float* k, const float* v, float g, float beta,
                float scale, float* out, int32_t d_k, int32_t d_v) {
   const float decay = std::exp(g);
@@ -192,9 +189,6 @@ void rule_step(float* state, const float* q, const float* k, const float* v, flo
   }
 }
 
-#if defined(__x86_64__)
-__attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
 void rule_steps(float* state, const float* q, const float* k, int64_t qk_stride, const float* v,
                 int64_t v_stride, const float* g, const float* beta, int64_t gb_stride, float scale,
                 float* out, int64_t out_stride, int64_t n, int32_t d_k, int32_t d_v) {

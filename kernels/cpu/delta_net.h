@@ -4,8 +4,8 @@
 // CPU backend's recurrent ops (delta_net_ops.cpp) run them over a batch; the
 // unit tests compare each with an F64 reference. No per-set variants: the
 // rule and the convolution work on 16-float values of GCC's vector extension
-// (rule_step and rule_steps have avx512f/avx2 clones), whose lanes do the scalar operations
-// in a fixed order, so every set and build computes the same bits. The rule
+// (four SSE registers in the baseline build), whose lanes do the scalar
+// operations in a fixed order, so every set and build computes the same bits. The rule
 // costs about 4·d_k·d_v flops per value head and token, a few % of a token's
 // matrix products at Qwen3.5-0.8B's shape, but with one accumulator per dot
 // product it ran at one add per 4 cycles: 48 % of a 512-token prefill there
