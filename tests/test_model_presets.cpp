@@ -141,6 +141,21 @@ Hash128 fp_of(const std::vector<uint8_t>& bytes) {
   return compute_model_fingerprint(**f);
 }
 
+// A 40-token prompt whole and split at a block edge + 1: the same logits,
+// bit for bit, all finite.
+void check_split_equals_whole(const Model& model) {
+  std::vector<int32_t> ids = {1};
+  for (int32_t i = 1; i < 40; ++i) ids.push_back(3 + (i * 37) % 1000);
+  prefixd::testing::SequenceRunner whole(model, DType::BF16, 41);
+  const std::vector<float> a = whole.run(ids, 0, false);
+  prefixd::testing::SequenceRunner split(model, DType::BF16, 41);
+  split.run(std::vector<int32_t>(ids.begin(), ids.begin() + 17), 0, false);
+  const std::vector<float> b = split.run(std::vector<int32_t>(ids.begin() + 17, ids.end()), 17, false);
+  REQUIRE(a.size() == b.size());
+  CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+  for (float v : a) REQUIRE(std::isfinite(v));
+}
+
 }  // namespace
 
 TEST_CASE("preset_spec knows the three presets and refuses others") {
@@ -284,17 +299,7 @@ TEST_CASE("lfm2 presets: LFM2-350M's layer kinds, and lfm2-tiny writes a file th
   uint64_t file_bytes = 0;
   for (const GgufTensorInfo& t : (*f)->tensors()) file_bytes += t.n_bytes;
   CHECK(preset_tensor_bytes(*preset_spec("lfm2-tiny"), WeightType::BF16) == file_bytes);
-  // Whole and split at a block edge + 1: the same logits, bit for bit.
-  std::vector<int32_t> ids = {1};
-  for (int32_t i = 1; i < 40; ++i) ids.push_back(3 + (i * 37) % 1000);
-  prefixd::testing::SequenceRunner whole(**model, DType::BF16, 41);
-  const std::vector<float> a = whole.run(ids, 0, false);
-  prefixd::testing::SequenceRunner split(**model, DType::BF16, 41);
-  split.run(std::vector<int32_t>(ids.begin(), ids.begin() + 17), 0, false);
-  const std::vector<float> b = split.run(std::vector<int32_t>(ids.begin() + 17, ids.end()), 17, false);
-  REQUIRE(a.size() == b.size());
-  CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
-  for (float v : a) REQUIRE(std::isfinite(v));
+  check_split_equals_whole(**model);
   std::filesystem::remove_all(dir);
 }
 
@@ -535,16 +540,6 @@ TEST_CASE("qwen35 presets: Qwen3.5-0.8B's layer kinds, and qwen35-tiny writes a 
   uint64_t file_bytes = 0;
   for (const GgufTensorInfo& t : (*f)->tensors()) file_bytes += t.n_bytes;
   CHECK(preset_tensor_bytes(*preset_spec("qwen35-tiny"), WeightType::BF16) == file_bytes);
-  // Whole and split at a block edge + 1: the same logits, bit for bit.
-  std::vector<int32_t> ids = {1};
-  for (int32_t i = 1; i < 40; ++i) ids.push_back(3 + (i * 37) % 1000);
-  prefixd::testing::SequenceRunner whole(**model, DType::BF16, 41);
-  const std::vector<float> a = whole.run(ids, 0, false);
-  prefixd::testing::SequenceRunner split(**model, DType::BF16, 41);
-  split.run(std::vector<int32_t>(ids.begin(), ids.begin() + 17), 0, false);
-  const std::vector<float> b = split.run(std::vector<int32_t>(ids.begin() + 17, ids.end()), 17, false);
-  REQUIRE(a.size() == b.size());
-  CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
-  for (float v : a) REQUIRE(std::isfinite(v));
+  check_split_equals_whole(**model);
   std::filesystem::remove_all(dir);
 }
