@@ -181,8 +181,14 @@ class Engine::Impl {
         onboard_policy_(OnboardPolicyOptions{tiers ? tiers->record_bytes() : 1}) {
     if (tiers_ || window_ || snapshots_) {
       blocks_.set_on_evict([this](int32_t block_id, const BlockMeta& meta) {
-        // A snapshot goes with the block it ends at.
-        if (snapshots_) snapshots_->drop(SnapshotKey{meta.namespace_seed, meta.hash});
+        // A snapshot goes with the block it ends at (down to evict-only
+        // tiers with it: write-through ones have it already).
+        if (snapshots_) {
+          const SnapshotKey key{meta.namespace_seed, meta.hash};
+          if (tiers_ && tiers_->write_policy() != WritePolicy::kWriteThrough && snapshots_->contains(key))
+            offload_snapshot(key, snapshots_->find(key), OffloadReason::kEvicted);
+          snapshots_->drop(key);
+        }
         // A block that lost its window part went down when it did (below).
         if (tiers_ && (!window_ || window_->of(block_id) >= 0)) {
           offload_block(block_id, meta.namespace_seed, meta.hash, meta.parent_hash, meta.tokens,
@@ -305,14 +311,7 @@ class Engine::Impl {
     const uint64_t ns_seed = namespace_seed_for(salt);
     std::vector<BlockHash> hashes = hash_blocks(prompt, opts_.block_size, ns_seed);
     MatchResult m = blocks_.match(ns_seed, hashes, prompt);
-    if (snapshots_) {
-      // What a request would resume from: the longest match short of the
-      // prompt's end that ends at a snapshot (the tiers hold no state yet).
-      int32_t k = std::min(m.n_ready(), (r.prompt_tokens - 1) / opts_.block_size);
-      while (k > 0 && !snapshots_->contains(SnapshotKey{ns_seed, hashes[static_cast<size_t>(k) - 1]})) --k;
-      r.device_tokens = std::max(k, 0) * opts_.block_size;
-      return r;
-    }
+    if (snapshots_) return lookup_with_state(ns_seed, hashes, prompt, m, r);
     if (window_) m.block_ids.resize(static_cast<size_t>(window_->usable_prefix(m.block_ids, r.prompt_tokens)));
     r.device_tokens = m.n_ready() * opts_.block_size;
     if (tiers_ && m.n_ready() < static_cast<int32_t>(hashes.size())) {
@@ -327,6 +326,44 @@ class Engine::Impl {
     }
     return r;
   }
+
+  // lookup_now for a recurrent model: what a request would resume from, as
+  // the scheduler chooses it (offer_state_below, cut_to_snapshot): the pool's
+  // match and the host/disk chain after it up to the longest that ends at a
+  // snapshot, else the longest pool match that ends at one. Short of the
+  // prompt's end. The remote tier is not asked (remote_keys stays empty): a
+  // recurrent chain from there counts only once a request onboards it.
+  LookupResult lookup_with_state(uint64_t ns_seed, const std::vector<BlockHash>& hashes,
+                                 const std::vector<int32_t>& prompt, const MatchResult& m, LookupResult r) const {
+    const int32_t B = opts_.block_size;
+    const int32_t last = (r.prompt_tokens - 1) / B;
+    const int32_t d = std::min(m.n_ready(), std::max(last, 0));
+    auto has_local_state = [&](int32_t k) {
+      const BlockHash& h = hashes[static_cast<size_t>(k) - 1];
+      return snapshots_->contains(SnapshotKey{ns_seed, h}) ||
+             (tiers_ != nullptr && tiers_->has_local_snapshot(BlockKey{ns_seed, h}, state_bytes()));
+    };
+    int32_t n = 0;
+    ChainLookup below;
+    if (tiers_ && d < last) {
+      below = tiers_->lookup_chain(chain_query(ns_seed, hashes, prompt, d, last));
+      n = below.n_blocks;
+      while (n > 0 && !has_local_state(d + n)) --n;
+    }
+    if (n > 0) {
+      r.device_tokens = d * B;
+      const auto host = std::count(below.tiers.begin(), below.tiers.begin() + n, StorageTier::kHost);
+      r.host_tokens = static_cast<int32_t>(host) * B;
+      r.disk_tokens = n * B - r.host_tokens;
+      return r;
+    }
+    int32_t k = d;
+    while (k > 0 && !has_local_state(k)) --k;
+    r.device_tokens = k * B;
+    return r;
+  }
+
+  size_t state_bytes() const { return static_cast<size_t>(pool_.geom.state_floats) * sizeof(float); }
 
   ChainKeys chain_keys(const std::vector<int32_t>& prompt, const std::string& salt) const {
     ChainKeys k;
@@ -570,6 +607,15 @@ class Engine::Impl {
                           opts_.deployment_secret, salt);
   }
 
+  // Whether a snapshot keyed by the chain hash `hash` is on the device or in
+  // the tiers (SchedulerHooks::has_state; TierManager::has_snapshot's
+  // checks: in memory for host and disk, a probe of the remote tier).
+  bool has_state(uint64_t ns_seed, const BlockHash& hash) const {
+    if (snapshots_->contains(SnapshotKey{ns_seed, hash})) return true;
+    return tiers_ != nullptr &&
+           tiers_->has_snapshot(BlockKey{ns_seed, hash}, static_cast<size_t>(pool_.geom.state_floats) * sizeof(float));
+  }
+
   // The scheduler's resume_state hook: the state after the sequence's first
   // n_blocks blocks into its slot, from a device snapshot or the tiers.
   bool resume_state(const Sequence& s, int32_t n_blocks) {
@@ -584,31 +630,38 @@ class Engine::Impl {
     return true;
   }
 
+  // The scheduler's offer hook: what the tiers hold of blocks [from, to) and
+  // whether onboarding them beats recomputing them.
+  TierOffer tier_offer(const Sequence& s, int32_t from, int32_t to) {
+    TierOffer offer;
+    ChainLookup below = tiers_->lookup_chain(chain_query(s.namespace_seed, s.hashes, s.tokens, from, to));
+    // Blocks the remote tier may hold count as restorable: asking costs
+    // one round trip, and a miss only means computing them after all.
+    const int32_t n_offered = below.n_blocks + below.n_remote_candidates;
+    if (n_offered == 0) return offer;
+    OnboardDecision d = onboard_policy_.choose_chain(ChainTiers{below.n_host, below.n_disk, below.n_remote_candidates},
+                                                     static_cast<int64_t>(n_offered) * opts_.block_size);
+    if (opts_.onboard_mode == EngineOptions::OnboardMode::kAlways) d.choice = OnboardChoice::kOnboard;
+    if (opts_.onboard_mode == EngineOptions::OnboardMode::kNever) d.choice = OnboardChoice::kRecompute;
+    // Recomputing blocks nobody is known to hold is just a cold prompt.
+    if (d.choice == OnboardChoice::kRecompute && below.n_blocks == 0) return offer;
+    offer.n_blocks = n_offered;
+    offer.onboard = d.choice == OnboardChoice::kOnboard;
+    return offer;
+  }
+
   // What the scheduler asks of the backend and the tiers.
   SchedulerHooks scheduler_hooks() {
     SchedulerHooks h;
     h.copy_block = [this](int32_t src, int32_t dst) { backend_.copy_kv_block(pool_, kv_ids(src), kv_ids(dst)); };
     if (snapshots_) {
       h.resume_state = [this](const Sequence& s, int32_t n_blocks) { return resume_state(s, n_blocks); };
+      h.has_state = [this](const Sequence& s, int32_t n_blocks) {
+        return has_state(s.namespace_seed, s.hashes[static_cast<size_t>(n_blocks) - 1]);
+      };
     }
     if (tiers_ == nullptr) return h;
-    h.offer = [this](const Sequence& s, int32_t from, int32_t to) {
-      TierOffer offer;
-      ChainLookup below = tiers_->lookup_chain(chain_query(s.namespace_seed, s.hashes, s.tokens, from, to));
-      // Blocks the remote tier may hold count as restorable: asking costs
-      // one round trip, and a miss only means computing them after all.
-      const int32_t n_offered = below.n_blocks + below.n_remote_candidates;
-      if (n_offered == 0) return offer;
-      OnboardDecision d = onboard_policy_.choose_chain(ChainTiers{below.n_host, below.n_disk, below.n_remote_candidates},
-                                                static_cast<int64_t>(n_offered) * opts_.block_size);
-      if (opts_.onboard_mode == EngineOptions::OnboardMode::kAlways) d.choice = OnboardChoice::kOnboard;
-      if (opts_.onboard_mode == EngineOptions::OnboardMode::kNever) d.choice = OnboardChoice::kRecompute;
-      // Recomputing blocks nobody is known to hold is just a cold prompt.
-      if (d.choice == OnboardChoice::kRecompute && below.n_blocks == 0) return offer;
-      offer.n_blocks = n_offered;
-      offer.onboard = d.choice == OnboardChoice::kOnboard;
-      return offer;
-    };
+    h.offer = [this](const Sequence& s, int32_t from, int32_t to) { return tier_offer(s, from, to); };
     h.onboard = [this](const Sequence& s, int32_t from, int32_t to) {
       tiers_->request_onboard(s.id, chain_query(s.namespace_seed, s.hashes, s.tokens, from, to));
     };

@@ -106,16 +106,20 @@ bool Scheduler::try_admit(Sequence& s, Clock::time_point now) {
   extend_block_hashes(s.hashes, s.tokens, B, s.namespace_seed);
   const bool whole_prompt = s.wants_prompt_logits();
   MatchResult m = match_prefix(s, whole_prompt);
-  if (options_.state_snapshots) cut_to_snapshot(s, m);
+  // Below the device: the chain's continuation in host RAM, on disk or in the
+  // remote tier (a recurrent model's only up to a snapshot the tiers or the
+  // device hold; without one, the pool's match ends at its own snapshot).
+  const char* path = "none";
+  int32_t n_below = 0;
+  if (options_.state_snapshots && !whole_prompt) n_below = offer_state_below(s, m, &path);
+  if (options_.state_snapshots && n_below == 0) cut_to_snapshot(s, m);
   const int32_t k = m.n_ready();
   // In-flight coalescing: another sequence is computing our next block.
   if (k < n_full && !whole_prompt && options_.prefix_reuse) {
     auto it = inflight_.find(s.hashes[k]);
     if (it != inflight_.end() && it->second != s.id) return false;
   }
-  // Below the device: the chain's continuation in host RAM or on disk.
-  const char* path = "none";
-  int32_t n_below = whole_prompt || !options_.prefix_reuse ? 0 : offer_below(s, k, n_full, &path);
+  if (!whole_prompt && options_.prefix_reuse) n_below = offer_below(s, k, n_full, &path);
   if (!whole_prompt) blocks_.count_lookup(k, n_full - k);
   // Take the matched blocks first: acquiring them takes them off the LRU,
   // which shrinks what an allocation may evict.
@@ -172,9 +176,45 @@ void Scheduler::onboarded(Sequence& s, int32_t n_onboarded, int32_t n_from_host,
     s.block_table.resize(static_cast<size_t>(k + v));
   }
   s.n_computed = (k + v) * options_.block_size;
-  s.cache.onboarded(v, n_from_host, n_from_remote);
+  // Every onboarded block enters the index, also those a recurrent model
+  // resumes short of (their K/V is exact; only the state is missing there).
   publish_full_blocks(s);
-  start_running(s, k, v);
+  int32_t n_device = k;
+  if (options_.state_snapshots) {
+    const int32_t r = resume_after_onboard(s, k + v);
+    for (int32_t i = k + v - 1; i >= r; --i) release_block(s, i);
+    s.block_table.resize(static_cast<size_t>(r));
+    s.n_published = r;
+    s.n_computed = r * options_.block_size;
+    n_device = std::min(k, r);
+    v = r - n_device;
+  }
+  s.cache.onboarded(v, n_from_host, n_from_remote);
+  start_running(s, n_device, v);
+}
+
+int32_t Scheduler::offer_state_below(const Sequence& s, const MatchResult& m, const char** path) {
+  const int32_t last = (static_cast<int32_t>(s.tokens.size()) - 1) / options_.block_size;
+  const int32_t d = m.n_ready();
+  if (!hooks_.offer || d >= last) return 0;
+  int32_t n = offer_below(s, d, last, path);
+  while (n > 0 && !hooks_.has_state(s, d + n)) --n;
+  // Room for them and one more block even after the pool's d matched blocks
+  // leave the LRU (try_admit's own check comes after they are taken, too
+  // late to fall back to the pool's snapshot).
+  if (n > 0 && !blocks_.can_allocate(d + n + 1)) return 0;
+  return n;
+}
+
+// The longest prefix the state can be resumed at, from the onboarded chain's
+// end down (the tiers may have lost the snapshot they had at admission; the
+// pool's blocks before the onboarded ones may have one of their own).
+int32_t Scheduler::resume_after_onboard(const Sequence& s, int32_t n_blocks) {
+  int32_t r = n_blocks;
+  while (r > 0 && !hooks_.resume_state(s, r)) --r;
+  stats_.snapshot_hits += r > 0 ? 1 : 0;
+  stats_.snapshot_misses += r == 0 ? 1 : 0;
+  return r;
 }
 
 // A recurrent model resumes after k blocks only with the state there, and

@@ -36,14 +36,18 @@ struct SchedulerOptions {
   int32_t max_prompt_logits_rows = 64;
   // false for a model with recurrent layers (qwen35): a cached prefix is of
   // no use without the recurrent state at its end, so the plain block match
-  // (and in-flight coalescing, and the tiers' offer) is off for it. Such a
-  // model resumes a prefix only through state snapshots (state_snapshots).
+  // (and in-flight coalescing, and the plain tiers' offer) is off for it. Such
+  // a model resumes a prefix only through state snapshots (state_snapshots).
   bool prefix_reuse = true;
   // A recurrent model with snapshot slots (engine/state_snapshots.h): a hit
-  // is the longest matched prefix of k blocks (k*block_size below the known
-  // tokens' count) whose state SchedulerHooks::resume_state restores, and
-  // prefill chunks end at snapshot boundaries (ScheduledChunk::snapshot_blocks):
-  // every snapshot_interval_blocks blocks (0: none) and the last block
+  // is the longest prefix of k blocks (k*block_size below the known tokens'
+  // count) whose state SchedulerHooks::resume_state restores, its blocks
+  // matched in the pool or, when the tiers offer them and a snapshot ends
+  // there (SchedulerHooks::has_state), onboarded after the pool's match (the
+  // state is restored once they arrive, cut back to the longest onboarded
+  // prefix that still has one); prefill chunks end at snapshot boundaries
+  // (ScheduledChunk::snapshot_blocks): every snapshot_interval_blocks blocks
+  // (0: none), each of the request's reuse positions, and the last block
   // boundary before the prompt's end ((n_prompt - 1) / block_size blocks).
   bool state_snapshots = false;
   int32_t snapshot_interval_blocks = 0;
@@ -79,6 +83,10 @@ struct SchedulerHooks {
   // its first n_blocks blocks (a snapshot keyed by seq.hashes[n_blocks - 1]);
   // false when there is none. Required with state_snapshots.
   std::function<bool(const Sequence& seq, int32_t n_blocks)> resume_state;
+  // state_snapshots with tiers: whether resume_state(seq, n_blocks) would
+  // find a snapshot (on the device or in the tiers), without restoring it.
+  // Required with state_snapshots and `offer`.
+  std::function<bool(const Sequence& seq, int32_t n_blocks)> has_state;
 };
 
 // One sequence's share of a forward pass: its known tokens
@@ -247,6 +255,14 @@ class Scheduler {
   int32_t next_snapshot_boundary(const Sequence& s) const;
   // state_snapshots: the matched blocks cut to the longest prefix whose state resume_state restored.
   void cut_to_snapshot(const Sequence& s, MatchResult& m);
+  // state_snapshots with tiers: how many blocks after the pool's match `m`
+  // to onboard (0: none), the longest run the tiers offer that ends at a
+  // snapshot has_state finds. *path as offer_below sets it.
+  int32_t offer_state_below(const Sequence& s, const MatchResult& m, const char** path);
+  // state_snapshots: after onboarding, the state of the longest prefix of the
+  // first n_blocks blocks that resume_state restores into the sequence's
+  // slot; returns its block count (0: none, it starts from scratch).
+  int32_t resume_after_onboard(const Sequence& s, int32_t n_blocks);
   void assign_logits_rows(StepPlan& plan) const;
   Sequence* preemption_victim(const Sequence& seq,
                               const std::vector<ScheduledChunk>& planned) const;

@@ -705,15 +705,20 @@ void TierManager::offload_snapshot(const BlockKey& key, std::span<const uint8_t>
   if (remote_) counters_.snapshot_pages_remote_queued += below;
 }
 
+bool TierManager::has_local_snapshot(const BlockKey& key, size_t n_bytes) const {
+  const uint32_t n_pages = snapshot_page_count(options_.geometry, n_bytes);
+  if (n_pages == 0) return false;
+  for (uint32_t i = 0; i < n_pages; ++i) {
+    const BlockKey pk = snapshot_page_key(key, i, n_bytes);
+    if (!host_->contains(pk) && !(disk_ && disk_->contains(pk))) return false;
+  }
+  return true;
+}
+
 bool TierManager::has_snapshot(const BlockKey& key, size_t n_bytes) const {
   const uint32_t n_pages = snapshot_page_count(options_.geometry, n_bytes);
   if (n_pages == 0) return false;
-  bool all_local = true;
-  for (uint32_t i = 0; i < n_pages && all_local; ++i) {
-    const BlockKey pk = snapshot_page_key(key, i, n_bytes);
-    all_local = host_->contains(pk) || (disk_ && disk_->contains(pk));
-  }
-  if (all_local) return true;
+  if (has_local_snapshot(key, n_bytes)) return true;
   if (!remote_) return false;
   const std::array<BlockKey, 2> probe{snapshot_page_key(key, 0, n_bytes),
                                       snapshot_page_key(key, n_pages - 1, n_bytes)};

@@ -297,6 +297,8 @@ class TierManager {
   // host and disk. The message starts with snapshot_check_name().
   void offload_snapshot(const BlockKey& key, std::span<const uint8_t> state, OffloadReason reason);
   bool has_snapshot(const BlockKey& key, size_t n_bytes) const;
+  // has_snapshot without the remote tier: every page in host or on disk.
+  bool has_local_snapshot(const BlockKey& key, size_t n_bytes) const;
   Result<std::vector<uint8_t>> read_snapshot(const BlockKey& key, size_t n_bytes);
 
   // Blocks until no job is queued or running (a prefault is not waited for)

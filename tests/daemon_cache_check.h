@@ -3,7 +3,8 @@
 // from disk after a restart, and a prompt shorter than a block): synthetic
 // prompts, the daemon's arguments, answers compared with the uncached run's
 // (ids and every logprob bit), and the scenario itself, check_tier_walk().
-// Used by tests/test_daemon_window_cache.cpp and tests/test_daemon_lfm2_cache.cpp.
+// Used by tests/test_daemon_window_cache.cpp, tests/test_daemon_lfm2_cache.cpp
+// and (its helpers) tests/test_daemon_qwen35_tiers.cpp.
 #pragma once
 
 #include <chrono>

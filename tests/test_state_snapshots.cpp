@@ -4,12 +4,14 @@
 // scheduler's side (engine/scheduler.h, SchedulerOptions::state_snapshots):
 // prefill chunks end at the snapshot boundaries (every interval, the
 // request's reuse positions, and the last block boundary before the
-// prompt's end), and a sequence resumes from
-// the longest matched prefix whose state resume_state restores, never at
-// its prompt's end.
+// prompt's end), a sequence resumes from the longest matched prefix whose
+// state resume_state restores, never at its prompt's end, and a chain below
+// the pool is onboarded up to a snapshot and resumed at the longest
+// onboarded prefix that has one.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include <array>
 #include <set>
 #include <unordered_set>
 #include <vector>
@@ -34,32 +36,66 @@ std::vector<int32_t> tokens(int n, int32_t start) {
 }
 
 // The engine's part: snapshots stored by (seed, hash of their last block),
-// "taken" after every chunk that ends at a boundary.
+// "taken" after every chunk that ends at a boundary. With tiers, `below`
+// holds blocks by chain hash and `below_state` snapshots by key; the offer is
+// every leading block of the range found there, and an onboard brings
+// `n_arrive` of them (fewer than asked: a remote miss or a record that failed
+// its check).
 struct Harness {
   BlockManager blocks;
   std::unordered_set<SnapshotKey, SnapshotKeyHasher> stored;
   std::vector<int32_t> resumed;  // resume_state successes: block counts
+  std::unordered_set<Hash128, Hash128Hasher> below;
+  std::unordered_set<SnapshotKey, SnapshotKeyHasher> below_state;
+  std::unordered_set<Hash128, Hash128Hasher> hashes_seen;  // of every prompt run
+  std::vector<std::array<int32_t, 2>> onboards;            // [from, to) asked
+  int32_t n_arrive = 1 << 30;
   Scheduler sched;
   uint64_t next_id = 0;
 
-  Harness(int32_t max_batch_tokens, int32_t interval)
+  Harness(int32_t max_batch_tokens, int32_t interval, bool with_tiers = false)
       : blocks(BlockManagerOptions{64, kB, 4}),
-        sched(SchedulerOptions{kB, max_batch_tokens, 4, 64, false, true, interval}, blocks, hooks()) {}
+        sched(SchedulerOptions{kB, max_batch_tokens, 4, 64, false, true, interval}, blocks, hooks(with_tiers)) {}
 
-  SchedulerHooks hooks() {
+  bool has_state(const Sequence& s, int32_t n) const {
+    const SnapshotKey k{s.namespace_seed, s.hashes[static_cast<size_t>(n) - 1]};
+    return stored.count(k) > 0 || below_state.count(k) > 0;
+  }
+
+  SchedulerHooks hooks(bool with_tiers) {
     SchedulerHooks h;
     h.copy_block = [](int32_t, int32_t) {};
     h.resume_state = [this](const Sequence& s, int32_t n) {
-      if (!stored.count(SnapshotKey{s.namespace_seed, s.hashes[static_cast<size_t>(n) - 1]})) return false;
+      if (!has_state(s, n)) return false;
       resumed.push_back(n);
       return true;
     };
+    if (!with_tiers) return h;
+    h.has_state = [this](const Sequence& s, int32_t n) { return has_state(s, n); };
+    h.offer = [this](const Sequence& s, int32_t from, int32_t to) {
+      TierOffer o;
+      while (from + o.n_blocks < to && below.count(s.hashes[static_cast<size_t>(from + o.n_blocks)])) ++o.n_blocks;
+      o.onboard = true;
+      return o;
+    };
+    h.onboard = [this](const Sequence&, int32_t from, int32_t to) { onboards.push_back({from, to}); };
     return h;
+  }
+
+  // Everything the device holds goes below, then the device forgets it.
+  void evict_all_below() {
+    for (const SnapshotKey& k : stored) below_state.insert(k);
+    stored.clear();
+    for (const Hash128& h : hashes_seen) below.insert(h);
+    blocks.clear();
   }
 
   // Runs a prompt to its first sampled token; returns each chunk's
   // (n_computed before, n_tokens, snapshot_blocks).
-  std::vector<std::array<int32_t, 3>> run(std::vector<int32_t> prompt, std::vector<int32_t> reuse_positions = {}) {
+  // An onboard is answered with min(n_arrive, asked) host blocks; *usage
+  // (when given) gets the sequence's usage.
+  std::vector<std::array<int32_t, 3>> run(std::vector<int32_t> prompt, std::vector<int32_t> reuse_positions = {},
+                                          Usage* usage = nullptr) {
     auto s = std::make_unique<Sequence>();
     s->id = ++next_id;
     s->request.prompt = std::move(prompt);
@@ -69,6 +105,11 @@ struct Harness {
     Sequence* p = s.get();
     sched.add(std::move(s));
     sched.admit(Clock::time_point{});
+    if (p->state == SeqState::kLoading) {
+      const auto [from, to] = onboards.back();
+      const int32_t v = std::min(n_arrive, to - from);
+      sched.onboarded(*p, v, v, 0);
+    }
     std::vector<std::array<int32_t, 3>> chunks;
     for (int guard = 0; guard < 1000; ++guard) {
       StepPlan plan = sched.plan_step();
@@ -79,6 +120,8 @@ struct Harness {
       sched.advance(*p, c.n_tokens);
       if (c.logits_row >= 0) break;
     }
+    for (const Hash128& h : p->hashes) hashes_seen.insert(h);
+    if (usage) *usage = p->usage;
     sched.remove(*p);
     return chunks;
   }
@@ -183,4 +226,44 @@ TEST_CASE("scheduler: matched blocks without a snapshot are a counted miss, comp
   CHECK(chunks.front()[0] == 0);
   CHECK(h.sched.stats().snapshot_misses == 1);
   CHECK(h.sched.stats().snapshot_hits == 0);
+}
+
+
+TEST_CASE("scheduler: a recurrent chain below the pool is onboarded up to a snapshot and resumed there") {
+  Harness h(/*max_batch_tokens=*/64, /*interval=*/3, /*with_tiers=*/true);
+  const std::vector<int32_t> p = tokens(30, 100);  // boundaries at 3, 6 and 7
+  Usage u;
+  h.run(p, {}, &u);
+  CHECK(u.cached_tokens == 0);
+  h.evict_all_below();
+
+  // Its 7 blocks and the snapshot at 7 below: onboarded, resumed at 7.
+  auto chunks = h.run(p, {}, &u);
+  REQUIRE(h.onboards.size() == 1);
+  CHECK(h.onboards[0] == std::array<int32_t, 2>{0, 7});
+  CHECK(h.resumed.back() == 7);
+  CHECK(chunks.front()[0] == 28);
+  CHECK(u.host_tokens == 28);
+  CHECK(u.device_tokens == 0);
+  CHECK(h.sched.stats().snapshot_hits == 1);
+
+  // Only 5 of the 7 arrive: the longest onboarded prefix with a snapshot is 3.
+  h.evict_all_below();
+  h.n_arrive = 5;
+  chunks = h.run(p, {}, &u);
+  CHECK(h.onboards.back() == std::array<int32_t, 2>{0, 7});
+  CHECK(h.resumed.back() == 3);
+  CHECK(chunks.front()[0] == 12);
+  CHECK(u.host_tokens == 12);
+
+  // The tiers hold the blocks but no snapshot: nothing is onboarded, and the
+  // prompt is computed from 0.
+  h.n_arrive = 1 << 30;
+  h.evict_all_below();
+  h.below_state.clear();
+  const size_t n_onboards = h.onboards.size();
+  chunks = h.run(p, {}, &u);
+  CHECK(h.onboards.size() == n_onboards);
+  CHECK(chunks.front()[0] == 0);
+  CHECK(u.cached_tokens == 0);
 }
