@@ -26,6 +26,7 @@
 #include "daemon/monitoring/dashboard.h"
 #include "daemon/monitoring/metrics.h"
 #include "daemon/signals.h"
+#include "daemon/state_budget.h"
 #include "engine/engine.h"
 #include "engine/model/gguf.h"
 #include "engine/model/model.h"
@@ -458,6 +459,14 @@ Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
   if (Status st = load_model(*s, *path, &backend_name); !st.ok()) return st;
   if (Status st = load_text(*s); !st.ok()) return st;
   const ModelConfig& cfg = s->model->config();
+  if (cfg.state_floats() > 0) {
+    const StateBudget b =
+        choose_state_budget(o.kv_pool_bytes(), static_cast<size_t>(cfg.state_floats()) * sizeof(float),
+                            o.max_concurrent_given ? o.max_concurrent_requests : -1, o.state_snapshots);
+    s->options.max_concurrent_requests = b.max_running;
+    s->options.state_snapshots = b.state_snapshots;
+    if (!b.note.empty()) log_line(o, LogLevel::kInfo, b.note);
+  }
 
   auto fingerprint = model_fingerprint(*s->file, cache_dir);
   if (!fingerprint.ok())

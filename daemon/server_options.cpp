@@ -266,7 +266,7 @@ void add_engine_flags(CLI::App& app, ServerOptions& o) {
                  "KV cache type: auto (bf16 for a model with BF16 K/V weights, else f16), f32, f16, bf16")->capture_default_str();
   app.add_option("--state-snapshots", o.state_snapshots,
                  "recurrent models (qwen35): device state snapshot slots, out of the KV pool "
-                 "(-1: 16; 0: no prefix reuse for such models)")
+                 "(-1: up to 16, as half the pool allows; 0: no prefix reuse for such models)")
       ->capture_default_str();
   app.add_option("--snapshot-interval-blocks", o.snapshot_interval_blocks,
                  "recurrent models: a state snapshot every this many prompt blocks (0: only at "
@@ -275,7 +275,9 @@ void add_engine_flags(CLI::App& app, ServerOptions& o) {
   app.add_option("--max-batch-tokens", o.max_batch_tokens,
                  "tokens per forward pass (chunked prefill budget)")
       ->capture_default_str();
-  app.add_option("--max-concurrent", o.max_concurrent_requests, "requests running at once")
+  app.add_option("--max-concurrent", o.max_concurrent_requests,
+                 "requests running at once (recurrent models: chosen from the KV pool when not given)")
+      ->each([&o](const std::string&) { o.max_concurrent_given = true; })
       ->capture_default_str();
   app.add_option("--max-queued", o.max_queued_requests,
                  "requests waiting beyond those; more get 429")

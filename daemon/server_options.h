@@ -75,7 +75,11 @@ struct ServerOptions {
   // at a prompt's last full block). EngineOptions::state_snapshots.
   int32_t state_snapshots = -1;
   int32_t snapshot_interval_blocks = 32;
-  int32_t max_concurrent_requests = 64;  // sequences running in the engine at once
+  // Sequences running in the engine at once. A model with recurrent layers
+  // gets a count from its pool when the flag is not given (state_budget.h),
+  // as does state_snapshots when it is -1.
+  int32_t max_concurrent_requests = 64;
+  bool max_concurrent_given = false;     // --max-concurrent was on the command line
   int32_t max_queued_requests = 256;     // requests admitted beyond those; more get 429
   int32_t max_pinned_blocks = 0;         // 0 = a quarter of the pool
   std::string chat_template;             // override of the GGUF's template name; empty = detect

@@ -5,6 +5,8 @@
 // matched prefix that ends at one, and answers exactly what the uncached
 // prompt answers (ids and logprobs, bit for bit); the hits are counted in
 // /metrics and cached_tokens. A prompt shorter than one block still runs.
+// Without --max-concurrent and --state-snapshots the state slots are sized
+// from the pool (daemon/state_budget.h).
 // (The path without snapshots, --state-snapshots 0: test_daemon_qwen35.)
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
@@ -110,5 +112,23 @@ TEST_CASE("qwen35: a snapshot evicted from the device is restored from the host 
   CHECK(a2_cold.prefix_cache["cached_tokens"] == 0);
   CHECK(a2.ids == a2_cold.ids);
   CHECK(a2.logprobs == a2_cold.logprobs);
+  CHECK(d->stop() == 0);
+}
+
+TEST_CASE("qwen35: without --max-concurrent and --state-snapshots, the state slots fit half of the pool") {
+  // rand-qwen35's slot is 58368 bytes: half of a 1 MiB pool holds 8, so 2
+  // run sequences (a third) and 6 hold snapshots (state_budget.h).
+  auto d = start_or_fail({"--model", shared_path("models/rand-qwen35-bf16.gguf"), "--threads", "1",
+                          "--block-size", "16", "--kv-dtype", "f32", "--kv-pool-mib", "1"});
+  auto c = d->client();
+  CHECK(metric_now(*c, "prefixd_state_snapshot_slots") == 6);
+  const Answer a = ask(*c, tokens(1, 100, true));
+  CHECK(a.ids.size() == 8);
+  CHECK(d->stop() == 0);
+  // Given, they are kept: 3 running and 2 snapshots.
+  d = start_or_fail({"--model", shared_path("models/rand-qwen35-bf16.gguf"), "--threads", "1", "--block-size", "16",
+                     "--kv-dtype", "f32", "--kv-pool-mib", "1", "--max-concurrent", "3", "--state-snapshots", "2"});
+  c = d->client();
+  CHECK(metric_now(*c, "prefixd_state_snapshot_slots") == 2);
   CHECK(d->stop() == 0);
 }
