@@ -173,6 +173,20 @@ Hash128 cache_identity(const ServerOptions& o, const std::string& backend_name, 
   return id;
 }
 
+// A model with recurrent layers: --max-concurrent and --state-snapshots, when
+// not given, from the pool (state_budget.h), logged.
+void apply_state_budget(Server::State& s) {
+  ServerOptions& o = s.options;
+  const ModelConfig& cfg = s.model->config();
+  if (cfg.state_floats() == 0) return;
+  const StateBudget b =
+      choose_state_budget(o.kv_pool_bytes(), static_cast<size_t>(cfg.state_floats()) * sizeof(float),
+                          o.max_concurrent_given ? o.max_concurrent_requests : -1, o.state_snapshots);
+  o.max_concurrent_requests = b.max_running;
+  o.state_snapshots = b.state_snapshots;
+  if (!b.note.empty()) log_line(o, LogLevel::kInfo, b.note);
+}
+
 // The engine's options from the serve options (the deployment secret is
 // filled by open_tiers()).
 EngineOptions engine_options(const ServerOptions& o, const Model& model, const Hash128& fingerprint) {
@@ -459,14 +473,7 @@ Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
   if (Status st = load_model(*s, *path, &backend_name); !st.ok()) return st;
   if (Status st = load_text(*s); !st.ok()) return st;
   const ModelConfig& cfg = s->model->config();
-  if (cfg.state_floats() > 0) {
-    const StateBudget b =
-        choose_state_budget(o.kv_pool_bytes(), static_cast<size_t>(cfg.state_floats()) * sizeof(float),
-                            o.max_concurrent_given ? o.max_concurrent_requests : -1, o.state_snapshots);
-    s->options.max_concurrent_requests = b.max_running;
-    s->options.state_snapshots = b.state_snapshots;
-    if (!b.note.empty()) log_line(o, LogLevel::kInfo, b.note);
-  }
+  apply_state_budget(*s);
 
   auto fingerprint = model_fingerprint(*s->file, cache_dir);
   if (!fingerprint.ok())

@@ -514,12 +514,20 @@ class Engine::Impl {
 
   // The chunks that ended at a snapshot boundary: their sequences' state
   // slots into snapshot slots (none when that block's snapshot is stored).
+  // One among generated tokens replaces the sequence's previous such one and
+  // goes to write-through tiers only when the sequence finishes (the last
+  // one is what a conversation's next turn resumes from; the others would
+  // be written for nothing).
   void take_snapshots(const StepPlan& plan) {
     const int64_t bytes = pool_.geom.state_floats * static_cast<int64_t>(sizeof(float));
     for (const ScheduledChunk& c : plan.chunks) {
       if (c.snapshot_blocks <= 0) continue;
-      const Sequence& s = *c.seq;
+      Sequence& s = *c.seq;
       const SnapshotKey key{s.namespace_seed, s.hashes[static_cast<size_t>(c.snapshot_blocks) - 1]};
+      if (c.generated_snapshot) {
+        if (s.generated_snapshot_blocks > 0) snapshots_->drop(generated_snapshot_key(s));
+        s.generated_snapshot_blocks = c.snapshot_blocks;
+      }
       SnapshotKey evicted;
       const int32_t dst = snapshots_->store(key, &evicted);
       if (dst < 0) continue;
@@ -528,9 +536,23 @@ class Engine::Impl {
         offload_snapshot(evicted, dst, OffloadReason::kEvicted);
       backend_.copy_state_slot(pool_, state_slots_->slot_of(s.id), dst);
       snapshots_->counters.bytes_taken += bytes;
-      if (tiers_ && tiers_->write_policy() == WritePolicy::kWriteThrough)
+      if (tiers_ && tiers_->write_policy() == WritePolicy::kWriteThrough && !c.generated_snapshot)
         offload_snapshot(key, dst, OffloadReason::kPublished);
     }
+  }
+
+  SnapshotKey generated_snapshot_key(const Sequence& s) const {
+    return SnapshotKey{s.namespace_seed, s.hashes[static_cast<size_t>(s.generated_snapshot_blocks) - 1]};
+  }
+
+  // A finishing sequence's last snapshot among generated tokens, if the
+  // device still holds it, to write-through tiers.
+  void offload_generated_snapshot(const Sequence& s) {
+    if (!snapshots_ || s.generated_snapshot_blocks <= 0 || !tiers_ ||
+        tiers_->write_policy() != WritePolicy::kWriteThrough)
+      return;
+    const SnapshotKey key = generated_snapshot_key(s);
+    if (snapshots_->contains(key)) offload_snapshot(key, snapshots_->find(key), OffloadReason::kPublished);
   }
 
   // The snapshot in slot `slot` to the tiers (they copy the bytes).
@@ -893,6 +915,7 @@ class Engine::Impl {
       ev.text = std::move(tail);
     }
     if (s.n_generated > 0) s.usage.decode_ms = ms_between(s.t_first_token, Clock::now());
+    offload_generated_snapshot(s);
     s.cache.commit(s.usage, cached_totals_);
     ev.usage = s.usage;
     s.channel->push(std::move(ev));

@@ -347,11 +347,27 @@ StepPlan Scheduler::plan_step() {
     plan.chunks.push_back(ScheduledChunk{s, n, is_decode, -1, all_logits ? 0 : -1});
     if (boundary > 0 && s->n_computed + n == boundary * options_.block_size)
       plan.chunks.back().snapshot_blocks = boundary;
+    if (options_.state_snapshots) mark_generated_snapshot(*s, plan.chunks.back());
     budget -= n;
     if (all_logits) prompt_rows_left -= n;
   }
   assign_logits_rows(plan);
   return plan;
+}
+
+// A chunk that ends on a block boundary among generated tokens (past the
+// prompt's last resumable boundary) ends at a snapshot too: the one a
+// conversation's next turn, which repeats this answer, resumes from. Its
+// block's hash is computed now (the engine keys the snapshot by it before
+// the block is published).
+void Scheduler::mark_generated_snapshot(Sequence& s, ScheduledChunk& c) {
+  const int32_t B = options_.block_size;
+  const int32_t end = s.n_computed + c.n_tokens;
+  if (c.snapshot_blocks > 0 || end % B != 0 || end / B <= (s.n_prompt - 1) / B) return;
+  extend_block_hashes(s.hashes, std::span<const int32_t>(s.tokens.data(), static_cast<size_t>(end)), B,
+                      s.namespace_seed);
+  c.snapshot_blocks = end / B;
+  c.generated_snapshot = true;
 }
 
 // Boundaries: every snapshot_interval_blocks blocks, the last block boundary

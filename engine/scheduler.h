@@ -105,6 +105,9 @@ struct ScheduledChunk {
   // the state after its first snapshot_blocks blocks, to be snapshotted
   // under seq.hashes[snapshot_blocks - 1].
   int32_t snapshot_blocks = 0;
+  // The boundary is among generated tokens (past the prompt): the snapshot
+  // replaces the sequence's previous such one (Sequence::generated_snapshot_blocks).
+  bool generated_snapshot = false;
 };
 
 // The plan of one step.
@@ -253,6 +256,9 @@ class Scheduler {
   // state_snapshots: the first snapshot boundary (a block count) after the
   // sequence's computed tokens, 0 when none is left in its known tokens.
   int32_t next_snapshot_boundary(const Sequence& s) const;
+  // state_snapshots: marks `c` (the sequence's chunk) as ending at a
+  // snapshot when it ends on a block boundary among generated tokens.
+  void mark_generated_snapshot(Sequence& s, ScheduledChunk& c);
   // state_snapshots: the matched blocks cut to the longest prefix whose state resume_state restored.
   void cut_to_snapshot(const Sequence& s, MatchResult& m);
   // state_snapshots with tiers: how many blocks after the pool's match `m`

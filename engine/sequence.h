@@ -125,6 +125,11 @@ struct Sequence {
   std::vector<BlockHash> hashes;       // chain hashes of its full blocks, computed as they fill
   int32_t n_published = 0;             // leading blocks published (or shared from the index)
   int32_t target_tokens = 0;           // computed tokens at which it is complete (prefetch)
+  // Recurrent models: the block count of the snapshot taken at its latest
+  // block boundary among generated tokens (0: none). Each new one replaces
+  // it, so a running sequence keeps at most one such snapshot; the last one
+  // lets the next turn of a conversation resume after this answer.
+  int32_t generated_snapshot_blocks = 0;
 
   std::optional<Sampler> sampler;
   std::unique_ptr<StreamDecoder> decoder;

@@ -6,7 +6,9 @@
 // prompt answers (ids and logprobs, bit for bit); the hits are counted in
 // /metrics and cached_tokens. A prompt shorter than one block still runs.
 // Without --max-concurrent and --state-snapshots the state slots are sized
-// from the pool (daemon/state_budget.h).
+// from the pool (daemon/state_budget.h). A conversation's next turn, which
+// repeats the answer, resumes from the snapshot at the answer's last block
+// boundary.
 // (The path without snapshots, --state-snapshots 0: test_daemon_qwen35.)
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
@@ -49,8 +51,9 @@ TEST_CASE("qwen35: a cached prefix resumes from its state snapshot and answers a
   const Answer a1 = ask(*c, p1);
   CHECK(a1.prefix_cache["cached_tokens"] == 0);
   CHECK(metric_now(*c, "prefixd_state_snapshot_hits_total") == 0);
-  // Snapshots at blocks 8, 16, 24, 32, 40 and 44 (the last boundary before its end).
-  CHECK(metric_now(*c, "prefixd_state_snapshots_stored") == 6);
+  // Snapshots at blocks 8, 16, 24, 32, 40, 44 (the last boundary before its
+  // end) and 45 (its end: where a next turn repeating it would resume).
+  CHECK(metric_now(*c, "prefixd_state_snapshots_stored") == 7);
 
   // p2 matches p1's 42 full blocks; the longest that ends at a snapshot is 40.
   const Answer a2 = ask(*c, p2);
@@ -102,7 +105,8 @@ TEST_CASE("qwen35: a snapshot evicted from the device is restored from the host 
   const Answer a1 = ask(*c, p1);
   CHECK(a1.prefix_cache["cached_tokens"] == 0);
   CHECK(metric_now(*c, "prefixd_state_snapshots_stored") == 1);
-  CHECK(metric_now(*c, "prefixd_state_snapshots_offloaded_total") == 6);
+  // The six prompt snapshots when taken, the one at its end (45) when it finished.
+  CHECK(metric_now(*c, "prefixd_state_snapshots_offloaded_total") == 7);
   const Answer a2 = ask(*c, p2);  // its snapshot at block 40 is in the host tier only
   CHECK(a2.prefix_cache["cached_tokens"] == 640);
   CHECK(metric_now(*c, "prefixd_state_snapshot_tier_hits_total") == 1);
@@ -130,5 +134,27 @@ TEST_CASE("qwen35: without --max-concurrent and --state-snapshots, the state slo
                      "--kv-dtype", "f32", "--kv-pool-mib", "1", "--max-concurrent", "3", "--state-snapshots", "2"});
   c = d->client();
   CHECK(metric_now(*c, "prefixd_state_snapshot_slots") == 2);
+  CHECK(d->stop() == 0);
+}
+
+TEST_CASE("qwen35: the next turn of a conversation resumes after the previous answer, bit for bit") {
+  auto d = start_or_fail({"--model", shared_path("models/rand-qwen35-bf16.gguf"), "--threads", "1",
+                          "--block-size", "16", "--kv-dtype", "f32"});
+  auto c = d->client();
+  // 100 prompt tokens and 40 generated: 139 computed (the last generated
+  // token is sampled, not computed), so snapshots at blocks 6 (the prompt's
+  // last), 7 and 8 (generated; 8 replaces 7).
+  const std::vector<int32_t> turn1 = tokens(1, 100, true);
+  const Answer a1 = ask(*c, turn1, 40);
+  REQUIRE(a1.ids.size() == 40);
+  CHECK(metric_now(*c, "prefixd_state_snapshots_stored") == 2);
+  const std::vector<int32_t> turn2 = joined(joined(turn1, a1.ids), tokens(9, 20, false));  // 160 tokens
+  const Answer a2 = ask(*c, turn2, 8);
+  CHECK(a2.prefix_cache["cached_tokens"] == 128);
+  REQUIRE(c->Delete("/v1/cache")->status == 200);
+  const Answer a2_cold = ask(*c, turn2, 8);
+  CHECK(a2_cold.prefix_cache["cached_tokens"] == 0);
+  CHECK(a2.ids == a2_cold.ids);
+  CHECK(a2.logprobs == a2_cold.logprobs);
   CHECK(d->stop() == 0);
 }
