@@ -113,6 +113,7 @@ bool Scheduler::try_admit(Sequence& s, Clock::time_point now) {
   int32_t n_below = 0;
   if (options_.state_snapshots && !whole_prompt) n_below = offer_state_below(s, m, &path);
   if (options_.state_snapshots && n_below == 0) cut_to_snapshot(s, m);
+  if (whole_prompt) s.shared_blocks = 0;
   const int32_t k = m.n_ready();
   // In-flight coalescing: another sequence is computing our next block.
   if (k < n_full && !whole_prompt && options_.prefix_reuse) {
@@ -193,11 +194,13 @@ void Scheduler::onboarded(Sequence& s, int32_t n_onboarded, int32_t n_from_host,
   start_running(s, n_device, v);
 }
 
-int32_t Scheduler::offer_state_below(const Sequence& s, const MatchResult& m, const char** path) {
+int32_t Scheduler::offer_state_below(Sequence& s, const MatchResult& m, const char** path) {
   const int32_t last = (static_cast<int32_t>(s.tokens.size()) - 1) / options_.block_size;
   const int32_t d = m.n_ready();
+  s.shared_blocks = std::min(d, std::max(last, 0));
   if (!hooks_.offer || d >= last) return 0;
   int32_t n = offer_below(s, d, last, path);
+  s.shared_blocks = d + n;
   while (n > 0 && !hooks_.has_state(s, d + n)) --n;
   // Room for them and one more block even after the pool's d matched blocks
   // leave the LRU (try_admit's own check comes after they are taken, too
@@ -372,7 +375,9 @@ void Scheduler::mark_generated_snapshot(Sequence& s, ScheduledChunk& c) {
 
 // Boundaries: every snapshot_interval_blocks blocks, the last block boundary
 // at or before each of the request's reuse positions (its `cache_control`
-// breakpoints), and the prompt's last resumable one, the last block boundary
+// breakpoints), the end of the prefix it shares with cached prompts
+// (Sequence::shared_blocks: a shared system prompt's end, found by its
+// second use), and the prompt's last resumable one, the last block boundary
 // before its end ((n_prompt - 1) / B: its last full block, or the one before
 // when the prompt ends on a boundary, as a resume never starts at the
 // prompt's end). Generated tokens get none.
@@ -387,6 +392,7 @@ int32_t Scheduler::next_snapshot_boundary(const Sequence& s) const {
   const int32_t I = options_.snapshot_interval_blocks;
   if (I > 0) consider((after + I - 1) / I * I);
   for (int32_t pos : s.request.reuse_positions) consider(pos / B);
+  consider(s.shared_blocks);
   consider(n_full);
   return best;
 }

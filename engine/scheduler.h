@@ -261,10 +261,11 @@ class Scheduler {
   void mark_generated_snapshot(Sequence& s, ScheduledChunk& c);
   // state_snapshots: the matched blocks cut to the longest prefix whose state resume_state restored.
   void cut_to_snapshot(const Sequence& s, MatchResult& m);
-  // state_snapshots with tiers: how many blocks after the pool's match `m`
-  // to onboard (0: none), the longest run the tiers offer that ends at a
-  // snapshot has_state finds. *path as offer_below sets it.
-  int32_t offer_state_below(const Sequence& s, const MatchResult& m, const char** path);
+  // state_snapshots: sets s.shared_blocks (the pool's match `m` and what
+  // the tiers offer after it); with tiers, returns how many blocks after the
+  // pool's match to onboard (0: none), the longest run the tiers offer that
+  // ends at a snapshot has_state finds. *path as offer_below sets it.
+  int32_t offer_state_below(Sequence& s, const MatchResult& m, const char** path);
   // state_snapshots: after onboarding, the state of the longest prefix of the
   // first n_blocks blocks that resume_state restores into the sequence's
   // slot; returns its block count (0: none, it starts from scratch).

@@ -130,6 +130,11 @@ struct Sequence {
   // it, so a running sequence keeps at most one such snapshot; the last one
   // lets the next turn of a conversation resume after this answer.
   int32_t generated_snapshot_blocks = 0;
+  // Recurrent models: at its latest admission, how many leading blocks of
+  // its prompt the pool and the tiers held (the point where it leaves a
+  // cached prompt), up to its last resumable boundary; 0 when none. A
+  // snapshot boundary: the next prompt sharing that prefix resumes there.
+  int32_t shared_blocks = 0;
 
   std::optional<Sampler> sampler;
   std::unique_ptr<StreamDecoder> decoder;

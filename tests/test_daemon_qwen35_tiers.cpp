@@ -4,7 +4,8 @@
 // prompt's end) in the host and disk tiers (write-through) and in memcached;
 // the same prefix with new suffixes is then onboarded up to the longest
 // snapshot that ends inside the shared part (block 40 of its 43 shared
-// blocks) and resumed there:
+// blocks; once one such prompt has taken a snapshot at 43, where it leaves
+// the first, block 43) and resumed there:
 //  - from host, once two other prompts have evicted most of it from a small
 //    pool;
 //  - from disk after a restart, then from the pool again;
@@ -27,8 +28,11 @@ namespace cc = prefixd::testing::cache_check;
 namespace {
 
 constexpr int32_t kBlockSize = 16, kPrefixTokens = 700, kSuffixTokens = 20;
-// The shared 43 blocks' longest snapshot: every 8th block, so block 40.
+// The first prompt sharing the 43 blocks resumes at their longest snapshot
+// (every 8th block: block 40) and takes one at 43, where it leaves the
+// cached prompt: every later one resumes there.
 constexpr int32_t kResumedTokens = 40 * kBlockSize;
+constexpr int32_t kSharedTokens = 43 * kBlockSize;
 
 // F32 KV, one thread, blocks of 16, snapshots every 8 blocks, onboards
 // forced; a 2 MiB pool: 4 running sequences' and 4 snapshots' states
@@ -126,16 +130,16 @@ TEST_CASE("qwen35: a prefix evicted from the pool comes back from host, then fro
   // /v1/cache/lookup sees the chain on disk and the snapshot at its end.
   HttpAnswer lookup = post_json(*c, "/v1/cache/lookup", nlohmann::json{{"prompt", p.with_prefix[2]}});
   REQUIRE(lookup.status == 200);
-  CHECK(lookup.body["disk_tokens"] == kResumedTokens);
+  CHECK(lookup.body["disk_tokens"] == kSharedTokens);
   const Answer disk = cc::ask(*c, p.with_prefix[2]);
-  CHECK(disk.prefix_cache["disk_tokens"] == kResumedTokens);
+  CHECK(disk.prefix_cache["disk_tokens"] == kSharedTokens);
   CHECK(disk.prefix_cache["host_tokens"] == 0);
   CHECK(disk.prefix_cache["device_tokens"] == 0);
   cc::check_identical(disk, uncached[2]);
   // The onboarded blocks and the restored snapshot are in the pool now.
   const Answer device = cc::ask(*c, p.with_prefix[3]);
-  CHECK(device.prefix_cache["device_tokens"] == kResumedTokens);
-  CHECK(device.prefix_cache["cached_tokens"] == kResumedTokens);
+  CHECK(device.prefix_cache["device_tokens"] == kSharedTokens);
+  CHECK(device.prefix_cache["cached_tokens"] == kSharedTokens);
   cc::check_identical(device, uncached[3]);
   CHECK(d->stop() == 0);
 }

@@ -4,7 +4,8 @@
 // scheduler's side (engine/scheduler.h, SchedulerOptions::state_snapshots):
 // prefill chunks end at the snapshot boundaries (every interval, the
 // request's reuse positions, and the last block boundary before the
-// prompt's end), a sequence resumes from the longest matched prefix whose
+// prompt's end, and the end of the prefix it shares with cached prompts), a
+// sequence resumes from the longest matched prefix whose
 // state resume_state restores, never at its prompt's end, and a chain below
 // the pool is onboarded up to a snapshot and resumed at the longest
 // onboarded prefix that has one.
@@ -176,9 +177,17 @@ TEST_CASE("scheduler: prefill chunks end at snapshot boundaries; a hit resumes f
   chunks = h.run(q);
   CHECK(h.resumed.back() == 3);
   CHECK(chunks.front()[0] == 12);
-  // Its own boundaries from there: 6 (interval) and 7 ((32-1)/4).
-  CHECK(chunks.front() == std::array<int32_t, 3>{12, 12, 6});
-  CHECK(chunks[1] == std::array<int32_t, 3>{24, 4, 7});
+  // Its own boundaries from there: 5 (the 5 blocks it shares with p), 6
+  // (interval) and 7 ((32-1)/4).
+  CHECK(chunks.front() == std::array<int32_t, 3>{12, 8, 5});
+  CHECK(chunks[1] == std::array<int32_t, 3>{20, 4, 6});
+  CHECK(chunks[2] == std::array<int32_t, 3>{24, 4, 7});
+  // A third prompt sharing those 5 blocks resumes at 5.
+  std::vector<int32_t> q3(p.begin(), p.begin() + 22);
+  for (int32_t t : tokens(10, 700)) q3.push_back(t);
+  chunks = h.run(q3);
+  CHECK(h.resumed.back() == 5);
+  CHECK(chunks.front()[0] == 20);
 
   // A prompt ending exactly on a block boundary (8 blocks) resumes at 7.
   std::vector<int32_t> r(p.begin(), p.begin() + 28);
