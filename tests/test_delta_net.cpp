@@ -1,7 +1,8 @@
 // Gated DeltaNet kernels (kernels/cpu/delta_net.h) against F64 references,
 // and the CPU backend's recurrent ops over batches with state slots: a
 // sequence computed in pieces equals the whole run bit for bit, wherever it
-// is split, and a sequence at position 0 starts from zeros whatever its slot holds.
+// is split, and a sequence at position 0 starts from zeros whatever its slot
+// holds; every instruction set's convolution and rule give the same bits.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
@@ -9,10 +10,13 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "kernels/backend.h"
 #include "engine/batch_builder.h"
+#include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/delta_net.h"
 
 namespace prefixd {
@@ -309,6 +313,48 @@ TEST_CASE("recurrent ops: pieces through a state slot equal the whole run bit fo
     got.insert(got.end(), rest.begin() + 5 * out_row, rest.end());
     REQUIRE(got.size() == whole.size());
     CHECK(std::memcmp(got.data(), whole.data(), whole.size() * sizeof(float)) == 0);
+  }
+}
+
+TEST_CASE("every instruction set's DeltaNet convolution and rule give the portable set's bits") {
+  std::mt19937 rng(11);
+  // A rule head at Qwen3.5's shape (d_k = d_v = 128) and a ragged one, over
+  // 45 tokens (a tile and a part); 70 channels (four blocks of 16 and 6 scalar).
+  const int64_t n = 45, channels = 70;
+  const int32_t width = 4;
+  const std::vector<float> x0 = random_floats(rng, static_cast<size_t>(n * channels));
+  const std::vector<float> w = random_floats(rng, static_cast<size_t>(channels * width));
+  const std::vector<float> tail0 = random_floats(rng, static_cast<size_t>((width - 1) * channels));
+  const cpu::CpuKernels& ref = cpu::cpu_kernels(cpu::CpuIsa::kPortable);
+  for (cpu::CpuIsa isa : cpu::all_cpu_isas()) {
+    if (!cpu::cpu_supports(isa)) continue;
+    CAPTURE(cpu::cpu_isa_name(isa));
+    const cpu::CpuKernels& k = cpu::cpu_kernels(isa);
+    std::vector<float> xa = x0, xb = x0, ta = tail0, tb = tail0;
+    ref.delta_conv_silu(xa.data(), n, channels, w.data(), width, ta.data(), 0, channels);
+    k.delta_conv_silu(xb.data(), n, channels, w.data(), width, tb.data(), 0, channels);
+    CHECK(std::memcmp(xa.data(), xb.data(), xa.size() * sizeof(float)) == 0);
+    CHECK(std::memcmp(ta.data(), tb.data(), ta.size() * sizeof(float)) == 0);
+    for (const auto& [d_k, d_v] : {std::pair<int32_t, int32_t>{128, 128}, {40, 24}}) {
+      CAPTURE(d_k);
+      std::vector<float> q = random_floats(rng, static_cast<size_t>(n * d_k));
+      std::vector<float> kk = random_floats(rng, static_cast<size_t>(n * d_k));
+      for (int64_t t = 0; t < n; ++t) {
+        l2_normalize(q.data() + t * d_k, d_k, 1e-6f);
+        l2_normalize(kk.data() + t * d_k, d_k, 1e-6f);
+      }
+      const std::vector<float> v = random_floats(rng, static_cast<size_t>(n * d_v));
+      const std::vector<float> g = random_floats(rng, static_cast<size_t>(n), -1.0f, 0.0f);
+      const std::vector<float> beta = random_floats(rng, static_cast<size_t>(n), 0.0f, 1.0f);
+      const std::vector<float> s0 = random_floats(rng, static_cast<size_t>(d_v * d_k), -0.1f, 0.1f);
+      std::vector<float> sa = s0, sb = s0, oa(static_cast<size_t>(n * d_v)), ob(oa.size());
+      ref.delta_rule_steps(sa.data(), q.data(), kk.data(), d_k, v.data(), d_v, g.data(), beta.data(), 1, 0.125f,
+                           oa.data(), d_v, n, d_k, d_v);
+      k.delta_rule_steps(sb.data(), q.data(), kk.data(), d_k, v.data(), d_v, g.data(), beta.data(), 1, 0.125f,
+                         ob.data(), d_v, n, d_k, d_v);
+      CHECK(std::memcmp(sa.data(), sb.data(), sa.size() * sizeof(float)) == 0);
+      CHECK(std::memcmp(oa.data(), ob.data(), oa.size() * sizeof(float)) == 0);
+    }
   }
 }
 

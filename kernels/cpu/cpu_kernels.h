@@ -179,6 +179,15 @@ struct CpuKernels {
   void (*f32_to_f16_n)(const float* src, uint16_t* dst, int64_t n);
   void (*bf16_to_f32_n)(const uint16_t* src, float* dst, int64_t n);
   void (*f32_to_bf16_n)(const float* src, uint16_t* dst, int64_t n);
+  // Gated DeltaNet (generic/delta_net_lanes.h; kernels/cpu/delta_net.h says
+  // what each computes): the causal convolution with SiLU over channels
+  // [c0, c1), and the rule over n tokens of one value head. Every set gives
+  // the portable set's bits.
+  void (*delta_conv_silu)(float* x, int64_t n, int64_t channels, const float* w, int32_t width, float* tail,
+                          int64_t c0, int64_t c1);
+  void (*delta_rule_steps)(float* state, const float* q, const float* k, int64_t qk_stride, const float* v,
+                           int64_t v_stride, const float* g, const float* beta, int64_t gb_stride, float scale,
+                           float* out, int64_t out_stride, int64_t n, int32_t d_k, int32_t d_v);
 };
 
 // The table of `isa`, which must be supported by this CPU (cpu_supports) and

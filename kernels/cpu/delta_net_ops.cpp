@@ -1,6 +1,7 @@
 // The CPU backend's recurrent-layer ops (Backend::delta_conv, delta_rule,
 // delta_gates, sigmoid_mul, split_pairs): each sequence of the current batch
-// runs from its state slot, split over the pool by channel block or value head.
+// runs from its state slot, split over the pool by channel block or value head;
+// the convolution and the rule through the base set's table (CpuKernels).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -37,7 +38,7 @@ void CpuBackend::delta_conv(KvPool& pool, const DeltaNetShape& s, const float* c
     pool_.parallel_for(n_blocks, [&](int64_t b, int) {
       const int64_t c0 = b * kConvChannelBlock;
       const int64_t c1 = std::min(channels, c0 + kConvChannelBlock);
-      delta_net::conv_silu(rows, seq.n_q, channels, conv_w, s.conv_width, tail, c0, c1);
+      k_.delta_conv_silu(rows, seq.n_q, channels, conv_w, s.conv_width, tail, c0, c1);
     });
   }
 }
@@ -63,10 +64,10 @@ void CpuBackend::delta_rule(KvPool& pool, const DeltaNetShape& s, float* qkv, co
       const int64_t kh = h % s.n_k_heads;
       const float* row = qkv + static_cast<int64_t>(seq.q_start) * channels;
       const int64_t gb = static_cast<int64_t>(seq.q_start) * s.n_v_heads + h;
-      delta_net::rule_steps(delta + h * head_floats, row + kh * s.d_k, row + k_off + kh * s.d_k, channels,
-                            row + v_off + h * s.d_v, channels, g + gb, beta + gb, s.n_v_heads, scale,
-                            out + static_cast<int64_t>(seq.q_start) * out_cols + h * s.d_v, out_cols, seq.n_q,
-                            s.d_k, s.d_v);
+      k_.delta_rule_steps(delta + h * head_floats, row + kh * s.d_k, row + k_off + kh * s.d_k, channels,
+                          row + v_off + h * s.d_v, channels, g + gb, beta + gb, s.n_v_heads, scale,
+                          out + static_cast<int64_t>(seq.q_start) * out_cols + h * s.d_v, out_cols, seq.n_q,
+                          s.d_k, s.d_v);
     });
   }
 }

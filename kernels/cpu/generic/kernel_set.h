@@ -10,6 +10,7 @@
 #pragma once
 
 #include "kernels/cpu/generic/attention_task.h"
+#include "kernels/cpu/generic/delta_net_lanes.h"
 #include "kernels/cpu/generic/gemm_tiles.h"
 #include "kernels/cpu/generic/int8_gemm.h"
 #include "kernels/cpu/generic/quant_gemm.h"
@@ -63,6 +64,8 @@ constexpr CpuKernels kernel_table(const OwnKernels& own) {
       .f32_to_f16_n = rows::f32_to_f16_n,
       .bf16_to_f32_n = rows::bf16_to_f32_n,
       .f32_to_bf16_n = rows::f32_to_bf16_n,
+      .delta_conv_silu = dnet::conv_silu,
+      .delta_rule_steps = dnet::rule_steps,
   };
 }
 
