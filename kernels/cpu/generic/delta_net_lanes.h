@@ -43,12 +43,12 @@ constexpr int32_t kLanes = 16;
   return v;
 }
 
-[[gnu::always_inline]] inline void store(float* p, F16x v) { std::memcpy(p, &v, sizeof(v)); }
+[[gnu::always_inline]] inline void store(float* p, const F16x& v) { std::memcpy(p, &v, sizeof(v)); }
 
 // The 16 lanes' sum in one fixed tree: lanes l and l + 8 added, then l and
 // l + 4 of those, then l and l + 2, then the last two (vector shuffles: the
 // same tree through memory cost more than the dot product it ends).
-[[gnu::always_inline]] inline float reduce_lanes(F16x v) {
+[[gnu::always_inline]] inline float reduce_lanes(const F16x& v) {
   using F8x = float __attribute__((vector_size(32)));
   using F4x = float __attribute__((vector_size(16)));
   const F8x a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
