@@ -380,7 +380,8 @@ void Scheduler::mark_generated_snapshot(Sequence& s, ScheduledChunk& c) {
 // second use), and the prompt's last resumable one, the last block boundary
 // before its end ((n_prompt - 1) / B: its last full block, or the one before
 // when the prompt ends on a boundary, as a resume never starts at the
-// prompt's end). Generated tokens get none.
+// prompt's end). Past that, mark_generated_snapshot marks chunks that end on
+// a block boundary.
 int32_t Scheduler::next_snapshot_boundary(const Sequence& s) const {
   const int32_t B = options_.block_size;
   const int32_t n_full = (s.n_prompt - 1) / B;
