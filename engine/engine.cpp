@@ -639,16 +639,22 @@ class Engine::Impl {
   }
 
   // The scheduler's resume_state hook: the state after the sequence's first
-  // n_blocks blocks into its slot, from a device snapshot or the tiers.
-  bool resume_state(const Sequence& s, int32_t n_blocks) {
+  // n_blocks blocks into its slot, from a device snapshot or the tiers
+  // (recorded in its usage: Usage::state_from).
+  bool resume_state(Sequence& s, int32_t n_blocks) {
     const SnapshotKey key{s.namespace_seed, s.hashes[static_cast<size_t>(n_blocks) - 1]};
     const int32_t src = snapshots_->find(key);
-    if (src < 0) return tiers_ != nullptr && restore_snapshot_from_tiers(s, key);
+    if (src < 0) {
+      if (tiers_ == nullptr || !restore_snapshot_from_tiers(s, key)) return false;
+      s.cache.state_resumed(n_blocks, "tiers");
+      return true;
+    }
     // Slots of sequences that left the running set are free again first:
     // this one is not running yet and needs its own.
     state_slots_->retain(scheduler_.running());
     backend_.copy_state_slot(pool_, src, state_slots_->slot_of(s.id));
     snapshots_->counters.bytes_restored += pool_.geom.state_floats * static_cast<int64_t>(sizeof(float));
+    s.cache.state_resumed(n_blocks, "device");
     return true;
   }
 
@@ -677,7 +683,7 @@ class Engine::Impl {
     SchedulerHooks h;
     h.copy_block = [this](int32_t src, int32_t dst) { backend_.copy_kv_block(pool_, kv_ids(src), kv_ids(dst)); };
     if (snapshots_) {
-      h.resume_state = [this](const Sequence& s, int32_t n_blocks) { return resume_state(s, n_blocks); };
+      h.resume_state = [this](Sequence& s, int32_t n_blocks) { return resume_state(s, n_blocks); };
       h.has_state = [this](const Sequence& s, int32_t n_blocks) {
         return has_state(s.namespace_seed, s.hashes[static_cast<size_t>(n_blocks) - 1]);
       };

@@ -212,7 +212,8 @@ int32_t Scheduler::offer_state_below(Sequence& s, const MatchResult& m, const ch
 // The longest prefix the state can be resumed at, from the onboarded chain's
 // end down (the tiers may have lost the snapshot they had at admission; the
 // pool's blocks before the onboarded ones may have one of their own).
-int32_t Scheduler::resume_after_onboard(const Sequence& s, int32_t n_blocks) {
+int32_t Scheduler::resume_after_onboard(Sequence& s, int32_t n_blocks) {
+  s.cache.state_lookup();
   int32_t r = n_blocks;
   while (r > 0 && !hooks_.resume_state(s, r)) --r;
   stats_.snapshot_hits += r > 0 ? 1 : 0;
@@ -224,7 +225,8 @@ int32_t Scheduler::resume_after_onboard(const Sequence& s, int32_t n_blocks) {
 // never at the known tokens' end (its last token is always computed, and a
 // resume inside a block would need the state there): the longest k whose
 // snapshot resume_state restores, from the longest match down.
-void Scheduler::cut_to_snapshot(const Sequence& s, MatchResult& m) {
+void Scheduler::cut_to_snapshot(Sequence& s, MatchResult& m) {
+  s.cache.state_lookup();
   const int32_t B = options_.block_size;
   const int32_t n_known = static_cast<int32_t>(s.tokens.size());
   int32_t k = std::min(m.n_ready(), (n_known - 1) / B);

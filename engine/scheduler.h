@@ -81,8 +81,9 @@ struct SchedulerHooks {
   std::function<void(const Sequence& seq, int32_t block_index)> published;
   // state_snapshots: fills the sequence's state slot with the state after
   // its first n_blocks blocks (a snapshot keyed by seq.hashes[n_blocks - 1]);
-  // false when there is none. Required with state_snapshots.
-  std::function<bool(const Sequence& seq, int32_t n_blocks)> resume_state;
+  // false when there is none. Required with state_snapshots. It may record
+  // where the snapshot came from (seq.cache.state_resumed).
+  std::function<bool(Sequence& seq, int32_t n_blocks)> resume_state;
   // state_snapshots with tiers: whether resume_state(seq, n_blocks) would
   // find a snapshot (on the device or in the tiers), without restoring it.
   // Required with state_snapshots and `offer`.
@@ -260,7 +261,7 @@ class Scheduler {
   // snapshot when it ends on a block boundary among generated tokens.
   void mark_generated_snapshot(Sequence& s, ScheduledChunk& c);
   // state_snapshots: the matched blocks cut to the longest prefix whose state resume_state restored.
-  void cut_to_snapshot(const Sequence& s, MatchResult& m);
+  void cut_to_snapshot(Sequence& s, MatchResult& m);
   // state_snapshots: sets s.shared_blocks (the pool's match `m` and what
   // the tiers offer after it); with tiers, returns how many blocks after the
   // pool's match to onboard (0: none), the longest run the tiers offer that
@@ -269,7 +270,7 @@ class Scheduler {
   // state_snapshots: after onboarding, the state of the longest prefix of the
   // first n_blocks blocks that resume_state restores into the sequence's
   // slot; returns its block count (0: none, it starts from scratch).
-  int32_t resume_after_onboard(const Sequence& s, int32_t n_blocks);
+  int32_t resume_after_onboard(Sequence& s, int32_t n_blocks);
   void assign_logits_rows(StepPlan& plan) const;
   Sequence* preemption_victim(const Sequence& seq,
                               const std::vector<ScheduledChunk>& planned) const;

@@ -58,6 +58,13 @@ struct CacheSplit {
   int32_t onboarded_remote_blocks = 0;  // of which from the remote tier (the rest from disk)
   const char* admission_path = "none";  // "none", or "recompute" when the tiers held
                                         // blocks and recomputing them was chosen
+  // State snapshots (recurrent models): the leading blocks whose state was
+  // resumed at this admission (0: none) and where the snapshot came from
+  // ("device", "tiers", "none"). The scheduler resets them before it asks
+  // SchedulerHooks::resume_state, which records a restore (state_resumed).
+  bool state_tracked = false;
+  int32_t state_blocks = 0;
+  const char* state_from = "none";
 
   // A new admission that matched `n_device_blocks` in the pool.
   void admit(int32_t n_device_blocks, const char* path) {
@@ -65,6 +72,17 @@ struct CacheSplit {
     device_blocks = n_device_blocks;
     onboarded_blocks = onboarded_host_blocks = onboarded_remote_blocks = 0;
     admission_path = path;
+  }
+  // An admission of a model with state snapshots looks for a state to resume.
+  void state_lookup() {
+    state_tracked = true;
+    state_blocks = 0;
+    state_from = "none";
+  }
+  // The state after the first `n_blocks` blocks was restored from `from`.
+  void state_resumed(int32_t n_blocks, const char* from) {
+    state_blocks = n_blocks;
+    state_from = from;
   }
   // The tiers brought `n_blocks` leading blocks: up to `n_from_host` from host
   // RAM, up to `n_from_remote` (the chain's tail) from the remote tier, the
@@ -92,6 +110,9 @@ struct CacheSplit {
     usage.remote_tokens = below - host - disk;
     usage.cached_tokens = cached_tokens;
     usage.onboard_path = onboarded_blocks > 0 ? "restore" : admission_path;
+    usage.has_state = state_tracked;
+    usage.state_resumed_tokens = std::min(cached_tokens, state_blocks * block_size);
+    usage.state_from = state_blocks > 0 ? state_from : "none";
   }
   // Adds the usage's split to `totals`, once, if the sequence was admitted.
   void commit(const Usage& usage, CachedTokenTotals& totals) {

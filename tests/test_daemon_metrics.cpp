@@ -228,3 +228,79 @@ TEST_CASE("stats_delta: counters become increases (never negative), gauges stay 
   CHECK(d.running == 3);
   CHECK(d.has_host_tier);
 }
+
+// A qwen35-like pool: 10 blocks of 16 tokens holding data (4096 bytes each)
+// and 3 stored state snapshots of 8192 bytes.
+static StatsSnapshot snapshot_model_stats() {
+  StatsSnapshot s;
+  s.block_size = 16;
+  s.pool_blocks_total = 64;
+  s.pool_blocks_referenced = 2;
+  s.pool_blocks_cached = 8;
+  s.device.used_bytes = 10 * 4096;
+  s.device.capacity_bytes = 64 * 4096;
+  s.snapshot_slots = 4;
+  s.snapshots_stored = 3;
+  s.snapshot_bytes = 8192;
+  s.snapshot_hits = 7;
+  s.snapshot_misses = 2;
+  s.snapshot_tier_hits = 5;
+  return s;
+}
+
+TEST_CASE("pool bytes per cached token: block bytes plus stored snapshots over the blocks' tokens") {
+  StatsSnapshot s;
+  s.block_size = 16;
+  CHECK_FALSE(pool_bytes_per_cached_token(s).has_value());  // no block holds data
+  const std::string empty = Metrics().render(s, BuildInfo{});
+  CHECK(empty.find("prefixd_pool_bytes_per_cached_token") == std::string::npos);
+
+  // A model without snapshots: the bytes of one token's K/V.
+  s.pool_blocks_cached = 4;
+  s.device.used_bytes = 4 * 4096;
+  CHECK(*pool_bytes_per_cached_token(s) == 256.0);
+  CHECK(Metrics().render(s, BuildInfo{}).find("# TYPE prefixd_pool_bytes_per_cached_token gauge\n"
+                                              "prefixd_pool_bytes_per_cached_token 256\n") !=
+        std::string::npos);
+
+  // (10 x 4096 + 3 x 8192) / (10 x 16) = 409.6
+  const StatsSnapshot q = snapshot_model_stats();
+  CHECK(*pool_bytes_per_cached_token(q) == doctest::Approx(409.6));
+  CHECK(Metrics().render(q, BuildInfo{}).find("prefixd_pool_bytes_per_cached_token 409.6\n") !=
+        std::string::npos);
+}
+
+TEST_CASE("state snapshots in the dashboard's history: counters over the interval, gauges, totals") {
+  StatsSnapshot before = snapshot_model_stats();
+  StatsSnapshot now = before;
+  now.snapshot_hits = 10;
+  now.snapshot_misses = 2;
+  now.snapshot_tier_hits = 6;
+  now.snapshots_stored = 4;
+  now.snapshots_taken = 9;
+  now.snapshot_bytes_restored = 3 * 8192;
+  before.snapshots_taken = 5;
+  const StatsSnapshot d = stats_delta(now, before);
+  CHECK(d.snapshot_hits == 3);
+  CHECK(d.snapshot_misses == 0);
+  CHECK(d.snapshot_tier_hits == 1);
+  CHECK(d.snapshots_taken == 4);
+  CHECK(d.snapshot_bytes_restored == 3 * 8192);
+  CHECK(d.snapshots_stored == 4);  // gauges stay
+  CHECK(d.snapshot_slots == 4);
+  CHECK(d.snapshot_bytes == 8192);
+
+  HistorySample sample;
+  sample.delta = d;
+  const json row = history_sample_json(sample);
+  CHECK(row["snapshots"] ==
+        json{{"slots", 4}, {"stored", 4}, {"hits", 3}, {"misses", 0}, {"tier_hits", 1}});
+  // (10 x 4096 + 4 x 8192) / 160
+  CHECK(row["bytes_per_cached_token"].get<double>() == doctest::Approx(460.8));
+
+  // A model without snapshots: no "snapshots"; bytes per token null while the pool is empty.
+  HistorySample plain;
+  const json plain_row = history_sample_json(plain);
+  CHECK_FALSE(plain_row.contains("snapshots"));
+  CHECK(plain_row["bytes_per_cached_token"].is_null());
+}

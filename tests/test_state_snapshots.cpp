@@ -66,9 +66,12 @@ struct Harness {
   SchedulerHooks hooks(bool with_tiers) {
     SchedulerHooks h;
     h.copy_block = [](int32_t, int32_t) {};
-    h.resume_state = [this](const Sequence& s, int32_t n) {
+    h.resume_state = [this](Sequence& s, int32_t n) {
       if (!has_state(s, n)) return false;
       resumed.push_back(n);
+      // As the engine does: where the snapshot came from.
+      const SnapshotKey k{s.namespace_seed, s.hashes[static_cast<size_t>(n) - 1]};
+      s.cache.state_resumed(n, stored.count(k) > 0 ? "device" : "tiers");
       return true;
     };
     if (!with_tiers) return h;
@@ -157,7 +160,11 @@ TEST_CASE("scheduler: prefill chunks end at snapshot boundaries; a hit resumes f
   Harness h(/*max_batch_tokens=*/64, /*interval=*/3);
   // 30 tokens: 7 full blocks; boundaries at 3 and 6 (interval) and 7 ((30-1)/4).
   const std::vector<int32_t> p = tokens(30, 100);
-  auto chunks = h.run(p);
+  Usage u;
+  auto chunks = h.run(p, {}, &u);
+  CHECK(u.has_state);
+  CHECK(u.state_resumed_tokens == 0);
+  CHECK(u.state_from == "none");
   REQUIRE(chunks.size() == 4);
   CHECK(chunks[0] == std::array<int32_t, 3>{0, 12, 3});
   CHECK(chunks[1] == std::array<int32_t, 3>{12, 12, 6});
@@ -166,8 +173,11 @@ TEST_CASE("scheduler: prefill chunks end at snapshot boundaries; a hit resumes f
   CHECK(h.stored.size() == 3);
 
   // The same prompt: 7 blocks matched and resumable, the state at 7.
-  chunks = h.run(p);
+  chunks = h.run(p, {}, &u);
   CHECK(h.resumed.back() == 7);
+  CHECK(u.cached_tokens == 28);
+  CHECK(u.state_resumed_tokens == 28);
+  CHECK(u.state_from == "device");
   CHECK(chunks.front()[0] == 28);
   CHECK(h.sched.stats().snapshot_hits == 1);
 
@@ -231,8 +241,11 @@ TEST_CASE("scheduler: matched blocks without a snapshot are a counted miss, comp
   h.run(p);  // snapshot at 7 only
   std::vector<int32_t> q(p.begin(), p.begin() + 20);  // 5 blocks shared, none snapshotted
   for (int32_t t : tokens(10, 900)) q.push_back(t);
-  auto chunks = h.run(q);
+  Usage u;
+  auto chunks = h.run(q, {}, &u);
   CHECK(chunks.front()[0] == 0);
+  CHECK(u.state_resumed_tokens == 0);
+  CHECK(u.state_from == "none");
   CHECK(h.sched.stats().snapshot_misses == 1);
   CHECK(h.sched.stats().snapshot_hits == 0);
 }
@@ -254,6 +267,8 @@ TEST_CASE("scheduler: a recurrent chain below the pool is onboarded up to a snap
   CHECK(chunks.front()[0] == 28);
   CHECK(u.host_tokens == 28);
   CHECK(u.device_tokens == 0);
+  CHECK(u.state_resumed_tokens == 28);
+  CHECK(u.state_from == "tiers");
   CHECK(h.sched.stats().snapshot_hits == 1);
 
   // Only 5 of the 7 arrive: the longest onboarded prefix with a snapshot is 3.
@@ -264,6 +279,8 @@ TEST_CASE("scheduler: a recurrent chain below the pool is onboarded up to a snap
   CHECK(h.resumed.back() == 3);
   CHECK(chunks.front()[0] == 12);
   CHECK(u.host_tokens == 12);
+  CHECK(u.state_resumed_tokens == 12);
+  CHECK(u.state_from == "tiers");
 
   // The tiers hold the blocks but no snapshot: nothing is onboarded, and the
   // prompt is computed from 0.
@@ -275,4 +292,6 @@ TEST_CASE("scheduler: a recurrent chain below the pool is onboarded up to a snap
   CHECK(h.onboards.size() == n_onboards);
   CHECK(chunks.front()[0] == 0);
   CHECK(u.cached_tokens == 0);
+  CHECK(u.state_resumed_tokens == 0);
+  CHECK(u.state_from == "none");
 }

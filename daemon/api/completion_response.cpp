@@ -206,6 +206,11 @@ json prefix_cache_json(const Usage& u) {
   j["prefill_ms"] = u.prefill_ms;
   j["ttft_ms"] = u.ttft_ms;
   j["decode_ms"] = u.decode_ms;
+  if (u.has_state) {
+    // Models resumed from state snapshots: where the recurrent state came from.
+    j["state_resumed_tokens"] = u.state_resumed_tokens;
+    j["state_from"] = u.state_from;
+  }
   return j;
 }
 

@@ -23,6 +23,17 @@ int64_t unix_now_ms() {
 
 json opt_json(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
 
+// A model with state snapshots: its slots and those holding one (gauges),
+// and the admissions resumed from one (hits; tier_hits of them from the
+// tiers) or with cached blocks but none at their boundaries (misses).
+json snapshots_json(const StatsSnapshot& s) {
+  return json{{"slots", s.snapshot_slots},
+              {"stored", s.snapshots_stored},
+              {"hits", s.snapshot_hits},
+              {"misses", s.snapshot_misses},
+              {"tier_hits", s.snapshot_tier_hits}};
+}
+
 // The cumulative counters of the history's "totals" (with a remote tier,
 // "remote": its servers in the ring and the blocks lookups found there).
 json counters_json(const StatsSnapshot& c) {
@@ -36,7 +47,9 @@ json counters_json(const StatsSnapshot& c) {
       {"onboard_blocks", c.host.onboard_blocks + c.disk.onboard_blocks + c.remote.onboard_blocks},
       {"onboard_bytes", c.onboard_bytes},
       {"offload_blocks", c.host.offload_blocks + c.disk.offload_blocks},
-      {"offload_bytes", c.host.offload_bytes + c.disk.offload_bytes}};
+      {"offload_bytes", c.host.offload_bytes + c.disk.offload_bytes},
+      {"bytes_per_cached_token", opt_json(pool_bytes_per_cached_token(c))}};
+  if (c.snapshot_slots > 0) j["snapshots"] = snapshots_json(c);
   if (c.has_remote_tier) {
     const RemoteFigures& r = c.remote_io;
     j["remote"] = {{"servers", r.servers},
@@ -109,6 +122,8 @@ json history_sample_json(const HistorySample& s) {
   j["offload_blocks"] = d.host.offload_blocks + d.disk.offload_blocks;
   j["offload_bytes"] = d.host.offload_bytes + d.disk.offload_bytes;
   j["pinned_blocks"] = d.pool_blocks_pinned;
+  j["bytes_per_cached_token"] = opt_json(pool_bytes_per_cached_token(d));
+  if (d.snapshot_slots > 0) j["snapshots"] = snapshots_json(d);
   j["running"] = d.running;
   j["waiting"] = d.waiting;
   return j;

@@ -92,6 +92,9 @@ void render_tokens(const StatsSnapshot& s, const BuildInfo& build, std::string* 
     sample(out, "prefixd_state_snapshot_slots", "", s.snapshot_slots);
     header(out, "prefixd_state_snapshots_stored", "gauge", "Device state snapshots held.");
     sample(out, "prefixd_state_snapshots_stored", "", s.snapshots_stored);
+    header(out, "prefixd_state_snapshot_size_bytes", "gauge",
+           "Bytes of one state snapshot (the recurrent layers' state of one sequence, F32).");
+    sample(out, "prefixd_state_snapshot_size_bytes", "", s.snapshot_bytes);
     header(out, "prefixd_state_snapshot_hits_total", "counter",
            "Requests resumed from a state snapshot at the end of their cached prefix.");
     sample(out, "prefixd_state_snapshot_hits_total", "", s.snapshot_hits);
@@ -447,6 +450,12 @@ std::string Metrics::render(const StatsSnapshot& s, const BuildInfo& build) cons
   sample(&out, "prefixd_pool_used_bytes", "", s.device.used_bytes);
   header(&out, "prefixd_pool_capacity_bytes", "gauge", "Device KV pool capacity in bytes.");
   sample(&out, "prefixd_pool_capacity_bytes", "", s.device.capacity_bytes);
+  if (const std::optional<double> per_token = pool_bytes_per_cached_token(s)) {
+    header(&out, "prefixd_pool_bytes_per_cached_token", "gauge",
+           "Device pool bytes per token its blocks hold: the blocks holding data plus the stored "
+           "state snapshots, over those blocks' tokens (absent while no block holds data).");
+    sample_real(&out, "prefixd_pool_bytes_per_cached_token", "", *per_token);
+  }
   header(&out, "prefixd_requests_running", "gauge", "Requests running in the engine.");
   sample(&out, "prefixd_requests_running", "", s.running);
   header(&out, "prefixd_requests_waiting", "gauge",

@@ -121,6 +121,8 @@ StatsSnapshot read_stats(Engine& engine, const TierManager* tiers) {
   s.snapshot_tier_hits = es.snapshot_tier_hits;
   s.snapshot_tier_rejected = es.snapshot_tier_rejected;
   s.snapshots_offloaded = es.snapshots_offloaded;
+  s.snapshot_bytes = es.snapshot_bytes;
+  s.block_size = engine.options().block_size;
   if (tiers) read_tier_stats(tiers->stats(), s);
   // Reused prompt tokens by tier, as the engine counts them (with or without tiers).
   s.device.cached_tokens = es.cached_tokens_device;
@@ -146,8 +148,21 @@ StatsSnapshot stats_delta(const StatsSnapshot& now, const StatsSnapshot& before)
                  &StatsSnapshot::generated_tokens, &StatsSnapshot::onboard_bytes,
                  &StatsSnapshot::corrupt_records, &StatsSnapshot::unauthenticated_records,
                  &StatsSnapshot::disk_write_errors, &StatsSnapshot::disk_io_errors,
-                 &StatsSnapshot::disk_writes_dropped);
+                 &StatsSnapshot::disk_writes_dropped, &StatsSnapshot::snapshot_hits,
+                 &StatsSnapshot::snapshot_misses, &StatsSnapshot::snapshots_taken,
+                 &StatsSnapshot::snapshot_evictions, &StatsSnapshot::snapshots_dropped,
+                 &StatsSnapshot::snapshot_bytes_taken, &StatsSnapshot::snapshot_bytes_restored,
+                 &StatsSnapshot::snapshot_tier_hits, &StatsSnapshot::snapshot_tier_rejected,
+                 &StatsSnapshot::snapshots_offloaded);
   return d;
+}
+
+std::optional<double> pool_bytes_per_cached_token(const StatsSnapshot& s) {
+  const int64_t tokens =
+      static_cast<int64_t>(s.pool_blocks_referenced + s.pool_blocks_cached) * s.block_size;
+  if (tokens <= 0) return std::nullopt;
+  const int64_t bytes = s.device.used_bytes + static_cast<int64_t>(s.snapshots_stored) * s.snapshot_bytes;
+  return static_cast<double>(bytes) / static_cast<double>(tokens);
 }
 
 }  // namespace prefixd

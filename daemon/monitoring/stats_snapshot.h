@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "storage/remote_servers.h"  // RemoteServerState
@@ -67,6 +68,7 @@ struct StatsSnapshot {
   int32_t pool_blocks_referenced = 0;  // ref > 0: held by a live sequence
   int32_t pool_blocks_cached = 0;      // ref 0, findable (holding cached data)
   int32_t pool_blocks_pinned = 0;
+  int32_t block_size = 0;  // tokens per block (EngineOptions::block_size)
 
   // Counters.
   int64_t prompt_tokens = 0;   // prompt tokens of admitted requests
@@ -96,6 +98,7 @@ struct StatsSnapshot {
   int64_t snapshot_tier_hits = 0;      // of snapshot_hits, restored from the tiers
   int64_t snapshot_tier_rejected = 0;  // tiers' snapshots refused by a check
   int64_t snapshots_offloaded = 0;
+  int64_t snapshot_bytes = 0;  // gauge: bytes of one snapshot (the recurrent state, F32)
 
   // Gauges.
   int32_t running = 0;  // requests running in the engine
@@ -106,6 +109,15 @@ struct StatsSnapshot {
     return device.cached_tokens + host.cached_tokens + disk.cached_tokens + remote.cached_tokens;
   }
 };
+
+// The device pool's bytes per token it caches: the bytes of the blocks that
+// hold data (referenced or cached, both spaces: device.used_bytes) plus the
+// stored state snapshots' bytes, over the tokens those blocks hold
+// ((pool_blocks_referenced + pool_blocks_cached) x block_size). For a model
+// without snapshots it is the KV (and convolution tail) bytes of one token.
+// nullopt while no block holds data. /metrics' prefixd_pool_bytes_per_cached_token
+// and the dashboard's history show it.
+std::optional<double> pool_bytes_per_cached_token(const StatsSnapshot& s);
 
 // Reads the engine's figures and, when `tiers` is not null, the host, disk
 // and remote tiers'. Any thread (both stats() calls are thread-safe).

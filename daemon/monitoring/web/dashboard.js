@@ -85,6 +85,10 @@
                 S.map((s) => perSecond(s, s.evictions.disk)), S.map((s) => perSecond(s, s.onboard_blocks)),
                 S.map((s) => perSecond(s, s.offload_blocks))],
       requests: [t, S.map((s) => s.running), S.map((s) => s.waiting)],
+      // Models with state snapshots only (samples without them: gaps).
+      snapshots: [t, S.map((s) => (s.snapshots ? perSecond(s, s.snapshots.hits) : null)),
+                  S.map((s) => (s.snapshots ? perSecond(s, s.snapshots.tier_hits) : null)),
+                  S.map((s) => (s.snapshots ? perSecond(s, s.snapshots.misses) : null))],
     };
   }
 
@@ -103,6 +107,9 @@
                         ['onboard', COLORS.a], ['offload', COLORS.c]] },
     requests: { el: '#chart-requests', fmt: fmtInt,
                 series: [['running', COLORS.device], ['waiting', COLORS.disk]] },
+    // Drawn only for a model with state snapshots (recurrent layers).
+    snapshots: { el: '#chart-snapshots', fmt: (v) => (v == null ? '–' : v.toFixed(2)), onlyWithSnapshots: true,
+                 series: [['hits', COLORS.device], ['from tiers', COLORS.host], ['misses', COLORS.miss]] },
   };
 
   function plotWidth(container) { return Math.max(240, container.clientWidth - 4); }
@@ -137,9 +144,14 @@
 
   function render() {
     const series = buildSeries();
+    const withSnapshots = !!(state.totals && state.totals.snapshots);
     for (const name of Object.keys(CHARTS)) {
       const data = series[name];
       const el = $(CHARTS[name].el);
+      if (CHARTS[name].onlyWithSnapshots) {
+        el.hidden = !withSnapshots;
+        if (!withSnapshots) continue;
+      }
       let points = 0;
       for (let k = 1; k < data.length; k++) points += data[k].filter((v) => v != null).length;
       el.dataset.points = String(points);
@@ -158,6 +170,17 @@
       $('#tile-saved').textContent = fmtInt(cached);
       $('#tile-computed').textContent = fmtInt(T.prefill_tokens);
       $('#tile-requests').textContent = fmtInt(T.requests_hit) + ' / ' + fmtInt(T.requests_miss);
+      $('#tile-bytes-per-token').textContent =
+        T.bytes_per_cached_token == null ? '–' : fmtInt(T.bytes_per_cached_token) + ' B';
+      // Only for a model with state snapshots: admissions resumed from one (of them, from the
+      // tiers) and with cached blocks but no snapshot; slots holding one of all.
+      $('#tile-snapshots-box').hidden = !T.snapshots;
+      $('#tile-snapshot-slots-box').hidden = !T.snapshots;
+      if (T.snapshots) {
+        $('#tile-snapshots').textContent = fmtInt(T.snapshots.hits) + ' (' + fmtInt(T.snapshots.tier_hits) +
+          ') / ' + fmtInt(T.snapshots.misses);
+        $('#tile-snapshot-slots').textContent = fmtInt(T.snapshots.stored) + ' / ' + fmtInt(T.snapshots.slots);
+      }
       // Only with a remote tier: its servers in the ring and the blocks lookups found there.
       $('#tile-remote-box').hidden = !T.remote;
       if (T.remote) {

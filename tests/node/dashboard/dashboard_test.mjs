@@ -97,9 +97,14 @@ try {
   const chartsBundled = await page.evaluate(() => document.body.dataset.chartsBundled === 'true');
   console.log(`dashboard loaded (charts bundled: ${chartsBundled})`);
 
-  // Every chart has data points; the hit-ratio series shows device hits.
+  // Every chart shown has data points (the state snapshot chart is hidden for
+  // a model without them); the hit-ratio series shows device hits.
   await waitFor(page, 'data in every chart', () =>
-    [...document.querySelectorAll('.chart')].every((c) => Number(c.dataset.points || 0) > 0));
+    [...document.querySelectorAll('.chart:not([hidden])')].every((c) => Number(c.dataset.points || 0) > 0));
+  if (await page.evaluate(() => !document.querySelector('#chart-snapshots').hidden ||
+                                !document.querySelector('#tile-snapshots-box').hidden)) {
+    fail('the state snapshot chart or tile is shown for a model without snapshots');
+  }
   await waitFor(page, 'a device hit in the history', () =>
     window.prefixdDashboard.state.samples.some((s) => s.cached_tokens.device > 0));
   await waitFor(page, 'TTFT of hits', () =>
