@@ -111,7 +111,7 @@ try {
     window.prefixdDashboard.state.samples.some((s) => s.ttft_ms.hit_p50 != null));
   if (chartsBundled) {
     const canvases = await page.evaluate(() =>
-      [...document.querySelectorAll('.chart')].map((c) => c.querySelectorAll('canvas').length));
+      [...document.querySelectorAll('.chart:not([hidden])')].map((c) => c.querySelectorAll('canvas').length));
     if (canvases.some((n) => n === 0)) fail(`a chart has no canvas: ${canvases}`);
     const banner = await page.isVisible('#no-charts');
     if (banner) fail('the no-charts banner shows although uPlot was bundled');
