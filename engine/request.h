@@ -58,8 +58,8 @@ struct Usage {
   double prefill_ms = 0;         // admitted -> first token sampled (excluding onboard)
   double ttft_ms = 0;            // submit -> first token
   double decode_ms = 0;          // first token -> finish
-  // Models that resume a recurrent state from state snapshots (qwen35 with
-  // --state-snapshots > 0; else has_state is false and the rest unset): the
+  // Models that resume a recurrent state from state snapshots (qwen35,
+  // unless --state-snapshots 0; else has_state is false and the rest unset): the
   // position the state was resumed at (0: computed from the first token;
   // when resumed, equal to cached_tokens) and where its snapshot came from:
   // "device" (a device snapshot slot), "tiers" (host, disk or remote) or
