@@ -3,7 +3,8 @@
 // for causal prefill and decode with an F16 KV cache.
 // Usage: bench_cpu_kernels [n_threads (default 2)] [--cpu-isa auto|avx512bf16|avx512|avx2|portable]
 //        [--types F32,BF16,Q8_0,Q4_K,... (default F32,BF16; K formats on llama-245m shapes)] [--no-attention] [--no-matmul]
-//        [--stream: n=1 only, on one matrix of 131072 x 1024 that no cache holds (decode's weight read from memory)]
+//        [--stream: n=1 only, from memory (copies of each matrix that no cache holds, read in turn): one
+//         matrix of 131072 x 1024, then Qwen3.5-0.8B's shapes (decode's weight read)]
 //        (default $PREFIXD_CPU_ISA, else auto)
 #include <algorithm>
 #include <chrono>
@@ -67,7 +68,12 @@ void bench_matmul(Backend& be, const std::vector<WeightType>& types, bool stream
                         {576, 1536, "down"},    {49152, 576, "lm head"}};
   const Shape l245[] = {{1024, 1024, "q/o proj"}, {256, 1024, "k/v proj"}, {2816, 1024, "gate/up"},
                         {1024, 2816, "down"},     {32000, 1024, "lm head"}};
-  const Shape from_memory[] = {{131072, 1024, "stream"}};
+  // From memory: one large matrix, then Qwen3.5-0.8B's decode shapes, each
+  // as copies that no cache holds, read one after another as decode does.
+  const Shape from_memory[] = {{131072, 1024, "stream"}, {6144, 1024, "dn qkv"}, {2048, 1024, "dn z"},
+                               {16, 1024, "dn a/b"},     {1024, 2048, "out"},     {4096, 1024, "q+gate"},
+                               {512, 1024, "k/v"},       {3584, 1024, "gate/up"}, {1024, 3584, "down"},
+                               {248320, 1024, "lm head"}};
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> d(-1, 1);
   std::printf("matmul y(n, rows) = x(n, cols) W^T, %d threads\n", be.n_threads());
@@ -89,7 +95,10 @@ void bench_matmul(Backend& be, const std::vector<WeightType>& types, bool stream
           std::memcpy(bytes.data() + 2 * i, &h, 2);
         }
       }
-      auto w = be.upload_matrix(type, s.rows, s.cols, bytes.data(), false);
+      // Copies enough for 512 MB in stream mode (one otherwise), timed in turn.
+      const size_t n_copies = stream ? std::max<size_t>(1, (size_t{512} << 20) / bytes.size()) : 1;
+      std::vector<decltype(be.upload_matrix(type, s.rows, s.cols, bytes.data(), false))> ws;
+      for (size_t c = 0; c < n_copies; ++c) ws.push_back(be.upload_matrix(type, s.rows, s.cols, bytes.data(), false));
       for (int64_t n : {512, 100, 1}) {
         if (stream && n != 1) continue;
         std::vector<float> x(n * s.cols);
@@ -98,9 +107,10 @@ void bench_matmul(Backend& be, const std::vector<WeightType>& types, bool stream
         be.upload(dx, x.data(), x.size() * 4);
         auto* dy = static_cast<float*>(be.alloc(n * s.rows * 4));
         const double t = best_time([&] {
-          be.matmul(*w, dx, dy, n);
-          be.synchronize();
-        });
+                           for (auto& w : ws) be.matmul(*w, dx, dy, n);
+                           be.synchronize();
+                         }) /
+                         static_cast<double>(ws.size());
         const double gflops = 2.0 * n * s.rows * s.cols / t * 1e-9;
         const double gbs = static_cast<double>(bytes.size()) / t * 1e-9;
         std::printf("%-6s %-9s %6lld %6lld %5lld %10.1f %10.1f %9.1f\n", weight_type_name(type), s.what, static_cast<long long>(s.rows),
