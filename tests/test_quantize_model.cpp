@@ -255,6 +255,29 @@ TEST_CASE("quantized presets are the F32 preset run through quantize_model") {
   CHECK(bad.message().find("bf16") != std::string::npos);
 }
 
+TEST_CASE("the hybrids' convolution kernels stay F32 in a quantized preset, as llama-quantize keeps them") {
+  // llama.cpp's ssm_conv takes F32 kernels only: a quantized one aborts it.
+  testing::TempDir dir;
+  for (const char* preset : {"lfm2-tiny", "qwen35-tiny"}) {
+    CAPTURE(preset);
+    const std::string path = dir.path + "/" + preset + ".gguf";
+    REQUIRE(write_preset_model(preset, std::string("q4_k_m"), path).ok());
+    auto f = GgufFile::open(path);
+    REQUIRE(f.ok());
+    int n_conv = 0;
+    for (const GgufTensorInfo& t : (*f)->tensors()) {
+      const bool conv = t.name.find("shortconv.conv.weight") != std::string::npos ||
+                        t.name.find("ssm_conv1d.weight") != std::string::npos;
+      if (!conv) continue;
+      CAPTURE(t.name);
+      CHECK(type_of(**f, t.name) == "F32");
+      ++n_conv;
+    }
+    CHECK(n_conv == (std::string(preset) == "lfm2-tiny" ? 4 : 3));  // the convolution / DeltaNet layers
+    CHECK(type_of(**f, "blk.0.ffn_up.weight") == "Q4_K");
+  }
+}
+
 TEST_CASE("llama-245m has rows that are multiples of 256 and about 245 M parameters") {
   Result<PresetSpec> s = preset_spec("llama-245m");
   REQUIRE(s.ok());

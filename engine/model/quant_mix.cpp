@@ -99,7 +99,7 @@ bool is_quantizable_tensor(const TensorShape& t) {
   if (n.size() < 6 || n.compare(n.size() - 6, 6, "weight") != 0) return false;
   for (const char* keep :
        {"_norm.weight", "ffn_gate_inp.weight", "altup", "laurel", "per_layer_model_proj",
-        "ssm_conv1d", "attn_rel_b.weight", "time_mix_", "position_embd", "token_types.weight"}) {
+        "ssm_conv1d", "shortconv.conv.weight", "attn_rel_b.weight", "time_mix_", "position_embd", "token_types.weight"}) {
     if (contains(n, keep)) return false;
   }
   return true;
