@@ -1,6 +1,6 @@
 // Test support: llama.cpp reference outputs for the models in ../shared/models
-// (format in ../shared/models/README.md), and a single-sequence runner over the
-// forward pass with a contiguous block table.
+// (format in ../shared/models/README.md), a single-sequence runner over the
+// forward pass with a contiguous block table, and the greedy check.
 #pragma once
 
 #include <algorithm>
@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
 #include "engine/batch_builder.h"
@@ -47,14 +48,12 @@ struct GoldenModel {
   nlohmann::json raw;
 };
 
-inline GoldenModel load_golden(const std::string& name, float logit_tol) {
+// A reference file's outputs (the format of ../shared/models/README.md) for
+// the model at `model_file`.
+inline GoldenModel parse_golden(std::ifstream& in, const std::string& model_file, float logit_tol) {
   GoldenModel g;
-  g.model_file = shared_path("models/" + name + ".gguf");
+  g.model_file = model_file;
   g.logit_tol = logit_tol;
-  // "quant/rand-q-q4-0": model models/quant/rand-q-q4-0.gguf, reference models/quant/golden/.
-  const size_t slash = name.rfind('/');
-  const std::string dir = slash == std::string::npos ? "" : name.substr(0, slash + 1);
-  std::ifstream in(shared_path("models/" + dir + "golden/" + name.substr(slash + 1) + ".json"));
   g.raw = nlohmann::json::parse(in);
   g.n_vocab = g.raw["n_vocab"].get<int32_t>();
   for (const auto& c : g.raw["cases"]) {
@@ -74,6 +73,14 @@ inline GoldenModel load_golden(const std::string& name, float logit_tol) {
     g.cases.push_back(std::move(gc));
   }
   return g;
+}
+
+inline GoldenModel load_golden(const std::string& name, float logit_tol) {
+  // "quant/rand-q-q4-0": model models/quant/rand-q-q4-0.gguf, reference models/quant/golden/.
+  const size_t slash = name.rfind('/');
+  const std::string dir = slash == std::string::npos ? "" : name.substr(0, slash + 1);
+  std::ifstream in(shared_path("models/" + dir + "golden/" + name.substr(slash + 1) + ".json"));
+  return parse_golden(in, shared_path("models/" + name + ".gguf"), logit_tol);
 }
 
 // The twelve quantizations of models/quant/ (llama-quantize's files); the
@@ -196,5 +203,20 @@ class SequenceRunner {
   KvPool pool_;
   std::vector<int32_t> table_;
 };
+
+// Greedy continuation from `last_logits` (the prompt's last row, the runner
+// at position c.ids.size()), compared with the reference up to the first
+// near-tie (gap below twice the tolerance), after which either choice is
+// acceptable.
+inline void check_greedy(SequenceRunner& r, const GoldenModel& g, const GoldenCase& c, std::vector<float> last_logits,
+                         float tol) {
+  int32_t pos = static_cast<int32_t>(c.ids.size());
+  for (size_t step = 0; step < c.greedy_ids.size(); ++step) {
+    if (c.greedy_top2_gaps[step] < 2 * tol) break;
+    int32_t next = argmax(last_logits.data(), g.n_vocab);
+    REQUIRE_MESSAGE(next == c.greedy_ids[step], c.name << " greedy step " << step);
+    last_logits = r.run({next}, pos++, false);
+  }
+}
 
 }  // namespace prefixd::testing

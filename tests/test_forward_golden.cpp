@@ -36,20 +36,6 @@ Loaded load(const GoldenModel& g) {
   return l;
 }
 
-// Greedy continuation from `last_logits`, compared with the reference up to
-// the first near-tie (gap below twice the tolerance), after which either
-// choice is acceptable.
-void check_greedy(SequenceRunner& r, const GoldenModel& g, const GoldenCase& c,
-                  std::vector<float> last_logits, float tol) {
-  int32_t pos = static_cast<int32_t>(c.ids.size());
-  for (size_t step = 0; step < c.greedy_ids.size(); ++step) {
-    if (c.greedy_top2_gaps[step] < 2 * tol) break;
-    int32_t next = argmax(last_logits.data(), g.n_vocab);
-    REQUIRE_MESSAGE(next == c.greedy_ids[step], c.name << " greedy step " << step);
-    last_logits = r.run({next}, pos++, false);
-  }
-}
-
 // PREFIXD_GOLDEN_CASES (tests only; unset: every case): the golden case names
 // the whole-prompt test runs, comma-separated, e.g. "long,long-700,rand-17"
 // under an emulator, where the short prompts would repeat the same kernels.
