@@ -58,13 +58,15 @@ fi
 # the same kernels and run natively (test_forward_golden.avx2) instead.
 log="$work/auto.log"
 rc=0
-models=stories260K,rand-gemma3-bf16,quant/rand-q-q4-k-m
+models=stories260K,rand-gemma3-bf16,quant/rand-q-q4-k-m,rand-qwen35-bf16,rand-lfm2-bf16
 # One prompt each: stories260K's longest (204 tokens, 64 greedy steps), gemma3's
 # shortest that crosses its 64-token window (100 tokens: the last query sees
 # positions 36..99 only; BF16 tiles under emulation are the
 # run's slowest part, 200 tokens took half as long again), and Q4_K_M's 17-token
 # one (int8 panels in prefill, the int8 decode tiles for 32 steps).
-cases=long,rand-100,rand-17
+# The hybrids (Qwen3.5's DeltaNet, LFM2's short convolutions): their 17-token
+# prompt, the recurrent state carried over a block boundary and 32 decode steps.
+cases=long,rand-100,rand-17,len17
 # The timeout stays under ctest's 900 s so that a hang is reported with its log.
 timeout 800 env -u PREFIXD_CPU_ISA PREFIXD_GOLDEN_CASES="$cases" "${qemu[@]}" "$binary" --test-case='full forward pass*' \
   --subcase="$models" >"$log" 2>&1 || rc=$?
@@ -84,11 +86,12 @@ echo "$summary"
 passed=$(sed -n 's/^\[doctest\] assertions: *[0-9]* | *\([0-9]*\) passed.*/\1/p' <<<"$summary")
 [[ -n "$passed" ]] && ((passed > 0)) || fail "no assertions ran" "$log"
 # Each model's golden cases ran (a filter that selects nothing passes vacuously).
-for m in stories260K/long rand-gemma3-bf16/rand-100 quant/rand-q-q4-k-m/rand-17; do
+for m in stories260K/long rand-gemma3-bf16/rand-100 quant/rand-q-q4-k-m/rand-17 rand-qwen35-bf16/len17 rand-lfm2-bf16/len17; do
   grep -q "MESSAGE: $m.*max logit error" "$log" || fail "no $m golden case ran" "$log"
 done
 others=$(grep 'MESSAGE: .*max logit error' "$log" |
-  grep -v -e 'MESSAGE: stories260K/' -e 'MESSAGE: rand-gemma3-bf16/' -e 'MESSAGE: quant/rand-q-q4-k-m/' || true)
+  grep -v -e 'MESSAGE: stories260K/' -e 'MESSAGE: rand-gemma3-bf16/' -e 'MESSAGE: quant/rand-q-q4-k-m/' \
+    -e 'MESSAGE: rand-qwen35-bf16/' -e 'MESSAGE: rand-lfm2-bf16/' || true)
 [[ -z "$others" ]] || fail "models other than $models ran: $(head -n1 <<<"$others")" "$log"
 echo "golden whole-prompt cases of $models: passed on avx2 ($((SECONDS - start)) s so far)"
 

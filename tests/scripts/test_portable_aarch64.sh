@@ -84,17 +84,20 @@ echo "built in $((SECONDS - start)) s"
 
 # One whole-prompt golden case of one model per kernel family: stories260K
 # (F32 tiles, llama), rand-gemma3-bf16 (BF16 tiles, the sliding window), the
-# Q4_K_M file (block formats); every model runs attention. The split-prompt,
+# Q4_K_M file (block formats), the hybrids (DeltaNet, short convolutions);
+# every model runs attention. The split-prompt,
 # last-layer and KV-dtype cases repeat the same kernels and run natively
 # (test_forward_golden.portable) instead.
 log="$work/run.log"
 rc=0
 run_start=$SECONDS
-models=stories260K,rand-gemma3-bf16,quant/rand-q-q4-k-m
+models=stories260K,rand-gemma3-bf16,quant/rand-q-q4-k-m,rand-qwen35-bf16,rand-lfm2-bf16
 # One prompt each: stories260K's longest (204 tokens, 64 greedy steps), the
 # 200-token one that crosses gemma3's 64-token window, and Q4_K_M's 17-token one (int8
 # panels in prefill, the int8 decode tiles for 32 steps).
-cases=long,rand-200,rand-17
+# The hybrids (Qwen3.5's DeltaNet, LFM2's short convolutions): their 17-token
+# prompt, the recurrent state carried over a block boundary and 32 decode steps.
+cases=long,rand-200,rand-17,len17
 timeout 600 env -u PREFIXD_CPU_ISA PREFIXD_GOLDEN_CASES="$cases" qemu-aarch64 -L "$sysroot" "$binary" --test-case='full forward pass*' \
   --subcase="$models" >"$log" 2>&1 || rc=$?
 ((rc != 124)) || fail "test_forward_golden under qemu-aarch64 ran past 600 s" "$log"
@@ -108,11 +111,12 @@ echo "$summary"
 passed=$(sed -n 's/^\[doctest\] assertions: *[0-9]* | *\([0-9]*\) passed.*/\1/p' <<<"$summary")
 [[ -n "$passed" ]] && ((passed > 0)) || fail "no assertions ran" "$log"
 # Each model's golden cases ran (a filter that selects nothing passes vacuously).
-for m in stories260K/long rand-gemma3-bf16/rand-200 quant/rand-q-q4-k-m/rand-17; do
+for m in stories260K/long rand-gemma3-bf16/rand-200 quant/rand-q-q4-k-m/rand-17 rand-qwen35-bf16/len17 rand-lfm2-bf16/len17; do
   grep -q "MESSAGE: $m.*max logit error" "$log" || fail "no $m golden case ran" "$log"
 done
 others=$(grep 'MESSAGE: .*max logit error' "$log" |
-  grep -v -e 'MESSAGE: stories260K/' -e 'MESSAGE: rand-gemma3-bf16/' -e 'MESSAGE: quant/rand-q-q4-k-m/' || true)
+  grep -v -e 'MESSAGE: stories260K/' -e 'MESSAGE: rand-gemma3-bf16/' -e 'MESSAGE: quant/rand-q-q4-k-m/' \
+    -e 'MESSAGE: rand-qwen35-bf16/' -e 'MESSAGE: rand-lfm2-bf16/' || true)
 [[ -z "$others" ]] || fail "models other than $models ran: $(head -n1 <<<"$others")" "$log"
 
-echo "ok: the portable set passes the stories260K, Q4_K_M and rand-gemma3-bf16 goldens on aarch64 (run $((SECONDS - run_start)) s, total $((SECONDS - start)) s)"
+echo "ok: the portable set passes the stories260K, Q4_K_M, rand-gemma3-bf16, rand-qwen35-bf16 and rand-lfm2-bf16 goldens on aarch64 (run $((SECONDS - run_start)) s, total $((SECONDS - start)) s)"
