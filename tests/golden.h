@@ -1,6 +1,7 @@
 // Test support: llama.cpp reference outputs for the models in ../shared/models
-// (format in ../shared/models/README.md), a single-sequence runner over the
-// forward pass with a contiguous block table, and the greedy check.
+// (format in ../shared/models/README.md), and a single-sequence runner over the
+// forward pass with a contiguous block table. (Benchmarks include it too: no
+// doctest here; the greedy check is tests/golden_greedy.h.)
 #pragma once
 
 #include <algorithm>
@@ -11,7 +12,6 @@
 #include <string>
 #include <vector>
 
-#include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
 #include "engine/batch_builder.h"
@@ -203,20 +203,5 @@ class SequenceRunner {
   KvPool pool_;
   std::vector<int32_t> table_;
 };
-
-// Greedy continuation from `last_logits` (the prompt's last row, the runner
-// at position c.ids.size()), compared with the reference up to the first
-// near-tie (gap below twice the tolerance), after which either choice is
-// acceptable.
-inline void check_greedy(SequenceRunner& r, const GoldenModel& g, const GoldenCase& c, std::vector<float> last_logits,
-                         float tol) {
-  int32_t pos = static_cast<int32_t>(c.ids.size());
-  for (size_t step = 0; step < c.greedy_ids.size(); ++step) {
-    if (c.greedy_top2_gaps[step] < 2 * tol) break;
-    int32_t next = argmax(last_logits.data(), g.n_vocab);
-    REQUIRE_MESSAGE(next == c.greedy_ids[step], c.name << " greedy step " << step);
-    last_logits = r.run({next}, pos++, false);
-  }
-}
 
 }  // namespace prefixd::testing

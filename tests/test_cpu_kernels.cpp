@@ -145,7 +145,8 @@ TEST_CASE("f32 to f16 and bf16 vector conversions match dtype.h on random and ed
 
 // x with every block of `block` values (32, or 256 for the K formats) replaced
 // by its 8-bit quantization q * d, as the int8 matmul sees it (cpu::XQ8Block,
-// cpu::XQ8KBlock: q = nearest-even(x / d), d = max|x| / 127).
+// cpu::XQ8KBlock: q = nearest-even(x / d), d = max|x| / 127; a 32-value block
+// keeps d as F16, as llama.cpp's Q8_0 and Q8_1 blocks do).
 std::vector<float> quantize_x_q8_reference(const std::vector<float>& x, size_t block) {
   std::vector<float> out(x.size());
   for (size_t b = 0; b + block <= x.size(); b += block) {
@@ -153,9 +154,34 @@ std::vector<float> quantize_x_q8_reference(const std::vector<float>& x, size_t b
     for (size_t j = 0; j < block; ++j) amax = std::fmax(amax, std::fabs(x[b + j]));
     const float d = amax / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    for (size_t j = 0; j < block; ++j) out[b + j] = std::nearbyint(x[b + j] * id) * d;
+    const float scale = block == 32 ? f16_to_f32(f32_to_f16(d)) : d;
+    for (size_t j = 0; j < block; ++j) out[b + j] = std::nearbyint(x[b + j] * id) * scale;
   }
   return out;
+}
+
+// Q4_1's and Q5_1's decode products (fewer than kInt8MaxRows x rows): a
+// block's min m multiplies llama.cpp's Q8_1 sum, F16(d x sum of q) with d
+// before its F16 rounding (cpu::XQ8Block::s), where the quantized x of
+// quantize_x_q8_reference gives m x F16(d) x sum of q. What that adds to the
+// product of one weight row (`row`: its blocks) and one x row (cols values).
+double q8_1_min_sum_delta(WeightType type, const uint8_t* row, const float* x, int64_t cols) {
+  if (type != WeightType::Q4_1 && type != WeightType::Q5_1) return 0;
+  const size_t block_bytes = type == WeightType::Q4_1 ? 20 : 24;  // d, m (F16), then the values
+  double delta = 0;
+  for (int64_t b = 0; b < cols / 32; ++b) {
+    uint16_t m16;
+    std::memcpy(&m16, row + b * block_bytes + 2, 2);
+    float amax = 0.0f;
+    for (int j = 0; j < 32; ++j) amax = std::fmax(amax, std::fabs(x[b * 32 + j]));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    float sum = 0;
+    for (int j = 0; j < 32; ++j) sum += std::nearbyint(x[b * 32 + j] * id);
+    const float s = f16_to_f32(f32_to_f16(d * sum));
+    delta += static_cast<double>(f16_to_f32(m16)) * (static_cast<double>(s) - f16_to_f32(f32_to_f16(d)) * sum);
+  }
+  return delta;
 }
 
 // Dot-product tolerance for an f32 accumulation of `cols` terms.
@@ -220,6 +246,9 @@ TEST_CASE("matmul matches a double reference for every weight type and batch siz
               const float* wr = wv.data() + r * s.cols;
               double ref = 0;
               for (int64_t c = 0; c < s.cols; ++c) ref += static_cast<double>(xi[c]) * wr[c];
+              if (cpu::int8_weight_type(type) && n < cpu::kInt8MaxRows)
+                ref += q8_1_min_sum_delta(type, hw.bytes.data() + r * (hw.bytes.size() / s.rows),
+                                          x.data() + i * s.cols, s.cols);
               if (std::fabs(ref - y[i * s.rows + r]) > dot_tol(xi, wr, s.cols)) ++bad;
             }
           CHECK(bad == 0);

@@ -14,6 +14,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "tests/cpu_isa_under_test.h"
 #include "tests/golden.h"
+#include "tests/golden_greedy.h"
 
 using namespace prefixd;
 using namespace prefixd::testing;

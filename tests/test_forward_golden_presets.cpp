@@ -1,5 +1,5 @@
 // The CPU forward pass of Qwen3.5 and LFM2 on `prefixd gen-model` presets
-// (qwen35-tiny and lfm2-tiny in F32 and BF16, lfm2-tiny in Q8_0) against llama.cpp's logits
+// (qwen35-tiny, lfm2-tiny; F32, BF16 and Q8_0) against llama.cpp's logits
 // and greedy continuations (tests/golden/), computed whole and split at block
 // boundaries and in mid-block: the recurrent state handed from one call to
 // the next gives what the whole prompt gives. Runs once per CPU instruction
@@ -36,11 +36,15 @@ Loaded load(const GoldenModel& g) {
   return l;
 }
 
-// Whether the BF16 products of the set under test take BF16 activations (a
-// BF16 dot product: the avx512bf16 and amx sets), as llama.cpp's do.
-bool bf16_rounds_activations() {
-  const cpu::CpuIsa set = cpu::plan_for_isa(isa_under_test()).of(cpu::KernelFamily::kBf16Tiles);
-  return set == cpu::CpuIsa::kAvx512Bf16 || set == cpu::CpuIsa::kAmx;
+// Whether the set under test rounds or quantizes a file's activations where
+// llama.cpp does: BF16 weights through a BF16 dot product, block formats
+// through int8 panels in prefill too (both: the avx512bf16 and amx sets).
+bool activations_as_llama_cpp(const std::string& dtype) {
+  const cpu::CpuIsaPlan plan = cpu::plan_for_isa(isa_under_test());
+  auto int8_or_bf16_set = [](cpu::CpuIsa s) { return s == cpu::CpuIsa::kAvx512Bf16 || s == cpu::CpuIsa::kAmx; };
+  if (dtype == "f32") return true;
+  if (dtype == "bf16") return int8_or_bf16_set(plan.of(cpu::KernelFamily::kBf16Tiles));
+  return int8_or_bf16_set(plan.of(cpu::KernelFamily::kBlockFormats));
 }
 
 // The largest logit error over a case's prompt, its rows computed in calls
@@ -74,7 +78,7 @@ TEST_CASE("Qwen3.5 and LFM2 presets match llama.cpp whole and split (F32 KV)") {
         CAPTURE(m.name);
         CAPTURE(c.name);
         const int32_t n = static_cast<int32_t>(c.ids.size());
-        g.logit_tol = std::max(m.tol, bf16_rounds_activations() ? 0.0f : m.f32_activation_tol);
+        g.logit_tol = std::max(m.tol, activations_as_llama_cpp(g.raw["dtype"]) ? 0.0f : m.float_tol);
         const double whole = check_in_pieces(l, g, c, {0});
         MESSAGE(m.name << "/" << c.name << ": max logit error " << whole);
         CHECK(whole <= g.logit_tol);

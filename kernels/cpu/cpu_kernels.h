@@ -20,11 +20,19 @@ struct CpuBatch;
 constexpr int64_t kGemmPanel = 32;
 
 // 32 activations quantized to 8 bits for the integer matmul of block weights
-// (generic/int8_gemm.h): q = nearest-even(x / d), d = max|x| / 127.
+// (generic/int8_gemm.h) as llama.cpp's Q8_0 and Q8_1 blocks quantize them:
+// q = nearest-even(x / d) with d = max|x| / 127, then d kept as F16 (its
+// blocks store it so; their products scale by it). The sums take two forms:
+// ds = d * (sum of q) exactly, which the offsets of signed formats (Q4_0's 8,
+// Q8_0's 128, ...) and the K formats' mins multiply, so that those terms
+// cancel exactly; s = F16(d before its rounding * sum of q), Q8_1's sum,
+// which Q4_1's and Q5_1's mins multiply in the decode products as in
+// llama.cpp's (the int8 panels of prefill take ds for every format).
 struct XQ8Block {
   int8_t q[32];
   float d;
-  float ds;  // d * (sum of q): the formats' mins and offsets multiply it
+  float ds;
+  float s;
 };
 
 // 256 activations quantized to 8 bits for the K formats (one scale per 256, as

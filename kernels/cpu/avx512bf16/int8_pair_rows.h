@@ -77,6 +77,7 @@ PREFIXD_VEC_INLINE __mmask64 high_bits(const Block& b0, const Block& b1) {
 }
 
 struct PairQ4_0 {
+  static constexpr bool kMin = false;
   using Block = quant::BlockQ4_0;
   static PREFIXD_VEC_INLINE void unpack(const Block& b0, const Block& b1, Pair& p) {
     p.q = nibbles_pair(b0.qs, b1.qs);
@@ -86,6 +87,7 @@ struct PairQ4_0 {
 };
 
 struct PairQ4_1 {
+  static constexpr bool kMin = true;  // w = d * q + m
   using Block = quant::BlockQ4_1;
   static PREFIXD_VEC_INLINE void unpack(const Block& b0, const Block& b1, Pair& p) {
     p.q = nibbles_pair(b0.qs, b1.qs);
@@ -95,6 +97,7 @@ struct PairQ4_1 {
 };
 
 struct PairQ5_0 {
+  static constexpr bool kMin = false;
   using Block = quant::BlockQ5_0;
   static PREFIXD_VEC_INLINE void unpack(const Block& b0, const Block& b1, Pair& p) {
     const Z lo = nibbles_pair(b0.qs, b1.qs);
@@ -105,6 +108,7 @@ struct PairQ5_0 {
 };
 
 struct PairQ5_1 {
+  static constexpr bool kMin = true;  // w = d * q + m
   using Block = quant::BlockQ5_1;
   static PREFIXD_VEC_INLINE void unpack(const Block& b0, const Block& b1, Pair& p) {
     const Z lo = nibbles_pair(b0.qs, b1.qs);
@@ -116,6 +120,7 @@ struct PairQ5_1 {
 
 // Q8_0: signed values made unsigned by flipping the top bit (q + 128).
 struct PairQ8_0 {
+  static constexpr bool kMin = false;
   using Block = quant::BlockQ8_0;
   static PREFIXD_VEC_INLINE void unpack(const Block& b0, const Block& b1, Pair& p) {
     p.q = _mm512_xor_si512(load_pair32(b0.qs, b1.qs), bytes(0x80));
@@ -129,6 +134,7 @@ alignas(16) inline constexpr uint8_t kIq4nlPlus128[16] = {1,   24,  45,  63,  79
                                                           129, 141, 153, 166, 181, 197, 217, 241};
 
 struct PairIQ4_NL {
+  static constexpr bool kMin = false;
   using Block = quant::BlockIQ4_NL;
   static PREFIXD_VEC_INLINE void unpack(const Block& b0, const Block& b1, Pair& p) {
     const Z table = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(kIq4nlPlus128)));
@@ -141,20 +147,28 @@ struct PairIQ4_NL {
 // vpermps indices: lane 0 of a vector in lanes 0-7, lane 1 in lanes 8-15.
 alignas(64) inline constexpr int32_t kPairLanes[16] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1};
 
-// One x row's two blocks: their 64 bytes, [d0, d1] and [ds0, ds1].
+// One x row's two blocks: their 64 bytes, [d0, d1] and the sums the weight
+// format's constant terms multiply, [s0, s1] (kMin: XQ8Block::s, else ds).
 struct XPair {
   Z q;
   __m128 d, ds;
 };
 
+template <bool kMin>
+PREFIXD_VEC_INLINE float x_sum(const XQ8Block& a) {
+  return kMin ? a.s : a.ds;
+}
+
+template <bool kMin>
 PREFIXD_VEC_INLINE XPair x_pair(const XQ8Block& a, const XQ8Block& b) {
-  return {load_pair32(a.q, b.q), _mm_setr_ps(a.d, b.d, 0, 0), _mm_setr_ps(a.ds, b.ds, 0, 0)};
+  return {load_pair32(a.q, b.q), _mm_setr_ps(a.d, b.d, 0, 0), _mm_setr_ps(x_sum<kMin>(a), x_sum<kMin>(b), 0, 0)};
 }
 
 // The last block of an odd count: block 1 is absent (zero bytes, zero scales).
+template <bool kMin>
 PREFIXD_VEC_INLINE XPair x_single(const XQ8Block& a) {
   return {_mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q))),
-          _mm_setr_ps(a.d, 0, 0, 0), _mm_setr_ps(a.ds, 0, 0, 0)};
+          _mm_setr_ps(a.d, 0, 0, 0), _mm_setr_ps(x_sum<kMin>(a), 0, 0, 0)};
 }
 
 // acc += block pair p · x pair xp; cst += its constant terms.
@@ -182,7 +196,7 @@ PREFIXD_VEC_INLINE void tile(const uint8_t* w, size_t row_bytes, const XQ8Block*
 #pragma GCC unroll 4
     for (int i = 0; i < NR; ++i) {
       const XQ8Block* xi = x + i * x_stride + b;
-      xp[i] = single ? x_single(xi[0]) : x_pair(xi[0], xi[1]);
+      xp[i] = single ? x_single<Fmt::kMin>(xi[0]) : x_pair<Fmt::kMin>(xi[0], xi[1]);
     }
 #pragma GCC unroll 4
     for (int m = 0; m < MR; ++m) {

@@ -47,8 +47,11 @@ inline void quantize_x(const float* x, int64_t r0, int64_t r1, int64_t cols, XQ8
     for (int64_t b = 0; b < nb; ++b) {
       XQ8Block& o = out[r * nb + b];
       int sum = 0;
-      I8::quantize32(x + r * cols + b * 32, o.q, &o.d, &sum);
-      o.ds = o.d * static_cast<float>(sum);
+      float d = 0;
+      I8::quantize32(x + r * cols + b * 32, o.q, &d, &sum);
+      o.d = f16_to_f32(f32_to_f16(d));
+      o.ds = o.d * static_cast<float>(sum);  // exact: 11 bits of d times |sum| <= 4064
+      o.s = f16_to_f32(f32_to_f16(d * static_cast<float>(sum)));
     }
   }
 }
@@ -184,7 +187,9 @@ PREFIXD_VEC_INLINE void tile(const uint8_t* w, size_t row_bytes, const XQ8Block*
         for (int m = 0; m < MR; ++m) {
           const B s = Fmt::kSigned ? I8::sign(a, q[m][k]) : a;
           acc[m][i] = I8::fmadd(I8::mul(I8::dot(u[m], s), xd), I8::set1(sc[m][k]), acc[m][i]);
-          if constexpr (Fmt::kMin) mins[m][i] += mn[m][k] * xb.ds;
+          // Q4_1's and Q5_1's mins (Block::kMin) multiply llama.cpp's Q8_1 sum;
+          // the offsets of Q4_0 and Q5_0 the exact one (XQ8Block).
+          if constexpr (Fmt::kMin) mins[m][i] += mn[m][k] * (Block::kMin ? xb.s : xb.ds);
         }
       }
     }
