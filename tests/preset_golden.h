@@ -6,6 +6,7 @@
 // of as a logit mismatch.
 #pragma once
 
+#include <doctest/doctest.h>
 #include <xxhash.h>
 
 #include <cinttypes>
@@ -17,7 +18,6 @@
 
 #include "engine/model/model_presets.h"
 #include "tests/golden.h"
-#include "tests/golden_greedy.h"
 
 namespace prefixd::testing {
 

@@ -14,28 +14,12 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "tests/cpu_isa_under_test.h"
 #include "tests/golden.h"
-#include "tests/golden_greedy.h"
+#include "tests/golden_check.h"
 
 using namespace prefixd;
 using namespace prefixd::testing;
 
 namespace {
-
-struct Loaded {
-  std::unique_ptr<Backend> backend;
-  std::unique_ptr<Model> model;
-};
-
-Loaded load(const GoldenModel& g) {
-  Loaded l;
-  l.backend = make_cpu_backend(2, isa_under_test());
-  auto file = GgufFile::open(g.model_file);
-  REQUIRE_MESSAGE(file.ok(), file.message());
-  auto model = Model::load(file.value(), *l.backend);
-  REQUIRE_MESSAGE(model.ok(), model.message());
-  l.model = std::move(model.value());
-  return l;
-}
 
 // PREFIXD_GOLDEN_CASES (tests only; unset: every case): the golden case names
 // the whole-prompt test runs, comma-separated, e.g. "long,long-700,rand-17"
@@ -67,7 +51,7 @@ TEST_CASE("full forward pass matches llama.cpp logits and greedy ids (F32 KV)") 
   for (const auto& [name, tol] : forward_golden_models()) {
     SUBCASE(name.c_str()) {
       GoldenModel g = load_golden(name, tol);
-      Loaded l = load(g);
+      LoadedGolden l = load_golden_model(g);
       REQUIRE(l.model->config().n_vocab == g.n_vocab);
       for (const GoldenCase& c : g.cases) {
         if (!case_selected(c.name)) continue;
@@ -92,7 +76,7 @@ TEST_CASE("forward pass split at any point equals the whole pass (F32 KV)") {
   for (const auto& [name, tol] : forward_golden_models()) {
     SUBCASE(name.c_str()) {
       GoldenModel g = load_golden(name, tol);
-      Loaded l = load(g);
+      LoadedGolden l = load_golden_model(g);
       for (const GoldenCase& c : g.cases) {
         if (!split_case_selected(c)) continue;
         const int32_t n = static_cast<int32_t>(c.ids.size());
@@ -131,7 +115,7 @@ TEST_CASE("the last layer for the output rows alone: the same logits, every row'
   for (const auto& [name, tol] : forward_golden_models()) {
     SUBCASE(name.c_str()) {
       GoldenModel g = load_golden(name, tol);
-      Loaded l = load(g);
+      LoadedGolden l = load_golden_model(g);
       for (const GoldenCase& c : g.cases) {
         CAPTURE(name);
         CAPTURE(c.name);
@@ -175,7 +159,7 @@ TEST_CASE("F16 and BF16 KV caches stay within the tolerance plus 5e-2 (BF16 on s
   for (const auto& [name, tol] : forward_golden_models()) {
     SUBCASE(name.c_str()) {
       GoldenModel g = load_golden(name, tol);
-      Loaded l = load(g);
+      LoadedGolden l = load_golden_model(g);
       for (DType kv : {DType::F16, DType::BF16}) {
         for (const GoldenCase& c : g.cases) {
           CAPTURE(name);
@@ -201,7 +185,7 @@ TEST_CASE("--kv-dtype auto picks BF16 for a model with BF16 K and V weights, F16
   for (const auto& [name, tol] : forward_golden_models()) {
     CAPTURE(name);
     GoldenModel g = load_golden(name, tol);
-    Loaded l = load(g);
+    LoadedGolden l = load_golden_model(g);
     const bool bf16 = name.find("bf16") != std::string::npos;  // rand-qwen2-bf16, rand-qwen3-bf16
     CHECK(l.model->auto_kv_dtype() == (bf16 ? DType::BF16 : DType::F16));
   }

@@ -12,6 +12,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/isa_plan.h"
 #include "tests/cpu_isa_under_test.h"
+#include "tests/golden_check.h"
 #include "tests/preset_golden.h"
 #include "tests/temp_dir.h"
 
@@ -19,22 +20,6 @@ using namespace prefixd;
 using namespace prefixd::testing;
 
 namespace {
-
-struct Loaded {
-  std::unique_ptr<Backend> backend;
-  std::unique_ptr<Model> model;
-};
-
-Loaded load(const GoldenModel& g) {
-  Loaded l;
-  l.backend = make_cpu_backend(2, isa_under_test());
-  auto file = GgufFile::open(g.model_file);
-  REQUIRE_MESSAGE(file.ok(), file.message());
-  auto model = Model::load(file.value(), *l.backend);
-  REQUIRE_MESSAGE(model.ok(), model.message());
-  l.model = std::move(model.value());
-  return l;
-}
 
 // Whether the set under test rounds or quantizes a file's activations where
 // llama.cpp does: BF16 weights through a BF16 dot product, block formats
@@ -49,7 +34,7 @@ bool activations_as_llama_cpp(const std::string& dtype) {
 
 // The largest logit error over a case's prompt, its rows computed in calls
 // that start at each of `cuts` (ascending; 0 first), then the greedy check.
-double check_in_pieces(const Loaded& l, const GoldenModel& g, const GoldenCase& c, const std::vector<int32_t>& cuts) {
+double check_in_pieces(const LoadedGolden& l, const GoldenModel& g, const GoldenCase& c, const std::vector<int32_t>& cuts) {
   const int32_t n = static_cast<int32_t>(c.ids.size());
   SequenceRunner r(*l.model, DType::F32, n + static_cast<int32_t>(c.greedy_ids.size()) + 1);
   double worst = 0;
@@ -71,7 +56,7 @@ TEST_CASE("Qwen3.5 and LFM2 presets match llama.cpp whole and split (F32 KV)") {
   for (const PresetGolden& m : preset_golden_models()) {
     SUBCASE(m.name.c_str()) {
       GoldenModel g = load_preset_golden(m.name, m.tol, dir.path);
-      Loaded l = load(g);
+      LoadedGolden l = load_golden_model(g);
       REQUIRE(l.model->config().n_vocab == g.n_vocab);
       REQUIRE(g.cases.size() == 8);  // len1 .. len700
       for (const GoldenCase& c : g.cases) {
