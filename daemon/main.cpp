@@ -95,6 +95,8 @@ int main(int argc, char** argv) {
   serve.cpu_isa_option.take_env(std::getenv(prefixd::kCpuIsaEnvVar));
   gen.cpu_isa_option.take_env(std::getenv(prefixd::kCpuIsaEnvVar));
   if (const char* v = std::getenv("PREFIXD_CUDNN_LIB"); serve.cudnn_lib.empty() && v != nullptr) serve.cudnn_lib = v;
+  if (const char* v = std::getenv("PREFIXD_CUDNN_PROBE"); serve.cudnn_probe.empty() && v != nullptr)
+    serve.cudnn_probe = v;
   for (const char* var : {"VIRTUAL_ENV", "CONDA_PREFIX"})
     if (const char* v = std::getenv(var); v != nullptr && v[0] != '\0') serve.cudnn_python_prefixes.push_back(v);
   if (const char* path = std::getenv("PATH"); path != nullptr)

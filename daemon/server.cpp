@@ -87,7 +87,8 @@ Result<std::unique_ptr<Backend>> make_backend(const ServerOptions& o, std::strin
     CudaBackendOptions cuda_options;
     cuda_options.decode_graphs =
         o.cuda_graphs == "off" ? cuda::DecodeGraphMode::kOff : cuda::DecodeGraphMode::kOn;
-    cuda_options.cudnn_lib = o.cudnn_lib.empty() ? std::string("off") : o.cudnn_lib;
+    cuda_options.cudnn_lib = o.cudnn_lib.empty() ? std::string("auto") : o.cudnn_lib;
+    cuda_options.cudnn_probe = o.cudnn_probe;
     cuda_options.python_prefixes = o.cudnn_python_prefixes;
     cuda_options.log = [&o](const std::string& line) { log_line(o, LogLevel::kInfo, line); };
     auto b = make_cuda_backend(0, cuda_options);

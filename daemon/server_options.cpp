@@ -246,14 +246,6 @@ void add_engine_flags(CLI::App& app, ServerOptions& o) {
   app.add_option("--cache-dir", o.cache_dir, "where generated models are kept")
       ->capture_default_str();
   app.add_option("--backend", o.backend, "cpu, cuda or auto")->capture_default_str();
-  app.add_option("--cuda-graphs", o.cuda_graphs,
-                 "on: the CUDA backend replays decode steps as CUDA graphs (checked bit for bit "
-                 "against an eager run first); off: every op launched on its own")
-      ->capture_default_str();
-  app.add_option("--cudnn-lib", o.cudnn_lib,
-                 "CUDA backend: cuDNN for prefill attention: a libcudnn.so.9 (or its folder), `auto` (the "
-                 "library path, then Python environments' nvidia/cudnn/lib) or `off`; default "
-                 "$PREFIXD_CUDNN_LIB, else off (not yet shown to run right on a GPU)");
   app.add_option("--threads,-t", o.n_threads, "compute threads")->capture_default_str();
   add_cpu_isa_flag(app, o.cpu_isa_option);
   app.add_option("--kv-pool-mib", o.kv_pool_mib, "device KV pool size in MiB")
@@ -292,6 +284,22 @@ void add_engine_flags(CLI::App& app, ServerOptions& o) {
   app.add_option("--cache-ttl-scale", o.cache_ttl_scale,
                  "multiplies every pin TTL (5m, 1h, 24h); for tests, e.g. 0.01 makes 5m 3 s")
       ->capture_default_str();
+}
+
+// The CUDA backend's fast paths: decode graphs, cuDNN and its child-process check.
+void add_cuda_flags(CLI::App& app, ServerOptions& o) {
+  app.add_option("--cuda-graphs", o.cuda_graphs,
+                 "on: the CUDA backend replays decode steps as CUDA graphs (checked bit for bit "
+                 "against an eager run first); off: every op launched on its own")
+      ->capture_default_str();
+  app.add_option("--cudnn-lib", o.cudnn_lib,
+                 "CUDA backend: cuDNN for prefill attention: a libcudnn.so.9 (or its folder), `auto` (the "
+                 "library path, then Python environments' nvidia/cudnn/lib) or `off`; default "
+                 "$PREFIXD_CUDNN_LIB, else auto");
+  app.add_option("--cudnn-probe", o.cudnn_probe,
+                 "CUDA backend: the program that checks each cuDNN plan bucket in a child process before it "
+                 "serves (a crash there only switches cuDNN off): a path, or `off` to check in the daemon's "
+                 "own process; default $PREFIXD_CUDNN_PROBE, else prefixd-cudnn-probe beside prefixd");
 }
 
 // Connections, shutdown and who may call (keys, hosts, origins, TLS).
@@ -382,6 +390,7 @@ void add_tier_flags(CLI::App& app, ServerOptions& o) {
 
 void register_server_flags(CLI::App& app, ServerOptions& o) {
   add_engine_flags(app, o);
+  add_cuda_flags(app, o);
   add_http_flags(app, o);
   add_tier_flags(app, o);
 }

@@ -60,8 +60,11 @@ struct ServerOptions {
   // cuDNN for the CUDA backend's prefill attention (CudaBackendOptions):
   // --cudnn-lib, else PREFIXD_CUDNN_LIB: a libcudnn.so.9 or its folder,
   // "auto" (the library path, then Python environments) or "off"; empty
-  // (neither given): off.
+  // (neither given): auto.
   std::string cudnn_lib;
+  // --cudnn-probe, else PREFIXD_CUDNN_PROBE: the child-process check program
+  // of cuDNN plans (CudaBackendOptions::cudnn_probe); empty: beside prefixd.
+  std::string cudnn_probe;
   std::vector<std::string> cudnn_python_prefixes;  // $VIRTUAL_ENV, $CONDA_PREFIX, python3's on $PATH, ~/.local (main.cpp)
   int64_t kv_pool_mib = 256;             // device KV pool budget, MiB
   // Share of the pool that holds a sliding-window model's window layers in a

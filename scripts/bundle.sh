@@ -50,6 +50,9 @@ programs=(prefixd prefixctl tests/test_cuda_ops tests/test_cuda_launch tests/tes
 # Built only where cuDNN's headers were found: carried when present (its
 # --dump mode saves the GPU's device description for the deviceless plan test).
 [[ -x "$build/tests/test_cudnn_deviceless" ]] && programs+=(tests/test_cudnn_deviceless)
+# The child-process check of each cuDNN plan bucket (the backend looks for it
+# beside the running program: bin/).
+[[ -x "$build/prefixd-cudnn-probe" ]] && programs+=(prefixd-cudnn-probe)
 # The models the bundled tests read: golden_models() and quant_golden_models()
 # of tests/golden.h, with their golden outputs.
 ggufs=(stories260K rand-mqa-f16 rand-qwen2-bf16 rand-llama3rope-f16 rand-qwen3-bf16 rand-gemma3-bf16)

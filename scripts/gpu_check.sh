@@ -91,8 +91,9 @@ record() {
 }
 want() { [[ "$steps" == *",$1,"* ]]; }
 
-# cuDNN for prefill attention (off by default in the daemon): PyTorch's, else
-# the backend's own search (auto), unless PREFIXD_CUDNN_LIB names one (or "off").
+# cuDNN for prefill attention: PyTorch's, else the backend's own search (auto,
+# the daemon's default), unless PREFIXD_CUDNN_LIB names one (or "off"). Each
+# plan bucket is checked first by bin/prefixd-cudnn-probe in a child process.
 if [[ -z "${PREFIXD_CUDNN_LIB:-}" ]]; then
   export PREFIXD_CUDNN_LIB=auto
   cudnn_dir=$(python3 -c 'import os, nvidia.cudnn; print(os.path.join(list(nvidia.cudnn.__path__)[0], "lib"))' 2>/dev/null)
@@ -111,8 +112,10 @@ say "setup: bundle $bundle_tar, out $OUT, backend $backend, cuDNN ${PREFIXD_CUDN
 head -n 1 "$OUT/setup.log"
 grep -E "not found|cublas|cudart" "$OUT/setup.log"
 
+# ops: each cuDNN plan bucket the tests meet is first checked in a child
+# process (2-3 s each, ~20-30 buckets): a longer limit than the tests alone need.
 if want ops; then
-  step ops 150 "$run" test_cuda_ops --duration=true
+  step ops 240 "$run" test_cuda_ops --duration=true
   record ops "$(grep -E '^skipped|^\[doctest\] (test cases|assertions)' "$OUT/ops.log" | tr -s ' ' | tr '\n' ' ')"
 fi
 

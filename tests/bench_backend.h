@@ -41,11 +41,15 @@ inline Status check_bench_backend(const std::string& name) {
 
 #if defined(PREFIXD_HAVE_CUDA)
 // The CUDA backend's options as the daemon fills them from its environment
-// (PREFIXD_CUDNN_LIB; $VIRTUAL_ENV, $CONDA_PREFIX, the first python3 on
-// $PATH, ~/.local for cuDNN).
+// (PREFIXD_CUDNN_LIB, PREFIXD_CUDNN_PROBE; $VIRTUAL_ENV, $CONDA_PREFIX, the
+// first python3 on $PATH, ~/.local for cuDNN). Unlike the daemon, the first
+// use of a cuDNN bucket waits for its child check, so that a measured or
+// tested call after it runs the path that will serve.
 inline CudaBackendOptions bench_cuda_options() {
   CudaBackendOptions o;
+  o.wait_for_cudnn_probe = true;
   if (const char* v = std::getenv("PREFIXD_CUDNN_LIB"); v != nullptr) o.cudnn_lib = v;
+  if (const char* v = std::getenv("PREFIXD_CUDNN_PROBE"); v != nullptr) o.cudnn_probe = v;
   for (const char* var : {"VIRTUAL_ENV", "CONDA_PREFIX"})
     if (const char* v = std::getenv(var); v != nullptr && v[0] != '\0') o.python_prefixes.push_back(v);
   if (const char* path = std::getenv("PATH"); path != nullptr)

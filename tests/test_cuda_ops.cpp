@@ -28,6 +28,8 @@
 
 #if defined(PREFIXD_HAVE_CUDA)
 #include <cuda_runtime.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/kernels.h"
@@ -689,6 +691,75 @@ TEST_CASE("kv_store and paged attention (prefill, cached prefix, split decode) m
       CHECK(block[0] == block[1]);  // kv_store conversions are bit-identical
     }
   }
+}
+
+// The crash containment of cuDNN (kernels/cuda/child_check.h): a bucket's
+// child check that dies of a signal switches cuDNN off for the process, the
+// backend's process goes on, and the simple kernel serves bit for bit what a
+// backend without cuDNN gives. Where no cuDNN is found, both run the simple kernel.
+TEST_CASE("a cuDNN bucket whose child check crashes leaves the simple kernel serving") {
+  const std::string crash = "/tmp/prefixd-test-probe-crash-" + std::to_string(::getpid()) + ".sh";
+  {
+    FILE* f = std::fopen(crash.c_str(), "w");
+    REQUIRE(f != nullptr);
+    std::fputs("#!/bin/sh\necho 'building the plan'\nkill -SEGV $$\n", f);
+    std::fclose(f);
+    REQUIRE(::chmod(crash.c_str(), 0755) == 0);
+  }
+  CudaBackendOptions crashing = bench_cuda_options();
+  crashing.cudnn_probe = crash;
+  crashing.wait_for_cudnn_probe = true;
+  CudaBackendOptions off = bench_cuda_options();
+  off.cudnn_lib = "off";
+  const int32_t bs = 16, n_heads = 8, n_kv = 4, d = 64, kv_dim = n_kv * d, q_dim = n_heads * d;
+  KvGeometry g;
+  g.n_layers = 1;
+  g.n_blocks = 16;
+  g.block_size = bs;
+  g.n_kv_heads = n_kv;
+  g.head_dim = d;
+  g.dtype = DType::BF16;
+  BatchBuilder bb(bs);
+  const std::vector<int32_t> tokens(40, 1), table = {5, 2, 9};
+  bb.add(tokens, 0, table, LogitsWanted::kAll);
+  const Batch batch = bb.batch();
+  const std::vector<float> k = random_vec(40 * kv_dim, 50), v = random_vec(40 * kv_dim, 51);
+  const std::vector<float> q = random_vec(40 * q_dim, 52, -2, 2);
+  std::vector<float> outs[2];
+  for (int i = 0; i < 2; ++i) {
+    auto made = make_cuda_backend(0, i == 0 ? crashing : off);
+    REQUIRE_MESSAGE(made.ok(), made.message());
+    std::unique_ptr<Backend> b = std::move(made.value());
+    const auto enabled = [&] {
+      for (const FastPathState& p : b->fast_path_report().paths)
+        if (p.name == "cudnn_prefill") return p.enabled;
+      return false;
+    };
+    const bool loaded = enabled();
+    KvPool pool = b->allocate_kv_pool(g).value();
+    float* dk = put(*b, k);
+    float* dv = put(*b, v);
+    float* dq = put(*b, q);
+    float* dout = put(*b, std::vector<float>(q.size()));
+    b->prepare_batch(batch, bs);
+    b->kv_store(pool, 0, dk, dv);
+    b->attention(pool, 0, dq, dout, n_heads, 0.125f, 0);
+    outs[i] = get(*b, dout, q.size());
+    CHECK(cudnn_calls(*b) == 0);
+    CHECK_FALSE(enabled());
+    if (i == 0 && loaded) {
+      const FastPathReport r = b->fast_path_report();
+      REQUIRE_FALSE(r.self_checks.empty());
+      CHECK_FALSE(r.self_checks.back().passed);
+      CHECK(r.self_checks.back().error.find("crashed: signal 11") == 0);
+    }
+    MESSAGE("cuDNN " << (loaded ? "loaded" : "not found") << " in the " << (i == 0 ? "crashing-probe" : "off")
+                     << " backend");
+    for (float* x : {dk, dv, dq, dout}) b->free(x);
+    b->free_kv_pool(pool);
+  }
+  std::remove(crash.c_str());
+  CHECK(outs[0] == outs[1]);
 }
 
 namespace {

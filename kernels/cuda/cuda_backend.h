@@ -38,12 +38,20 @@ struct CudaBackendOptions {
   // and the simple decode kernel serves.
   bool corrupt_flash_decode_for_test = false;
   // cuDNN for prefill attention, loaded at run time: an operator-named
-  // libcudnn.so.9 or the folder holding it, tried alone; "auto": the dynamic
-  // loader's search path, then Python environments; "off" (the default)
-  // loads none. Off by default: on the one GPU run so far (an H200, cuDNN
-  // 9.19) a fused cuDNN kernel wrote outside its buffers during the
-  // self-check, which a process cannot survive (kernels/cuda/README.md).
-  std::string cudnn_lib = "off";
+  // libcudnn.so.9 or the folder holding it, tried alone; "auto" (the
+  // default): the dynamic loader's search path, then Python environments;
+  // "off" loads none.
+  std::string cudnn_lib = "auto";
+  // Each cuDNN plan bucket is first checked in a child process
+  // (kernels/cuda/child_check.h) by this program, so that a device fault in
+  // a cuDNN kernel ends the child, not the backend's process: "" finds
+  // prefixd-cudnn-probe beside the running program or one folder up; a path
+  // names it; "off" checks in this process only. Without the program cuDNN
+  // is not used.
+  std::string cudnn_probe;
+  // true: the first use of a bucket waits for its child check (about 1-2 s);
+  // false: the simple kernel serves the bucket until the check has passed.
+  bool wait_for_cudnn_probe = false;
   // Python environments searched for nvidia/cudnn/lib before /usr/local and
   // /usr, in order (the daemon passes $VIRTUAL_ENV, $CONDA_PREFIX, the
   // environment of the first python3 on $PATH, ~/.local).

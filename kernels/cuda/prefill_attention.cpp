@@ -3,8 +3,11 @@
 // (prefill_attention.h).
 #include "kernels/cuda/prefill_attention.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <random>
@@ -19,6 +22,7 @@
 #if defined(PREFIXD_HAVE_CUDNN)
 #include "kernels/cuda/cudnn/cudnn_api.h"
 #include "kernels/cuda/cudnn/cudnn_search.h"
+#include "kernels/cuda/cudnn/probe_request.h"
 #include "kernels/cuda/cudnn/sdpa_batch.h"
 #include "kernels/cuda/cudnn/sdpa_plans.h"
 #endif
@@ -48,6 +52,9 @@ struct PrefillAttention::Impl {
     if (b.layout.n_prefill_tiles == 0) return;
     launch_attention_prefill(a, b, stream);
     registry->count_call(kSimplePrefillPath);
+  }
+  ChildVerdict check_bucket(const AttentionArgs&, int32_t, int32_t, int32_t) {
+    return ChildVerdict{ChildVerdict::Kind::kNotRun, "this build has no cuDNN (its headers were not found)"};
   }
 };
 
@@ -100,6 +107,12 @@ struct PrefillAttention::Impl {
   std::unique_ptr<SdpaPlanCache> plans;
   std::map<const SdpaPlan*, bool> serves;  // a built plan: whether it passed its self-check
   std::set<std::string> logged_classes;
+  // Child checks of the buckets (ProbeRequest::key()); null: checked in this process only.
+  std::unique_ptr<ChildCheckQueue> probes;
+  std::string probe_program;
+  bool wait_for_probe = false;
+  int device = 0;
+  std::set<std::string> logged_probes;  // keys whose child check was announced / whose verdict was logged
 
   // The current batch.
   std::vector<PrefillSeq> seqs;
@@ -149,6 +162,19 @@ struct PrefillAttention::Impl {
       a->Destroy(h);
       return unavailable(a->describe(s, "cudnnSetStream"));
     }
+    if (options.cudnn_probe != kCudnnOff) {
+      probe_program = find_probe(options.cudnn_probe);
+      if (probe_program.empty()) {
+        a->Destroy(h);
+        return unavailable("the child-process check program " + std::string(kCudnnProbeProgram) +
+                           (options.cudnn_probe.empty() ? " is not beside this program (nor one folder up)"
+                                                        : " is not at " + options.cudnn_probe) +
+                           "; --cudnn-probe off checks in this process");
+      }
+      probes = std::make_unique<ChildCheckQueue>(kProbeTimeout);
+      wait_for_probe = options.wait_for_cudnn_probe;
+      PREFIXD_CUDA_CHECK(cudaGetDevice(&device));
+    }
     api = a;
     handle = h;
     PlanTarget target;
@@ -158,7 +184,61 @@ struct PrefillAttention::Impl {
     registry->declare(kCudnnPrefillPath, true, "cudnn " + api->version_string() + " (" + api->library + ")");
     registry->set_summary("prefill_attention", "cudnn " + api->version_string());
     log("prefill attention: cuDNN " + api->version_string() + " loaded from " + api->library +
-        "; each plan bucket serves once it passes its self-check");
+        "; each plan bucket serves once it passes its self-check" +
+        (probes ? " in a child process (" + probe_program + ") and in this one" : " (in this process only)"));
+  }
+
+  // A child check's time limit: loading cuDNN, a CUDA context, one plan's
+  // build (NVRTC) and one run, seconds each.
+  static constexpr std::chrono::milliseconds kProbeTimeout{120000};
+
+  // The probe program: `named` when it is executable; for "" the one beside
+  // this process's executable, else one folder up (tests/ of a build). "" when none.
+  static std::string find_probe(const std::string& named) {
+    namespace fs = std::filesystem;
+    auto runnable = [](const fs::path& p) { return access(p.c_str(), X_OK) == 0 && !fs::is_directory(p); };
+    if (!named.empty()) return runnable(named) ? named : "";
+    std::error_code ec;
+    const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+    if (ec) return "";
+    for (const fs::path& dir : {exe.parent_path(), exe.parent_path().parent_path()})
+      if (runnable(dir / kCudnnProbeProgram)) return (dir / kCudnnProbeProgram).string();
+    return "";
+  }
+
+  // Whether the child check of bucket `s` with `a`'s scale and window has
+  // passed; starts it when none runs. A failed or crashed child switches
+  // cuDNN off for the process.
+  bool probe_passed(const SdpaShape& s, const AttentionArgs& a) {
+    ProbeRequest r;
+    r.device = device;
+    r.cudnn_library = api->library;
+    r.shape = s;
+    r.shape.out_dtype = s.dtype;
+    r.scale = a.scale;
+    r.window_tokens = a.window_tokens;
+    const std::string key = r.key();
+    const std::optional<ChildVerdict> v =
+        probes->verdict(key, [&] { return probe_argv(probe_program, r); }, wait_for_probe);
+    const bool first = logged_probes.insert(v ? "verdict " + key : "pending " + key).second;
+    if (!v) {
+      if (first) log("cuDNN plan " + key + ": checking in a child process; the simple kernel serves it meanwhile");
+      return false;
+    }
+    if (v->failed()) {
+      SelfCheckVerdict failed;
+      failed.path = kCudnnPrefillPath;
+      failed.shape = key + " (child process)";
+      failed.error = v->detail;
+      registry->record(failed);
+      registry->set_summary("prefill_attention", "none: cuDNN's child check failed on " + key);
+      log("cuDNN plan " + key + ": the child process check FAILED (" + v->detail +
+          "); cuDNN switched off for this process, the simple kernel serves");
+    } else if (first) {
+      log("cuDNN plan " + key + ": child process check " + (v->passed() ? "passed" : "did not run") + " (" +
+          v->detail + ")" + (v->passed() ? "" : "; the simple kernel serves this bucket"));
+    }
+    return v->passed();
   }
 
   void prepare_batch(const Batch& batch, int32_t bs) {
@@ -224,6 +304,7 @@ struct PrefillAttention::Impl {
       return nullptr;
     }
     log_class_once(s, "cuDNN " + api->version_string() + " per bucket, the simple kernel where a bucket's plan is refused");
+    if (probes && !probe_passed(s, a)) return nullptr;
     bool built = false;
     const SdpaPlanCache::Entry& e = plans->get(s, &built);
     if (e.plan == nullptr) {
@@ -324,6 +405,38 @@ struct PrefillAttention::Impl {
       launch_simple_tiles(a, b, r.first, r.count, stream);
       registry->count_call(kSimplePrefillPath);
     }
+  }
+
+  ChildVerdict check_bucket(const AttentionArgs& layer, int32_t n_pool_blocks, int32_t max_q, int32_t max_kv) {
+    using Kind = ChildVerdict::Kind;
+    if (api == nullptr) return ChildVerdict{Kind::kNotRun, "cuDNN not loaded: " + summary()};
+    PrefillSeq p;
+    p.n_q = max_q;
+    p.kv_len = max_kv;
+    SdpaShape s = shape_of(layer, n_pool_blocks, p);
+    if (s.max_q != max_q || s.max_kv != max_kv)
+      return ChildVerdict{Kind::kNotRun, "q<=" + std::to_string(max_q) + " kv<=" + std::to_string(max_kv) +
+                                             " is not a bucket (" + s.describe() + ")"};
+    if (const std::string limit = sdpa_known_limits(s, api->version); !limit.empty())
+      return ChildVerdict{Kind::kNotRun, s.describe() + ": " + limit};
+    const SdpaPlanCache::Entry& e = plans->get(s);
+    if (e.plan == nullptr) return ChildVerdict{Kind::kNotRun, s.describe() + " refused by cuDNN: " + e.refusal};
+    const size_t n_before = registry->report().self_checks.size();
+    const bool passed = self_check(*e.plan, layer);
+    const FastPathReport r = registry->report();
+    if (r.self_checks.size() == n_before)
+      return ChildVerdict{Kind::kNotRun, s.describe() + ": the self-check could not run (device memory)"};
+    const SelfCheckVerdict& v = r.self_checks.back();
+    char figures[128];
+    std::snprintf(figures, sizeof(figures), "max |error| %.3g, tolerance %.3g", v.max_error, v.tolerance);
+    return ChildVerdict{passed ? Kind::kPassed : Kind::kFailed,
+                        s.describe() + ": " + figures + (passed ? "" : "; " + v.error)};
+  }
+
+  std::string summary() const {
+    for (const auto& [family, line] : registry->report().summary)
+      if (family == "prefill_attention") return line;
+    return "";
   }
 
   // --- self-check -------------------------------------------------------------
@@ -464,6 +577,11 @@ void PrefillAttention::prepare_batch(const Batch& batch, int32_t block_size) {
 
 void PrefillAttention::run(const AttentionArgs& a, int32_t n_pool_blocks, const DeviceBatch& b) {
   impl_->run(a, n_pool_blocks, b);
+}
+
+ChildVerdict PrefillAttention::check_bucket(const AttentionArgs& layer, int32_t n_pool_blocks, int32_t max_q,
+                                            int32_t max_kv) {
+  return impl_->check_bucket(layer, n_pool_blocks, max_q, max_kv);
 }
 
 }  // namespace prefixd::cuda

@@ -21,6 +21,12 @@
 // the registry), a plan cuDNN refuses leaves only its bucket to the simple
 // kernel. One log line per shape class names the path that serves it.
 //
+// Before that, each bucket is checked in a child process
+// (CudaBackendOptions::cudnn_probe, kernels/cuda/child_check.h): the same
+// plan and self-check run by prefixd-cudnn-probe, which calls
+// check_bucket(). Until the child passes, the simple kernel serves the
+// bucket; a child that fails or crashes switches cuDNN off for the process.
+//
 // Thread: the backend's (engine) thread. Work goes on the backend's stream.
 #pragma once
 
@@ -30,6 +36,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/backend.h"
+#include "kernels/cuda/child_check.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/kernels.h"
 #include "kernels/cuda/self_check.h"
@@ -53,6 +60,11 @@ class PrefillAttention {
   // Attention of every prefill sequence of the current batch (`b`, packed
   // from it) in layer pool `a.k_pool`/`a.v_pool` of n_pool_blocks blocks.
   void run(const AttentionArgs& a, int32_t n_pool_blocks, const DeviceBatch& b);
+  // The whole check of one bucket in this process: `layer`'s shape, scale
+  // and window (its pointers unused) over a pool of n_pool_blocks blocks,
+  // queries and keys of the bucket (max_q, max_kv). Not run: cuDNN is not
+  // loaded, or refuses the shape. What prefixd-cudnn-probe runs.
+  ChildVerdict check_bucket(const AttentionArgs& layer, int32_t n_pool_blocks, int32_t max_q, int32_t max_kv);
 
  private:
   struct Impl;
