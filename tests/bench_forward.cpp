@@ -5,7 +5,8 @@
 // -n 128`; also the file size and the resident memory the model's load added.
 // On the CPU backend a second line puts decode's weight read (the bytes of the
 // weights one token multiplies, times tg128) beside a plain read of as many
-// bytes by as many threads in the same run (tests/memory_read.h), as a fraction.
+// bytes by as many threads taken right before and after each decode rep
+// (tests/memory_read.h), as a fraction: the median rep's, and each rep's.
 //
 // Usage: bench_forward [--threads N] [--models smol-135m:f32,smol-135m:bf16,tiny:f32,tiny:bf16]
 //                      [--model FILE.gguf ...] (any GGUF; with --model, presets only if --models given)
@@ -147,11 +148,32 @@ double prefill_tps(ForwardPass& fwd, KvPool& pool, const std::vector<int32_t>& t
 }
 
 // Tokens per second of 128 greedy decode steps (best of reps).
-double decode_tps(ForwardPass& fwd, KvPool& pool, const std::vector<int32_t>& table, int reps) {
+// Decode: 128 greedy tokens per rep. tps: the best rep's tokens per second.
+// With step_bytes > 0 (the CPU), a plain `threads`-thread read of step_bytes
+// is taken right before and right after each rep, and the rep's weight read
+// is a fraction of their mean: a shared host's memory drifts by tens of
+// percent from minute to minute, and a read beside each rep cancels most of
+// that drift where one read after all reps did not.
+struct DecodeFigures {
+  double tps = 0;
+  std::vector<double> fractions;  // per rep
+  double read_gbs = 0;            // the mean of the plain reads
+  double fraction() const {       // the median rep's
+    std::vector<double> f = fractions;
+    std::sort(f.begin(), f.end());
+    return f.empty() ? 0.0 : f.size() % 2 ? f[f.size() / 2] : 0.5 * (f[f.size() / 2 - 1] + f[f.size() / 2]);
+  }
+};
+
+DecodeFigures decode_figures(ForwardPass& fwd, KvPool& pool, const std::vector<int32_t>& table, int reps,
+                             size_t step_bytes, int threads) {
   std::vector<float> logits;
   BatchBuilder b(16);
-  double best = 1e30;
+  DecodeFigures d;
+  double best = 1e30, read_sum = 0;
+  auto read_gbs = [&] { return testing::plain_read_bytes_per_s(step_bytes, threads, 2) / 1e9; };
   for (int r = 0; r < reps; ++r) {
+    const double before = step_bytes > 0 ? read_gbs() : 0.0;
     int32_t tok = 1;
     double t0 = now_s();
     for (int i = 0; i < 128; ++i) {
@@ -160,9 +182,16 @@ double decode_tps(ForwardPass& fwd, KvPool& pool, const std::vector<int32_t>& ta
       fwd.run(b.batch(), pool, &logits);
       tok = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
     }
-    best = std::min(best, now_s() - t0);
+    const double t = now_s() - t0;
+    best = std::min(best, t);
+    if (step_bytes == 0) continue;
+    const double after = read_gbs();
+    read_sum += before + after;
+    d.fractions.push_back(static_cast<double>(step_bytes) * 128 / t / 1e9 / (0.5 * (before + after)));
   }
-  return 128 / best;
+  d.tps = 128 / best;
+  d.read_gbs = reps > 0 ? read_sum / (2.0 * reps) : 0.0;
+  return d;
 }
 
 // Bytes of the weights one decode step reads: every tensor of the file but the
@@ -212,16 +241,18 @@ int bench_model(Backend& backend, const Args& a, DType kv, const std::string& la
   std::vector<double> results;
   for (int n_prompt : {512, 2048})
     results.push_back(a.prefill ? prefill_tps(fwd, pool, table, c.n_vocab, n_prompt, a.chunk, a.reps) : 0.0);
-  results.push_back(decode_tps(fwd, pool, table, a.reps));
+  const size_t step_bytes = backend.name() == "cpu" ? decode_weight_bytes(*file.value()) : 0;
+  const DecodeFigures d = decode_figures(fwd, pool, table, a.reps, step_bytes, a.threads);
+  results.push_back(d.tps);
   std::printf("%-24s %-8s %10.1f %10.1f %10.1f %9.1f %9.1f\n", label.c_str(), type.c_str(), results[0],
               results[1], results[2], file_mb, load_mb);
-  if (backend.name() == "cpu") {
-    const size_t step_bytes = decode_weight_bytes(*file.value());
-    const double decode_gbs = static_cast<double>(step_bytes) * results[2] / 1e9;
-    const double read_gbs = testing::plain_read_bytes_per_s(step_bytes, a.threads, 5) / 1e9;
-    std::printf("  decode reads %.1f MB a token: %.1f GB/s; a plain %d-thread read of as many bytes: %.1f GB/s"
-                " (decode at %.2f of it)\n",
-                static_cast<double>(step_bytes) / 1e6, decode_gbs, a.threads, read_gbs, decode_gbs / read_gbs);
+  if (step_bytes > 0) {
+    std::string per_rep;
+    for (double f : d.fractions) per_rep += (per_rep.empty() ? "" : " ") + std::to_string(f).substr(0, 4);
+    std::printf("  decode reads %.1f MB a token: %.1f GB/s; a plain %d-thread read of as many bytes beside each"
+                " rep: %.1f GB/s (decode at %.2f of it; per rep %s)\n",
+                static_cast<double>(step_bytes) / 1e6, static_cast<double>(step_bytes) * d.tps / 1e9, a.threads,
+                d.read_gbs, d.fraction(), per_rep.c_str());
   }
 #if defined(PREFIXD_HAVE_CUDA)
   if (backend.name() == "cuda") {
