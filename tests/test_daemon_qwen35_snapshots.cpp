@@ -17,6 +17,7 @@
 #include "tests/daemon_start.h"
 #include "tests/golden.h"
 #include "tests/greedy_answers.h"
+#include "tests/qwen35_snapshot_daemon.h"
 #include "tests/temp_dir.h"
 
 using nlohmann::json;
@@ -94,10 +95,7 @@ TEST_CASE("qwen35: a snapshot evicted from the device is restored from the host 
   // One device snapshot slot: the prompt's earlier snapshots leave the
   // device as later ones come, but went to the host tier when taken.
   TempDir dir;
-  auto d = start_or_fail({"--model", shared_path("models/rand-qwen35-bf16.gguf"), "--threads", "2",
-                          "--block-size", "16", "--kv-dtype", "f32", "--snapshot-interval-blocks", "8",
-                          "--state-snapshots", "1", "--host-cache-gb", "1", "--disk-cache-dir", dir.path + "/disk",
-                          "--write-policy", "write-through"});
+  auto d = start_or_fail(qwen35_one_snapshot_slot_args(dir.path + "/disk"));
   auto c = d->client();
   const std::vector<int32_t> prefix = tokens(1, 680, true);
   const std::vector<int32_t> p1 = joined(prefix, tokens(5, 40, false));

@@ -22,6 +22,7 @@
 #include "tests/daemon_start.h"
 #include "tests/golden.h"
 #include "tests/greedy_answers.h"
+#include "tests/qwen35_snapshot_daemon.h"
 #include "tests/temp_dir.h"
 
 using nlohmann::json;
@@ -169,10 +170,7 @@ TEST_CASE("qwen35 usage: a snapshot restored from the host tier says state_from 
   // One device snapshot slot: p1's snapshot at block 40 leaves the device as
   // later ones come, but went to the host tier when taken (write-through).
   TempDir dir;
-  auto d = start_or_fail({"--model", shared_path("models/rand-qwen35-bf16.gguf"), "--threads", "2",
-                          "--block-size", "16", "--kv-dtype", "f32", "--snapshot-interval-blocks", "8",
-                          "--state-snapshots", "1", "--host-cache-gb", "1", "--disk-cache-dir", dir.path + "/disk",
-                          "--write-policy", "write-through"});
+  auto d = start_or_fail(qwen35_one_snapshot_slot_args(dir.path + "/disk"));
   auto c = d->client();
   const std::vector<int32_t> prefix = tokens(1, 680, true);
   const Answer cold = ask(*c, joined(prefix, tokens(5, 40, false)));
