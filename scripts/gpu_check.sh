@@ -134,7 +134,8 @@ if want sanitize; then
     summary+=("$(printf '%-10s %-8s %6s  %s' sanitize skipped - "compute-sanitizer not installed")")
   else
     for tool in memcheck racecheck; do
-      step "$tool" 60 "$run" "$cs" --tool "$tool" --error-exitcode 3 "$B/bin/test_cuda_ops" \
+      # --target-processes all: the cuDNN buckets' child checks (prefixd-cudnn-probe) are checked too.
+      step "$tool" 90 "$run" "$cs" --tool "$tool" --target-processes all --error-exitcode 3 "$B/bin/test_cuda_ops" \
         "-tc=rope*,kv_store and paged attention*"
       record "$tool" "$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$tool.log" | tail -n 1)"
     done
