@@ -8,6 +8,9 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <string>
 #include <thread>
@@ -95,6 +98,15 @@ TEST_CASE("poll() answers at once while the child runs, then the verdict") {
   REQUIRE(c.value()->poll().has_value());
   CHECK(c.value()->poll()->detail == "done");
   CHECK(c.value()->output() == "done\n");
+}
+
+TEST_CASE("the child holds none of the parent's descriptors but its output") {
+  const int fd = ::open("/dev/null", O_RDONLY);  // no O_CLOEXEC: a child would inherit it
+  REQUIRE(fd > 2);
+  const std::string path = "/proc/self/fd/" + std::to_string(fd);
+  const ChildVerdict v = run_child("if [ -e " + path + " ]; then echo open; else echo closed; fi");
+  ::close(fd);
+  CHECK(v.detail == "closed");
 }
 
 TEST_CASE("a program that cannot start is an error, and a failed verdict in the queue") {

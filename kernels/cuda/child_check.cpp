@@ -38,6 +38,9 @@ Result<std::unique_ptr<ChildCheck>> ChildCheck::start(const std::vector<std::str
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
   posix_spawn_file_actions_adddup2(&actions, fds[1], 2);
+  // Nothing else of the parent's: a daemon's listening socket held by a child
+  // would keep its port bound past the daemon's own exit.
+  posix_spawn_file_actions_addclosefrom_np(&actions, 3);
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);

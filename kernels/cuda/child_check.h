@@ -46,7 +46,8 @@ struct ChildVerdict {
 class ChildCheck {
  public:
   // Starts argv[0] (a path) with argv, its stdout and stderr into a pipe
-  // this object reads. Fails when the program cannot be started.
+  // this object reads, stdin inherited, every other descriptor closed.
+  // Fails when the program cannot be started.
   static Result<std::unique_ptr<ChildCheck>> start(const std::vector<std::string>& argv,
                                                    std::chrono::milliseconds timeout);
   ~ChildCheck();
