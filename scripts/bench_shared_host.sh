@@ -44,7 +44,8 @@ trap cleanup EXIT
 tg() { awk -v m="${models%%:*}" '$1 == m { print $5 }' "$1"; }
 
 # One decode of binary $1 with $2 threads; its log goes to $3.
-decode() { "$1" --threads "$2" --reps "$reps" --prefill 0 --models "$models" >"$3" 2>&1; }
+# No plain read beside the reps (--plain-read 0): it would load the other decode.
+decode() { "$1" --threads "$2" --reps "$reps" --prefill 0 --plain-read 0 --models "$models" >"$3" 2>&1; }
 
 run_settings() {
   local b=$1 label=$2

@@ -11,6 +11,7 @@
 // Usage: bench_forward [--threads N] [--models smol-135m:f32,smol-135m:bf16,tiny:f32,tiny:bf16]
 //                      [--model FILE.gguf ...] (any GGUF; with --model, presets only if --models given)
 //                      [--reps R] [--chunk 512] [--kv f16] [--prefill 0 (decode only, for profiling; pp prints 0)]
+//                      [--plain-read 0 (no plain read beside the decode reps: benchmarks run side by side)]
 //                      [--cpu-isa auto|avx512bf16|avx512|avx2|portable (default $PREFIXD_CPU_ISA)]
 //                      [--backend cpu|cuda (cuda: device 0, builds with the CUDA backend only)]
 //                      [--cuda-graphs on|off (default on: decode steps replayed as CUDA graphs)]
@@ -76,6 +77,7 @@ struct Args {
   std::vector<std::string> files;  // --model FILE: any GGUF, in addition to the presets
   bool models_given = false;
   bool prefill = true;  // --prefill 0: only tg128 (a decode profile without the prefill in it)
+  bool plain_read = true;  // --plain-read 0: no read beside the decode reps (two benchmarks side by side)
 };
 
 Args parse_args(int argc, char** argv) {
@@ -90,6 +92,7 @@ Args parse_args(int argc, char** argv) {
       a.models_given = true;
     }
     else if (f == "--prefill") a.prefill = std::atoi(argv[i + 1]) != 0;
+    else if (f == "--plain-read") a.plain_read = std::atoi(argv[i + 1]) != 0;
     else if (f == "--reps") a.reps = std::atoi(argv[i + 1]);
     else if (f == "--chunk") a.chunk = std::atoi(argv[i + 1]);
     else if (f == "--kv") a.kv_name = argv[i + 1];
@@ -241,7 +244,7 @@ int bench_model(Backend& backend, const Args& a, DType kv, const std::string& la
   std::vector<double> results;
   for (int n_prompt : {512, 2048})
     results.push_back(a.prefill ? prefill_tps(fwd, pool, table, c.n_vocab, n_prompt, a.chunk, a.reps) : 0.0);
-  const size_t step_bytes = backend.name() == "cpu" ? decode_weight_bytes(*file.value()) : 0;
+  const size_t step_bytes = backend.name() == "cpu" && a.plain_read ? decode_weight_bytes(*file.value()) : 0;
   const DecodeFigures d = decode_figures(fwd, pool, table, a.reps, step_bytes, a.threads);
   results.push_back(d.tps);
   std::printf("%-24s %-8s %10.1f %10.1f %10.1f %9.1f %9.1f\n", label.c_str(), type.c_str(), results[0],
