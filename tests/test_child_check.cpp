@@ -89,7 +89,7 @@ TEST_CASE("a child past its time limit is killed and fails") {
 }
 
 TEST_CASE("poll() answers at once while the child runs, then the verdict") {
-  Result<std::unique_ptr<ChildCheck>> c = ChildCheck::start(sh("sleep 2; echo done"), 60s);
+  Result<std::unique_ptr<ChildCheck>> c = ChildCheck::start(sh("sleep 5; echo done"), 60s);
   REQUIRE(c.ok());
   CHECK_FALSE(c.value()->poll().has_value());
   const ChildVerdict v = c.value()->wait();
@@ -124,7 +124,7 @@ TEST_CASE("the queue runs one child at a time and keeps every verdict") {
   int started_a = 0, started_b = 0;
   auto a = [&] {
     ++started_a;
-    return sh("sleep 1; echo A; exit 0");
+    return sh("sleep 5; echo A; exit 0");  // still running at the next two calls, even on a loaded machine
   };
   auto b = [&] {
     ++started_b;
