@@ -150,7 +150,6 @@ double prefill_tps(ForwardPass& fwd, KvPool& pool, const std::vector<int32_t>& t
   return n_prompt / best;
 }
 
-// Tokens per second of 128 greedy decode steps (best of reps).
 // Decode: 128 greedy tokens per rep. tps: the best rep's tokens per second.
 // With step_bytes > 0 (the CPU), a plain `threads`-thread read of step_bytes
 // is taken right before and right after each rep, and the rep's weight read
