@@ -4,7 +4,9 @@
 // Usage: bench_cpu_kernels [n_threads (default 2)] [--cpu-isa auto|avx512bf16|avx512|avx2|portable]
 //        [--types F32,BF16,Q8_0,Q4_K,... (default F32,BF16; K formats on llama-245m shapes)] [--no-attention] [--no-matmul]
 //        [--stream: n=1 only, from memory (copies of each matrix that no cache holds, read in turn): one
-//         matrix of 131072 x 1024, then Qwen3.5-0.8B's shapes (decode's weight read)]
+//         matrix of 131072 x 1024, then Qwen3.5-0.8B's shapes (decode's weight read); each row
+//         also prints a plain read of as many bytes right after it (tests/memory_read.h) and the
+//         product's read as a fraction of it]
 //        (default $PREFIXD_CPU_ISA, else auto)
 #include <algorithm>
 #include <chrono>
@@ -22,6 +24,7 @@
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/dtype.h"
 #include "kernels/quant/weight_type.h"
+#include "tests/memory_read.h"
 #include "tests/random_blocks.h"
 
 namespace prefixd {
@@ -77,21 +80,21 @@ void bench_matmul(Backend& be, const std::vector<WeightType>& types, bool stream
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> d(-1, 1);
   std::printf("matmul y(n, rows) = x(n, cols) W^T, %d threads\n", be.n_threads());
-  std::printf("%-6s %-9s %6s %6s %5s %10s %10s %9s\n", "type", "what", "rows", "cols", "n", "time_us",
-              "GFLOP/s", "W GB/s");
+  std::printf("%-6s %-9s %6s %6s %5s %10s %10s %9s%s\n", "type", "what", "rows", "cols", "n", "time_us",
+              "GFLOP/s", "W GB/s", stream ? "  read GB/s  fraction" : "");
   for (WeightType type : types) {
     const bool k_format = weight_type_traits(type).block_elements == 256;
     for (const Shape& s : stream ? std::span<const Shape>(from_memory) : k_format ? std::span<const Shape>(l245) : std::span<const Shape>(smol)) {
       const int64_t nw = s.rows * s.cols;
       std::vector<uint8_t> bytes(nw * (type == WeightType::F32 ? 4 : 2));
-      if (type != WeightType::F32 && type != WeightType::BF16)
-        bytes = testing::random_weight_blocks(type, s.rows, s.cols, static_cast<uint32_t>(rng()));
-      else
-      for (int64_t i = 0; i < nw; ++i) {
+      const bool float_type = type == WeightType::F32 || type == WeightType::BF16 || type == WeightType::F16;
+      if (!float_type) bytes = testing::random_weight_blocks(type, s.rows, s.cols, static_cast<uint32_t>(rng()));
+      // Float weights are values (random F16 bits would hold NaNs and infinities).
+      for (int64_t i = 0; float_type && i < nw; ++i) {
         const float v = d(rng) * 0.05f;
         if (type == WeightType::F32) std::memcpy(bytes.data() + 4 * i, &v, 4);
         else {
-          const uint16_t h = f32_to_bf16(v);
+          const uint16_t h = type == WeightType::BF16 ? f32_to_bf16(v) : f32_to_f16(v);
           std::memcpy(bytes.data() + 2 * i, &h, 2);
         }
       }
@@ -113,8 +116,13 @@ void bench_matmul(Backend& be, const std::vector<WeightType>& types, bool stream
                          static_cast<double>(ws.size());
         const double gflops = 2.0 * n * s.rows * s.cols / t * 1e-9;
         const double gbs = static_cast<double>(bytes.size()) / t * 1e-9;
-        std::printf("%-6s %-9s %6lld %6lld %5lld %10.1f %10.1f %9.1f\n", weight_type_name(type), s.what, static_cast<long long>(s.rows),
+        std::printf("%-6s %-9s %6lld %6lld %5lld %10.1f %10.1f %9.1f", weight_type_name(type), s.what, static_cast<long long>(s.rows),
                     static_cast<long long>(s.cols), static_cast<long long>(n), t * 1e6, gflops, gbs);
+        if (stream) {  // a plain read of the bytes the copies hold, by as many threads
+          const double read = testing::plain_read_bytes_per_s(bytes.size() * n_copies, be.n_threads(), 3) * 1e-9;
+          std::printf(" %11.1f %9.2f", read, gbs / read);
+        }
+        std::printf("\n");
         be.free(dx);
         be.free(dy);
       }

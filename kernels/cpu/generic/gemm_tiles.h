@@ -55,8 +55,12 @@ PREFIXD_VEC_INLINE V load_f32(const uint16_t* p) { return Vec::load_f16(p); }
 // boundaries). Alternating runs on an Emerald Rapids class Xeon (2 threads,
 // decode against a plain read beside each rep, bench_forward --reps 3
 // --prefill 0): smol-135m F32 37.0 -> 43.2 t/s (0.87 -> 0.97 of the read,
-// four rounds), F16 48-51 -> 80-82 t/s (two rounds). Prefetches change no result.
-constexpr int64_t kStreamPrefetchBytes = 32 * 1024;
+// four rounds), F16 48-51 -> 80-82 t/s (two rounds). 16 KiB rather than
+// 32 streams a little closer to the read on an Emerald Rapids Xeon without
+// AMX (bench_cpu_kernels 2 --stream, mean fraction of the plain read over
+// Qwen3.5-0.8B's shapes, two alternating rounds: F32 0.97 -> 1.00, BF16 0.93
+// -> 0.98, F16 0.87-0.91 -> 0.93). Prefetches change no result.
+constexpr int64_t kStreamPrefetchBytes = 16 * 1024;
 PREFIXD_VEC_INLINE void prefetch_stream(const void* row, int64_t row_bytes) {
   const char* ahead = static_cast<const char*>(row) + kStreamPrefetchBytes;
   for (int64_t o = 0; o < row_bytes; o += 64) __builtin_prefetch(ahead + o, 0, 2);
