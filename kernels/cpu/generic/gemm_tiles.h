@@ -58,8 +58,8 @@ PREFIXD_VEC_INLINE V load_f32(const uint16_t* p) { return Vec::load_f16(p); }
 // four rounds), F16 48-51 -> 80-82 t/s (two rounds). 16 KiB rather than
 // 32 streams a little closer to the read on an Emerald Rapids Xeon without
 // AMX (bench_cpu_kernels 2 --stream, mean fraction of the plain read over
-// Qwen3.5-0.8B's shapes, two alternating rounds: F32 0.97 -> 1.00, BF16 0.93
-// -> 0.98, F16 0.87-0.91 -> 0.93). Prefetches change no result.
+// Qwen3.5-0.8B's shapes, two alternating rounds: F32 0.97 -> 1.00-1.04, BF16
+// 0.93 -> 0.98, F16 0.87-0.91 -> 0.93-0.98). Prefetches change no result.
 constexpr int64_t kStreamPrefetchBytes = 16 * 1024;
 PREFIXD_VEC_INLINE void prefetch_stream(const void* row, int64_t row_bytes) {
   const char* ahead = static_cast<const char*>(row) + kStreamPrefetchBytes;
