@@ -85,6 +85,7 @@ struct GemmArgs {
   WeightType row_type = WeightType::F32;
   const XQ8Block* xq = nullptr;    // (n, cols / 32) x quantized, for int8_weight_type rows
   const XQ8KBlock* xqk = nullptr;  // (n, cols / 256) x quantized, for k_weight_type rows
+  const XQ8Block* xqu = nullptr;   // xq with each byte + 128 (q ^ 0x80): Q6_K's int8 panels
 };
 
 // One unit of attention work: up to attn_task_lanes consecutive flattened

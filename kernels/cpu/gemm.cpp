@@ -137,6 +137,7 @@ void panel_matmul(const CpuKernels& k, ThreadPool& pool, std::span<const CpuMatr
 struct RowsX {
   const XQ8Block* xq = nullptr;
   const XQ8KBlock* xqk = nullptr;
+  const XQ8Block* xqu = nullptr;  // xq's bytes + 128, for Q6_K on int8 panels
   const uint16_t* xb = nullptr;
 };
 
@@ -151,11 +152,13 @@ bool int8_products(const CpuKernels& k, const CpuMatrix& w, int64_t n) {
 RowsX prepare_rows_x(const CpuKernels& k, ThreadPool& pool, std::span<const CpuMatrix* const> ws,
                      const float* x, int64_t n) {
   const int64_t cols = ws[0]->cols;
-  bool want_q8 = false, want_q8k = false, want_bf16 = false;
+  bool want_q8 = false, want_q8k = false, want_q8u = false, want_bf16 = false;
   for (const CpuMatrix* w : ws) {
     if (int8_products(k, *w, n)) {
       // The K formats' decode tiles take x per 256; the int8 panels take every format per 32.
       (k_weight_type(w->source_type) && n < kInt8MaxRows ? want_q8k : want_q8) = true;
+      // Q6_K's panels multiply its signed values by x's bytes as unsigned ones.
+      want_q8u = want_q8u || (w->source_type == WeightType::Q6_K && n >= kInt8MaxRows);
     } else if (k.gemm_bf16_x && n >= kInt8MaxRows) {
       want_bf16 = true;  // block formats dequantize to BF16 panels in these sets (quant_gemm.h)
     }
@@ -175,6 +178,19 @@ RowsX prepare_rows_x(const CpuKernels& k, ThreadPool& pool, std::span<const CpuM
     XQ8Block* xq = xq_buffer.data();  // the caller's buffer: a thread_local named in a task is the worker's
     for_x_rows(pool, n, [&](int64_t i0, int64_t i1) { k.quantize_x_q8(x, i0, i1, cols, xq); });
     r.xq = xq_buffer.data();
+  }
+  if (want_q8u) {
+    static thread_local std::vector<XQ8Block> xqu_buffer;
+    const int64_t blocks = n * (cols / 32);
+    if (xqu_buffer.size() < static_cast<size_t>(blocks)) xqu_buffer.resize(blocks);
+    XQ8Block* xqu = xqu_buffer.data();
+    for_x_rows(pool, n, [&](int64_t i0, int64_t i1) {
+      for (int64_t b = i0 * (cols / 32); b < i1 * (cols / 32); ++b) {
+        xqu[b] = r.xq[b];
+        for (int8_t& q : xqu[b].q) q = static_cast<int8_t>(static_cast<uint8_t>(q) ^ 0x80u);
+      }
+    });
+    r.xqu = xqu_buffer.data();
   }
   if (want_bf16) r.xb = x_bf16(k, pool, x, n, cols);
   return r;
@@ -209,6 +225,7 @@ void rows_matmul(const CpuKernels& k, ThreadPool& pool, std::span<const CpuMatri
     if (int8_products(k, *ws[i], n)) {
       a.xq = rx.xq;
       a.xqk = rx.xqk;
+      a.xqu = rx.xqu;
     } else {
       a.xb = rx.xb;
       a.xb_stride = bf16_stride(cols);

@@ -78,21 +78,26 @@ PREFIXD_VEC_INLINE void tile(const uint8_t* panel, int64_t n_groups, const XQ8Bl
   }
 }
 
-// x rows [i0, i1) over one panel: whole tiles of kTileX, then one of the rest.
-inline void panel_rows(const uint8_t* panel, int64_t n_groups, const XQ8Block* x, int64_t i0, int64_t i1,
-                       float* y, int64_t ldy, int64_t valid) {
+// tile_at.template operator()<R>(i) for x rows [i0, i1): whole tiles of
+// kTileX rows from i0, then one of the rest (R < kTileX).
+template <class TileAt>
+PREFIXD_VEC_INLINE void each_tile(int64_t i0, int64_t i1, TileAt&& tile_at) {
   int64_t i = i0;
-  for (; i + kTileX <= i1; i += kTileX) tile<kTileX>(panel, n_groups, x + i * n_groups, n_groups, y + i * ldy, ldy, valid);
-  const XQ8Block* xr = x + i * n_groups;
-  float* yr = y + i * ldy;
+  for (; i + kTileX <= i1; i += kTileX) tile_at.template operator()<kTileX>(i);
   switch (i1 - i) {
-    case 5: tile<5>(panel, n_groups, xr, n_groups, yr, ldy, valid); break;
-    case 4: tile<4>(panel, n_groups, xr, n_groups, yr, ldy, valid); break;
-    case 3: tile<3>(panel, n_groups, xr, n_groups, yr, ldy, valid); break;
-    case 2: tile<2>(panel, n_groups, xr, n_groups, yr, ldy, valid); break;
-    case 1: tile<1>(panel, n_groups, xr, n_groups, yr, ldy, valid); break;
+    case 5: tile_at.template operator()<5>(i); break;
+    case 4: tile_at.template operator()<4>(i); break;
+    case 3: tile_at.template operator()<3>(i); break;
+    case 2: tile_at.template operator()<2>(i); break;
+    case 1: tile_at.template operator()<1>(i); break;
     default: break;
   }
+}
+
+// x rows [i0, i1) over one panel.
+inline void panel_rows(const uint8_t* panel, int64_t n_groups, const XQ8Block* x, int64_t i0, int64_t i1,
+                       float* y, int64_t ldy, int64_t valid) {
+  each_tile(i0, i1, [&]<int R>(int64_t i) { tile<R>(panel, n_groups, x + i * n_groups, n_groups, y + i * ldy, ldy, valid); });
 }
 
 // y rows [i0, i1) x output columns of the row groups [p0, p1), from a.xq;
