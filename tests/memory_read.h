@@ -1,6 +1,6 @@
 // A plain multi-threaded read of a buffer, for the benchmarks: the bytes per
 // second this machine delivers, right now, to n threads that only load and
-// add. bench_forward reads a buffer as large as a model's weights with it, so
+// add, from memory of the kind the weights take (huge pages). bench_forward reads a buffer as large as a model's weights with it, so
 // decode's weight read prints as a fraction of what the memory (or the part
 // of the last-level cache the weights fit in) gave a plain read in the same
 // run.
@@ -11,8 +11,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <thread>
 #include <vector>
+
+#include "kernels/cpu/weight_memory.h"
 
 namespace prefixd::testing {
 
@@ -55,8 +58,11 @@ inline uint64_t sum_words(const uint64_t* p, size_t n) {
 inline double plain_read_bytes_per_s(size_t bytes, int threads, int passes) {
   const size_t words = std::max<size_t>(bytes / sizeof(uint64_t), static_cast<size_t>(threads));
   const size_t repeats = std::max<size_t>(1, (size_t{64} << 20) / (words * sizeof(uint64_t)));
-  std::vector<uint64_t> buf(words);
-  for (size_t i = 0; i < words; ++i) buf[i] = i;  // touches every page
+  // In the memory the weights take (huge pages, cpu/weight_memory.h).
+  size_t rounded = 0;
+  std::unique_ptr<uint64_t, void (*)(void*)> buf(
+      static_cast<uint64_t*>(cpu::alloc_weights_raw(words * sizeof(uint64_t), &rounded)), cpu::free_weights);
+  for (size_t i = 0; i < words; ++i) buf.get()[i] = i;  // touches every page
   const int n_threads = std::max(1, threads);
   std::vector<uint64_t> sink(static_cast<size_t>(n_threads));
   auto pass = [&] {
@@ -66,7 +72,7 @@ inline double plain_read_bytes_per_s(size_t bytes, int threads, int passes) {
       const size_t begin = share * static_cast<size_t>(t);
       const size_t end = t + 1 == n_threads ? words : begin + share;
       pool.emplace_back([&, t, begin, end] {
-        for (size_t r = 0; r < repeats; ++r) sink[static_cast<size_t>(t)] += sum_words(buf.data() + begin, end - begin);
+        for (size_t r = 0; r < repeats; ++r) sink[static_cast<size_t>(t)] += sum_words(buf.get() + begin, end - begin);
       });
     }
     for (std::thread& th : pool) th.join();

@@ -30,8 +30,8 @@ void* alloc_aligned(size_t n_bytes) {
 void free_aligned(void* ptr) { std::free(ptr); }
 
 CpuMatrix::~CpuMatrix() {
-  free_aligned(packed);
-  free_aligned(rows_data);
+  free_weights(packed);
+  free_weights(rows_data);
 }
 
 CpuBackend::CpuBackend(int n_threads, const CpuIsaPlan& plan)
@@ -75,7 +75,7 @@ std::unique_ptr<Matrix> CpuBackend::upload_matrix(WeightType type, int64_t rows,
     const size_t n_bytes = m->row_bytes * static_cast<size_t>(rows);
     // Written once by the copy (no zeroing first: an 8 GB model would be written twice).
     size_t rounded = 0;
-    m->rows_data = static_cast<uint8_t*>(alloc_aligned_raw(n_bytes, &rounded));
+    m->rows_data = static_cast<uint8_t*>(alloc_weights_raw(n_bytes, &rounded));
     std::memcpy(m->rows_data, host_data, n_bytes);
     std::memset(m->rows_data + n_bytes, 0, rounded - n_bytes);
   }

@@ -16,6 +16,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/isa_plan.h"
 #include "kernels/cpu/thread_pool.h"
+#include "kernels/cpu/weight_memory.h"
 
 namespace prefixd::cpu {
 
@@ -27,7 +28,8 @@ namespace prefixd::cpu {
 // - rows (every block type): the rows exactly as the file holds them,
 //   row_bytes each (a run of blocks), dequantized tile by tile as the matmul
 //   reads them: the weights stay in their own bits.
-// Owns `packed` / `rows_data`.
+// Owns `packed` / `rows_data`, in weight memory (weight_memory.h; or
+// alloc_aligned's, for a matrix filled by hand).
 class CpuMatrix : public Matrix {
  public:
   ~CpuMatrix() override;

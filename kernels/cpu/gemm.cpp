@@ -259,7 +259,7 @@ void rows_matmul(const CpuKernels& k, ThreadPool& pool, std::span<const CpuMatri
 template <class T>
 T* pack_columns(const T* src, int64_t rows, int64_t cols) {
   const int64_t n_panels = (rows + kPanel - 1) / kPanel;
-  auto* dst = static_cast<T*>(alloc_aligned(n_panels * cols * kPanel * sizeof(T)));
+  auto* dst = static_cast<T*>(alloc_weights(n_panels * cols * kPanel * sizeof(T)));
   for (int64_t r = 0; r < rows; ++r) {
     T* p = dst + (r / kPanel) * cols * kPanel + r % kPanel;
     for (int64_t c = 0; c < cols; ++c) p[c * kPanel] = src[r * cols + c];
@@ -281,7 +281,7 @@ void pack_matrix(CpuMatrix& m, DType dtype, const void* row_major) {
     PREFIXD_CHECK(dtype == DType::BF16, "packed matrices are F32, F16 or BF16");
     const int64_t k2 = (cols + 1) / 2;
     const auto* src = static_cast<const uint16_t*>(row_major);
-    auto* dst = static_cast<uint16_t*>(alloc_aligned(n_panels * k2 * kPanel * 2 * sizeof(uint16_t)));
+    auto* dst = static_cast<uint16_t*>(alloc_weights(n_panels * k2 * kPanel * 2 * sizeof(uint16_t)));
     for (int64_t r = 0; r < rows; ++r) {
       uint16_t* p = dst + (r / kPanel) * k2 * kPanel * 2 + (r % kPanel) * 2;
       for (int64_t c = 0; c < cols; ++c) p[(c / 2) * kPanel * 2 + c % 2] = src[r * cols + c];
