@@ -31,6 +31,41 @@ inline bool takes(WeightType t) {
   return with_format(t, []<class>() {});
 }
 
+// acc[i][v] += the products of x row i's bytes 4t .. 4t + 3 (of group g) and
+// the panel group's step t (weight rows 16v .. 16v + 15), summed per 4.
+// kXUnsigned: x's bytes are vpdpbusd's unsigned operand (Q6_K's panel), else
+// the weights' are.
+template <int R, bool kXUnsigned>
+PREFIXD_VEC_INLINE void dot_step(__m512i (&acc)[R][2], const uint8_t* pg, int t, const XQ8Block* x, int64_t x_stride,
+                                 int64_t g) {
+  const __m512i w0 = _mm512_load_si512(pg + t * 128), w1 = _mm512_load_si512(pg + t * 128 + 64);
+#pragma GCC unroll 6
+  for (int i = 0; i < R; ++i) {
+    int32_t four;
+    std::memcpy(&four, x[i * x_stride + g].q + 4 * t, 4);
+    const __m512i xv = _mm512_set1_epi32(four);
+    if constexpr (kXUnsigned) {
+      acc[i][0] = _mm512_dpbusd_epi32(acc[i][0], xv, w0);
+      acc[i][1] = _mm512_dpbusd_epi32(acc[i][1], xv, w1);
+    } else {
+      acc[i][0] = _mm512_dpbusd_epi32(acc[i][0], w0, xv);
+      acc[i][1] = _mm512_dpbusd_epi32(acc[i][1], w1, xv);
+    }
+  }
+}
+
+// y[i * ldy + j] = f[i][j / 16][j % 16] for R rows, j < valid (of 32).
+template <int R>
+PREFIXD_VEC_INLINE void store_tile(const __m512 (&f)[R][2], float* y, int64_t ldy, int64_t valid) {
+  const __mmask16 k0 = valid >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << valid) - 1);
+  const __mmask16 k1 = valid >= 32 ? 0xFFFF : valid <= 16 ? 0 : static_cast<__mmask16>((1u << (valid - 16)) - 1);
+#pragma GCC unroll 6
+  for (int i = 0; i < R; ++i) {
+    _mm512_mask_storeu_ps(y + i * ldy, k0, f[i][0]);
+    _mm512_mask_storeu_ps(y + i * ldy + 16, k1, f[i][1]);
+  }
+}
+
 // y[i * ldy + j] for R x rows (XQ8Block rows x_stride apart) and the panel's
 // first `valid` weight rows.
 template <int R>
@@ -45,17 +80,7 @@ PREFIXD_VEC_INLINE void tile(const uint8_t* panel, int64_t n_groups, const XQ8Bl
 #pragma GCC unroll 6
     for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_si512();
 #pragma GCC unroll 8
-    for (int t = 0; t < 8; ++t) {
-      const __m512i w0 = _mm512_load_si512(pg + t * 128), w1 = _mm512_load_si512(pg + t * 128 + 64);
-#pragma GCC unroll 6
-      for (int i = 0; i < R; ++i) {
-        int32_t four;
-        std::memcpy(&four, x[i * x_stride + g].q + 4 * t, 4);
-        const __m512i xv = _mm512_set1_epi32(four);
-        acc[i][0] = _mm512_dpbusd_epi32(acc[i][0], w0, xv);
-        acc[i][1] = _mm512_dpbusd_epi32(acc[i][1], w1, xv);
-      }
-    }
+    for (int t = 0; t < 8; ++t) dot_step<R, false>(acc, pg, t, x, x_stride, g);
     const auto* sm = reinterpret_cast<const float*>(pg + kQBytes);
     const __m512 s0 = _mm512_load_ps(sm), s1 = _mm512_load_ps(sm + 16);
     const __m512 m0 = _mm512_load_ps(sm + kRows), m1 = _mm512_load_ps(sm + kRows + 16);
@@ -69,13 +94,7 @@ PREFIXD_VEC_INLINE void tile(const uint8_t* panel, int64_t n_groups, const XQ8Bl
       f[i][1] = _mm512_fmadd_ps(m1, ds, f[i][1]);
     }
   }
-  const __mmask16 k0 = valid >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << valid) - 1);
-  const __mmask16 k1 = valid >= 32 ? 0xFFFF : valid <= 16 ? 0 : static_cast<__mmask16>((1u << (valid - 16)) - 1);
-#pragma GCC unroll 6
-  for (int i = 0; i < R; ++i) {
-    _mm512_mask_storeu_ps(y + i * ldy, k0, f[i][0]);
-    _mm512_mask_storeu_ps(y + i * ldy + 16, k1, f[i][1]);
-  }
+  store_tile<R>(f, y, ldy, valid);
 }
 
 // tile_at.template operator()<R>(i) for x rows [i0, i1): whole tiles of

@@ -82,17 +82,7 @@ PREFIXD_VEC_INLINE void tile(const uint8_t* panel, int64_t n_groups, const XQ8Bl
         acc[i][1] = c1;
       }
 #pragma GCC unroll 4
-      for (int t = 4 * h; t < 4 * h + 4; ++t) {
-        const __m512i w0 = _mm512_load_si512(pg + t * 128), w1 = _mm512_load_si512(pg + t * 128 + 64);
-#pragma GCC unroll 6
-        for (int i = 0; i < R; ++i) {
-          int32_t four;
-          std::memcpy(&four, xu[i * x_stride + g].q + 4 * t, 4);
-          const __m512i xv = _mm512_set1_epi32(four);
-          acc[i][0] = _mm512_dpbusd_epi32(acc[i][0], xv, w0);
-          acc[i][1] = _mm512_dpbusd_epi32(acc[i][1], xv, w1);
-        }
-      }
+      for (int t = 4 * h; t < 4 * h + 4; ++t) dot_step<R, true>(acc, pg, t, xu, x_stride, g);
       const __m512 s0 = _mm512_load_ps(s + h * kRows), s1 = _mm512_load_ps(s + h * kRows + 16);
 #pragma GCC unroll 6
       for (int i = 0; i < R; ++i) {
@@ -102,13 +92,7 @@ PREFIXD_VEC_INLINE void tile(const uint8_t* panel, int64_t n_groups, const XQ8Bl
       }
     }
   }
-  const __mmask16 k0 = valid >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << valid) - 1);
-  const __mmask16 k1 = valid >= 32 ? 0xFFFF : valid <= 16 ? 0 : static_cast<__mmask16>((1u << (valid - 16)) - 1);
-#pragma GCC unroll 6
-  for (int i = 0; i < R; ++i) {
-    _mm512_mask_storeu_ps(y + i * ldy, k0, f[i][0]);
-    _mm512_mask_storeu_ps(y + i * ldy + 16, k1, f[i][1]);
-  }
+  store_tile<R>(f, y, ldy, valid);
 }
 
 // y rows [i0, i1) x output columns of the Q6_K row groups [p0, p1), from a.xqu.
