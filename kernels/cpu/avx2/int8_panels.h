@@ -30,6 +30,32 @@ inline bool takes(WeightType t) {
   return with_format(t, [&]<class Fmt>() { five_bits = !signed_bytes<Fmt>(); }) && five_bits;
 }
 
+// y[i * ldy + j] = f[i][j / 8][j % 8] for R rows, j < valid (of 16).
+template <int R>
+PREFIXD_VEC_INLINE void store_tile(const __m256 (&f)[R][2], float* y, int64_t ldy, int64_t valid) {
+  for (int i = 0; i < R; ++i) {
+    if (valid >= 16) {
+      _mm256_storeu_ps(y + i * ldy, f[i][0]);
+      _mm256_storeu_ps(y + i * ldy + 8, f[i][1]);
+    } else {
+      alignas(32) float out[16];
+      _mm256_store_ps(out, f[i][0]);
+      _mm256_store_ps(out + 8, f[i][1]);
+      std::memcpy(y + i * ldy, out, valid * sizeof(float));
+    }
+  }
+}
+
+// tile_at.template operator()<R>(i) for x rows [i0, i1): whole tiles of
+// kTileX rows from i0, then one of the rest (R < kTileX).
+template <class TileAt>
+PREFIXD_VEC_INLINE void each_tile(int64_t i0, int64_t i1, TileAt&& tile_at) {
+  int64_t i = i0;
+  for (; i + kTileX <= i1; i += kTileX) tile_at.template operator()<kTileX>(i);
+  if (i1 - i == 2) tile_at.template operator()<2>(i);
+  if (i1 - i == 1) tile_at.template operator()<1>(i);
+}
+
 // y[i * ldy + j] for R x rows (XQ8Block rows x_stride apart) and weight rows
 // [16 h, 16 h + 16) of the panel, j < valid (the panel's valid rows from 16 h).
 template <int R>
@@ -80,27 +106,15 @@ PREFIXD_VEC_INLINE void tile(const uint8_t* panel, int64_t n_groups, const XQ8Bl
       f[i][1] = _mm256_fmadd_ps(m1, ds, f[i][1]);
     }
   }
-  for (int i = 0; i < R; ++i) {
-    if (valid >= 16) {
-      _mm256_storeu_ps(y + i * ldy, f[i][0]);
-      _mm256_storeu_ps(y + i * ldy + 8, f[i][1]);
-    } else {
-      alignas(32) float out[16];
-      _mm256_store_ps(out, f[i][0]);
-      _mm256_store_ps(out + 8, f[i][1]);
-      std::memcpy(y + i * ldy, out, valid * sizeof(float));
-    }
-  }
+  store_tile<R>(f, y, ldy, valid);
 }
 
 // x rows [i0, i1) over one half of a panel: whole tiles of kTileX, then one of the rest.
 inline void half_rows(const uint8_t* panel, int64_t n_groups, const XQ8Block* x, int64_t i0, int64_t i1, int h,
                       float* y, int64_t ldy, int64_t valid) {
-  int64_t i = i0;
-  for (; i + kTileX <= i1; i += kTileX)
-    tile<kTileX>(panel, n_groups, x + i * n_groups, n_groups, h, y + i * ldy, ldy, valid);
-  if (i1 - i == 2) tile<2>(panel, n_groups, x + i * n_groups, n_groups, h, y + i * ldy, ldy, valid);
-  if (i1 - i == 1) tile<1>(panel, n_groups, x + i * n_groups, n_groups, h, y + i * ldy, ldy, valid);
+  each_tile(i0, i1, [&]<int R>(int64_t i) {
+    tile<R>(panel, n_groups, x + i * n_groups, n_groups, h, y + i * ldy, ldy, valid);
+  });
 }
 
 // y rows [i0, i1) x output columns of the row groups [p0, p1), from a.xq;

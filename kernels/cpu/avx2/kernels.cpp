@@ -14,7 +14,8 @@ struct I8 : YmmInt8 {
 }  // namespace prefixd::cpu::PREFIXD_ISA_NS
 
 #include "kernels/cpu/avx2/int8_k_rows.h"  // decode of Q4_K, Q5_K, Q6_K in ymm
-#include "kernels/cpu/avx2/int8_panels.h"  // prefill of the 4- and 5-bit block formats in int8
+#include "kernels/cpu/avx2/int8_panels.h"      // prefill of the 4- and 5-bit block formats in int8
+#include "kernels/cpu/avx2/int8_q6k_panels.h"  // ... and of Q6_K
 #include "kernels/cpu/generic/kernel_set.h"
 
 namespace prefixd::cpu::PREFIXD_ISA_NS {
@@ -28,8 +29,8 @@ inline void int8_rows(const GemmArgs& a, int64_t p0, int64_t p1, int64_t i0, int
 const CpuKernels& kernel_set() {
   static constexpr CpuKernels kTable = kernel_table({
       .gemm_int8_rows = int8_rows,
-      .int8_panel_type = i8panel::takes,
-      .gemm_int8_panels = i8panel::rows,
+      .int8_panel_type = i8panel::takes_with_q6_k,
+      .gemm_int8_panels = i8panel::rows_with_q6_k,
   });
   return kTable;
 }
