@@ -30,6 +30,32 @@ inline bool takes(WeightType t) {
   return with_format(t, [&]<class Fmt>() { five_bits = !signed_bytes<Fmt>(); }) && five_bits;
 }
 
+// sum16[i][v] = the products of x row i's bytes 4t .. 4t + 3 (of group g)
+// and the panel's steps t in [t0, t0 + N) (pg: the group at the tile's 16
+// weight rows; v: rows 8v .. 8v + 7), summed in 16 bits, which N steps of
+// the format's values must fit. kXUnsigned: x's bytes are vpmaddubsw's
+// unsigned operand (Q6_K's panel), else the weights' are.
+template <int R, int N, bool kXUnsigned>
+PREFIXD_VEC_INLINE void sum16_steps(__m256i (&sum16)[R][2], const uint8_t* pg, int t0, const XQ8Block* x,
+                                    int64_t x_stride, int64_t g) {
+#pragma GCC unroll 4
+  for (int tt = 0; tt < N; ++tt) {
+    const int t = t0 + tt;
+    const __m256i w0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(pg + t * 128));
+    const __m256i w1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(pg + t * 128 + 32));
+#pragma GCC unroll 3
+    for (int i = 0; i < R; ++i) {
+      int32_t four;
+      std::memcpy(&four, x[i * x_stride + g].q + 4 * t, 4);
+      const __m256i xv = _mm256_set1_epi32(four);
+      const __m256i p0 = kXUnsigned ? _mm256_maddubs_epi16(xv, w0) : _mm256_maddubs_epi16(w0, xv);
+      const __m256i p1 = kXUnsigned ? _mm256_maddubs_epi16(xv, w1) : _mm256_maddubs_epi16(w1, xv);
+      sum16[i][0] = tt == 0 ? p0 : _mm256_add_epi16(sum16[i][0], p0);
+      sum16[i][1] = tt == 0 ? p1 : _mm256_add_epi16(sum16[i][1], p1);
+    }
+  }
+}
+
 // y[i * ldy + j] = f[i][j / 8][j % 8] for R rows, j < valid (of 16).
 template <int R>
 PREFIXD_VEC_INLINE void store_tile(const __m256 (&f)[R][2], float* y, int64_t ldy, int64_t valid) {
@@ -71,21 +97,7 @@ PREFIXD_VEC_INLINE void tile(const uint8_t* panel, int64_t n_groups, const XQ8Bl
 #pragma GCC unroll 2
     for (int part = 0; part < 2; ++part) {
       __m256i sum16[R][2];
-#pragma GCC unroll 4
-      for (int tt = 0; tt < 4; ++tt) {
-        const int t = 4 * part + tt;
-        const __m256i w0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(pg + t * 128));
-        const __m256i w1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(pg + t * 128 + 32));
-#pragma GCC unroll 3
-        for (int i = 0; i < R; ++i) {
-          int32_t four;
-          std::memcpy(&four, x[i * x_stride + g].q + 4 * t, 4);
-          const __m256i xv = _mm256_set1_epi32(four);
-          const __m256i p0 = _mm256_maddubs_epi16(w0, xv), p1 = _mm256_maddubs_epi16(w1, xv);
-          sum16[i][0] = tt == 0 ? p0 : _mm256_add_epi16(sum16[i][0], p0);
-          sum16[i][1] = tt == 0 ? p1 : _mm256_add_epi16(sum16[i][1], p1);
-        }
-      }
+      sum16_steps<R, 4, false>(sum16, pg, 4 * part, x, x_stride, g);
 #pragma GCC unroll 3
       for (int i = 0; i < R; ++i)
         for (int v = 0; v < 2; ++v) {

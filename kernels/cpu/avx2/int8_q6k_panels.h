@@ -20,29 +20,15 @@ namespace prefixd::cpu::PREFIXD_ISA_NS {
 
 namespace i8panel::q6k {
 
-// acc[i][v] += the products of x row i's bytes 8p .. 8p + 7 of half vh (of
-// group g) and weight rows 16 rh + 8 v .. + 7: two steps of the panel summed
-// in 16 bits, then widened.
+// acc[i][v] += the products of x row i's bytes of steps 4 vh + 2 p and the
+// next (of group g) and weight rows 16 rh + 8 v .. + 7: two steps summed in
+// 16 bits, then widened.
 template <int R>
 PREFIXD_VEC_INLINE void pair_steps(__m256i (&acc)[R][2], const uint8_t* pg, int vh, int p, int rh,
                                    const XQ8Block* xu, int64_t x_stride, int64_t g) {
   const __m256i ones = _mm256_set1_epi16(1);
   __m256i sum16[R][2];
-#pragma GCC unroll 2
-  for (int tt = 0; tt < 2; ++tt) {
-    const int t = 4 * vh + 2 * p + tt;
-    const __m256i w0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(pg + t * 128 + rh * 64));
-    const __m256i w1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(pg + t * 128 + rh * 64 + 32));
-#pragma GCC unroll 3
-    for (int i = 0; i < R; ++i) {
-      int32_t four;
-      std::memcpy(&four, xu[i * x_stride + g].q + 4 * t, 4);
-      const __m256i xv = _mm256_set1_epi32(four);
-      const __m256i p0 = _mm256_maddubs_epi16(xv, w0), p1 = _mm256_maddubs_epi16(xv, w1);
-      sum16[i][0] = tt == 0 ? p0 : _mm256_add_epi16(sum16[i][0], p0);
-      sum16[i][1] = tt == 0 ? p1 : _mm256_add_epi16(sum16[i][1], p1);
-    }
-  }
+  sum16_steps<R, 2, true>(sum16, pg + rh * 64, 4 * vh + 2 * p, xu, x_stride, g);
 #pragma GCC unroll 3
   for (int i = 0; i < R; ++i)
     for (int v = 0; v < 2; ++v) acc[i][v] = _mm256_add_epi32(acc[i][v], _mm256_madd_epi16(sum16[i][v], ones));
@@ -88,36 +74,18 @@ PREFIXD_VEC_INLINE void tile(const uint8_t* panel, int64_t n_groups, const XQ8Bl
 // scratch: gemm_scratch_floats(cols) floats (136 cols bytes >= 48 cols + 64).
 inline void rows(const GemmArgs& a, int64_t p0, int64_t p1, int64_t i0, int64_t i1, float* scratch) {
   const int64_t n_groups = a.cols / 32;
-  uint8_t* panel = panel_in(scratch);
-  for (int64_t p = p0; p < p1; ++p) {
-    const int64_t r_begin = p * kRows;
-    const int64_t valid = a.rows - r_begin < kRows ? a.rows - r_begin : kRows;
-    build_panel(a, r_begin, valid, panel);
+  each_panel(a, p0, p1, scratch, [&](const uint8_t* panel, int64_t r_begin, int64_t valid) {
     for (int rh = 0; rh < 2 && 16 * rh < valid; ++rh) {
       float* y = a.y + r_begin + 16 * rh;
       each_tile(i0, i1, [&]<int R>(int64_t i) {
         tile<R>(panel, n_groups, a.xqu + i * n_groups, n_groups, rh, y + i * a.rows, a.rows, valid - 16 * rh);
       });
     }
-  }
+  });
 }
 
 }  // namespace i8panel::q6k
 
-namespace i8panel {
-
-// The formats this set's int8 panels take: the 5-bit ones, and Q6_K.
-inline bool takes_with_q6_k(WeightType t) { return t == WeightType::Q6_K || takes(t); }
-
-// i8panel::rows, Q6_K on its own panel.
-inline void rows_with_q6_k(const GemmArgs& a, int64_t p0, int64_t p1, int64_t i0, int64_t i1, float* scratch) {
-  if (a.row_type == WeightType::Q6_K) {
-    q6k::rows(a, p0, p1, i0, i1, scratch);
-    return;
-  }
-  rows(a, p0, p1, i0, i1, scratch);
-}
-
-}  // namespace i8panel
-
 }  // namespace prefixd::cpu::PREFIXD_ISA_NS
+
+#include "kernels/cpu/x86_int8/q6k_dispatch.h"  // the set's int8 panel entries, Q6_K's among them

@@ -1,8 +1,8 @@
 // Prefill products of Q6_K weights in 8-bit integers with AVX512_VNNI, beside
 // the other formats' int8 panels (int8_panels.h): Q6_K's own panel
 // (x86_int8/q6k_panel.h) in register tiles of 6 x rows by 32 weight rows,
-// vpdpbusd with x's bytes + 128 as the unsigned operand. Only the avx512bf16
-// set takes Q6_K here (rows_with_q6_k); the amx set's tile unit runs the
+// vpdpbusd with x's bytes + 128 as the unsigned operand. The avx512bf16 set
+// takes it (x86_int8/q6k_dispatch.h); the amx set's tile unit runs the
 // shared panel only, so there Q6_K keeps the BF16 panels. Each output sums its
 // groups, low half then high, in order, whatever the tile or call it is in.
 #pragma once
@@ -58,34 +58,16 @@ PREFIXD_VEC_INLINE void tile(const uint8_t* panel, int64_t n_groups, const XQ8Bl
 // scratch: gemm_scratch_floats(cols) floats (136 cols bytes >= 48 cols + 64).
 inline void rows(const GemmArgs& a, int64_t p0, int64_t p1, int64_t i0, int64_t i1, float* scratch) {
   const int64_t n_groups = a.cols / 32;
-  uint8_t* panel = panel_in(scratch);
-  for (int64_t p = p0; p < p1; ++p) {
-    const int64_t r_begin = p * kRows;
-    const int64_t valid = a.rows - r_begin < kRows ? a.rows - r_begin : kRows;
-    build_panel(a, r_begin, valid, panel);
+  each_panel(a, p0, p1, scratch, [&](const uint8_t* panel, int64_t r_begin, int64_t valid) {
     float* y = a.y + r_begin;
     each_tile(i0, i1, [&]<int R>(int64_t i) {
       tile<R>(panel, n_groups, a.xqu + i * n_groups, n_groups, y + i * a.rows, a.rows, valid);
     });
-  }
+  });
 }
 
 }  // namespace i8panel::q6k
 
-namespace i8panel {
-
-// The formats this set's int8 panels take: the shared panel's, and Q6_K.
-inline bool takes_with_q6_k(WeightType t) { return t == WeightType::Q6_K || takes(t); }
-
-// i8panel::rows, Q6_K on its own panel.
-inline void rows_with_q6_k(const GemmArgs& a, int64_t p0, int64_t p1, int64_t i0, int64_t i1, float* scratch) {
-  if (a.row_type == WeightType::Q6_K) {
-    q6k::rows(a, p0, p1, i0, i1, scratch);
-    return;
-  }
-  rows(a, p0, p1, i0, i1, scratch);
-}
-
-}  // namespace i8panel
-
 }  // namespace prefixd::cpu::PREFIXD_ISA_NS
+
+#include "kernels/cpu/x86_int8/q6k_dispatch.h"  // the set's int8 panel entries, Q6_K's among them

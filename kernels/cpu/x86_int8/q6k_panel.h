@@ -58,6 +58,20 @@ inline void build_panel(const GemmArgs& a, int64_t r0, int64_t valid, uint8_t* p
   }
 }
 
+// For each row group p in [p0, p1) of a (Q6_K rows): its panel built in
+// `scratch` (gemm_scratch_floats(cols) floats: 136 cols bytes >= 48 cols +
+// 64), then tiles(panel, first weight row, valid rows).
+template <class Tiles>
+void each_panel(const GemmArgs& a, int64_t p0, int64_t p1, float* scratch, Tiles&& tiles) {
+  uint8_t* panel = panel_in(scratch);
+  for (int64_t p = p0; p < p1; ++p) {
+    const int64_t r_begin = p * kRows;
+    const int64_t valid = a.rows - r_begin < kRows ? a.rows - r_begin : kRows;
+    build_panel(a, r_begin, valid, panel);
+    tiles(static_cast<const uint8_t*>(panel), r_begin, valid);
+  }
+}
+
 }  // namespace i8panel::q6k
 
 }  // namespace prefixd::cpu::PREFIXD_ISA_NS
