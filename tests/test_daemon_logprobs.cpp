@@ -123,12 +123,19 @@ void check_against_golden(const json& lp, const json& gcase, double tol) {
     const json& gtop = pos["top"];
     for (size_t r = 0; r < 5; ++r) {
       CAPTURE(r);
-      // Each returned alternative has the reference logprob ...
+      // Each returned alternative has the reference logprob, within tol ...
       const double ref = golden_logprob(pos, best[r].second);
-      REQUIRE_MESSAGE(!std::isnan(ref),
-                      "token " << best[r].second << " is not in the golden top 10");
-      CHECK(std::fabs(best[r].first - ref) <= tol);
-      worst = std::max(worst, std::fabs(best[r].first - ref));
+      if (std::isnan(ref)) {
+        // ... or, outside the golden top 10 (a near-tie past the 5th on a
+        // random model), a reference logprob at most the 10th's: ours may
+        // exceed that by tol at most.
+        const double last = gtop[gtop.size() - 1][2].get<double>();
+        CHECK_MESSAGE(best[r].first <= last + tol,
+                      "token " << best[r].second << " is not in the golden top " << gtop.size());
+      } else {
+        CHECK(std::fabs(best[r].first - ref) <= tol);
+        worst = std::max(worst, std::fabs(best[r].first - ref));
+      }
       // ... and the reference's r-th best is the same token unless the two are tied within tol.
       if (gtop[r][0].get<int32_t>() != best[r].second)
         CHECK(std::fabs(gtop[r][2].get<double>() - best[r].first) <= 2 * tol);
