@@ -1,9 +1,9 @@
 // A plain multi-threaded read of a buffer, for the benchmarks: the bytes per
 // second this machine delivers, right now, to n threads that only load and
-// add, from memory of the kind the weights take (huge pages). bench_forward reads a buffer as large as a model's weights with it, so
-// decode's weight read prints as a fraction of what the memory (or the part
-// of the last-level cache the weights fit in) gave a plain read in the same
-// run.
+// add, from memory of the kind the weights take (huge pages). bench_forward
+// reads a buffer as large as a model's weights with it, so decode's weight
+// read prints as a fraction of what the memory (or the part of the
+// last-level cache the weights fit in) gave a plain read in the same run.
 #pragma once
 
 #include <algorithm>

@@ -172,25 +172,23 @@ RowsX prepare_rows_x(const CpuKernels& k, ThreadPool& pool, std::span<const CpuM
     r.xqk = xqk_buffer.data();
   }
   if (want_q8) {
-    static thread_local std::vector<XQ8Block> xq_buffer;
-    const int64_t blocks = n * (cols / 32);
+    static thread_local std::vector<XQ8Block> xq_buffer, xqu_buffer;
+    const int64_t per_row = cols / 32, blocks = n * per_row;
     if (xq_buffer.size() < static_cast<size_t>(blocks)) xq_buffer.resize(blocks);
-    XQ8Block* xq = xq_buffer.data();  // the caller's buffer: a thread_local named in a task is the worker's
-    for_x_rows(pool, n, [&](int64_t i0, int64_t i1) { k.quantize_x_q8(x, i0, i1, cols, xq); });
-    r.xq = xq_buffer.data();
-  }
-  if (want_q8u) {
-    static thread_local std::vector<XQ8Block> xqu_buffer;
-    const int64_t blocks = n * (cols / 32);
-    if (xqu_buffer.size() < static_cast<size_t>(blocks)) xqu_buffer.resize(blocks);
-    XQ8Block* xqu = xqu_buffer.data();
+    if (want_q8u && xqu_buffer.size() < static_cast<size_t>(blocks)) xqu_buffer.resize(blocks);
+    // The caller's buffers: a thread_local named in a task is the worker's.
+    XQ8Block* xq = xq_buffer.data();
+    XQ8Block* xqu = want_q8u ? xqu_buffer.data() : nullptr;
     for_x_rows(pool, n, [&](int64_t i0, int64_t i1) {
-      for (int64_t b = i0 * (cols / 32); b < i1 * (cols / 32); ++b) {
-        xqu[b] = r.xq[b];
+      k.quantize_x_q8(x, i0, i1, cols, xq);
+      if (xqu == nullptr) return;
+      for (int64_t b = i0 * per_row; b < i1 * per_row; ++b) {
+        xqu[b] = xq[b];
         for (int8_t& q : xqu[b].q) q = static_cast<int8_t>(static_cast<uint8_t>(q) ^ 0x80u);
       }
     });
-    r.xqu = xqu_buffer.data();
+    r.xq = xq;
+    r.xqu = xqu;
   }
   if (want_bf16) r.xb = x_bf16(k, pool, x, n, cols);
   return r;
