@@ -119,7 +119,7 @@ void bench_matmul(Backend& be, const std::vector<WeightType>& types, bool stream
         std::printf("%-6s %-9s %6lld %6lld %5lld %10.1f %10.1f %9.1f", weight_type_name(type), s.what, static_cast<long long>(s.rows),
                     static_cast<long long>(s.cols), static_cast<long long>(n), t * 1e6, gflops, gbs);
         if (stream) {  // a plain read of the bytes the copies hold, by as many threads
-          const double read = testing::plain_read_bytes_per_s(bytes.size() * n_copies, be.n_threads(), 3) * 1e-9;
+          const double read = testing::plain_read_rate(bytes.size() * n_copies, be.n_threads(), 3).best * 1e-9;
           std::printf(" %11.1f %9.2f", read, gbs / read);
         }
         std::printf("\n");

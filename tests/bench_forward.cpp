@@ -6,7 +6,8 @@
 // On the CPU backend a second line puts decode's weight read (the bytes of the
 // weights one token multiplies, times tg128) beside a plain read of as many
 // bytes by as many threads taken right before and after each decode rep
-// (tests/memory_read.h), as a fraction: the median rep's, and each rep's.
+// (tests/memory_read.h), as a fraction: the median rep's of the read's mean
+// rate and of its fastest passes, and each rep's of the mean.
 //
 // Usage: bench_forward [--threads N] [--models smol-135m:f32,smol-135m:bf16,tiny:f32,tiny:bf16]
 //                      [--model FILE.gguf ...] (any GGUF; with --model, presets only if --models given)
@@ -155,16 +156,21 @@ double prefill_tps(ForwardPass& fwd, KvPool& pool, const std::vector<int32_t>& t
 // is taken right before and right after each rep, and the rep's weight read
 // is a fraction of their mean: a shared host's memory drifts by tens of
 // percent from minute to minute, and a read beside each rep cancels most of
-// that drift where one read after all reps did not.
+// that drift where one read after all reps did not. A rep's rate is bytes
+// over the rep's time, so it is compared with the reads' passes taken
+// together (ReadRate::mean); the fraction of their fastest passes
+// (ReadRate::best) prints beside it.
 struct DecodeFigures {
   double tps = 0;
-  std::vector<double> fractions;  // per rep
-  double read_gbs = 0;            // the mean of the plain reads
-  double fraction() const {       // the median rep's
-    std::vector<double> f = fractions;
+  std::vector<double> fractions;       // per rep, of the reads' mean
+  std::vector<double> best_fractions;  // per rep, of the reads' fastest passes
+  double read_gbs = 0;                 // the mean of the plain reads
+  static double median(std::vector<double> f) {
     std::sort(f.begin(), f.end());
     return f.empty() ? 0.0 : f.size() % 2 ? f[f.size() / 2] : 0.5 * (f[f.size() / 2 - 1] + f[f.size() / 2]);
   }
+  double fraction() const { return median(fractions); }  // the median rep's
+  double best_fraction() const { return median(best_fractions); }
 };
 
 DecodeFigures decode_figures(ForwardPass& fwd, KvPool& pool, const std::vector<int32_t>& table, int reps,
@@ -173,9 +179,9 @@ DecodeFigures decode_figures(ForwardPass& fwd, KvPool& pool, const std::vector<i
   BatchBuilder b(16);
   DecodeFigures d;
   double best = 1e30, read_sum = 0;
-  auto read_gbs = [&] { return testing::plain_read_bytes_per_s(step_bytes, threads, 2) / 1e9; };
+  auto read = [&] { return testing::plain_read_rate(step_bytes, threads, 3); };
   for (int r = 0; r < reps; ++r) {
-    const double before = step_bytes > 0 ? read_gbs() : 0.0;
+    const testing::ReadRate before = step_bytes > 0 ? read() : testing::ReadRate{};
     int32_t tok = 1;
     double t0 = now_s();
     for (int i = 0; i < 128; ++i) {
@@ -187,12 +193,15 @@ DecodeFigures decode_figures(ForwardPass& fwd, KvPool& pool, const std::vector<i
     const double t = now_s() - t0;
     best = std::min(best, t);
     if (step_bytes == 0) continue;
-    const double after = read_gbs();
-    read_sum += before + after;
-    d.fractions.push_back(static_cast<double>(step_bytes) * 128 / t / 1e9 / (0.5 * (before + after)));
+    const testing::ReadRate after = read();
+    const double mean_gbs = 0.5 * (before.mean + after.mean) / 1e9, best_gbs = 0.5 * (before.best + after.best) / 1e9;
+    read_sum += mean_gbs;
+    const double decode_gbs = static_cast<double>(step_bytes) * 128 / t / 1e9;
+    d.fractions.push_back(decode_gbs / mean_gbs);
+    d.best_fractions.push_back(decode_gbs / best_gbs);
   }
   d.tps = 128 / best;
-  d.read_gbs = reps > 0 ? read_sum / (2.0 * reps) : 0.0;
+  d.read_gbs = reps > 0 ? read_sum / reps : 0.0;
   return d;
 }
 
@@ -252,9 +261,9 @@ int bench_model(Backend& backend, const Args& a, DType kv, const std::string& la
     std::string per_rep;
     for (double f : d.fractions) per_rep += (per_rep.empty() ? "" : " ") + std::to_string(f).substr(0, 4);
     std::printf("  decode reads %.1f MB a token: %.1f GB/s; a plain %d-thread read of as many bytes beside each"
-                " rep: %.1f GB/s (decode at %.2f of it; per rep %s)\n",
+                " rep: %.1f GB/s (decode at %.2f of it, %.2f of its fastest passes; per rep %s)\n",
                 static_cast<double>(step_bytes) / 1e6, static_cast<double>(step_bytes) * d.tps / 1e9, a.threads,
-                d.read_gbs, d.fraction(), per_rep.c_str());
+                d.read_gbs, d.fraction(), d.best_fraction(), per_rep.c_str());
   }
 #if defined(PREFIXD_HAVE_CUDA)
   if (backend.name() == "cuda") {

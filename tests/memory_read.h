@@ -48,14 +48,24 @@ inline uint64_t sum_words(const uint64_t* p, size_t n) {
   return s;
 }
 
-// Bytes per second of `threads` threads each reading its contiguous share of
-// a `bytes`-byte buffer, the best of `passes` passes after one warm-up pass
-// (decode reads the same weights every step, so what stays cached between
-// passes stays cached between steps too). Threads are not pinned: the
-// scheduler places them as it places a backend's pool. A pass reads the
-// buffer often enough to move at least 64 MB, so starting the threads is
-// noise even for a small buffer.
-inline double plain_read_bytes_per_s(size_t bytes, int threads, int passes) {
+// A plain read's bytes per second: its fastest pass, and all its passes
+// together (bytes over time, as a decode rep's rate is). Compare a best of
+// repeated runs with `best`, a rate over a stretch of time with `mean`: on a
+// shared host the memory's speed moves between passes, and the best of a few
+// short passes stands above what the same memory gives over a longer stretch.
+struct ReadRate {
+  double best = 0;
+  double mean = 0;
+};
+
+// The rate of `threads` threads each reading its contiguous share of a
+// `bytes`-byte buffer, over `passes` passes after one warm-up pass (decode
+// reads the same weights every step, so what stays cached between passes
+// stays cached between steps too). Threads are not pinned: the scheduler
+// places them as it places a backend's pool. A pass reads the buffer often
+// enough to move at least 64 MB, so starting the threads is noise even for a
+// small buffer.
+inline ReadRate plain_read_rate(size_t bytes, int threads, int passes) {
   const size_t words = std::max<size_t>(bytes / sizeof(uint64_t), static_cast<size_t>(threads));
   const size_t repeats = std::max<size_t>(1, (size_t{64} << 20) / (words * sizeof(uint64_t)));
   // In the memory the weights take (huge pages, cpu/weight_memory.h).
@@ -78,15 +88,19 @@ inline double plain_read_bytes_per_s(size_t bytes, int threads, int passes) {
     for (std::thread& th : pool) th.join();
   };
   pass();
-  double best = 1e30;
-  for (int p = 0; p < passes; ++p) {
+  double best = 1e30, total = 0;
+  const int n_passes = std::max(1, passes);
+  for (int p = 0; p < n_passes; ++p) {
     const auto t0 = std::chrono::steady_clock::now();
     pass();
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::min(best, t);
+    total += t;
   }
   volatile uint64_t keep = 0;
   for (uint64_t s : sink) keep = keep + s;
-  return static_cast<double>(words * sizeof(uint64_t) * repeats) / best;
+  const double pass_bytes = static_cast<double>(words * sizeof(uint64_t) * repeats);
+  return {pass_bytes / best, pass_bytes * n_passes / total};
 }
 
 }  // namespace prefixd::testing
