@@ -39,7 +39,12 @@ using Z = __m512i;
 constexpr size_t kPrefetchBytes = 8192;
 
 // Two blocks of a row unpacked: q holds block 0's 32 values then block 1's
-// (unsigned bytes); weight = d[k] * q + m[k] for block k (lanes 0, 1 of d and m).
+// (unsigned bytes); weight = d[k] * q + m[k] for block k (lanes 0, 1 of d and
+// m). Formats without a min (kMin false) leave m unset: their m is d times
+// the format's kOffset (the offset that made the values unsigned), and their
+// constant terms are summed as d * x's sums and scaled by kOffset once at the
+// end. kOffset is a power of two, so the sum equals the one of the terms
+// (d * kOffset) * s bit for bit, one multiplication a block pair less.
 struct Pair {
   Z q;
   __m128 d, m;
@@ -78,11 +83,11 @@ PREFIXD_VEC_INLINE __mmask64 high_bits(const Block& b0, const Block& b1) {
 
 struct PairQ4_0 {
   static constexpr bool kMin = false;
+  static constexpr float kOffset = -8.0f;
   using Block = quant::BlockQ4_0;
   static PREFIXD_VEC_INLINE void unpack(const Block& b0, const Block& b1, Pair& p) {
     p.q = nibbles_pair(b0.qs, b1.qs);
     p.d = halves2(b0.d, b1.d);
-    p.m = _mm_mul_ps(p.d, _mm_set1_ps(-8.0f));
   }
 };
 
@@ -98,12 +103,12 @@ struct PairQ4_1 {
 
 struct PairQ5_0 {
   static constexpr bool kMin = false;
+  static constexpr float kOffset = -16.0f;
   using Block = quant::BlockQ5_0;
   static PREFIXD_VEC_INLINE void unpack(const Block& b0, const Block& b1, Pair& p) {
     const Z lo = nibbles_pair(b0.qs, b1.qs);
     p.q = _mm512_mask_add_epi8(lo, high_bits(b0, b1), lo, bytes(0x10));
     p.d = halves2(b0.d, b1.d);
-    p.m = _mm_mul_ps(p.d, _mm_set1_ps(-16.0f));
   }
 };
 
@@ -121,11 +126,11 @@ struct PairQ5_1 {
 // Q8_0: signed values made unsigned by flipping the top bit (q + 128).
 struct PairQ8_0 {
   static constexpr bool kMin = false;
+  static constexpr float kOffset = -128.0f;
   using Block = quant::BlockQ8_0;
   static PREFIXD_VEC_INLINE void unpack(const Block& b0, const Block& b1, Pair& p) {
     p.q = _mm512_xor_si512(load_pair32(b0.qs, b1.qs), bytes(0x80));
     p.d = halves2(b0.d, b1.d);
-    p.m = _mm_mul_ps(p.d, _mm_set1_ps(-128.0f));
   }
 };
 
@@ -135,12 +140,12 @@ alignas(16) inline constexpr uint8_t kIq4nlPlus128[16] = {1,   24,  45,  63,  79
 
 struct PairIQ4_NL {
   static constexpr bool kMin = false;
+  static constexpr float kOffset = -128.0f;
   using Block = quant::BlockIQ4_NL;
   static PREFIXD_VEC_INLINE void unpack(const Block& b0, const Block& b1, Pair& p) {
     const Z table = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(kIq4nlPlus128)));
     p.q = _mm512_shuffle_epi8(table, nibbles_pair(b0.qs, b1.qs));
     p.d = halves2(b0.d, b1.d);
-    p.m = _mm_mul_ps(p.d, _mm_set1_ps(-128.0f));
   }
 };
 
@@ -171,12 +176,25 @@ PREFIXD_VEC_INLINE XPair x_single(const XQ8Block& a) {
           _mm_setr_ps(a.d, 0, 0, 0), _mm_setr_ps(x_sum<kMin>(a), 0, 0, 0)};
 }
 
-// acc += block pair p · x pair xp; cst += its constant terms.
+// acc += block pair p · x pair xp; cst += its constant terms (without a
+// min: divided by the format's kOffset).
+template <bool kMin>
 PREFIXD_VEC_INLINE void accumulate(const Pair& p, const XPair& xp, __m512& acc, __m128& cst) {
   const __m512 dot = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), p.q, xp.q));
   const __m512 scale = _mm512_permutexvar_ps(_mm512_load_si512(kPairLanes), _mm512_castps128_ps512(_mm_mul_ps(p.d, xp.d)));
   acc = _mm512_fmadd_ps(dot, scale, acc);
-  cst = _mm_fmadd_ps(p.m, xp.ds, cst);
+  cst = _mm_fmadd_ps(kMin ? p.m : p.d, xp.ds, cst);
+}
+
+// The constant terms' sum of the two lanes of cst (see Pair).
+template <class Fmt>
+PREFIXD_VEC_INLINE float constant_sum(__m128 cst) {
+  const float sum = _mm_cvtss_f32(cst) + _mm_cvtss_f32(_mm_movehdup_ps(cst));
+  if constexpr (Fmt::kMin) {
+    return sum;
+  } else {
+    return Fmt::kOffset * sum;
+  }
 }
 
 // y[i * ldy + m] for MR weight rows (w, row_bytes apart) and NR x rows
@@ -204,15 +222,14 @@ PREFIXD_VEC_INLINE void tile(const uint8_t* w, size_t row_bytes, const XQ8Block*
       Pair p;
       Fmt::unpack(row[0], single ? zero_block : row[1], p);
 #pragma GCC unroll 4
-      for (int i = 0; i < NR; ++i) accumulate(p, xp[i], acc[m][i], cst[m][i]);
+      for (int i = 0; i < NR; ++i) accumulate<Fmt::kMin>(p, xp[i], acc[m][i], cst[m][i]);
     }
   }
 #pragma GCC unroll 4
   for (int m = 0; m < MR; ++m)
 #pragma GCC unroll 4
     for (int i = 0; i < NR; ++i) {
-      const __m128 c = cst[m][i];
-      y[i * ldy + m] = _mm512_reduce_add_ps(acc[m][i]) + (_mm_cvtss_f32(c) + _mm_cvtss_f32(_mm_movehdup_ps(c)));
+      y[i * ldy + m] = _mm512_reduce_add_ps(acc[m][i]) + constant_sum<Fmt>(cst[m][i]);
     }
 }
 
