@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstring>
 #include <string>
 
 namespace prefixd {
@@ -22,6 +23,19 @@ double uniform01(std::mt19937_64& rng) {
   return static_cast<double>(rng() >> 11) * 0x1.0p-53;
 }
 
+// Four lanes of floats (GCC vector extensions: SSE on x86-64, NEON on
+// aarch64, plain code elsewhere).
+using Floats4 = float __attribute__((vector_size(16)));
+using Ints4 = int32_t __attribute__((vector_size(16)));
+
+Floats4 load4(const float* p) {
+  Floats4 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+// a > b ? a : b per lane (maxps): a NaN a keeps b.
+Floats4 max4(Floats4 a, Floats4 b) { return a > b ? a : b; }
+
 // Up to this k, top-k uses a heap instead of nth_element over the vocabulary.
 constexpr int32_t kHeapTopK = 4096;
 
@@ -30,6 +44,38 @@ constexpr int32_t kHeapTopK = 4096;
 constexpr float kNearWeight = 1e-7f;
 
 }  // namespace
+
+// Two passes over 16 logits at a time, each lane on its own: the maximum,
+// then its first index. A scan keeping the first strictly greater logit
+// waits on each comparison: 62 us for a 49152-logit row on an Emerald Rapids
+// Xeon against 5.7 here (318 against 36 for 248320), a sizeable part of a
+// small model's decode step.
+int32_t greedy_token(const float* logits, int32_t n_vocab) {
+  float best = logits[0];
+  if (best != best) return 0;  // nothing is greater than a NaN first logit
+  const Floats4 first = {best, best, best, best};
+  Floats4 m0 = first, m1 = first, m2 = first, m3 = first;
+  int32_t i = 0;
+  for (; i + 16 <= n_vocab; i += 16) {
+    m0 = max4(load4(logits + i), m0);
+    m1 = max4(load4(logits + i + 4), m1);
+    m2 = max4(load4(logits + i + 8), m2);
+    m3 = max4(load4(logits + i + 12), m3);
+  }
+  const Floats4 m = max4(max4(m0, m1), max4(m2, m3));
+  for (int j = 0; j < 4; ++j) best = m[j] > best ? m[j] : best;
+  for (; i < n_vocab; ++i) best = logits[i] > best ? logits[i] : best;
+  const Floats4 b = {best, best, best, best};
+  int32_t k = 0;
+  for (; k + 16 <= n_vocab; k += 16) {
+    const Ints4 eq = (load4(logits + k) == b) | (load4(logits + k + 4) == b) |
+                     (load4(logits + k + 8) == b) | (load4(logits + k + 12) == b);
+    if ((eq[0] | eq[1] | eq[2] | eq[3]) != 0) break;
+  }
+  for (; k < n_vocab; ++k)
+    if (logits[k] == best) return k;
+  return 0;  // not reached: best is one of the logits
+}
 
 Status validate_sampling_params(const SamplingParams& p) {
   if (!std::isfinite(p.temperature) || p.temperature < 0) {
@@ -124,7 +170,7 @@ int32_t Sampler::sample(const float* logits, int32_t n_vocab,
                         const std::vector<int32_t>& recent_tokens) {
   PREFIXD_CHECK(n_vocab > 0, "sample: empty vocabulary");
   const float* l = penalise(logits, n_vocab, recent_tokens);  // (n_vocab) f32
-  if (params_.temperature <= 0) return argmax(l, n_vocab);
+  if (params_.temperature <= 0) return greedy_token(l, n_vocab);
   collect_top_k(l, n_vocab);
   float max_logit = cand_[0].logit;
   for (const Candidate& c : cand_) max_logit = std::max(max_logit, c.logit);
@@ -153,18 +199,6 @@ const float* Sampler::penalise(const float* logits, int32_t n_vocab,
     x = x > 0 ? x / params_.repetition_penalty : x * params_.repetition_penalty;
   }
   return penalised_.data();
-}
-
-int32_t Sampler::argmax(const float* logits, int32_t n_vocab) {
-  int32_t best = 0;
-  float best_logit = logits[0];
-  for (int32_t i = 1; i < n_vocab; ++i) {
-    if (logits[i] > best_logit) {
-      best_logit = logits[i];
-      best = i;
-    }
-  }
-  return best;
 }
 
 void Sampler::collect_top_k(const float* l, int32_t n_vocab) {

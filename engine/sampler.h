@@ -20,6 +20,11 @@ struct SamplingParams {
   bool has_seed = false;           // false: a random seed per request
 };
 
+// Greedy decoding's token: the highest of n_vocab >= 1 logits, the lowest id
+// on ties (+0 and -0 tie); a NaN never wins, but a NaN first logit wins
+// alone (as a scan keeping the first strictly greater logit decides).
+int32_t greedy_token(const float* logits, int32_t n_vocab);
+
 // Checks ranges (temperature >= 0, top_k >= 0, top_p in (0, 1], min_p in
 // [0, 1], repetition_penalty > 0, all finite).
 Status validate_sampling_params(const SamplingParams& params);
@@ -52,8 +57,6 @@ class Sampler {
   // applied (`logits` itself when none applies; else penalised_).
   const float* penalise(const float* logits, int32_t n_vocab,
                         const std::vector<int32_t>& recent_tokens);
-  // Greedy: the highest logit, lowest id on ties.
-  static int32_t argmax(const float* logits, int32_t n_vocab);
   // cand_ = the top_k best of `logits` (all of them without top-k), unordered.
   void collect_top_k(const float* logits, int32_t n_vocab);
   // Fills the weights, then keeps in cand_ the candidates that pass min-p,

@@ -34,6 +34,7 @@
 #include "engine/model/forward.h"
 #include "engine/model/model.h"
 #include "engine/model/model_presets.h"
+#include "engine/sampler.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/isa_plan.h"
 #include "tests/bench_backend.h"
@@ -188,7 +189,7 @@ DecodeFigures decode_figures(ForwardPass& fwd, KvPool& pool, const std::vector<i
       b.clear();
       b.add(std::span<const int32_t>(&tok, 1), i, table, LogitsWanted::kLast);
       fwd.run(b.batch(), pool, &logits);
-      tok = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      tok = greedy_token(logits.data(), static_cast<int32_t>(logits.size()));
     }
     const double t = now_s() - t0;
     best = std::min(best, t);

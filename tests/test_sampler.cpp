@@ -63,6 +63,35 @@ TEST_CASE("temperature 0 is argmax with ties going to the lowest id") {
   CHECK(s.sample(all_equal.data(), 7, {}) == 0);
 }
 
+// The scan greedy_token's two passes must agree with: the first strictly greater logit wins.
+int32_t first_greatest(const std::vector<float>& l) {
+  int32_t best = 0;
+  for (int32_t i = 1; i < static_cast<int32_t>(l.size()); ++i)
+    if (l[i] > l[best]) best = i;
+  return best;
+}
+
+TEST_CASE("greedy_token: the first highest logit at every length and place, NaN never winning") {
+  const float nan = std::nanf(""), inf = INFINITY;
+  CHECK(greedy_token(std::vector<float>{nan, 5.0f, 7.0f}.data(), 3) == 0);  // nothing is > a NaN first
+  CHECK(greedy_token(std::vector<float>{-inf, -inf, -inf}.data(), 3) == 0);
+  std::mt19937 rng(7);
+  for (int32_t n : {1, 2, 15, 16, 17, 31, 32, 33, 100, 1000, 49152}) {
+    for (int trial = 0; trial < 20; ++trial) {
+      // Few distinct values: ties everywhere, zeros of both signs.
+      std::vector<float> l(static_cast<size_t>(n));
+      for (float& x : l) x = static_cast<float>(static_cast<int>(rng() % 7) - 5) * (rng() % 2 ? 1.0f : -1.0f);
+      if (trial % 4 == 1) l[rng() % n] = inf;
+      if (trial % 4 == 2 && n > 1) l[1 + rng() % (n - 1)] = nan;
+      if (trial % 4 == 3) l[n - 1] = 100.0f;  // the maximum in the tail past the last 16
+      CAPTURE(n);
+      CAPTURE(trial);
+      CHECK(greedy_token(l.data(), n) == first_greatest(l));
+    }
+  }
+  CHECK(greedy_token(std::vector<float>{-0.0f, 0.0f, -0.0f}.data(), 3) == 0);  // +0 and -0 tie
+}
+
 TEST_CASE("top_k = 1 equals greedy at any temperature") {
   for (uint32_t seed = 0; seed < 50; ++seed) {
     const auto l = random_logits(1000, seed, 3.0f);

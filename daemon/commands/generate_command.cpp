@@ -11,6 +11,7 @@
 #include "engine/batch_builder.h"
 #include "engine/model/forward.h"
 #include "engine/model/model.h"
+#include "engine/sampler.h"
 #include "engine/text/stream_decoder.h"
 #include "engine/text/tokenizer.h"
 
@@ -85,7 +86,7 @@ Generated decode_greedy(ForwardPass& fwd, KvPool& pool, const std::vector<int32_
   auto t1 = std::chrono::steady_clock::now();
   int32_t pos = static_cast<int32_t>(prompt.size());
   for (int32_t step = 0; step < n_predict; ++step) {
-    int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    int32_t next = greedy_token(logits.data(), static_cast<int32_t>(logits.size()));
     if (tokenizer && tokenizer->is_end_of_generation(next)) break;
     out.ids.push_back(next);
     if (decoder) {
